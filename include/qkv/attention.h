@@ -1,0 +1,94 @@
+// Scaled dot-product attention and its family.
+//
+//   out = softmax(scale · q·kᵀ [softcap] [+ alibi] [+ float mask] [masked → −∞]) [dropout] · v
+//
+// Layout (any strides, so (B, L, H, D) projections need only a permute, no copy):
+//   q:   (B, Hq,  Lq, Dk)
+//   k:   (B, Hkv, Lk, Dk)      Hq % Hkv == 0; query head h reads key/value head h / (Hq / Hkv)
+//   v:   (B, Hkv, Lk, Dv)      (GQA/MQA, as PyTorch's enable_gqa / repeat_interleave)
+//   out: (B, Hq,  Lq, Dv)      dtype of q; q, k and v share one floating dtype
+//
+// Semantics (the README's table says the same):
+// - scale defaults to 1/sqrt(Dk).
+// - The score of query i and key j is built in this order: s = scale·(q_i·k_j);
+//   softcap c: s = c·tanh(s/c); ALiBi: s −= slope_h·|i' − j|; float mask: s += mask;
+//   then every masked position (causal, window, key length, bool mask false) is −∞.
+// - The diagonal: i' = i for Alignment::top_left (PyTorch SDPA's is_causal,
+//   tril(ones(Lq, Lk))), i' = i + (Lk_b − Lq) for Alignment::bottom_right
+//   (FlashAttention, KV caches: the last query sees every key), where Lk_b is the
+//   batch's key length (key_lengths[b], or Lk). Causal keeps j <= i'; a window
+//   (left, right) keeps i' − left <= j <= i' + right; −1 means unbounded on that side.
+// - mask: bool (true = attend, as PyTorch SDPA) or floating (added to the scores),
+//   broadcast to (B, Hq, Lq, Lk) with NumPy's rules from any rank <= 4, e.g. (Lq, Lk),
+//   (B, 1, Lq, Lk), (1, Hq, Lq, Lk), (B, Hq, Lq, Lk).
+// - key_lengths[b]: keys j >= key_lengths[b] of batch b are masked (padding).
+// - A fully masked row has output 0 (not NaN), log-sum-exp −∞ and probabilities 0.
+// - Dropout: each probability is kept with probability 1 − p and scaled by 1/(1 − p);
+//   whether (b, h, i, j) is kept is a pure function of (seed, b, h, i, j), so the
+//   result is identical for a seed whatever the thread count. p = 1 drops everything.
+// - lse (B, Hq, Lq), f32: log Σ_j exp(s_ij) over unmasked keys, before dropout.
+// - probs (B, Hq, Lq, Lk), f32: the softmax before dropout (what a heatmap shows).
+// - NaN in q, k or v reaches only the output rows whose computation reads it; keys that
+//   are masked for a row are never read by that row.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "qkv/tensor.h"
+
+namespace qkv {
+
+enum class Alignment { top_left, bottom_right };
+
+struct Window {
+  std::int64_t left = -1;   // keys up to `left` before the diagonal; −1 = unbounded
+  std::int64_t right = -1;  // keys up to `right` after the diagonal; −1 = unbounded
+};
+
+enum class AttentionImpl {
+  automatic,  // the fastest implementation that handles the request
+  reference,  // the naive double-precision twin every fast path is tested against
+};
+
+struct AttentionOptions {
+  std::optional<double> scale;               // default 1/sqrt(Dk); must be finite
+  bool causal = false;
+  Alignment alignment = Alignment::top_left;  // diagonal for causal and window
+  Tensor mask;                     // undefined = none; bool or float, see above
+  std::vector<std::int64_t> key_lengths;  // empty = all Lk keys; else B entries in [0, Lk]
+  std::optional<Window> window;
+  std::vector<float> alibi_slopes;  // empty = none; else Hq slopes
+  std::optional<double> softcap;    // c > 0
+  double dropout_p = 0.0;           // in [0, 1]
+  std::uint64_t seed = 0;           // dropout seed
+  bool return_lse = false;
+  bool return_probs = false;
+  AttentionImpl impl = AttentionImpl::automatic;
+};
+
+struct AttentionResult {
+  Tensor out;    // (B, Hq, Lq, Dv), dtype of q
+  Tensor lse;    // (B, Hq, Lq) f32, when return_lse
+  Tensor probs;  // (B, Hq, Lq, Lk) f32, when return_probs
+};
+
+// The full form: output plus whatever the options ask for.
+AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                          const AttentionOptions& options = {});
+
+// out: (B, Hq, Lq, Dv)
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const AttentionOptions& options = {});
+
+// The raw form of the classic explanations: softmax(X·Xᵀ)·X, with no projections and,
+// by default, no scaling. x: (L, D) or (B, L, D) -> same shape, f32/bf16/f16.
+Tensor self_attention_raw(const Tensor& x, std::optional<double> scale = 1.0);
+
+// Throws qkv::Error naming the argument when the inputs or options are invalid;
+// returns normally otherwise. Every implementation calls this first.
+void validate_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                        const AttentionOptions& options);
+
+}  // namespace qkv

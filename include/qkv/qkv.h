@@ -1,0 +1,11 @@
+// The umbrella header: everything public in qkv.
+#pragma once
+
+#include "qkv/attention.h"
+#include "qkv/cpu.h"
+#include "qkv/dtype.h"
+#include "qkv/error.h"
+#include "qkv/rng.h"
+#include "qkv/tensor.h"
+#include "qkv/threads.h"
+#include "qkv/version.h"

@@ -1,0 +1,40 @@
+// Deterministic random numbers, identical on every platform and thread count.
+//
+// `Rng` is a small sequential generator (splitmix64) for initialising weights and
+// examples. `counter_uniform` is stateless: the value for (seed, counter) does not
+// depend on what was drawn before, so parallel loops (dropout) give the same result
+// whichever thread handles which element.
+#pragma once
+
+#include <cstdint>
+
+namespace qkv {
+
+// splitmix64's finaliser: a bijective 64-bit mix (Steele, Lea, Flood 2014).
+constexpr std::uint64_t mix64(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Uniform in [0, 1) with 53 random bits, a pure function of (seed, counter).
+inline double counter_uniform(std::uint64_t seed, std::uint64_t counter) {
+  const std::uint64_t bits = mix64(mix64(seed + 0x9e3779b97f4a7c15ull) ^ counter);
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
+class Rng {
+ public:
+  explicit Rng(std::uint64_t seed) : state_(seed) {}
+  std::uint64_t next_u64() {
+    state_ += 0x9e3779b97f4a7c15ull;
+    return mix64(state_);
+  }
+  double uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }  // [0, 1)
+  double normal();  // standard normal (Box–Muller), platform independent
+
+ private:
+  std::uint64_t state_;
+};
+
+}  // namespace qkv

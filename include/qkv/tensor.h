@@ -1,0 +1,107 @@
+// qkv::Tensor — a strided n-dimensional view over shared, 64-byte-aligned storage.
+//
+// Shape and strides are in elements (not bytes), row-major by default. Views
+// (transpose, permute, slice, select, unsqueeze, expand, a reshape of a contiguous
+// tensor) share storage and copy nothing, so a (B, L, H, D) projection can be fed to
+// attention as (B, H, L, D) by permute() alone. Strides may be 0 (broadcast) but not
+// negative. Copies are explicit: contiguous(), clone(), to(dtype).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "qkv/dtype.h"
+
+namespace qkv {
+
+using Shape = std::vector<std::int64_t>;
+using Strides = std::vector<std::int64_t>;
+
+inline constexpr std::size_t kTensorAlignment = 64;  // one cache line, one AVX-512 vector
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined: defined() == false
+
+  // Owning allocations (64-byte aligned, row-major).
+  static Tensor empty(const Shape& shape, DType dtype = DType::f32);
+  static Tensor zeros(const Shape& shape, DType dtype = DType::f32);
+  static Tensor full(const Shape& shape, float value, DType dtype = DType::f32);
+  // Copies `values` (row-major, size == numel) converting to `dtype` (round to nearest even).
+  static Tensor from_vector(const Shape& shape, std::span<const float> values,
+                            DType dtype = DType::f32);
+  // A view of memory owned by someone else; `owner` is kept alive as long as any view.
+  static Tensor from_blob(void* data, const Shape& shape, const Strides& strides, DType dtype,
+                          std::shared_ptr<void> owner = nullptr);
+
+  bool defined() const { return defined_; }
+  DType dtype() const { return dtype_; }
+  std::int64_t dim() const { return static_cast<std::int64_t>(shape_.size()); }
+  const Shape& shape() const { return shape_; }
+  const Strides& strides() const { return strides_; }
+  std::int64_t size(std::int64_t d) const;    // negative d counts from the end
+  std::int64_t stride(std::int64_t d) const;  // negative d counts from the end
+  std::int64_t numel() const;
+  std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype_); }
+  bool is_contiguous() const;
+
+  // Pointer to element (0, ..., 0).
+  void* data() { return data_; }
+  const void* data() const { return data_; }
+  template <class T> T* data_as() { return static_cast<T*>(data_); }
+  template <class T> const T* data_as() const { return static_cast<const T*>(data_); }
+
+  // Views: no copy.
+  Tensor transpose(std::int64_t a, std::int64_t b) const;
+  Tensor permute(const std::vector<std::int64_t>& order) const;
+  Tensor slice(std::int64_t d, std::int64_t start, std::int64_t end, std::int64_t step = 1) const;
+  Tensor select(std::int64_t d, std::int64_t index) const;  // drops dimension d
+  Tensor unsqueeze(std::int64_t d) const;
+  Tensor expand(const Shape& shape) const;  // size-1 dimensions broadcast with stride 0
+  Tensor view(const Shape& shape) const;    // contiguous tensors only; one -1 is inferred
+  // A view when contiguous, else a contiguous copy.
+  Tensor reshape(const Shape& shape) const;
+
+  // Copies.
+  Tensor contiguous() const;  // *this if already contiguous (shared), else a row-major copy
+  Tensor clone() const;       // always a row-major copy
+  Tensor to(DType dtype) const;
+  void copy_from(const Tensor& src);  // same shape; converts dtype
+
+  // Element access for tests, printing and the reference path (slow, bounds-checked).
+  float get(std::span<const std::int64_t> index) const;
+  float get(std::initializer_list<std::int64_t> index) const {
+    return get(std::span<const std::int64_t>(index.begin(), index.size()));
+  }
+  void set(std::span<const std::int64_t> index, float value);
+  void set(std::initializer_list<std::int64_t> index, float value) {
+    set(std::span<const std::int64_t>(index.begin(), index.size()), value);
+  }
+  std::vector<float> to_vector() const;  // logical row-major order
+
+  std::string shape_string() const;  // "(2, 3, 4)"
+
+ private:
+  std::int64_t offset_of(std::span<const std::int64_t> index, const char* what) const;
+
+  std::shared_ptr<void> storage_;  // keeps the allocation alive
+  void* data_ = nullptr;           // element (0, ..., 0)
+  Shape shape_;                    // sizes per dimension
+  Strides strides_;                // in elements, per dimension
+  DType dtype_ = DType::f32;
+  bool defined_ = false;
+};
+
+// Reads element `offset` (in elements from `base`) of a tensor of `dtype` as f32.
+float load_as_f32(const void* base, std::int64_t offset, DType dtype);
+// Writes `value` converted to `dtype` (round to nearest even) at element `offset`.
+void store_from_f32(void* base, std::int64_t offset, DType dtype, float value);
+
+std::string shape_to_string(const Shape& shape);
+
+}  // namespace qkv

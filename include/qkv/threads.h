@@ -1,0 +1,15 @@
+// The thread count used by every parallel loop in qkv (OpenMP underneath).
+//
+// Starts from the environment variable QKV_NUM_THREADS when set (a positive integer),
+// else from OpenMP's default (all cores). Results never depend on the thread count:
+// work is split so that every output element is computed by the same sequence of
+// operations whichever thread computes it, and random numbers (dropout) are a function
+// of the element's index and the seed, not of the thread.
+#pragma once
+
+namespace qkv {
+
+int num_threads();              // throws qkv::Error when QKV_NUM_THREADS is malformed
+void set_num_threads(int count);  // count >= 1, else qkv::Error
+
+}  // namespace qkv

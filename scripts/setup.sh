@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian packages qkv needs, when they are missing.
+#   scripts/setup.sh build   what `make run` needs (compiler, CMake, libraries)
+#   scripts/setup.sh test    that plus the test oracle (PyTorch, pytest)
+# As root it runs apt-get; otherwise it stops and prints the command to run.
+set -euo pipefail
+
+build_packages=(cmake g++ make libgtest-dev nlohmann-json3-dev libcli11-dev
+                pybind11-dev python3-dev python3-numpy)
+test_packages=(python3-torch python3-pytest)
+
+case "${1:-build}" in
+  build) wanted=("${build_packages[@]}") ;;
+  test) wanted=("${build_packages[@]}" "${test_packages[@]}") ;;
+  *) echo "usage: $0 build|test" >&2; exit 2 ;;
+esac
+
+missing=()
+for package in "${wanted[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$package")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "qkv: missing Debian packages: ${missing[*]}" >&2
+  echo "qkv: install them with: sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "qkv: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,118 @@
+#include "attention/reference.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "qkv/threads.h"
+
+namespace qkv::detail {
+namespace {
+
+// bf16/f16 -> f32 is exact, so reading everything as contiguous f32 first loses nothing
+// and keeps the loops below free of per-element dtype dispatch.
+Tensor as_f32_contiguous(const Tensor& t) {
+  return t.dtype() == DType::f32 ? t.contiguous() : t.to(DType::f32);
+}
+
+}  // namespace
+
+AttentionResult reference_attention(const AttentionProblem& p, const Tensor& q_in,
+                                    const Tensor& k_in, const Tensor& v_in,
+                                    const AttentionOptions& options) {
+  const Tensor q = as_f32_contiguous(q_in);  // (B, Hq, Lq, Dk)
+  const Tensor k = as_f32_contiguous(k_in);  // (B, Hkv, Lk, Dk)
+  const Tensor v = as_f32_contiguous(v_in);  // (B, Hkv, Lk, Dv)
+  const float* qd = q.data_as<float>();
+  const float* kd = k.data_as<float>();
+  const float* vd = v.data_as<float>();
+
+  AttentionResult result;
+  result.out = Tensor::empty({p.B, p.Hq, p.Lq, p.Dv}, q_in.dtype());  // (B, Hq, Lq, Dv)
+  if (options.return_lse) result.lse = Tensor::empty({p.B, p.Hq, p.Lq}, DType::f32);
+  if (options.return_probs) result.probs = Tensor::zeros({p.B, p.Hq, p.Lq, p.Lk}, DType::f32);
+  void* out = result.out.data();
+  float* lse = options.return_lse ? result.lse.data_as<float>() : nullptr;
+  float* probs = options.return_probs ? result.probs.data_as<float>() : nullptr;
+  const DType out_dtype = q_in.dtype();
+
+  constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
+  const std::int64_t rows = p.B * p.Hq * p.Lq;
+  const double keep_scale = p.dropout_p < 1.0 ? 1.0 / (1.0 - p.dropout_p) : 0.0;
+
+#pragma omp parallel num_threads(num_threads())
+  {
+    std::vector<double> s(static_cast<std::size_t>(p.Lk));           // (Lk) scores, then weights
+    std::vector<unsigned char> read(static_cast<std::size_t>(p.Lk));  // (Lk) key j attended
+    std::vector<double> acc(static_cast<std::size_t>(p.Dv));         // (Dv) output accumulator
+#pragma omp for schedule(static)
+    for (std::int64_t row = 0; row < rows; ++row) {
+      const std::int64_t i = row % p.Lq;
+      const std::int64_t h = (row / p.Lq) % p.Hq;
+      const std::int64_t b = row / (p.Lq * p.Hq);
+      const std::int64_t hk = h / p.group;  // GQA: the key/value head this query head reads
+      const float* qi = qd + row * p.Dk;
+      const float* kb = kd + (b * p.Hkv + hk) * p.Lk * p.Dk;
+      const float* vb = vd + (b * p.Hkv + hk) * p.Lk * p.Dv;
+      const double slope = p.alibi_slopes.empty() ? 0.0 : p.alibi_slopes[h];
+      const std::int64_t diagonal = p.aligned_query(b, i);
+
+      // Scores, in the order attention.h documents. A float mask of −inf masks too.
+      double m = kMinusInf;
+      bool saw_nan = false;
+      for (std::int64_t j = 0; j < p.Lk; ++j) {
+        double mask_value = 0.0;
+        bool allowed = p.structurally_allowed(b, i, j);
+        if (allowed && p.has_mask) {
+          mask_value = load_as_f32(p.mask_data, p.mask_offset(b, h, i, j), p.mask_dtype);
+          if (p.mask_is_bool) allowed = mask_value != 0.0;
+        }
+        double x = kMinusInf;
+        if (allowed) {
+          double dot = 0.0;
+          for (std::int64_t d = 0; d < p.Dk; ++d) dot += double{qi[d]} * double{kb[j * p.Dk + d]};
+          x = p.scale * dot;
+          if (p.has_softcap) x = p.softcap * std::tanh(x / p.softcap);
+          if (slope != 0.0) x -= slope * static_cast<double>(std::abs(diagonal - j));
+          if (p.has_mask && !p.mask_is_bool) x += mask_value;
+        }
+        s[j] = x;
+        read[j] = x != kMinusInf;
+        if (std::isnan(x)) saw_nan = true;
+        else if (x > m) m = x;
+      }
+
+      std::fill(acc.begin(), acc.end(), saw_nan ? std::numeric_limits<double>::quiet_NaN() : 0.0);
+      if (saw_nan) {  // NaN scores make the whole row NaN, as softmax would
+        if (lse) lse[row] = std::numeric_limits<float>::quiet_NaN();
+        if (probs) std::fill_n(probs + row * p.Lk, p.Lk, std::numeric_limits<float>::quiet_NaN());
+      } else if (m == kMinusInf) {  // fully masked row: zeros, documented
+        if (lse) lse[row] = -std::numeric_limits<float>::infinity();
+      } else {
+        double sum = 0.0;
+        for (std::int64_t j = 0; j < p.Lk; ++j) {
+          s[j] = read[j] ? std::exp(s[j] - m) : 0.0;
+          sum += s[j];
+        }
+        if (lse) lse[row] = static_cast<float>(m + std::log(sum));
+        for (std::int64_t j = 0; j < p.Lk; ++j) {
+          if (!read[j]) continue;  // masked keys are never read, so NaN in them cannot leak in
+          double w = s[j] / sum;
+          if (probs) probs[row * p.Lk + j] = static_cast<float>(w);
+          if (p.dropout_p > 0.0) {
+            if (!p.dropout_keeps(b, h, i, j)) continue;  // dropped keys are not read either
+            w *= keep_scale;
+          }
+          for (std::int64_t d = 0; d < p.Dv; ++d) acc[d] += w * double{vb[j * p.Dv + d]};
+        }
+      }
+      for (std::int64_t d = 0; d < p.Dv; ++d)
+        store_from_f32(out, row * p.Dv + d, out_dtype, static_cast<float>(acc[d]));
+    }
+  }
+  return result;
+}
+
+}  // namespace qkv::detail

@@ -1,0 +1,332 @@
+#include "qkv/tensor.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+
+#include "qkv/error.h"
+
+namespace qkv {
+namespace {
+
+std::int64_t checked_numel(const Shape& shape, const char* what) {
+  std::int64_t n = 1;
+  for (std::int64_t s : shape) {
+    QKV_CHECK(s >= 0, what << ": sizes must be >= 0, got shape " << shape_to_string(shape));
+    QKV_CHECK(s == 0 || n <= (std::int64_t{1} << 40) / s,
+              what << ": shape " << shape_to_string(shape) << " has too many elements");
+    n *= s;
+  }
+  return n;
+}
+
+Strides row_major_strides(const Shape& shape) {
+  Strides strides(shape.size());
+  std::int64_t stride = 1;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    strides[d] = stride;
+    stride *= std::max<std::int64_t>(shape[d], 1);
+  }
+  return strides;
+}
+
+std::int64_t wrap_dim(std::int64_t d, std::int64_t rank, const char* what) {
+  QKV_CHECK(d >= -rank && d < rank,
+            what << ": dimension " << d << " is out of range for a tensor of rank " << rank);
+  return d < 0 ? d + rank : d;
+}
+
+// Calls f(logical_index, element_offset) for every element in row-major order.
+template <class F>
+void for_each_offset(const Shape& shape, const Strides& strides, F&& f) {
+  const std::int64_t rank = static_cast<std::int64_t>(shape.size());
+  const std::int64_t n = std::accumulate(shape.begin(), shape.end(), std::int64_t{1},
+                                         std::multiplies<>());
+  if (n == 0) return;
+  std::vector<std::int64_t> index(rank, 0);
+  std::int64_t offset = 0;
+  for (std::int64_t linear = 0; linear < n; ++linear) {
+    f(linear, offset);
+    for (std::int64_t d = rank - 1; d >= 0; --d) {  // odometer increment
+      if (++index[d] < shape[d]) {
+        offset += strides[d];
+        break;
+      }
+      offset -= strides[d] * (shape[d] - 1);
+      index[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+std::string shape_to_string(const Shape& shape) {
+  std::ostringstream out;
+  out << '(';
+  for (std::size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  if (shape.size() == 1) out << ',';
+  out << ')';
+  return out.str();
+}
+
+float load_as_f32(const void* base, std::int64_t offset, DType dtype) {
+  switch (dtype) {
+    case DType::f32: return static_cast<const float*>(base)[offset];
+    case DType::bf16: return bf16_to_f32(static_cast<const std::uint16_t*>(base)[offset]);
+    case DType::f16: return f16_to_f32(static_cast<const std::uint16_t*>(base)[offset]);
+    case DType::boolean: return static_cast<const std::uint8_t*>(base)[offset] ? 1.0f : 0.0f;
+  }
+  return 0.0f;
+}
+
+void store_from_f32(void* base, std::int64_t offset, DType dtype, float value) {
+  switch (dtype) {
+    case DType::f32: static_cast<float*>(base)[offset] = value; return;
+    case DType::bf16: static_cast<std::uint16_t*>(base)[offset] = f32_to_bf16(value); return;
+    case DType::f16: static_cast<std::uint16_t*>(base)[offset] = f32_to_f16(value); return;
+    case DType::boolean: static_cast<std::uint8_t*>(base)[offset] = value != 0.0f; return;
+  }
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype) {
+  const std::int64_t n = checked_numel(shape, "Tensor::empty");
+  // Round up to whole cache lines; aligned_alloc needs a multiple of the alignment.
+  std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(dtype);
+  bytes = std::max<std::size_t>((bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment,
+                                kTensorAlignment);
+  void* memory = std::aligned_alloc(kTensorAlignment, bytes);
+  if (memory == nullptr) throw Error("Tensor::empty: out of memory allocating " +
+                                     std::to_string(bytes) + " bytes");
+  Tensor t;
+  t.storage_ = std::shared_ptr<void>(memory, [](void* p) { std::free(p); });
+  t.data_ = memory;
+  t.shape_ = shape;
+  t.strides_ = row_major_strides(shape);
+  t.dtype_ = dtype;
+  t.defined_ = true;
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  std::memset(t.data_, 0, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::full(const Shape& shape, float value, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  for (std::int64_t i = 0, n = t.numel(); i < n; ++i) store_from_f32(t.data_, i, dtype, value);
+  return t;
+}
+
+Tensor Tensor::from_vector(const Shape& shape, std::span<const float> values, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  QKV_CHECK(static_cast<std::int64_t>(values.size()) == t.numel(),
+            "Tensor::from_vector: shape " << shape_to_string(shape) << " needs " << t.numel()
+                                          << " values, got " << values.size());
+  for (std::size_t i = 0; i < values.size(); ++i)
+    store_from_f32(t.data_, static_cast<std::int64_t>(i), dtype, values[i]);
+  return t;
+}
+
+Tensor Tensor::from_blob(void* data, const Shape& shape, const Strides& strides, DType dtype,
+                         std::shared_ptr<void> owner) {
+  const std::int64_t n = checked_numel(shape, "Tensor::from_blob");
+  QKV_CHECK(strides.size() == shape.size(), "Tensor::from_blob: " << strides.size()
+                                                << " strides for a shape of rank " << shape.size());
+  for (std::int64_t s : strides)
+    QKV_CHECK(s >= 0, "Tensor::from_blob: strides must be >= 0, got " << shape_to_string(strides));
+  QKV_CHECK(data != nullptr || n == 0, "Tensor::from_blob: null data for " << n << " elements");
+  Tensor t;
+  t.storage_ = std::move(owner);
+  t.data_ = data;
+  t.shape_ = shape;
+  t.strides_ = strides;
+  t.dtype_ = dtype;
+  t.defined_ = true;
+  return t;
+}
+
+std::int64_t Tensor::size(std::int64_t d) const { return shape_[wrap_dim(d, dim(), "Tensor::size")]; }
+std::int64_t Tensor::stride(std::int64_t d) const {
+  return strides_[wrap_dim(d, dim(), "Tensor::stride")];
+}
+
+std::int64_t Tensor::numel() const {
+  return std::accumulate(shape_.begin(), shape_.end(), std::int64_t{1}, std::multiplies<>());
+}
+
+bool Tensor::is_contiguous() const {
+  std::int64_t expected = 1;
+  for (std::int64_t d = dim() - 1; d >= 0; --d) {
+    if (shape_[d] != 1 && strides_[d] != expected) return false;
+    expected *= shape_[d];
+  }
+  return true;
+}
+
+Tensor Tensor::transpose(std::int64_t a, std::int64_t b) const {
+  Tensor t = *this;
+  a = wrap_dim(a, dim(), "Tensor::transpose");
+  b = wrap_dim(b, dim(), "Tensor::transpose");
+  std::swap(t.shape_[a], t.shape_[b]);
+  std::swap(t.strides_[a], t.strides_[b]);
+  return t;
+}
+
+Tensor Tensor::permute(const std::vector<std::int64_t>& order) const {
+  QKV_CHECK(static_cast<std::int64_t>(order.size()) == dim(),
+            "Tensor::permute: order has " << order.size() << " entries for a tensor of rank " << dim());
+  Tensor t = *this;
+  std::vector<bool> seen(order.size(), false);
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const std::int64_t d = wrap_dim(order[i], dim(), "Tensor::permute");
+    QKV_CHECK(!seen[d], "Tensor::permute: dimension " << d << " appears twice");
+    seen[d] = true;
+    t.shape_[i] = shape_[d];
+    t.strides_[i] = strides_[d];
+  }
+  return t;
+}
+
+Tensor Tensor::slice(std::int64_t d, std::int64_t start, std::int64_t end, std::int64_t step) const {
+  d = wrap_dim(d, dim(), "Tensor::slice");
+  QKV_CHECK(step >= 1, "Tensor::slice: step must be >= 1, got " << step);
+  const std::int64_t n = shape_[d];
+  if (start < 0) start += n;
+  if (end < 0) end += n;
+  start = std::clamp<std::int64_t>(start, 0, n);
+  end = std::clamp<std::int64_t>(end, start, n);
+  Tensor t = *this;
+  if (start < n) t.data_ = static_cast<std::byte*>(data_) + start * strides_[d] * dtype_size(dtype_);
+  t.shape_[d] = (end - start + step - 1) / step;
+  t.strides_[d] = strides_[d] * step;
+  return t;
+}
+
+Tensor Tensor::select(std::int64_t d, std::int64_t index) const {
+  d = wrap_dim(d, dim(), "Tensor::select");
+  QKV_CHECK(index >= -shape_[d] && index < shape_[d],
+            "Tensor::select: index " << index << " is out of range for size " << shape_[d]);
+  if (index < 0) index += shape_[d];
+  Tensor t = *this;
+  t.data_ = static_cast<std::byte*>(data_) + index * strides_[d] * dtype_size(dtype_);
+  t.shape_.erase(t.shape_.begin() + d);
+  t.strides_.erase(t.strides_.begin() + d);
+  return t;
+}
+
+Tensor Tensor::unsqueeze(std::int64_t d) const {
+  d = wrap_dim(d, dim() + 1, "Tensor::unsqueeze");
+  Tensor t = *this;
+  const std::int64_t stride = d < dim() ? strides_[d] * shape_[d] : 1;
+  t.shape_.insert(t.shape_.begin() + d, 1);
+  t.strides_.insert(t.strides_.begin() + d, stride);
+  return t;
+}
+
+Tensor Tensor::expand(const Shape& shape) const {
+  QKV_CHECK(static_cast<std::int64_t>(shape.size()) >= dim(),
+            "Tensor::expand: cannot expand " << shape_string() << " to " << shape_to_string(shape));
+  Tensor t = *this;
+  const std::size_t lead = shape.size() - shape_.size();
+  t.shape_ = shape;
+  t.strides_.assign(shape.size(), 0);
+  for (std::size_t i = 0; i < shape_.size(); ++i) {
+    const std::int64_t want = shape[lead + i];
+    QKV_CHECK(shape_[i] == want || shape_[i] == 1,
+              "Tensor::expand: cannot expand " << shape_string() << " to " << shape_to_string(shape));
+    t.strides_[lead + i] = shape_[i] == want ? strides_[i] : 0;
+  }
+  return t;
+}
+
+Tensor Tensor::view(const Shape& shape) const {
+  QKV_CHECK(is_contiguous(), "Tensor::view: needs a contiguous tensor, got shape "
+                                 << shape_string() << " strides " << shape_to_string(strides_));
+  Shape resolved = shape;
+  std::int64_t known = 1;
+  std::int64_t infer = -1;
+  for (std::size_t i = 0; i < resolved.size(); ++i) {
+    if (resolved[i] == -1) {
+      QKV_CHECK(infer < 0, "Tensor::view: only one dimension may be -1");
+      infer = static_cast<std::int64_t>(i);
+    } else {
+      QKV_CHECK(resolved[i] >= 0, "Tensor::view: invalid size " << resolved[i]);
+      known *= resolved[i];
+    }
+  }
+  if (infer >= 0) {
+    QKV_CHECK(known > 0 && numel() % known == 0,
+              "Tensor::view: cannot view " << shape_string() << " as " << shape_to_string(shape));
+    resolved[infer] = numel() / known;
+  }
+  QKV_CHECK(checked_numel(resolved, "Tensor::view") == numel(),
+            "Tensor::view: cannot view " << shape_string() << " (" << numel() << " elements) as "
+                                         << shape_to_string(shape));
+  Tensor t = *this;
+  t.shape_ = resolved;
+  t.strides_ = row_major_strides(resolved);
+  return t;
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  return is_contiguous() ? view(shape) : contiguous().view(shape);
+}
+
+Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+
+Tensor Tensor::clone() const { return to(dtype_); }
+
+Tensor Tensor::to(DType dtype) const {
+  QKV_CHECK(defined(), "Tensor::to: undefined tensor");
+  Tensor t = empty(shape_, dtype);
+  t.copy_from(*this);
+  return t;
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  QKV_CHECK(src.shape_ == shape_, "Tensor::copy_from: shape " << src.shape_string()
+                                                              << " does not match " << shape_string());
+  // Gather the source in logical order, then scatter into this tensor's layout.
+  std::vector<float> values = src.to_vector();
+  std::int64_t i = 0;
+  for_each_offset(shape_, strides_, [&](std::int64_t, std::int64_t offset) {
+    store_from_f32(data_, offset, dtype_, values[i++]);
+  });
+}
+
+std::int64_t Tensor::offset_of(std::span<const std::int64_t> index, const char* what) const {
+  QKV_CHECK(static_cast<std::int64_t>(index.size()) == dim(),
+            what << ": " << index.size() << " indices for a tensor of rank " << dim());
+  std::int64_t offset = 0;
+  for (std::int64_t d = 0; d < dim(); ++d) {
+    QKV_CHECK(index[d] >= 0 && index[d] < shape_[d],
+              what << ": index " << index[d] << " out of range for dimension " << d
+                   << " of size " << shape_[d]);
+    offset += index[d] * strides_[d];
+  }
+  return offset;
+}
+
+float Tensor::get(std::span<const std::int64_t> index) const {
+  return load_as_f32(data_, offset_of(index, "Tensor::get"), dtype_);
+}
+
+void Tensor::set(std::span<const std::int64_t> index, float value) {
+  store_from_f32(data_, offset_of(index, "Tensor::set"), dtype_, value);
+}
+
+std::vector<float> Tensor::to_vector() const {
+  std::vector<float> values(static_cast<std::size_t>(numel()));
+  for_each_offset(shape_, strides_, [&](std::int64_t linear, std::int64_t offset) {
+    values[linear] = load_as_f32(data_, offset, dtype_);
+  });
+  return values;
+}
+
+std::string Tensor::shape_string() const { return shape_to_string(shape_); }
+
+}  // namespace qkv

@@ -1,0 +1,69 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "qkv/cpu.h"
+#include "qkv/error.h"
+#include "qkv/rng.h"
+#include "qkv/threads.h"
+
+namespace qkv {
+namespace {
+
+TEST(Threads, SetAndGet) {
+  const int before = num_threads();
+  EXPECT_GE(before, 1);
+  set_num_threads(1);
+  EXPECT_EQ(num_threads(), 1);
+  set_num_threads(before);
+  EXPECT_THROW(set_num_threads(0), Error);
+  EXPECT_THROW(set_num_threads(-3), Error);
+}
+
+TEST(Rng, DeterministicAndPlausiblyDistributed) {
+  Rng a(42), b(42), c(43);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(a.next_u64(), b.next_u64());
+  EXPECT_NE(Rng(42).next_u64(), c.next_u64());
+  // 100k normals: mean within 5 standard errors (5/sqrt(1e5) ≈ 0.016), variance within
+  // 5 standard errors of the sample variance (sqrt(2/1e5) ≈ 0.0045 each).
+  Rng r(7);
+  double sum = 0, sum_sq = 0;
+  const int n = 100000;
+  for (int i = 0; i < n; ++i) {
+    const double x = r.normal();
+    ASSERT_TRUE(std::isfinite(x));
+    sum += x;
+    sum_sq += x * x;
+  }
+  EXPECT_NEAR(sum / n, 0.0, 0.016);
+  EXPECT_NEAR(sum_sq / n, 1.0, 0.023);
+}
+
+TEST(Rng, CounterUniformIsAPureFunction) {
+  EXPECT_EQ(counter_uniform(5, 123), counter_uniform(5, 123));
+  EXPECT_NE(counter_uniform(5, 123), counter_uniform(6, 123));
+  double sum = 0;
+  for (std::uint64_t i = 0; i < 100000; ++i) {
+    const double u = counter_uniform(9, i);
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    sum += u;
+  }
+  EXPECT_NEAR(sum / 100000, 0.5, 5 * std::sqrt(1.0 / 12 / 100000));
+}
+
+TEST(Cpu, SummaryNamesTheMachine) {
+  const CpuFeatures& f = cpu_features();
+  const std::string summary = cpu_summary();
+  EXPECT_FALSE(summary.empty());
+  if (f.avx512f) {
+    EXPECT_NE(summary.find("avx512f"), std::string::npos);
+  }
+  // AVX-512 implies AVX2 on every CPU that has shipped; a detection bug would break it.
+  if (f.avx512f) EXPECT_TRUE(f.avx2);
+  if (f.amx_bf16) EXPECT_TRUE(f.amx_tile);
+}
+
+}  // namespace
+}  // namespace qkv
