@@ -28,8 +28,9 @@
 //   result is identical for a seed whatever the thread count. p = 1 drops everything.
 // - lse (B, Hq, Lq), f32: log Σ_j exp(s_ij) over unmasked keys, before dropout.
 // - probs (B, Hq, Lq, Lk), f32: the softmax before dropout (what a heatmap shows).
-// - NaN in q, k or v reaches only the output rows whose computation reads it; keys that
-//   are masked for a row are never read by that row.
+// - NaN in q, k or v reaches only the output rows whose computation reads it: a NaN
+//   score makes its row NaN; a key that is masked or dropped for a row is never read by
+//   that row, so a NaN in its value cannot leak in.
 #pragma once
 
 #include <cstdint>
@@ -48,8 +49,11 @@ struct Window {
 };
 
 enum class AttentionImpl {
-  automatic,  // the fastest implementation that handles the request
+  automatic,  // fast, except that probabilities (return_probs) come from the reference
   reference,  // the naive double-precision twin every fast path is tested against
+  fast,       // the fused tiled kernel (f32 accumulation, never materializes Lq×Lk), ISA
+              // chosen at run time or by QKV_ISA=scalar|avx2|avx512; return_probs falls
+              // back to the reference
 };
 
 struct AttentionOptions {

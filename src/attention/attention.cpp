@@ -1,6 +1,7 @@
 // The public entry points: validate once, then dispatch to an implementation.
 #include "qkv/attention.h"
 
+#include "attention/kernels/flash.h"
 #include "attention/problem.h"
 #include "attention/reference.h"
 #include "qkv/error.h"
@@ -16,9 +17,14 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
                           const AttentionOptions& options) {
   const detail::AttentionProblem problem = detail::make_problem(q, k, v, options);
   switch (options.impl) {
-    case AttentionImpl::automatic:  // only the reference exists so far
     case AttentionImpl::reference:
       return detail::reference_attention(problem, q, k, v, options);
+    case AttentionImpl::automatic:
+    case AttentionImpl::fast:
+      // The fused kernel never forms the Lq×Lk matrix, so probabilities (for heatmaps)
+      // come from the reference, which does.
+      if (options.return_probs) return detail::reference_attention(problem, q, k, v, options);
+      return detail::flash_attention(problem, q, k, v, options.return_lse, detail::selected_isa());
   }
   throw Error("scaled_dot_product_attention: unknown AttentionImpl value");
 }

@@ -40,13 +40,13 @@ AttentionResult reference_attention(const AttentionProblem& p, const Tensor& q_i
 
   constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
   const std::int64_t rows = p.B * p.Hq * p.Lq;
+  // 1/(1 − p) for kept weights; p = 1 drops everything.
   const double keep_scale = p.dropout_p < 1.0 ? 1.0 / (1.0 - p.dropout_p) : 0.0;
 
 #pragma omp parallel num_threads(num_threads())
   {
-    std::vector<double> s(static_cast<std::size_t>(p.Lk));           // (Lk) scores, then weights
-    std::vector<unsigned char> read(static_cast<std::size_t>(p.Lk));  // (Lk) key j attended
-    std::vector<double> acc(static_cast<std::size_t>(p.Dv));         // (Dv) output accumulator
+    std::vector<double> s(static_cast<std::size_t>(p.Lk));    // (Lk) scores, then weights
+    std::vector<double> acc(static_cast<std::size_t>(p.Dv));  // (Dv) output accumulator
 #pragma omp for schedule(static)
     for (std::int64_t row = 0; row < rows; ++row) {
       const std::int64_t i = row % p.Lq;
@@ -79,7 +79,6 @@ AttentionResult reference_attention(const AttentionProblem& p, const Tensor& q_i
           if (p.has_mask && !p.mask_is_bool) x += mask_value;
         }
         s[j] = x;
-        read[j] = x != kMinusInf;
         if (std::isnan(x)) saw_nan = true;
         else if (x > m) m = x;
       }
@@ -93,18 +92,18 @@ AttentionResult reference_attention(const AttentionProblem& p, const Tensor& q_i
       } else {
         double sum = 0.0;
         for (std::int64_t j = 0; j < p.Lk; ++j) {
-          s[j] = read[j] ? std::exp(s[j] - m) : 0.0;
+          s[j] = std::exp(s[j] - m);  // masked: exp(−inf) = 0 exactly
           sum += s[j];
         }
         if (lse) lse[row] = static_cast<float>(m + std::log(sum));
         for (std::int64_t j = 0; j < p.Lk; ++j) {
-          if (!read[j]) continue;  // masked keys are never read, so NaN in them cannot leak in
           double w = s[j] / sum;
           if (probs) probs[row * p.Lk + j] = static_cast<float>(w);
-          if (p.dropout_p > 0.0) {
-            if (!p.dropout_keeps(b, h, i, j)) continue;  // dropped keys are not read either
-            w *= keep_scale;
-          }
+          if (p.dropout_p > 0.0 && !p.dropout_keeps(b, h, i, j)) w = 0.0;
+          w *= keep_scale;
+          // Keys of weight exactly 0 (masked, dropped, underflowed) are never read, so a NaN
+          // in them cannot leak in; fused kernels skip the same keys.
+          if (w == 0.0) continue;
           for (std::int64_t d = 0; d < p.Dv; ++d) acc[d] += w * double{vb[j * p.Dv + d]};
         }
       }

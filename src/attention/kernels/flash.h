@@ -1,0 +1,43 @@
+// The fused CPU attention kernel ("flash" style), one build per instruction set.
+//
+// Each ISA variant is the same source (flash_body.inc) compiled under a different
+// `#pragma GCC target` in its own namespace; dispatch.cpp picks one at run time from
+// the CPU's features, or from QKV_ISA=scalar|avx2|avx512 (for tests and benchmarks).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "attention/problem.h"
+
+namespace qkv::detail {
+
+enum class Isa { scalar, avx2, avx512 };
+
+const char* isa_name(Isa isa);
+// The variants this build contains that this CPU can run, best last.
+std::vector<Isa> supported_isas();
+// QKV_ISA when set (an unknown or unsupported value throws qkv::Error), else the best.
+Isa selected_isa();
+// Overrides the selection for this process (tests); throws when the CPU lacks it.
+void set_isa(Isa isa);
+
+// out (B, Hq, Lq, Dv) in q's dtype; lse (B, Hq, Lq) f32 when wanted. Probabilities are
+// not produced here (the caller takes the reference path for them).
+AttentionResult flash_attention(const AttentionProblem& problem, const Tensor& q, const Tensor& k,
+                                const Tensor& v, bool return_lse, Isa isa);
+
+namespace scalar {
+void flash_forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v,
+                   Tensor& out, float* lse);
+}
+namespace avx2 {
+void flash_forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v,
+                   Tensor& out, float* lse);
+}
+namespace avx512 {
+void flash_forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v,
+                   Tensor& out, float* lse);
+}
+
+}  // namespace qkv::detail

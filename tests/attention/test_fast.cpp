@@ -1,0 +1,257 @@
+// The fused kernel (every ISA variant this CPU runs) against the reference, across tile
+// boundaries, head dims, dtypes, the option matrix and thread counts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "attention/kernels/flash.h"
+#include "qkv/attention.h"
+#include "qkv/rng.h"
+#include "qkv/threads.h"
+
+namespace qkv {
+namespace {
+
+using detail::Isa;
+constexpr double u = 0x1p-24;  // f32 unit roundoff
+
+Tensor random_tensor(const Shape& shape, Rng& rng, DType dtype = DType::f32) {
+  Tensor t = Tensor::empty(shape, DType::f32);
+  for (std::int64_t n = 0; n < t.numel(); ++n) t.data_as<float>()[n] = static_cast<float>(rng.normal());
+  return dtype == DType::f32 ? t : t.to(dtype);
+}
+
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (float x : t.to_vector()) m = std::max(m, double{std::abs(x)});
+  return m;
+}
+
+double max_row_norm(const Tensor& t) {  // max over rows of the last dimension's 2-norm
+  const std::vector<float> x = t.to_vector();
+  const std::int64_t d = t.size(-1);
+  double m = 0;
+  for (std::size_t r = 0; d > 0 && r < x.size() / d; ++r) {
+    double s = 0;
+    for (std::int64_t c = 0; c < d; ++c) s += double{x[r * d + c]} * x[r * d + c];
+    m = std::max(m, std::sqrt(s));
+  }
+  return m;
+}
+
+// Forward error of the f32 kernel against the double reference, derived term by term:
+// - a score is an f32 dot product of length Dk (q pre-scaled): |δs| <= (Dk + 2)·u·scale·‖q‖·‖k‖
+//   (Higham's γ_n bound with Cauchy–Schwarz); softcap adds tanhf's few ulps of c; ALiBi
+//   and float masks add one rounding of their magnitude;
+// - a weight exp(s − m)/l then has relative error <= 2·max|δs| (numerator and the max/sum)
+//   plus the exp polynomial (< 4u), the running sum (Lk·u) and the division (u);
+// - the output Σ w_j v_j adds Lk·u relative, so |Δout| <= (2δs + (2Lk + 8)·u)·max|v|,
+//   times 1/(1 − p) under dropout; bf16/f16 outputs add one rounding of the result (both
+//   sides round, so one ulp at max|v|).
+struct Bounds {
+  double out, lse;
+};
+Bounds derive_bounds(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  const std::int64_t Dk = q.size(3), Lk = k.size(2);
+  const double scale = o.scale.value_or(1.0 / std::sqrt(double(std::max<std::int64_t>(Dk, 1))));
+  const double score_mag = std::abs(scale) * max_row_norm(q) * max_row_norm(k);
+  double ds = (Dk + 2) * u * score_mag;
+  if (o.softcap) ds += 4 * u * *o.softcap;
+  double extra_mag = 0;
+  for (float s : o.alibi_slopes) extra_mag = std::max(extra_mag, std::abs(s) * double(q.size(2) + Lk));
+  if (o.mask.defined() && o.mask.dtype() != DType::boolean) extra_mag += max_abs(o.mask);
+  ds += 2 * u * (score_mag + extra_mag);
+  const double keep = o.dropout_p > 0 && o.dropout_p < 1 ? 1.0 / (1.0 - o.dropout_p) : 1.0;
+  double out = (2 * ds + (2 * Lk + 8) * u) * max_abs(v) * keep;
+  if (q.dtype() == DType::bf16) out += 0x1p-8 * max_abs(v) * keep;
+  if (q.dtype() == DType::f16) out += 0x1p-11 * max_abs(v) * keep;
+  return {out, ds + (Lk + 4) * u + u * (score_mag + extra_mag)};
+}
+
+// Compares fast with reference; returns the worst output error seen (for the log).
+double expect_fast_matches_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     AttentionOptions o, Isa isa, const std::string& what) {
+  o.return_lse = true;
+  o.impl = AttentionImpl::reference;
+  const AttentionResult ref = attention(q, k, v, o);
+  const detail::AttentionProblem problem = detail::make_problem(q, k, v, o);
+  const AttentionResult fast = detail::flash_attention(problem, q, k, v, true, isa);
+  const Bounds bound = derive_bounds(q, k, v, o);
+  const std::vector<float> a = fast.out.to_vector(), b = ref.out.to_vector();
+  EXPECT_EQ(fast.out.shape(), ref.out.shape()) << what;
+  EXPECT_EQ(fast.out.dtype(), ref.out.dtype()) << what;
+  double worst = 0;
+  std::size_t where = 0;
+  for (std::size_t n = 0; n < a.size(); ++n) {
+    if (std::isnan(b[n])) {
+      EXPECT_TRUE(std::isnan(a[n])) << what << " index " << n << ": reference NaN, fast " << a[n];
+      continue;
+    }
+    const double e = std::abs(double{a[n]} - b[n]);
+    if (!(e <= worst)) { worst = e; where = n; }
+  }
+  EXPECT_LE(worst, bound.out) << what << " [" << detail::isa_name(isa) << "]: max |fast - reference| = "
+                              << worst << " at flat index " << where << ", bound " << bound.out;
+  const std::vector<float> la = fast.lse.to_vector(), lb = ref.lse.to_vector();
+  for (std::size_t n = 0; n < la.size(); ++n) {
+    if (std::isinf(lb[n]) || std::isnan(lb[n])) {
+      EXPECT_EQ(std::isnan(la[n]), std::isnan(lb[n])) << what << " lse " << n;
+      if (std::isinf(lb[n])) EXPECT_EQ(la[n], lb[n]) << what << " lse " << n;
+      continue;
+    }
+    EXPECT_NEAR(la[n], lb[n], bound.lse * std::max(1.0, double{std::abs(lb[n])}))
+        << what << " [" << detail::isa_name(isa) << "] lse " << n;
+  }
+  return worst;
+}
+
+// Tile sizes are 32 queries × 64 keys: lengths straddle both.
+TEST(FastAttention, MatchesReferenceAcrossTileBoundariesAndHeadDims) {
+  Rng rng(31);
+  const std::int64_t lengths[] = {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 129};
+  const std::int64_t dims[] = {1, 7, 32, 64, 80, 100, 128};
+  for (Isa isa : detail::supported_isas()) {
+    int n = 0;
+    for (std::int64_t L : lengths)
+      for (std::int64_t D : dims) {
+        if ((L * D + n) % 3 != 0 && L > 33) continue;  // a sample of the big ones
+        const std::int64_t Lk = (n % 2) ? L : L + 19;   // square and Lq != Lk
+        Tensor q = random_tensor({1, 2, L, D}, rng), k = random_tensor({1, 2, Lk, D}, rng),
+               v = random_tensor({1, 2, Lk, D + (n % 3)}, rng);
+        AttentionOptions o;
+        o.causal = n % 4 == 1;
+        o.alignment = n % 8 == 5 ? Alignment::bottom_right : Alignment::top_left;
+        expect_fast_matches_reference(q, k, v, o, isa,
+                                      "L " + std::to_string(L) + " Lk " + std::to_string(Lk) +
+                                          " D " + std::to_string(D) + (o.causal ? " causal" : ""));
+        ++n;
+      }
+    EXPECT_GT(n, 30);
+  }
+}
+
+TEST(FastAttention, MatchesReferenceAcrossTheOptionMatrix) {
+  Rng rng(32);
+  for (Isa isa : detail::supported_isas()) {
+    for (int variant = 0; variant < 48; ++variant) {
+      const std::int64_t B = 2, Hkv = 2, group = std::int64_t{1} << (variant % 4), Hq = Hkv * group;
+      const std::int64_t Lq = (variant % 5 == 0) ? 1 : 37 + variant, Lk = 70 + 3 * variant, D = 24;
+      Tensor q = random_tensor({B, Hq, Lq, D}, rng), k = random_tensor({B, Hkv, Lk, D}, rng),
+             v = random_tensor({B, Hkv, Lk, D}, rng);
+      AttentionOptions o;
+      o.causal = variant & 1;
+      o.alignment = (variant & 2) ? Alignment::bottom_right : Alignment::top_left;
+      if (variant % 7 == 3) o.scale = 0.2;
+      switch (variant % 6) {
+        case 1: {
+          Tensor m = Tensor::empty({Lq, Lk}, DType::boolean);
+          for (std::int64_t n = 0; n < m.numel(); ++n) m.data_as<std::uint8_t>()[n] = rng.uniform() < 0.6;
+          o.mask = m;
+          break;
+        }
+        case 2: {
+          Tensor m = random_tensor({B, 1, Lq, Lk}, rng);
+          for (std::int64_t n = 0; n < m.numel(); ++n)
+            if (rng.uniform() < 0.3) m.data_as<float>()[n] = -std::numeric_limits<float>::infinity();
+          o.mask = m;
+          o.key_lengths = {Lk - 5, 3};
+          break;
+        }
+        case 3:
+          o.window = Window{variant % 4 == 3 ? -1 : 9, 4};
+          o.softcap = 3.0;
+          break;
+        case 4:
+          for (std::int64_t h = 0; h < Hq; ++h) o.alibi_slopes.push_back(std::pow(2.0f, -float(h) / 2));
+          o.key_lengths = {0, Lk / 2};  // batch 0 fully masked
+          break;
+        case 5:
+          o.dropout_p = 0.2;
+          o.seed = static_cast<std::uint64_t>(variant);
+          o.mask = random_tensor({1, Hq, Lq, Lk}, rng, DType::bf16);
+          break;
+        default:
+          o.window = Window{20, -1};
+          break;
+      }
+      expect_fast_matches_reference(q, k, v, o, isa, "variant " + std::to_string(variant));
+    }
+  }
+}
+
+TEST(FastAttention, HalfPrecisionAndStridedInputs) {
+  Rng rng(33);
+  for (Isa isa : detail::supported_isas())
+    for (DType dtype : {DType::bf16, DType::f16}) {
+      // (B, L, H, D) storage viewed as (B, H, L, D): strided, no copy.
+      Tensor q = random_tensor({2, 45, 4, 64}, rng, dtype).permute({0, 2, 1, 3});
+      Tensor k = random_tensor({2, 77, 2, 64}, rng, dtype).permute({0, 2, 1, 3});
+      Tensor v = random_tensor({2, 77, 2, 48}, rng, dtype).permute({0, 2, 1, 3});
+      AttentionOptions o;
+      o.causal = true;
+      o.alignment = Alignment::bottom_right;
+      expect_fast_matches_reference(q, k, v, o, isa, std::string("strided ") + dtype_name(dtype));
+    }
+}
+
+TEST(FastAttention, ThreadCountDoesNotChangeOneBit) {
+  Rng rng(34);
+  Tensor q = random_tensor({1, 3, 100, 32}, rng), k = random_tensor({1, 3, 100, 32}, rng),
+         v = random_tensor({1, 3, 100, 32}, rng);
+  AttentionOptions o;
+  o.causal = true;
+  o.dropout_p = 0.1;
+  o.seed = 5;
+  o.impl = AttentionImpl::fast;
+  const int before = num_threads();
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    results.push_back(scaled_dot_product_attention(q, k, v, o).to_vector());
+  }
+  set_num_threads(before);
+  EXPECT_EQ(results[0], results[1]);
+  EXPECT_EQ(results[0], results[2]);
+}
+
+TEST(FastAttention, NanStaysInItsRowsAndMaskedNanIsNeverRead) {
+  Rng rng(35);
+  for (Isa isa : detail::supported_isas()) {
+    Tensor q = random_tensor({1, 2, 70, 8}, rng), k = random_tensor({1, 2, 70, 8}, rng),
+           v = random_tensor({1, 2, 70, 8}, rng);
+    k.set({0, 0, 40, 0}, std::numeric_limits<float>::quiet_NaN());
+    v.set({0, 1, 69, 3}, std::numeric_limits<float>::quiet_NaN());
+    AttentionOptions o;
+    o.causal = true;  // head 0 rows >= 40 read the NaN key; row 69 of head 1 reads v[69]
+    const detail::AttentionProblem problem = detail::make_problem(q, k, v, o);
+    const Tensor out = detail::flash_attention(problem, q, k, v, false, isa).out;
+    for (std::int64_t h = 0; h < 2; ++h)
+      for (std::int64_t i = 0; i < 70; ++i) {
+        const bool nan_row = (h == 0 && i >= 40);
+        EXPECT_EQ(std::isnan(out.get({0, h, i, 1})), nan_row) << detail::isa_name(isa) << " h" << h << " i" << i;
+      }
+    EXPECT_TRUE(std::isnan(out.get({0, 1, 69, 3})));
+  }
+}
+
+TEST(FastAttention, AutomaticUsesTheKernelAndProbabilitiesStillWork) {
+  Rng rng(36);
+  Tensor q = random_tensor({1, 2, 20, 16}, rng), k = random_tensor({1, 2, 20, 16}, rng),
+         v = random_tensor({1, 2, 20, 16}, rng);
+  AttentionOptions o;
+  o.return_probs = true;
+  const AttentionResult r = attention(q, k, v, o);
+  ASSERT_TRUE(r.probs.defined());
+  EXPECT_EQ(r.probs.shape(), (Shape{1, 2, 20, 20}));
+  o.return_probs = false;
+  o.impl = AttentionImpl::fast;
+  const AttentionResult fast = attention(q, k, v, o);
+  EXPECT_FALSE(fast.probs.defined());
+  EXPECT_EQ(fast.out.to_vector(), scaled_dot_product_attention(q, k, v).to_vector());  // automatic = fast
+}
+
+}  // namespace
+}  // namespace qkv
