@@ -90,6 +90,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // by default, no scaling. x: (L, D) or (B, L, D) -> same shape, f32/bf16/f16.
 Tensor self_attention_raw(const Tensor& x, std::optional<double> scale = 1.0);
 
+// The instruction set the fast kernel runs with in this process ("scalar", "avx2",
+// "avx512"): the best this CPU supports, or QKV_ISA when set (an unknown or unsupported
+// value throws qkv::Error).
+const char* fast_kernel_isa();
+
 // Throws qkv::Error naming the argument when the inputs or options are invalid;
 // returns normally otherwise. Every implementation calls this first.
 void validate_attention(const Tensor& q, const Tensor& k, const Tensor& v,

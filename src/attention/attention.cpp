@@ -37,6 +37,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   return attention(q, k, v, only_output).out;
 }
 
+const char* fast_kernel_isa() { return detail::isa_name(detail::selected_isa()); }
+
 Tensor self_attention_raw(const Tensor& x, std::optional<double> scale) {
   QKV_CHECK(x.defined(), "self_attention_raw: x is undefined");
   QKV_CHECK(x.dim() == 2 || x.dim() == 3,

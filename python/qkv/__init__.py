@@ -1,0 +1,468 @@
+"""qkv — Transformer attention on the CPU, exact against PyTorch.
+
+The functions take NumPy arrays or CPU ``torch.Tensor`` s and give back the same kind:
+
+>>> import numpy as np, qkv
+>>> q = k = v = np.random.default_rng(0).standard_normal((1, 2, 5, 8), dtype=np.float32)
+>>> qkv.scaled_dot_product_attention(q, k, v, is_causal=True).shape
+(1, 2, 5, 8)
+
+Inputs
+    * NumPy ``float32`` arrays are read in place, whatever their strides (a (B, L, H, D)
+      projection transposed to (B, H, L, D) is not copied); arrays with negative strides,
+      a foreign byte order or unaligned data are copied first.
+    * NumPy ``float64`` is converted to ``float32`` (the result is computed in float32
+      and converted back to float64, so ``out.dtype == query.dtype``); ``float16`` is
+      computed as f16.
+    * CPU ``torch.Tensor`` s of ``float32``, ``float16`` and ``bfloat16`` (and ``float64``,
+      as above) are read in place; tensors that require grad are detached (qkv does not
+      record an autograd graph); tensors on other devices raise ValueError.
+    * ``bool`` is accepted for ``attn_mask`` only. Any other dtype raises TypeError
+      naming the argument and the dtype.
+
+The result is a ``torch.Tensor`` when ``query`` is one, else a NumPy array; the output has
+``query``'s dtype, log-sum-exp and probabilities are always float32.
+
+Errors: bad shapes, options and values raise ValueError, bad dtypes TypeError; the message
+names the argument.
+
+torch is never imported by qkv: it is used only when a tensor is passed in, which means
+it has already been imported.
+"""
+
+import math
+import operator
+import random
+import sys
+
+import numpy as np
+
+from . import _qkv
+
+__version__ = _qkv.__version__
+
+__all__ = [
+    "scaled_dot_product_attention",
+    "attention_weights",
+    "self_attention_raw",
+    "cpu_summary",
+    "set_num_threads",
+    "get_num_threads",
+    "__version__",
+]
+
+_ALIGNMENTS = ("top_left", "bottom_right")
+_IMPLS = ("automatic", "reference", "fast")
+_SEED_LIMIT = 1 << 64  # seeds are uint64 on the C++ side
+
+
+def cpu_summary():
+    """One line: the CPU's brand and the instruction-set features qkv detected and
+    dispatches on (AVX2, FMA, F16C, AVX-512 ..., AMX)."""
+    return _qkv.cpu_summary()
+
+
+def set_num_threads(n):
+    """Set the number of threads qkv's parallel loops use (``n >= 1``, else ValueError).
+
+    Results are bitwise identical for every thread count (dropout included)."""
+    return _qkv.set_num_threads(operator.index(n))
+
+
+def get_num_threads():
+    """The number of threads qkv uses: the last ``set_num_threads``, else the environment
+    variable ``QKV_NUM_THREADS``, else OpenMP's default (all cores)."""
+    return _qkv.get_num_threads()
+
+
+# --------------------------------------------------------------------------------------
+# Conversions between the caller's arrays and the C++ views.
+
+
+def _torch_module():
+    return sys.modules.get("torch")
+
+
+def _is_torch(x):
+    torch = _torch_module()
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+class _Converted:
+    """One input as the C++ side sees it.
+
+    tensor:  the _qkv._Tensor view (keeps the NumPy array, and so the torch storage, alive)
+    source:  "torch" or "numpy"
+    dtype:   the caller's dtype (numpy.dtype or torch.dtype), to give results back in it
+    """
+
+    __slots__ = ("tensor", "source", "dtype", "ndim", "shape")
+
+    def __init__(self, tensor, source, dtype, ndim, shape):
+        self.tensor = tensor
+        self.source = source
+        self.dtype = dtype
+        self.ndim = ndim
+        self.shape = shape
+
+
+def _dtype_error(fn, name, dtype, allow_bool):
+    accepted = "float32, float16, bfloat16 or float64"
+    if allow_bool:
+        accepted += ", or bool"
+    return TypeError(f"{fn}: {name} has unsupported dtype {dtype}; expected {accepted}")
+
+
+def _array_from_torch(x, fn, name, allow_bool):
+    """(ndarray, bf16_bits) sharing memory with the CPU tensor x where possible."""
+    torch = _torch_module()
+    if x.device.type != "cpu":
+        raise ValueError(f"{fn}: {name} must be a CPU tensor, got device '{x.device}'")
+    if x.layout != torch.strided:
+        raise ValueError(f"{fn}: {name} must be a dense (strided) tensor, got layout {x.layout}")
+    # qkv records no autograd graph: reading the values is what is asked. resolve_neg
+    # materializes a lazily negated view (torch's neg bit), which .numpy() cannot share.
+    x = x.detach().resolve_neg()
+    if x.dtype == torch.bfloat16:
+        # NumPy has no bfloat16: the bits travel as int16 (same strides, no copy).
+        return x.view(torch.int16).numpy(), True
+    if x.dtype in (torch.float32, torch.float16):
+        return x.numpy(), False
+    if x.dtype == torch.float64:
+        return x.to(torch.float32).numpy(), False
+    if allow_bool and x.dtype == torch.bool:
+        return x.numpy(), False
+    raise _dtype_error(fn, name, x.dtype, allow_bool)
+
+
+def _array_from_other(x, fn, name, allow_bool):
+    """(ndarray, False) for NumPy arrays and anything np.asarray accepts."""
+    a = np.asarray(x)
+    dt = a.dtype
+    if dt.kind == "f" and dt.itemsize == 8:
+        a = a.astype(np.float32)
+    elif dt.kind == "f" and dt.itemsize in (4, 2):
+        pass
+    elif allow_bool and dt.kind == "b":
+        pass
+    else:
+        raise _dtype_error(fn, name, dt, allow_bool)
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    # qkv::Tensor strides are non-negative element counts; copy anything else.
+    if not a.flags.aligned or any(s < 0 or s % a.itemsize for s in a.strides):
+        a = np.array(a, order="C", copy=True)  # a fresh allocation is aligned
+    return a, False
+
+
+def _convert(x, fn, name, allow_bool=False):
+    if _is_torch(x):
+        array, bf16 = _array_from_torch(x, fn, name, allow_bool)
+        source, dtype = "torch", x.dtype
+    else:
+        array, bf16 = _array_from_other(x, fn, name, allow_bool)
+        source, dtype = "numpy", getattr(x, "dtype", array.dtype)
+        if not isinstance(dtype, np.dtype):
+            dtype = array.dtype
+    return _Converted(None, source, dtype, array.ndim, array.shape), array, bf16
+
+
+def _view(x, fn, name, allow_bool=False, add_batch=False):
+    """The _Converted description of x with its C++ view; add_batch prepends a size-1 dim."""
+    converted, array, bf16 = _convert(x, fn, name, allow_bool)
+    if add_batch:
+        array = array[np.newaxis]
+    converted.tensor = _qkv._Tensor.from_array(array, name, bf16)
+    return converted
+
+
+def _result(array, like, drop_batch):
+    """A C++ result (NumPy array, bf16 as int16 bits) as the caller's kind of array.
+
+    like: the _Converted query, whose kind (torch or NumPy) and dtype the output takes;
+          None keeps the C++ dtype (used for lse and probs, always float32).
+    """
+    if array is None:
+        return None
+    if drop_batch:
+        array = array[0]
+    torch = _torch_module()
+    bf16_bits = array.dtype == np.int16
+    if like is not None and like.source == "torch" and torch is not None:
+        t = torch.from_numpy(array)
+        if bf16_bits:
+            t = t.view(torch.bfloat16)
+        if like.dtype == torch.float64:
+            t = t.to(torch.float64)
+        return t
+    if bf16_bits:  # cannot happen for NumPy callers; widen rather than return raw bits
+        array = (array.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    if like is not None and like.dtype == np.float64:
+        array = array.astype(np.float64)
+    return array
+
+
+# --------------------------------------------------------------------------------------
+# Options.
+
+
+def _optional_float(value, fn, name):
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{fn}: {name} must be a float or None, got {value!r}") from None
+
+
+def _int_list(values, fn, name):
+    """A list of Python ints from a sequence, NumPy array or torch tensor of integers."""
+    if values is None:
+        return []
+    if _is_torch(values):
+        values = values.detach().cpu().numpy()
+    a = np.asarray(values)
+    if a.ndim != 1:
+        raise ValueError(f"{fn}: {name} must be a 1-d sequence of ints, got shape {a.shape}")
+    if a.size and a.dtype.kind not in "iu":
+        raise TypeError(f"{fn}: {name} must contain integers, got dtype {a.dtype}")
+    out = [int(x) for x in a.tolist()]
+    if any(x < -(1 << 63) or x >= (1 << 63) for x in out):
+        raise ValueError(f"{fn}: {name} values must fit in int64, got {out}")
+    return out
+
+
+def _float_list(values, fn, name):
+    if values is None:
+        return []
+    if _is_torch(values):
+        values = values.detach().cpu().to(_torch_module().float64).numpy()
+    a = np.asarray(values)
+    if a.ndim != 1:
+        raise ValueError(f"{fn}: {name} must be a 1-d sequence of floats, got shape {a.shape}")
+    if a.size and a.dtype.kind not in "fiu":
+        raise TypeError(f"{fn}: {name} must contain real numbers, got dtype {a.dtype}")
+    return [float(x) for x in a.tolist()]
+
+
+def _window(window, fn):
+    """(left, right) with -1 for an unbounded side, or None for no window."""
+    if window is None:
+        return None
+    try:
+        left, right = window
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{fn}: window must be a (left, right) pair of ints (None or -1 = unbounded), "
+            f"got {window!r}") from None
+    sides = []
+    for side, value in (("left", left), ("right", right)):
+        if value is None:
+            sides.append(-1)
+            continue
+        try:
+            sides.append(operator.index(value))
+        except TypeError:
+            raise TypeError(f"{fn}: window {side} must be an int or None, got {value!r}") from None
+    if any(s < -(1 << 63) or s >= (1 << 63) for s in sides):
+        raise ValueError(f"{fn}: window values must fit in int64, got {window!r}")
+    return tuple(sides)
+
+
+def _alignment(causal_alignment, fn):
+    if causal_alignment not in _ALIGNMENTS:
+        raise ValueError(
+            f"{fn}: causal_alignment must be one of {', '.join(repr(a) for a in _ALIGNMENTS)}, "
+            f"got {causal_alignment!r}")
+    return causal_alignment
+
+
+def _impl(impl, fn):
+    if impl not in _IMPLS:
+        raise ValueError(f"{fn}: impl must be one of {', '.join(repr(i) for i in _IMPLS)}, "
+                         f"got {impl!r}")
+    return impl
+
+
+def _seed(seed, dropout_p, fn):
+    """The dropout seed: the caller's, else (only when dropout is on) one drawn from
+    Python's `random` module, so random.seed(n) makes an unseeded call reproducible."""
+    if seed is None:
+        return random.getrandbits(64) if dropout_p > 0.0 else 0
+    try:
+        seed = operator.index(seed)
+    except TypeError:
+        raise TypeError(f"{fn}: seed must be an int, got {seed!r}") from None
+    if not 0 <= seed < _SEED_LIMIT:
+        raise ValueError(f"{fn}: seed must be in [0, 2**64), got {seed}")
+    return seed
+
+
+def _dropout(dropout_p, fn):
+    try:
+        p = float(dropout_p)
+    except (TypeError, ValueError):
+        raise TypeError(f"{fn}: dropout_p must be a float, got {dropout_p!r}") from None
+    if not 0.0 <= p <= 1.0:  # also rejects NaN
+        raise ValueError(f"{fn}: dropout_p must be in [0, 1], got {dropout_p!r}")
+    return p
+
+
+def _run(fn, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+         causal_alignment, key_lengths, window, alibi_slopes, softcap, seed,
+         return_lse, return_probs, impl):
+    """Converts, checks what the C++ side cannot see, calls _qkv._attention.
+
+    Returns (out, lse, probs) in the caller's kind of array (lse/probs None unless asked).
+    """
+    qnd = np.ndim(query) if not _is_torch(query) else query.dim()
+    if qnd not in (3, 4):
+        shape = tuple(query.shape) if hasattr(query, "shape") else np.shape(query)
+        raise ValueError(
+            f"{fn}: query must be 4-d (B, Hq, Lq, Dk) or 3-d (Hq, Lq, Dk), "
+            f"got {qnd}-d shape {shape}")
+    add_batch = qnd == 3
+    q = _view(query, fn, "query", add_batch=add_batch)
+    k = _view(key, fn, "key", add_batch=add_batch)
+    v = _view(value, fn, "value", add_batch=add_batch)
+    for name, c in (("key", k), ("value", v)):
+        if c.ndim != qnd:
+            raise ValueError(
+                f"{fn}: {name} must have query's rank {qnd} ({'(B, H, L, D)' if qnd == 4 else '(H, L, D)'}), "
+                f"got {c.ndim}-d shape {tuple(c.shape)}")
+    if not enable_gqa and (k.shape[-3] != q.shape[-3] or v.shape[-3] != q.shape[-3]):
+        raise ValueError(
+            f"{fn}: key/value heads (Hkv = {k.shape[-3]}, {v.shape[-3]}) differ from query heads "
+            f"(Hq = {q.shape[-3]}); pass enable_gqa=True for grouped-query attention "
+            f"(Hq must then be a multiple of Hkv)")
+    mask = None
+    if attn_mask is not None:
+        mask = _view(attn_mask, fn, "attn_mask", allow_bool=True).tensor
+
+    p = _dropout(dropout_p, fn)
+    out, lse, probs = _qkv._attention(
+        q.tensor, k.tensor, v.tensor, mask,
+        scale=_optional_float(scale, fn, "scale"),
+        causal=bool(is_causal),
+        alignment=_alignment(causal_alignment, fn),
+        key_lengths=_int_list(key_lengths, fn, "key_lengths"),
+        window=_window(window, fn),
+        alibi_slopes=_float_list(alibi_slopes, fn, "alibi_slopes"),
+        softcap=_optional_float(softcap, fn, "softcap"),
+        dropout_p=p,
+        seed=_seed(seed, p, fn),
+        return_lse=return_lse,
+        return_probs=return_probs,
+        impl=_impl(impl, fn),
+    )
+    lse = _result(lse, None, add_batch)
+    probs = _result(probs, None, add_batch)
+    if q.source == "torch":  # lse and probs follow the query's kind (float32)
+        torch = _torch_module()
+        lse = torch.from_numpy(lse) if lse is not None else None
+        probs = torch.from_numpy(probs) if probs is not None else None
+    return _result(out, q, add_batch), lse, probs
+
+
+# --------------------------------------------------------------------------------------
+# The public functions.
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False, *,
+                                 causal_alignment="top_left", key_lengths=None, window=None,
+                                 alibi_slopes=None, softcap=None, seed=None, return_lse=False,
+                                 impl="automatic"):
+    """softmax(scale · query · keyᵀ + bias, masked) · value — PyTorch 2.x's
+    ``torch.nn.functional.scaled_dot_product_attention``, plus the masks and biases of
+    FlashAttention-style kernels.
+
+    Shapes (B batch, Hq/Hkv heads, Lq/Lk lengths, Dk/Dv head sizes)::
+
+        query (B, Hq, Lq, Dk)   key (B, Hkv, Lk, Dk)   value (B, Hkv, Lk, Dv)
+        -> out (B, Hq, Lq, Dv)  [lse (B, Hq, Lq) float32 with return_lse=True]
+
+    3-d inputs (H, L, D) are accepted too (as PyTorch does); the result is then 3-d.
+
+    Args (the first eight as PyTorch 2.x):
+        attn_mask: broadcastable to (B, Hq, Lq, Lk) with NumPy's rules, e.g. (Lq, Lk),
+            (B, 1, Lq, Lk), (1, Hq, Lq, Lk). bool: True = attend (PyTorch 2.x polarity);
+            float: added to the scores (-inf masks). May be combined with is_causal
+            (both apply; PyTorch forbids this).
+        dropout_p: in [0, 1]. Each probability is kept with probability 1 - p and scaled
+            by 1/(1 - p); which ones is a pure function of (seed, b, h, i, j).
+        is_causal: keep key j for query i only when j <= i' (see causal_alignment).
+        scale: default 1/sqrt(Dk); must be finite.
+        enable_gqa: allow Hq != Hkv (Hq a multiple of Hkv; query head h reads key/value
+            head h // (Hq // Hkv), as repeat_interleave). Without it Hq != Hkv is a
+            ValueError, as in PyTorch.
+
+    Keyword-only extensions:
+        causal_alignment: "top_left" (PyTorch's is_causal: i' = i) or "bottom_right"
+            (FlashAttention, KV caches: i' = i + Lk_b - Lq, the last query sees every
+            key), where Lk_b = key_lengths[b] or Lk. Also the diagonal of `window`.
+        key_lengths: B ints in [0, Lk]; keys j >= key_lengths[b] are padding (masked).
+        window: (left, right): keep i' - left <= j <= i' + right; None or -1 leaves a
+            side unbounded.
+        alibi_slopes: Hq floats; adds -slope[h] · |i' - j| to the scores.
+        softcap: c > 0; scores become c · tanh(s / c) (before ALiBi and the mask).
+        seed: int in [0, 2**64) for dropout. When dropout_p > 0 and seed is None, a seed
+            is drawn with ``random.getrandbits(64)`` (Python's ``random`` module: call
+            ``random.seed(n)`` for reproducible unseeded calls).
+        return_lse: also return the log-sum-exp of the scores over the kept keys
+            (before dropout), float32 (B, Hq, Lq).
+        impl: "automatic" (default: the fastest implementation for the request),
+            "fast" (the fused tiled kernel: float32 accumulation, instruction set chosen
+            at run time or by the environment variable QKV_ISA) or "reference" (the naive
+            double-precision twin the fast one is tested against).
+
+    Scores are built in this order: s = scale·q·k; softcap; ALiBi; + float mask; every
+    masked position (causal, window, key length, bool mask) -inf. A fully masked row
+    gives output 0 (not NaN) and lse -inf.
+
+    Returns:
+        out, or (out, lse) with return_lse=True. out has query's dtype and kind (torch
+        tensor or NumPy array).
+
+    Raises:
+        ValueError for shapes, options and values; TypeError for dtypes. Messages name
+        the argument.
+    """
+    fn = "scaled_dot_product_attention"
+    out, lse, _ = _run(fn, query, key, value, attn_mask, dropout_p, is_causal, scale,
+                       enable_gqa, causal_alignment, key_lengths, window, alibi_slopes,
+                       softcap, seed, bool(return_lse), False, impl)
+    return (out, lse) if return_lse else out
+
+
+def attention_weights(query, key, value, attn_mask=None, is_causal=False, scale=None,
+                      enable_gqa=False, *, causal_alignment="top_left", key_lengths=None,
+                      window=None, alibi_slopes=None, softcap=None, impl="automatic"):
+    """The attention probabilities softmax(scores) that scaled_dot_product_attention
+    applies to value (no dropout): float32 (B, Hq, Lq, Lk), or (Hq, Lq, Lk) for 3-d
+    inputs — what an attention heatmap shows.
+
+    Arguments and semantics are those of scaled_dot_product_attention. Each row sums to
+    1, or is all 0 when every key is masked for that query. The probabilities always
+    come from the reference implementation (the fused kernel never forms them), so
+    `impl` changes nothing here; it is accepted for symmetry.
+    """
+    fn = "attention_weights"
+    _, _, probs = _run(fn, query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa,
+                       causal_alignment, key_lengths, window, alibi_slopes, softcap, None,
+                       False, True, impl)
+    return probs
+
+
+def self_attention_raw(x, scale=1.0):
+    """The raw self-attention of the classic explanations: softmax(scale · x · xᵀ) · x,
+    with no projections.
+
+    x: (L, D) or (B, L, D), float32/float16/bfloat16 (float64 is computed in float32);
+    the result has x's shape, dtype and kind. scale defaults to 1 (no scaling, as the
+    explanations write it); None means 1/sqrt(D).
+    """
+    fn = "self_attention_raw"
+    c = _view(x, fn, "x")
+    out = _qkv._self_attention_raw(c.tensor, _optional_float(scale, fn, "scale"))
+    return _result(out, c, False)

@@ -1,0 +1,232 @@
+"""Edges: NaN propagation, zero sizes, fully masked rows, thread counts, the GIL, and
+importing qkv without torch."""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import qkv
+from oracle import assert_close, assert_equal, oracle
+
+IMPLS = ["fast", "reference"]
+
+
+def _qkv(B, H, Lq, Lk, D, seed=0):
+    rng = np.random.default_rng(seed)
+    return tuple(rng.standard_normal(s).astype(np.float32)
+                 for s in ((B, H, Lq, D), (B, H, Lk, D), (B, H, Lk, D)))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_nan_in_a_key_reaches_only_the_rows_that_read_it(impl):
+    """Causal top-left: key 5 of batch 0, head 0 is read by rows i >= 5 of that head."""
+    q, k, v = _qkv(2, 2, 12, 12, 8)
+    k[0, 0, 5, :] = np.nan
+    out = qkv.scaled_dot_product_attention(q, k, v, is_causal=True, impl=impl)
+    assert np.isnan(out[0, 0, 5:]).all(), "rows that read the NaN key must be NaN"
+    assert np.isfinite(out[0, 0, :5]).all(), "rows 0..4 never read key 5"
+    assert np.isfinite(out[0, 1]).all(), "other heads are untouched"
+    assert np.isfinite(out[1]).all(), "other batches are untouched"
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_nan_in_a_query_stays_in_its_row(impl):
+    q, k, v = _qkv(1, 2, 6, 9, 8)
+    q[0, 1, 3, 2] = np.nan
+    out = qkv.scaled_dot_product_attention(q, k, v, impl=impl)
+    assert np.isnan(out[0, 1, 3]).all()
+    rows = np.ones(out.shape[:3], bool)
+    rows[0, 1, 3] = False
+    assert np.isfinite(out[rows]).all()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_nan_in_masked_keys_is_never_read(impl):
+    q, k, v = _qkv(2, 2, 6, 10, 8)
+    k[0, :, 7] = np.nan  # beyond key_lengths[0] = 6
+    v[0, :, 8] = np.nan
+    k[1, :, 2] = np.nan  # masked by the bool mask below
+    v[1, :, 2] = np.nan
+    mask = np.ones((2, 1, 6, 10), bool)
+    mask[1, :, :, 2] = False
+    out = qkv.scaled_dot_product_attention(q, k, v, key_lengths=[6, 10], attn_mask=mask,
+                                           impl=impl)
+    assert np.isfinite(out).all(), "a NaN in a masked key or value leaked into the output"
+    # ... and the values equal the same computation with the NaNs replaced by anything.
+    clean = qkv.scaled_dot_product_attention(np.nan_to_num(q), np.nan_to_num(k),
+                                             np.nan_to_num(v), key_lengths=[6, 10],
+                                             attn_mask=mask, impl=impl)
+    assert_equal(out, clean, "NaN keys masked out")
+    # Causal: a NaN key above the diagonal is never read by the rows before it.
+    k2 = k.copy()
+    k2[1, 0, 4] = np.nan
+    out2 = qkv.scaled_dot_product_attention(q, k2, v, is_causal=True, key_lengths=[6, 10],
+                                            attn_mask=mask, impl=impl)
+    assert np.isfinite(out2[1, 0, :4]).all() and np.isnan(out2[1, 0, 4:]).all()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_fully_masked_rows_are_zero_with_lse_minus_inf(impl):
+    q, k, v = _qkv(2, 1, 4, 5, 8)
+    mask = np.ones((4, 5), bool)
+    mask[2] = False  # row 2: nothing to attend
+    fmask = np.zeros((4, 5), np.float32)
+    fmask[1] = -np.inf  # row 1: every key at −inf through the float mask
+    for kw in ({"attn_mask": mask}, {"attn_mask": fmask}, {"key_lengths": [0, 5]}):
+        out, lse = qkv.scaled_dot_product_attention(q, k, v, return_lse=True, impl=impl, **kw)
+        probs = qkv.attention_weights(q, k, v, **kw)
+        dead = np.isneginf(lse)
+        assert dead.any() and np.isfinite(out).all(), kw
+        assert np.all(out[dead] == 0.0) and np.all(probs[dead] == 0.0), kw
+        t = lambda x: torch.from_numpy(x).double()  # noqa: E731
+        want_mask = kw.get("attn_mask")
+        want_mask = None if want_mask is None else torch.from_numpy(want_mask)
+        want_out, want_lse, _ = oracle(t(q), t(k), t(v), mask=want_mask,
+                                       key_lengths=kw.get("key_lengths"))
+        assert_close(out, want_out, 1e-5, 1e-5, f"{kw}")
+        assert_close(lse, want_lse, 1e-5, 1e-5, f"{kw} lse")
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_zero_sizes(impl):
+    """Lq = 0 gives an empty output; Lk = 0 gives zeros (every row fully masked, lse −inf);
+    B = 0 and Dv = 0 give empty outputs."""
+    q, k, v = _qkv(2, 2, 0, 5, 8)
+    out, lse = qkv.scaled_dot_product_attention(q, k, v, return_lse=True, impl=impl)
+    assert out.shape == (2, 2, 0, 8) and lse.shape == (2, 2, 0)
+    assert qkv.attention_weights(q, k, v).shape == (2, 2, 0, 5)
+
+    q, k, v = _qkv(2, 2, 4, 0, 8)
+    out, lse = qkv.scaled_dot_product_attention(q, k, v, return_lse=True, is_causal=True,
+                                                impl=impl)
+    assert out.shape == (2, 2, 4, 8) and np.all(out == 0.0)
+    assert np.all(np.isneginf(lse))
+    assert qkv.attention_weights(q, k, v).shape == (2, 2, 4, 0)
+
+    q, k, v = _qkv(0, 2, 4, 5, 8)
+    assert qkv.scaled_dot_product_attention(q, k, v, impl=impl).shape == (0, 2, 4, 8)
+
+    q, k, v = _qkv(1, 2, 4, 5, 8)
+    assert qkv.scaled_dot_product_attention(q, k, v[..., :0], impl=impl).shape == (1, 2, 4, 0)
+    t = qkv.scaled_dot_product_attention(torch.zeros(1, 1, 0, 4), torch.zeros(1, 1, 3, 4),
+                                         torch.zeros(1, 1, 3, 4), impl=impl)
+    assert isinstance(t, torch.Tensor) and t.shape == (1, 1, 0, 4)
+
+
+def test_decode_single_query_bottom_right():
+    """Lq = 1 with bottom-right alignment: the one query sees every key up to its length."""
+    q, k, v = _qkv(3, 2, 1, 40, 16)
+    lengths = [40, 17, 1]
+    got = qkv.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                           causal_alignment="bottom_right", key_lengths=lengths)
+    plain = qkv.scaled_dot_product_attention(q, k, v, key_lengths=lengths, impl="reference")
+    assert_close(got, plain, 1e-5, 1e-5, "decode = unmasked up to the key length")
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_results_do_not_depend_on_the_thread_count(threads, impl):
+    q, k, v = _qkv(3, 4, 37, 53, 24, seed=5)
+    mask = np.random.default_rng(2).random((37, 53)) < 0.8
+    kw = dict(attn_mask=mask, is_causal=True, causal_alignment="bottom_right",
+              key_lengths=[53, 20, 0], alibi_slopes=[0.5, 0.25, 0.125, 0.0625], softcap=20.0,
+              window=(8, None), return_lse=True, impl=impl)
+    results = []
+    for n in (1, 2, 3):
+        threads.set_num_threads(n)
+        assert qkv.get_num_threads() == n
+        results.append(qkv.scaled_dot_product_attention(q, k, v, **kw))
+    for n, (out, lse) in zip((2, 3), results[1:]):
+        assert_equal(out, results[0][0], f"out, {n} threads vs 1")
+        assert_equal(lse, results[0][1], f"lse, {n} threads vs 1")
+
+
+def test_the_gil_is_released(threads):
+    """While one Python thread is inside qkv, another keeps running Python code: the
+    longest pause it sees is far shorter than the call (with the GIL held it would be the
+    whole call). One qkv thread, so the two do not compete for the 2 cores."""
+    threads.set_num_threads(1)
+    q, k, v = _qkv(4, 4, 256, 256, 64, seed=3)
+    start = time.perf_counter()
+    qkv.scaled_dot_product_attention(q, k, v, impl="reference")
+    duration = time.perf_counter() - start
+    reps = max(1, int(0.5 / max(duration, 1e-3)))  # make the busy thread run >= ~0.5 s
+
+    def busy():
+        for _ in range(reps):
+            qkv.scaled_dot_product_attention(q, k, v, impl="reference")
+
+    worker = threading.Thread(target=busy)
+    worker.start()
+    gaps, last = [], time.perf_counter()
+    while worker.is_alive():
+        now = time.perf_counter()
+        gaps.append(now - last)
+        last = now
+    worker.join()
+    longest = max(gaps)
+    assert longest < 0.5 * duration, (f"the main thread stalled {longest:.3f} s during a "
+                                      f"{duration:.3f} s call: is the GIL held?")
+
+
+def test_concurrent_calls_from_python_threads_agree():
+    q, k, v = _qkv(2, 2, 40, 40, 16, seed=8)
+    want = qkv.scaled_dot_product_attention(q, k, v, is_causal=True)
+    got = [None] * 4
+
+    def run(i):
+        got[i] = qkv.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for g in got:
+        assert_equal(g, want, "concurrent call")
+
+
+def test_import_does_not_import_torch():
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(qkv.__file__)))
+    env = dict(os.environ, PYTHONPATH=package_dir)
+    code = ("import sys, qkv, numpy as np\n"
+            "assert 'torch' not in sys.modules, 'import qkv imported torch'\n"
+            "x = np.ones((1, 1, 2, 4), np.float32)\n"
+            "qkv.scaled_dot_product_attention(x, x, x)\n"
+            "assert 'torch' not in sys.modules, 'a NumPy call imported torch'\n")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+
+
+def test_module_metadata():
+    assert qkv.__version__ == "0.1.0"
+    summary = qkv.cpu_summary()
+    assert isinstance(summary, str) and summary
+    assert qkv.get_num_threads() >= 1
+    for fn in (qkv.scaled_dot_product_attention, qkv.attention_weights,
+               qkv.self_attention_raw, qkv.cpu_summary, qkv.set_num_threads,
+               qkv.get_num_threads):
+        assert fn.__doc__ and len(fn.__doc__) > 40, fn.__name__
+    assert qkv.__doc__
+
+
+def test_no_leak_of_inputs_or_results():
+    """Results own their C++ buffer through a capsule and inputs are held only for the
+    call: 300 calls with 1 MiB in and out leave the peak RSS within 64 MiB of where it
+    was after a warm-up (a leak of either would add ~300 MiB)."""
+    import resource
+
+    q = np.ones((1, 1, 4096, 64), np.float32)  # 1 MiB in, 1 MiB out; one key: cheap
+    kv = np.ones((1, 1, 1, 64), np.float32)
+    for _ in range(20):
+        qkv.scaled_dot_product_attention(q, kv, kv, return_lse=True)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    for _ in range(300):
+        out, _ = qkv.scaled_dot_product_attention(q.copy(), kv, kv, return_lse=True)
+        del out
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert after - before < 64 * 1024, f"peak RSS grew by {(after - before) / 1024:.0f} MiB"

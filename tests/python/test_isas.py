@@ -1,0 +1,37 @@
+"""Every instruction set the fused kernel is built for and this CPU runs (STYLE.md 9):
+the oracle sweep, the NaN/zero-size edges and the thread-count checks run again in a
+child pytest with QKV_ISA=scalar|avx2|avx512 (the kernel reads QKV_ISA once per process).
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import qkv
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _cpu_runs(isa):
+    features = set(qkv.cpu_summary().replace(",", " ").split())
+    need = {"scalar": set(), "avx2": {"avx2", "fma"},
+            "avx512": {"avx512f", "avx512bw", "avx512vl"}}[isa]
+    return need <= features
+
+
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+def test_suite_under_isa(isa):
+    if os.environ.get("QKV_ISA"):
+        pytest.skip("already running under a chosen QKV_ISA")
+    if not _cpu_runs(isa):
+        pytest.skip(f"this CPU cannot run {isa}: {qkv.cpu_summary()}")
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(qkv.__file__)))
+    env = dict(os.environ, QKV_ISA=isa, PYTHONPATH=package_dir, PYTHONDONTWRITEBYTECODE="1")
+    files = [os.path.join(HERE, f) for f in ("test_sweep.py", "test_edges.py", "test_dropout.py")]
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "--tb=line", "-p", "no:cacheprovider", *files,
+         "-k", "not gil and not import_does_not"],
+        env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, f"QKV_ISA={isa}:\n{run.stdout[-6000:]}\n{run.stderr[-2000:]}"

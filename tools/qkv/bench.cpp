@@ -1,0 +1,166 @@
+// qkv bench — times the forward pass of qkv::scaled_dot_product_attention.
+//
+// Random inputs (seeded), warm-up runs discarded, the median of the timed runs
+// reported (the minimum beside it), in ms and GFLOP/s. FLOPs count the two matrix
+// products, as FlashAttention's and PyTorch's benchmarks do:
+//   2·B·Hq·Lq·Lk·Dk (q·kᵀ) + 2·B·Hq·Lq·Lk·Dv (p·v),
+// halved for a causal problem with Lq == Lk (half the score matrix is masked; the
+// exact fraction is (L+1)/2L, which the convention rounds to 1/2).
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "print.h"
+#include "qkv/qkv.h"
+
+namespace qkv::cli {
+namespace {
+
+// A tensor of `shape` with N(0, 1) entries (rounded to `dtype`).
+qkv::Tensor random_tensor(const qkv::Shape& shape, qkv::DType dtype, qkv::Rng& rng) {
+  qkv::Tensor t = qkv::Tensor::empty(shape, dtype);
+  const std::int64_t n = t.numel();
+  for (std::int64_t i = 0; i < n; ++i) {
+    qkv::store_from_f32(t.data(), i, dtype, static_cast<float>(rng.normal()));
+  }
+  return t;
+}
+
+double median(std::vector<double> x) {
+  std::sort(x.begin(), x.end());
+  const std::size_t n = x.size();
+  return n % 2 == 1 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+// Physical memory in bytes, or 0 when unknown.
+double physical_memory() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size)
+                                    : 0.0;
+}
+
+// `digits` significant digits, never in exponent form: 208.0, 12.35, 0.003400.
+std::string significant(double x, int digits) {
+  const int magnitude = x > 0 ? static_cast<int>(std::floor(std::log10(x))) : 0;
+  return format("%.*f", std::max(0, digits - 1 - magnitude), x);
+}
+
+}  // namespace
+
+int run_bench(const BenchOptions& o, std::ostream& out) {
+  const std::int64_t B = o.batch, Hq = o.heads, Lq = o.seq, Dk = o.dim;
+  const std::int64_t Hkv = o.kv_heads > 0 ? o.kv_heads : o.heads;
+  const std::int64_t Lk = o.kv_seq > 0 ? o.kv_seq : o.seq;
+  const std::int64_t Dv = o.dim_v > 0 ? o.dim_v : o.dim;
+
+  // Usage errors first, before anything is allocated.
+  if (Hq % Hkv != 0) {
+    throw UsageError("--kv-heads", format("must divide --heads = %lld, got %lld",
+                                          static_cast<long long>(Hq), static_cast<long long>(Hkv)));
+  }
+  const qkv::DType dtype = qkv::parse_dtype(o.dtype);  // validated by CLI11 already
+  // In double so that absurd sizes cannot overflow before they are refused.
+  const double elements = static_cast<double>(B) * (static_cast<double>(Hq) * Lq * Dk +
+                                                    static_cast<double>(Hkv) * Lk * (Dk + Dv) +
+                                                    static_cast<double>(Hq) * Lq * Dv);
+  const double bytes = elements * static_cast<double>(qkv::dtype_size(dtype));
+  const double memory = physical_memory();
+  const double max_bytes = memory > 0 ? 0.8 * memory : 0x1p40;
+  if (bytes > max_bytes) {
+    throw UsageError("--batch/--heads/--seq/--dim",
+                     format("q, k, v and the output would need %.3g GiB, more than the %.3g GiB "
+                            "this machine can spare (80%% of its memory); choose smaller sizes",
+                            bytes / 0x1p30, max_bytes / 0x1p30));
+  }
+
+  qkv::AttentionOptions options;
+  options.causal = o.causal;
+  if (o.impl == "reference") {
+    options.impl = qkv::AttentionImpl::reference;
+  } else if (o.impl == "fast") {
+    options.impl = qkv::AttentionImpl::fast;
+  } else {
+    options.impl = qkv::AttentionImpl::automatic;  // "auto", the only other choice CLI11 lets in
+  }
+  if (o.threads > 0) {
+    try {
+      qkv::set_num_threads(o.threads);
+    } catch (const qkv::Error& e) {  // beyond the library's limit: the option was wrong
+      throw UsageError("--threads", e.what());
+    }
+  }
+  const int threads = qkv::num_threads();
+
+  qkv::Rng rng(o.seed);
+  const qkv::Tensor q = random_tensor({B, Hq, Lq, Dk}, dtype, rng);   // (B, Hq, Lq, Dk)
+  const qkv::Tensor k = random_tensor({B, Hkv, Lk, Dk}, dtype, rng);  // (B, Hkv, Lk, Dk)
+  const qkv::Tensor v = random_tensor({B, Hkv, Lk, Dv}, dtype, rng);  // (B, Hkv, Lk, Dv)
+  qkv::validate_attention(q, k, v, options);
+
+  using clock = std::chrono::steady_clock;
+  for (int i = 0; i < o.warmup; ++i) qkv::scaled_dot_product_attention(q, k, v, options);
+  std::vector<double> ms;
+  for (int i = 0; i < o.repeats; ++i) {
+    const auto start = clock::now();
+    const qkv::Tensor result = qkv::scaled_dot_product_attention(q, k, v, options);
+    const auto stop = clock::now();
+    ms.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
+  }
+  const double ms_median = median(ms);
+  const double ms_min = *std::min_element(ms.begin(), ms.end());
+
+  const double pairs = static_cast<double>(B) * static_cast<double>(Hq) * static_cast<double>(Lq) *
+                       static_cast<double>(Lk);
+  double flops = 2.0 * pairs * static_cast<double>(Dk) + 2.0 * pairs * static_cast<double>(Dv);
+  if (o.causal && Lq == Lk) flops *= 0.5;
+  // ms is never exactly 0 on a steady clock with ns ticks for a real call, but a tiny
+  // problem may take less than one tick: report 0 GFLOP/s rather than infinity.
+  const double gflops = ms_median > 0 ? flops / (ms_median * 1e6) : 0.0;
+
+  if (o.json) {
+    nlohmann::json j;
+    j["version"] = qkv::kVersion;
+    j["op"] = "scaled_dot_product_attention";
+    j["impl"] = o.impl;
+    j["isa"] = o.impl == "reference" ? "none" : qkv::fast_kernel_isa();
+    j["dtype"] = qkv::dtype_name(dtype);
+    j["threads"] = threads;
+    j["batch"] = B;
+    j["heads"] = Hq;
+    j["kv_heads"] = Hkv;
+    j["seq_q"] = Lq;
+    j["seq_k"] = Lk;
+    j["dim"] = Dk;
+    j["dim_v"] = Dv;
+    j["causal"] = o.causal;
+    j["warmup"] = o.warmup;
+    j["repeats"] = o.repeats;
+    j["seed"] = o.seed;
+    j["flops"] = flops;
+    j["ms"] = ms_median;
+    j["ms_min"] = ms_min;
+    j["ms_all"] = ms;
+    j["gflops"] = gflops;
+    out << j.dump() << '\n';
+    return 0;
+  }
+  out << format("sdpa forward  B=%lld Hq=%lld Hkv=%lld Lq=%lld Lk=%lld Dk=%lld Dv=%lld%s\n",
+                static_cast<long long>(B), static_cast<long long>(Hq), static_cast<long long>(Hkv),
+                static_cast<long long>(Lq), static_cast<long long>(Lk), static_cast<long long>(Dk),
+                static_cast<long long>(Dv), o.causal ? " causal" : "");
+  out << format(
+      "  impl %s%s  dtype %s  threads %d  median %s ms  min %s ms  %s GFLOP/s"
+      "  (%d runs after %d warm-up)\n",
+      o.impl.c_str(), o.impl == "reference" ? "" : (std::string(" (") + qkv::fast_kernel_isa() + ")").c_str(),
+      qkv::dtype_name(dtype), threads, significant(ms_median, 4).c_str(),
+      significant(ms_min, 4).c_str(), significant(gflops, 3).c_str(), o.repeats, o.warmup);
+  return 0;
+}
+
+}  // namespace qkv::cli

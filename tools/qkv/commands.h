@@ -1,0 +1,63 @@
+// The qkv command-line tool: one function per subcommand, called by main.cpp once
+// CLI11 has parsed and validated the options.
+//
+// Exit statuses (as git and most Unix tools): 0 success, 1 a failure while running
+// (qkv::Error from the library), 2 a usage error
+// (a bad option value or a bad combination of options).
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace qkv::cli {
+
+// A usage error found after CLI11's own parsing (e.g. --kv-heads not dividing --heads):
+// main prints "qkv <command>: <option>: <message>" and exits 2.
+class UsageError : public std::runtime_error {
+ public:
+  UsageError(std::string option, const std::string& message)
+      : std::runtime_error(message), option_(std::move(option)) {}
+  const std::string& option() const noexcept { return option_; }
+
+ private:
+  std::string option_;
+};
+
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+// qkv version
+int run_version(std::ostream& out);
+
+// qkv explain
+struct ExplainOptions {
+  std::string text = "the cat sat";  // tokens: the whitespace-separated words
+  std::uint64_t seed = 0;            // embeddings and weights
+};
+inline constexpr int kExplainMaxTokens = 12;  // wider matrices no longer fit 100 columns
+int run_explain(const ExplainOptions& options, std::ostream& out);
+
+// qkv bench
+struct BenchOptions {
+  std::int64_t batch = 0;     // B
+  std::int64_t heads = 0;     // Hq
+  std::int64_t kv_heads = 0;  // Hkv; 0 = not given (= heads)
+  std::int64_t seq = 0;       // Lq
+  std::int64_t kv_seq = 0;    // Lk; 0 = not given (= seq)
+  std::int64_t dim = 0;       // Dk
+  std::int64_t dim_v = 0;     // Dv; 0 = not given (= dim)
+  bool causal = false;
+  std::string dtype = "f32";  // f32 | bf16 | f16
+  int threads = 0;            // 0 = not given (qkv's default)
+  std::string impl = "auto";  // auto | reference | fast (qkv::AttentionImpl)
+  int repeats = 5;            // timed runs; the median is reported
+  int warmup = 1;             // discarded runs before timing
+  std::uint64_t seed = 0;     // inputs
+  bool json = false;
+};
+int run_bench(const BenchOptions& options, std::ostream& out);
+
+}  // namespace qkv::cli

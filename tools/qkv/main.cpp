@@ -1,0 +1,191 @@
+// qkv — the command-line front end: CLI11 wiring and error reporting only; each
+// subcommand lives in its own file (version.cpp, explain.cpp, bench.cpp).
+//
+// Errors: a bad option prints one line naming the option on stderr and exits 2;
+// qkv::Error (and any other exception) prints "qkv: error: <message>" and exits 1.
+// No subcommand prints the help and exits 1, as git does.
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <cstdint>
+#include <exception>
+#include <iostream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "qkv/qkv.h"
+
+namespace qkv::cli {
+namespace {
+
+// Validators run on the option's text before CLI11 converts it, so they also catch
+// "abc", "1.5", "" and values beyond the type's range, with a message of our own.
+CLI::Validator integer_at_least(std::int64_t min, std::int64_t max, std::string expected) {
+  return CLI::Validator(
+      [min, max, expected](std::string& text) -> std::string {
+        std::int64_t value = 0;
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+        if (ec != std::errc() || ptr != end || text.empty() || value < min || value > max) {
+          return "must be " + expected + ", got '" + text + "'";
+        }
+        return {};
+      },
+      "", "integer");
+}
+
+CLI::Validator unsigned_integer(std::string expected) {
+  return CLI::Validator(
+      [expected](std::string& text) -> std::string {
+        std::uint64_t value = 0;
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+        if (ec != std::errc() || ptr != end || text.empty()) {
+          return "must be " + expected + ", got '" + text + "'";
+        }
+        return {};
+      },
+      "", "unsigned");
+}
+
+CLI::Validator one_of(std::vector<std::string> choices) {
+  std::string list;
+  for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
+  return CLI::Validator(
+      [choices, list](std::string& text) -> std::string {
+        for (const auto& c : choices) {
+          if (text == c) return {};
+        }
+        return "must be one of " + list + ", got '" + text + "'";
+      },
+      "{" + list + "}", "one_of");
+}
+
+const auto kPositive =
+    integer_at_least(1, std::numeric_limits<std::int64_t>::max(), "a positive integer");
+const auto kPositiveInt =
+    integer_at_least(1, std::numeric_limits<int>::max(), "a positive integer");
+const auto kNonNegativeInt =
+    integer_at_least(0, std::numeric_limits<int>::max(), "a non-negative integer");
+const auto kSeed = unsigned_integer("a non-negative integer below 2^64");
+
+// "qkv bench" when the error arose inside the bench subcommand, else "qkv".
+std::string command_name(const CLI::App& app) {
+  const auto subcommands = app.get_subcommands();
+  return subcommands.empty() ? "qkv" : "qkv " + subcommands.front()->get_name();
+}
+
+int usage_error(const CLI::App& app, const std::string& message) {
+  std::cerr << command_name(app) << ": " << message << " (see '" << command_name(app)
+            << " --help')\n";
+  return kExitUsage;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app("qkv: Transformer attention, explained and measured.", "qkv");
+  app.footer("Run 'qkv <command> --help' for the options of a command.");
+  app.require_subcommand(0, 1);
+  // Extras are reported by run() itself, with messages that say what was wrong.
+  app.allow_extras();
+
+  CLI::App* version =
+      app.add_subcommand("version", "Print the version, compiler, CPU and thread count");
+  version->footer("");
+
+  ExplainOptions explain_options;
+  CLI::App* explain = app.add_subcommand(
+      "explain", "Walk through one self-attention computation on a tiny example");
+  explain
+      ->add_option("--text", explain_options.text,
+                   "Words to attend over (split at whitespace; 1 to " +
+                       std::to_string(kExplainMaxTokens) + ")")
+      ->capture_default_str();
+  explain->add_option("--seed", explain_options.seed, "Seed of the random embeddings and weights")
+      ->capture_default_str()
+      ->check(kSeed);
+  explain->footer("Example: qkv explain --text \"the cat sat on the mat\" --seed 3");
+
+  BenchOptions b;
+  CLI::App* bench = app.add_subcommand(
+      "bench", "Time the scaled_dot_product_attention forward pass on random inputs");
+  bench->add_option("--batch", b.batch, "Batch size B")->required()->check(kPositive);
+  bench->add_option("--heads", b.heads, "Query heads Hq")->required()->check(kPositive);
+  bench->add_option("--kv-heads", b.kv_heads, "Key/value heads Hkv, dividing Hq (default: Hq)")
+      ->check(kPositive);
+  bench->add_option("--seq", b.seq, "Query length Lq")->required()->check(kPositive);
+  bench->add_option("--kv-seq", b.kv_seq, "Key/value length Lk (default: Lq)")->check(kPositive);
+  bench->add_option("--dim", b.dim, "Query/key head width Dk")->required()->check(kPositive);
+  bench->add_option("--dim-v", b.dim_v, "Value head width Dv (default: Dk)")->check(kPositive);
+  bench->add_flag("--causal", b.causal, "Causal mask (top-left diagonal, as PyTorch)");
+  bench->add_option("--dtype", b.dtype, "Element type of q, k and v")
+      ->capture_default_str()
+      ->check(one_of({"f32", "bf16", "f16"}));
+  bench->add_option("--threads", b.threads, "Threads (default: QKV_NUM_THREADS or all cores)")
+      ->check(kPositiveInt);
+  bench
+      ->add_option("--impl", b.impl,
+                   "auto, reference (the naive twin) or fast (the fused kernel; QKV_ISA picks "
+                   "its instruction set)")
+      ->capture_default_str()
+      ->check(one_of({"auto", "reference", "fast"}));
+  bench->add_option("--repeats", b.repeats, "Timed runs; the median is reported")
+      ->capture_default_str()
+      ->check(kPositiveInt);
+  bench->add_option("--warmup", b.warmup, "Untimed runs first")
+      ->capture_default_str()
+      ->check(kNonNegativeInt);
+  bench->add_option("--seed", b.seed, "Seed of the random inputs")
+      ->capture_default_str()
+      ->check(kSeed);
+  bench->add_flag("--json", b.json, "Print one JSON object instead of text");
+  bench->footer("Example: qkv bench --batch 1 --heads 12 --seq 512 --dim 64 --causal");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return usage_error(app, e.what());
+  }
+
+  const std::vector<std::string> extras = app.remaining(true);
+  if (!extras.empty()) {
+    const std::string& first = extras.front();
+    if (first.size() > 1 && first[0] == '-')
+      return usage_error(app, "unknown option '" + first + "'");
+    if (app.get_subcommands().empty()) {
+      return usage_error(app, "'" + first +
+                                  "' is not a command; the commands are version, "
+                                  "explain and bench");
+    }
+    return usage_error(app, "unexpected argument '" + first + "'");
+  }
+
+  try {
+    if (version->parsed()) return run_version(std::cout);
+    if (explain->parsed()) return run_explain(explain_options, std::cout);
+    if (bench->parsed()) return run_bench(b, std::cout);
+  } catch (const UsageError& e) {
+    return usage_error(app, e.option() + ": " + e.what());
+  }
+  std::cout << app.help();
+  return kExitFailure;
+}
+
+}  // namespace
+}  // namespace qkv::cli
+
+int main(int argc, char** argv) {
+  try {
+    return qkv::cli::run(argc, argv);
+  } catch (const qkv::Error& e) {
+    std::cout.flush();
+    std::cerr << "qkv: error: " << e.what() << '\n';
+    return qkv::cli::kExitFailure;
+  } catch (const std::exception& e) {
+    std::cout.flush();
+    std::cerr << "qkv: error: " << e.what() << '\n';
+    return qkv::cli::kExitFailure;
+  }
+}

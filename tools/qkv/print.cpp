@@ -1,0 +1,200 @@
+#include "print.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+
+namespace qkv::cli {
+
+std::string format(const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  va_list copy;
+  va_copy(copy, args);
+  const int n = std::vsnprintf(nullptr, 0, fmt, copy);
+  va_end(copy);
+  std::string s(static_cast<std::size_t>(std::max(n, 0)), '\0');
+  std::vsnprintf(s.data(), s.size() + 1, fmt, args);
+  va_end(args);
+  return s;
+}
+
+int display_width(std::string_view text) {
+  int width = 0;
+  for (const char c : text) {
+    if ((static_cast<unsigned char>(c) & 0xC0u) != 0x80u) ++width;  // not a continuation byte
+  }
+  return width;
+}
+
+std::string truncate_display(std::string_view text, int width) {
+  if (display_width(text) <= width) return std::string(text);
+  std::string out;
+  int kept = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const bool starts = (static_cast<unsigned char>(text[i]) & 0xC0u) != 0x80u;
+    if (starts && kept == width - 1) break;
+    if (starts) ++kept;
+    out += text[i];
+  }
+  return out + "…";
+}
+
+std::string pad_left(std::string_view text, int width) {
+  return std::string(static_cast<std::size_t>(std::max(0, width - display_width(text))), ' ') +
+         std::string(text);
+}
+
+std::string pad_right(std::string_view text, int width) {
+  return std::string(text) +
+         std::string(static_cast<std::size_t>(std::max(0, width - display_width(text))), ' ');
+}
+
+std::string shade(double weight) {
+  static const char* const kLevels[] = {" ", "░", "▒", "▓", "█"};
+  if (!(weight >= 0.0)) return "?";  // NaN or negative: not a weight
+  const int level = std::clamp(static_cast<int>(std::lround(weight * 4.0)), 0, 4);
+  return kLevels[level];
+}
+
+namespace {
+
+std::string format_number(double v, int precision) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v < 0 ? "-∞" : "∞";
+  std::string s = format("%.*f", precision, v);
+  // "-0.000" reads as a sign that is not there: drop it.
+  if (s[0] == '-' && s.find_first_not_of("-0.") == std::string::npos) s.erase(0, 1);
+  return s;
+}
+
+}  // namespace
+
+Block render_matrix(const Matrix& m, const MatrixStyle& style) {
+  std::vector<std::string> cells(m.data.size());
+  for (std::size_t i = 0; i < cells.size(); ++i) {
+    cells[i] = style.format ? style.format(m.data[i]) : format_number(m.data[i], style.precision);
+  }
+  int cell_w = 1;
+  for (const auto& c : cells) cell_w = std::max(cell_w, display_width(c));
+  for (const auto& l : style.col_labels) cell_w = std::max(cell_w, display_width(l));
+  int label_w = 0;
+  for (const auto& l : style.row_labels) label_w = std::max(label_w, display_width(l));
+
+  std::vector<std::string> sums;
+  int sum_w = 3;  // "sum"
+  if (style.row_sums) {
+    for (std::int64_t i = 0; i < m.rows; ++i) {
+      double s = 0.0;
+      for (std::int64_t j = 0; j < m.cols; ++j) s += m(i, j);
+      sums.push_back(format_number(s, style.precision));
+      sum_w = std::max(sum_w, display_width(sums.back()));
+    }
+  }
+
+  Block block;
+  if (!style.title.empty()) block.push_back(style.title);
+  if (!style.col_labels.empty() || style.row_sums) {
+    std::string header = std::string(static_cast<std::size_t>(label_w), ' ');
+    for (std::int64_t j = 0; j < m.cols; ++j) {
+      const std::string label =
+          j < static_cast<std::int64_t>(style.col_labels.size()) ? style.col_labels[j] : "";
+      header += std::string(static_cast<std::size_t>(style.spacing), ' ') + pad_left(label, cell_w);
+    }
+    if (style.row_sums) header += "   " + pad_left("sum", sum_w);
+    block.push_back(header);
+  }
+  for (std::int64_t i = 0; i < m.rows; ++i) {
+    const std::string label =
+        i < static_cast<std::int64_t>(style.row_labels.size()) ? style.row_labels[i] : "";
+    std::string line = pad_right(label, label_w);
+    for (std::int64_t j = 0; j < m.cols; ++j) {
+      line += std::string(static_cast<std::size_t>(style.spacing), ' ') +
+              pad_left(cells[static_cast<std::size_t>(i * m.cols + j)], cell_w);
+    }
+    if (style.row_sums) line += "   " + pad_left(sums[static_cast<std::size_t>(i)], sum_w);
+    if (style.shades) {
+      line += "  │";
+      for (std::int64_t j = 0; j < m.cols; ++j) line += shade(m(i, j));
+      line += "│";
+    }
+    block.push_back(line);
+  }
+  return block;
+}
+
+void print_side_by_side(std::ostream& out, const std::vector<Block>& blocks, int indent, int gap) {
+  std::size_t height = 0;
+  std::vector<int> widths;
+  for (const auto& b : blocks) {
+    height = std::max(height, b.size());
+    int w = 0;
+    for (const auto& line : b) w = std::max(w, display_width(line));
+    widths.push_back(w);
+  }
+  int total = indent;
+  for (std::size_t k = 0; k < blocks.size(); ++k) total += widths[k] + (k > 0 ? gap : 0);
+  if (total > kMaxWidth && blocks.size() > 1) {  // too wide together: one under the other
+    for (std::size_t k = 0; k < blocks.size(); ++k) {
+      if (k > 0) out << '\n';
+      print_side_by_side(out, {blocks[k]}, indent, gap);
+    }
+    return;
+  }
+  for (std::size_t row = 0; row < height; ++row) {
+    std::string line(static_cast<std::size_t>(indent), ' ');
+    for (std::size_t k = 0; k < blocks.size(); ++k) {
+      const std::string cell = row < blocks[k].size() ? blocks[k][row] : "";
+      line += k + 1 < blocks.size() ? pad_right(cell, widths[k] + gap) : cell;
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << '\n';
+  }
+}
+
+void print_block(std::ostream& out, const Block& block, int indent) {
+  print_side_by_side(out, {block}, indent, 0);
+}
+
+void print_paragraph(std::ostream& out, std::string_view text, int indent, int width,
+                     int first_indent) {
+  if (first_indent < 0) first_indent = indent;
+  std::string line(static_cast<std::size_t>(first_indent), ' ');
+  int line_w = first_indent;
+  bool line_has_word = false;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    if (text[pos] == ' ' || text[pos] == '\n') {
+      ++pos;
+      continue;
+    }
+    std::size_t end = std::min(text.find_first_of(" \n", pos), text.size());
+    // A short parenthesised group such as a shape "(1, 1, 3, 3)" is not broken.
+    if (text[pos] == '(') {
+      const std::size_t close = text.find(')', pos);
+      if (close != std::string_view::npos && close - pos <= 14) {
+        end = std::min(text.find_first_of(" \n", close), text.size());
+      }
+    }
+    const std::string_view word = text.substr(pos, end - pos);
+    const int word_w = display_width(word);
+    if (line_has_word && line_w + 1 + word_w > width) {
+      out << line << '\n';
+      line = std::string(static_cast<std::size_t>(indent), ' ');
+      line_w = indent;
+      line_has_word = false;
+    }
+    if (line_has_word) {
+      line += ' ';
+      ++line_w;
+    }
+    line += word;
+    line_w += word_w;
+    line_has_word = true;
+    pos = end;
+  }
+  if (line_has_word) out << line << '\n';
+}
+
+}  // namespace qkv::cli

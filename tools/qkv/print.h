@@ -1,0 +1,77 @@
+// Terminal printing for the qkv tool: labelled matrices in aligned columns, several
+// matrices side by side, a one-character heatmap per weight, and wrapped paragraphs.
+//
+// Everything renders to lines first (a Block), so blocks can be placed side by side.
+// Widths are counted in code points, not bytes, so the UTF-8 shade characters
+// (░▒▓█), ✓, −∞ and ᵀ line up in any UTF-8 terminal.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace qkv::cli {
+
+// A small dense matrix for display and for the walkthrough's step-by-step arithmetic.
+struct Matrix {
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::vector<double> data;  // (rows, cols), row-major
+
+  Matrix() = default;
+  Matrix(std::int64_t r, std::int64_t c)
+      : rows(r), cols(c), data(static_cast<std::size_t>(r * c)) {}
+  double& operator()(std::int64_t i, std::int64_t j) {
+    return data[static_cast<std::size_t>(i * cols + j)];
+  }
+  double operator()(std::int64_t i, std::int64_t j) const {
+    return data[static_cast<std::size_t>(i * cols + j)];
+  }
+};
+
+struct MatrixStyle {
+  std::string title;                    // printed above the matrix
+  std::vector<std::string> row_labels;  // one per row; empty = none
+  std::vector<std::string> col_labels;  // one per column; empty = none
+  int precision = 3;                    // digits after the point
+  int spacing = 2;                      // spaces between columns
+  bool row_sums = false;                // a "sum" column after the values
+  bool shades = false;                  // a heat strip, one ░▒▓█ per value in [0, 1]
+  // Replaces the numeric format of every cell when set (e.g. a mask as ✓ / ·).
+  std::function<std::string(double)> format;
+};
+
+using Block = std::vector<std::string>;  // lines of one rendered item
+
+Block render_matrix(const Matrix& m, const MatrixStyle& style);
+
+inline constexpr int kMaxWidth = 100;  // terminal columns the output is laid out for
+
+// Places blocks left to right, `gap` spaces apart, each line prefixed by `indent` spaces;
+// one under the other instead when together they would be wider than kMaxWidth.
+void print_side_by_side(std::ostream& out, const std::vector<Block>& blocks, int indent = 3,
+                        int gap = 3);
+void print_block(std::ostream& out, const Block& block, int indent = 3);
+
+// Word-wraps `text` to `width` columns, every line prefixed by `indent` spaces
+// (`first_indent` for the first line when given).
+void print_paragraph(std::ostream& out, std::string_view text, int indent = 3, int width = 88,
+                     int first_indent = -1);
+
+// One character for a weight in [0, 1]: " ░▒▓█" in five equal steps.
+std::string shade(double weight);
+
+// Display width of UTF-8 text in code points (every character here is one column wide).
+int display_width(std::string_view text);
+// At most `width` code points of `text`; a cut label ends in "…".
+std::string truncate_display(std::string_view text, int width);
+std::string pad_left(std::string_view text, int width);
+std::string pad_right(std::string_view text, int width);
+
+// printf-style formatting into a std::string.
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+}  // namespace qkv::cli
