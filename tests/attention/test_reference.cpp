@@ -12,18 +12,15 @@
 #include "qkv/error.h"
 #include "qkv/rng.h"
 #include "qkv/threads.h"
+#include "attention/random_inputs.h"
 
 namespace qkv {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using testing::max_abs;
+using testing::random_tensor;
 
-Tensor random_tensor(const Shape& shape, Rng& rng, double scale = 1.0, DType dtype = DType::f32) {
-  Tensor t = Tensor::empty(shape, DType::f32);
-  float* p = t.data_as<float>();
-  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(scale * rng.normal());
-  return dtype == DType::f32 ? t : t.to(dtype);
-}
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Reads a broadcast mask at (b, h, i, j) by the NumPy rule, independently of the library.
 double mask_at(const Tensor& mask, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) {
@@ -120,12 +117,6 @@ void expect_matches_twin(const AttentionResult& r, const Twin& t, double max_abs
     for (std::size_t n = 0; n < probs.size(); ++n)
       ASSERT_NEAR(probs[n], t.probs[n], 0x1p-23) << what << " probs " << n;  // p <= 1
   }
-}
-
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (float x : t.to_vector()) m = std::max(m, double{std::abs(x)});
-  return m;
 }
 
 struct Case {
@@ -252,28 +243,6 @@ TEST(ReferenceAttention, StridedViewsNeedNoCopyAndGiveTheSameResult) {
   o.mask = mask;
   EXPECT_EQ(scaled_dot_product_attention(q, k, v, o).to_vector(),
             scaled_dot_product_attention(q.contiguous(), k.contiguous(), v.contiguous(), o).to_vector());
-}
-
-TEST(ReferenceAttention, ResultsAreIdenticalForEveryThreadCount) {
-  Rng rng(5);
-  Tensor q = random_tensor({2, 3, 13, 8}, rng), k = random_tensor({2, 3, 13, 8}, rng),
-         v = random_tensor({2, 3, 13, 8}, rng);
-  AttentionOptions o;
-  o.causal = true;
-  o.dropout_p = 0.3;
-  o.seed = 99;
-  o.return_lse = true;
-  const int before = num_threads();
-  set_num_threads(1);
-  const AttentionResult one = attention(q, k, v, o);
-  set_num_threads(2);
-  const AttentionResult two = attention(q, k, v, o);
-  set_num_threads(3);  // more threads than cores, uneven split
-  const AttentionResult three = attention(q, k, v, o);
-  set_num_threads(before);
-  EXPECT_EQ(one.out.to_vector(), two.out.to_vector());
-  EXPECT_EQ(one.out.to_vector(), three.out.to_vector());
-  EXPECT_EQ(one.lse.to_vector(), three.lse.to_vector());
 }
 
 TEST(ReferenceAttention, DropoutIsDeterministicUnbiasedAndBounded) {

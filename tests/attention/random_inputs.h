@@ -1,0 +1,27 @@
+// Helpers shared by the attention tests: seeded random inputs and magnitudes.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+
+#include "qkv/rng.h"
+#include "qkv/tensor.h"
+
+namespace qkv::testing {
+
+// Standard normal entries times `scale`, made in f32 and then converted to `dtype`.
+inline Tensor random_tensor(const Shape& shape, Rng& rng, double scale = 1.0,
+                            DType dtype = DType::f32) {
+  Tensor t = Tensor::empty(shape, DType::f32);
+  float* p = t.data_as<float>();
+  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(scale * rng.normal());
+  return dtype == DType::f32 ? t : t.to(dtype);
+}
+
+inline double max_abs(const Tensor& t) {
+  double m = 0;
+  for (float x : t.to_vector()) m = std::max(m, double{std::abs(x)});
+  return m;
+}
+
+}  // namespace qkv::testing
