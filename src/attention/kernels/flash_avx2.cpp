@@ -10,10 +10,16 @@
 #include <vector>
 
 #include "attention/kernels/flash.h"
+#include "qkv/tensor.h"
 #include "qkv/threads.h"
 
 #if defined(__x86_64__)
 #pragma GCC target("avx2,fma")
+#define QKV_VEC_BYTES 32  // 16 ymm registers: 8 accumulators + 2 loads + 1 broadcast
+#define QKV_QK_KEYS 4
+#define QKV_QK_VECS 2
+#define QKV_PV_ROWS 4
+#define QKV_PV_VECS 2
 namespace qkv::detail::avx2 {
 #include "attention/kernels/flash_body.inc"
 }  // namespace qkv::detail::avx2

@@ -10,10 +10,16 @@
 #include <vector>
 
 #include "attention/kernels/flash.h"
+#include "qkv/tensor.h"
 #include "qkv/threads.h"
 
 #if defined(__x86_64__)
 #pragma GCC target("avx512f,avx512bw,avx512vl,prefer-vector-width=512")
+#define QKV_VEC_BYTES 64  // 32 zmm registers: 16 accumulators + loads + broadcasts
+#define QKV_QK_KEYS 8
+#define QKV_QK_VECS 2
+#define QKV_PV_ROWS 4
+#define QKV_PV_VECS 4
 namespace qkv::detail::avx512 {
 #include "attention/kernels/flash_body.inc"
 }  // namespace qkv::detail::avx512

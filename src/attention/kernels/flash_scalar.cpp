@@ -10,10 +10,16 @@
 #include <vector>
 
 #include "attention/kernels/flash.h"
+#include "qkv/tensor.h"
 #include "qkv/threads.h"
 
 
 
+#define QKV_VEC_BYTES 16  // SSE2 on x86-64: 16 registers
+#define QKV_QK_KEYS 4
+#define QKV_QK_VECS 2
+#define QKV_PV_ROWS 4
+#define QKV_PV_VECS 2
 namespace qkv::detail::scalar {
 #include "attention/kernels/flash_body.inc"
 }  // namespace qkv::detail::scalar
