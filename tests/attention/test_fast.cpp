@@ -100,16 +100,17 @@ double expect_fast_matches_reference(const Tensor& q, const Tensor& k, const Ten
   return worst;
 }
 
-// Tile sizes are 32 queries × 64 keys: lengths straddle both.
+// Tasks are 64 queries, tiles 64 keys, microtiles 4-32 wide, vectors 4-16 lanes: the
+// lengths and head dims straddle all of them.
 TEST(FastAttention, MatchesReferenceAcrossTileBoundariesAndHeadDims) {
   Rng rng(31);
-  const std::int64_t lengths[] = {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 129};
-  const std::int64_t dims[] = {1, 7, 32, 64, 80, 100, 128};
+  const std::int64_t lengths[] = {1, 4, 5, 15, 16, 17, 63, 64, 65, 255, 256, 257, 1000};
+  const std::int64_t dims[] = {1, 7, 32, 64, 72, 80, 96, 100, 128, 256};
   for (Isa isa : detail::supported_isas()) {
     int n = 0;
     for (std::int64_t L : lengths)
       for (std::int64_t D : dims) {
-        if ((L * D + n) % 3 != 0 && L > 33) continue;  // a sample of the big ones
+        if ((L * D + n) % 4 != 0 && L > 65) continue;  // a sample of the big ones
         const std::int64_t Lk = (n % 2) ? L : L + 19;   // square and Lq != Lk
         Tensor q = random_tensor({1, 2, L, D}, rng), k = random_tensor({1, 2, Lk, D}, rng),
                v = random_tensor({1, 2, Lk, D + (n % 3)}, rng);
@@ -121,7 +122,7 @@ TEST(FastAttention, MatchesReferenceAcrossTileBoundariesAndHeadDims) {
                                           " D " + std::to_string(D) + (o.causal ? " causal" : ""));
         ++n;
       }
-    EXPECT_GT(n, 30);
+    EXPECT_GT(n, 60);
   }
 }
 
