@@ -42,7 +42,8 @@ double max_row_norm(const Tensor& t) {  // max over rows of the last dimension's
 //   plus the exp polynomial (< 4u), the running sum (Lk·u) and the division (u);
 // - the output Σ w_j v_j adds Lk·u relative, so |Δout| <= (2δs + (2Lk + 8)·u)·max|v|,
 //   times 1/(1 − p) under dropout; bf16/f16 outputs add one rounding of the result (both
-//   sides round, so one ulp at max|v|).
+//   sides round, so one ulp at max|v|); on AVX512-BF16 the weights are rounded to bf16
+//   for P·V (relative 2^-9 each, so at most 2^-9·max|v| more: one more bf16 ulp).
 struct Bounds {
   double out, lse;
 };
@@ -58,7 +59,7 @@ Bounds derive_bounds(const Tensor& q, const Tensor& k, const Tensor& v, const At
   ds += 2 * u * (score_mag + extra_mag);
   const double keep = o.dropout_p > 0 && o.dropout_p < 1 ? 1.0 / (1.0 - o.dropout_p) : 1.0;
   double out = (2 * ds + (2 * Lk + 8) * u) * max_abs(v) * keep;
-  if (q.dtype() == DType::bf16) out += 0x1p-8 * max_abs(v) * keep;
+  if (q.dtype() == DType::bf16) out += 2 * 0x1p-8 * max_abs(v) * keep;
   if (q.dtype() == DType::f16) out += 0x1p-11 * max_abs(v) * keep;
   return {out, ds + (Lk + 4) * u + u * (score_mag + extra_mag)};
 }
@@ -219,6 +220,33 @@ TEST(FastAttention, SplitKvDecodeMatchesReference) {
     const Tensor out = detail::flash_attention(problem, q, k, v, false, isa).out;
     EXPECT_FALSE(std::isnan(out.get({0, 0, 0, 0}))) << detail::isa_name(isa);
     EXPECT_TRUE(std::isnan(out.get({0, 1, 0, 0}))) << detail::isa_name(isa);
+  }
+}
+
+// bf16 inputs: on AVX512-BF16 they multiply as bf16 pairs, so odd Dk (a half-empty last
+// pair), odd key counts (a half-empty last key pair) and every option must hold there.
+TEST(FastAttention, Bf16AcrossShapesAndOptions) {
+  Rng rng(38);
+  for (Isa isa : detail::supported_isas()) {
+    int n = 0;
+    for (std::int64_t L : {5, 17, 64, 65, 130})
+      for (std::int64_t D : {1, 7, 64, 100}) {
+        Tensor q = random_tensor({1, 4, L, D}, rng, 1.0, DType::bf16);
+        Tensor k = random_tensor({1, 2, L + 3, D}, rng, 1.0, DType::bf16);
+        Tensor v = random_tensor({1, 2, L + 3, D + 16}, rng, 1.0, DType::bf16);
+        AttentionOptions o;
+        o.causal = n % 2 == 1;
+        if (n % 4 == 2) {
+          o.dropout_p = 0.2;
+          o.seed = 9;
+          o.key_lengths = {L - 1};
+        }
+        if (n % 5 == 3) o.mask = random_tensor({L, L + 3}, rng);
+        if (n % 7 == 4) v.set({0, 1, 2, 0}, std::numeric_limits<float>::quiet_NaN());  // read: NaN rows
+        expect_fast_matches_reference(q, k, v, o, isa,
+                                      "bf16 L " + std::to_string(L) + " D " + std::to_string(D));
+        ++n;
+      }
   }
 }
 

@@ -1,5 +1,5 @@
 // Chooses the ISA variant of the fused kernel at run time: the one mechanism every
-// kernel goes through (STYLE.md 9). QKV_ISA=scalar|avx2|avx512 overrides the choice.
+// kernel goes through (STYLE.md 9). QKV_ISA=scalar|avx2|avx512|avx512_bf16 overrides it.
 #include <atomic>
 #include <cstdlib>
 #include <string>
@@ -18,6 +18,7 @@ bool cpu_runs(Isa isa) {
     case Isa::scalar: return true;
     case Isa::avx2: return f.avx2 && f.fma;
     case Isa::avx512: return f.avx512f && f.avx512bw && f.avx512vl;
+    case Isa::avx512_bf16: return f.avx512f && f.avx512bw && f.avx512vl && f.avx512_bf16;
   }
   return false;
 #else
@@ -26,9 +27,9 @@ bool cpu_runs(Isa isa) {
 }
 
 Isa parse_isa(const std::string& name) {
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512})
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512_bf16})
     if (name == isa_name(isa)) return isa;
-  throw Error("QKV_ISA: expected one of scalar, avx2, avx512; got '" + name + "'" +
+  throw Error("QKV_ISA: expected one of scalar, avx2, avx512, avx512_bf16; got '" + name + "'" +
               (name == "amx" ? " (AMX tile kernels are not built yet)" : ""));
 }
 
@@ -48,13 +49,14 @@ const char* isa_name(Isa isa) {
     case Isa::scalar: return "scalar";
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512";
+    case Isa::avx512_bf16: return "avx512_bf16";
   }
   return "unknown";
 }
 
 std::vector<Isa> supported_isas() {
   std::vector<Isa> isas;
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512})
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512_bf16})
     if (cpu_runs(isa)) isas.push_back(isa);
   return isas;
 }
@@ -83,6 +85,7 @@ AttentionResult flash_attention(const AttentionProblem& problem, const Tensor& q
 #if defined(__x86_64__)
     case Isa::avx2: avx2::flash_forward(problem, q, k, v, result.out, lse); break;
     case Isa::avx512: avx512::flash_forward(problem, q, k, v, result.out, lse); break;
+    case Isa::avx512_bf16: avx512_bf16::flash_forward(problem, q, k, v, result.out, lse); break;
 #else
     default: break;  // checked() already refused
 #endif

@@ -2,7 +2,8 @@
 //
 // Each ISA variant is the same source (flash_body.inc) compiled under a different
 // `#pragma GCC target` in its own namespace; dispatch.cpp picks one at run time from
-// the CPU's features, or from QKV_ISA=scalar|avx2|avx512 (for tests and benchmarks).
+// the CPU's features, or from QKV_ISA=scalar|avx2|avx512|avx512_bf16 (tests, benchmarks).
+// avx512_bf16 is avx512 plus bf16 inputs multiplied as bf16 pairs (vdpbf16ps).
 #pragma once
 
 #include <string>
@@ -12,7 +13,7 @@
 
 namespace qkv::detail {
 
-enum class Isa { scalar, avx2, avx512 };
+enum class Isa { scalar, avx2, avx512, avx512_bf16 };
 
 const char* isa_name(Isa isa);
 // The variants this build contains that this CPU can run, best last.
@@ -36,6 +37,10 @@ void flash_forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, 
                    Tensor& out, float* lse);
 }
 namespace avx512 {
+void flash_forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v,
+                   Tensor& out, float* lse);
+}
+namespace avx512_bf16 {
 void flash_forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v,
                    Tensor& out, float* lse);
 }

@@ -1,0 +1,29 @@
+// The fused attention kernel built for AVX-512 with AVX512-BF16: the avx512 variant plus
+// bf16 inputs multiplied as bf16 pairs (vdpbf16ps).
+// Every header comes first; only the kernel body is compiled for the target.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "attention/kernels/flash.h"
+#include "qkv/tensor.h"
+#include "qkv/threads.h"
+
+#if defined(__x86_64__)
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16,prefer-vector-width=512")
+#define QKV_VEC_BYTES 64  // 32 zmm registers: 16 accumulators + loads + broadcasts
+#define QKV_QK_KEYS 8
+#define QKV_QK_VECS 2
+#define QKV_PV_ROWS 4
+#define QKV_PV_VECS 4
+#define QKV_BF16_DOT 1
+namespace qkv::detail::avx512_bf16 {
+#include "attention/kernels/flash_body.inc"
+}  // namespace qkv::detail::avx512_bf16
+#endif  // __x86_64__
