@@ -95,9 +95,18 @@ check_bench_json() {  # check_bench_json DESCRIPTION CHECK ARGS...
 import json, math, sys
 d = json.load(open(sys.argv[1]))
 required = ['ms', 'ms_min', 'gflops', 'impl', 'dtype', 'threads', 'batch', 'heads', 'kv_heads',
-            'seq_q', 'seq_k', 'dim', 'dim_v', 'causal', 'flops']
+            'seq_q', 'seq_k', 'dim', 'dim_v', 'causal', 'flops',
+            'baseline_rss_mib', 'peak_rss_mib', 'io_mib']
 missing = [k for k in required if k not in d]
 assert not missing, f'missing keys {missing}'
+# Memory (MiB): positive; the peak is at least the baseline; io_mib is exactly q, k, v
+# and the output at the dtype's size.
+assert d['baseline_rss_mib'] > 0 and d['peak_rss_mib'] > 0 and d['io_mib'] > 0, d
+assert d['peak_rss_mib'] >= d['baseline_rss_mib'], (d['peak_rss_mib'], d['baseline_rss_mib'])
+size = {'f32': 4, 'bf16': 2, 'f16': 2}[d['dtype']]
+elements = d['batch'] * (d['heads'] * d['seq_q'] * d['dim'] + d['kv_heads'] * d['seq_k'] * (d['dim'] + d['dim_v'])
+                         + d['heads'] * d['seq_q'] * d['dim_v'])
+assert math.isclose(d['io_mib'], elements * size / 2**20, rel_tol=1e-12), (d['io_mib'], elements * size / 2**20)
 assert d['ms'] > 0 and d['ms_min'] > 0 and d['ms_min'] <= d['ms'], (d['ms'], d['ms_min'])
 assert d['gflops'] > 0, d['gflops']
 # gflops is flops / median time: gflops * ms * 1e6 == flops.
@@ -213,7 +222,7 @@ test_bench() {
   run bench --batch 1 --heads 2 --seq 32 --dim 16 --repeats 3
   expect_status 0 "bench (text)"
   expect_in out "B=1 Hq=2 Hkv=2 Lq=32 Lk=32 Dk=16 Dv=16" "bench prints the shape"
-  expect_in out "impl auto \\((scalar|avx2|avx512)\\) +dtype f32 +threads [0-9]+ +median [0-9.]+ ms +min [0-9.]+ ms +[0-9.]+ GFLOP/s" \
+  expect_in out "impl auto \\((scalar|avx2|avx512|avx512_bf16)\\) +dtype f32 +threads [0-9]+ +median [0-9.]+ ms +min [0-9.]+ ms +[0-9.]+ GFLOP/s" \
     "bench prints impl, dtype, threads, times and GFLOP/s"
   expect_in out "3 runs after 1 warm-up" "bench reports repeats and warm-up"
   run bench --batch 1 --heads 2 --seq 32 --dim 16 --causal --repeats 1
@@ -224,8 +233,8 @@ test_bench() {
   check_bench_json "bench --impl fast" "d['impl'] == 'fast'" --batch 1 --heads 2 --seq 8 --dim 4 \
     --impl fast
   local isa flag
-  for isa in scalar avx2 avx512; do
-    case $isa in scalar) flag= ;; avx2) flag=avx2 ;; avx512) flag=avx512f ;; esac
+  for isa in scalar avx2 avx512 avx512_bf16; do
+    case $isa in scalar) flag= ;; avx2) flag=avx2 ;; avx512) flag=avx512f ;; avx512_bf16) flag=avx512_bf16 ;; esac
     if [[ -n $flag ]] && ! grep -qw "$flag" /proc/cpuinfo; then continue; fi
     QKV_ISA=$isa check_bench_json "bench --impl fast, QKV_ISA=$isa" "d['impl'] == 'fast' and d['isa'] == '$isa'" \
       --batch 1 --heads 2 --kv-heads 1 --seq 40 --kv-seq 70 --dim 24 --causal --impl fast

@@ -1,6 +1,7 @@
 """Every instruction set the fused kernel is built for and this CPU runs (STYLE.md 9):
 the oracle sweep, the NaN/zero-size edges and the thread-count checks run again in a
 child pytest with QKV_ISA=scalar|avx2|avx512 (the kernel reads QKV_ISA once per process).
+The parent run itself uses the best variant (avx512_bf16 where the CPU has AVX512-BF16).
 """
 
 import os

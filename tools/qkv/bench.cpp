@@ -6,12 +6,21 @@
 //   2·B·Hq·Lq·Lk·Dk (q·kᵀ) + 2·B·Hq·Lq·Lk·Dv (p·v),
 // halved for a causal problem with Lq == Lk (half the score matrix is masked; the
 // exact fraction is (L+1)/2L, which the convention rounds to 1/2).
+//
+// --json also reports memory, in MiB (2^20 bytes): baseline_rss_mib, the resident set
+// right before the inputs are allocated (/proc/self/statm); peak_rss_mib, the process's
+// peak resident set at the end (VmHWM in /proc/self/status; getrusage's ru_maxrss only
+// where /proc is missing, see peak_resident_mib); io_mib, the bytes of q, k, v and the
+// output. peak - baseline - io is what the computation needed beyond its inputs and
+// output (workspace, thread stacks, allocator slack).
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -43,6 +52,41 @@ double physical_memory() {
   const long page_size = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size)
                                     : 0.0;
+}
+
+// The resident set now, in MiB (second field of /proc/self/statm, in pages); 0 where
+// /proc is not there.
+double resident_mib() {
+  std::FILE* file = std::fopen("/proc/self/statm", "r");
+  if (file == nullptr) return 0.0;
+  unsigned long long size = 0, resident = 0;
+  const int fields = std::fscanf(file, "%llu %llu", &size, &resident);
+  std::fclose(file);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (fields != 2 || page_size <= 0) return 0.0;
+  return static_cast<double>(resident) * static_cast<double>(page_size) / 0x1p20;
+}
+
+// The peak resident set of this program so far, in MiB: VmHWM from /proc/self/status
+// (kB), the high-water mark of this process image. Not getrusage's ru_maxrss first:
+// Linux carries ru_maxrss over exec, so a qkv started from a large process (a Python
+// benchmark holding torch and its arrays, through fork or vfork + exec) would report
+// that parent's resident set as its own peak. ru_maxrss (KiB) is the fallback where
+// /proc is missing.
+double peak_resident_mib() {
+  if (std::FILE* file = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && std::fgets(line, sizeof line, file) != nullptr) {
+      found = std::sscanf(line, "VmHWM: %llu kB", &kib) == 1;
+    }
+    std::fclose(file);
+    if (found) return static_cast<double>(kib) / 1024.0;
+  }
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0.0;
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;
 }
 
 // `digits` significant digits, never in exponent form: 208.0, 12.35, 0.003400.
@@ -97,6 +141,7 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
   }
   const int threads = qkv::num_threads();
 
+  const double baseline_rss_mib = resident_mib();
   qkv::Rng rng(o.seed);
   const qkv::Tensor q = random_tensor({B, Hq, Lq, Dk}, dtype, rng);   // (B, Hq, Lq, Dk)
   const qkv::Tensor k = random_tensor({B, Hkv, Lk, Dk}, dtype, rng);  // (B, Hkv, Lk, Dk)
@@ -112,6 +157,7 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
     const auto stop = clock::now();
     ms.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
   }
+  const double peak_rss_mib = peak_resident_mib();
   const double ms_median = median(ms);
   const double ms_min = *std::min_element(ms.begin(), ms.end());
 
@@ -147,6 +193,9 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
     j["ms_min"] = ms_min;
     j["ms_all"] = ms;
     j["gflops"] = gflops;
+    j["baseline_rss_mib"] = baseline_rss_mib;
+    j["peak_rss_mib"] = peak_rss_mib;
+    j["io_mib"] = bytes / 0x1p20;
     out << j.dump() << '\n';
     return 0;
   }
