@@ -1,0 +1,727 @@
+#!/usr/bin/python3
+"""qkv's attention beside ONNX Runtime and PyTorch, against the machine's measured ceilings.
+
+Run after a build (it builds what is missing), with Debian's Python:
+
+    /usr/bin/python3 scripts/bench_attention.py [--threads 2] [--quick] [--json FILE]
+
+What it does, in order:
+  1. Installs the peers when missing (as root, through apt-get; else it prints the line
+     to run): python3-torch, python3-onnx, nodejs + npm (Debian); ONNX Runtime through
+     `npm install --ignore-scripts onnxruntime-node@VERSION` into a cache directory outside
+     the source tree (~/.cache/qkv-bench/node, or $QKV_BENCH_CACHE/node), reused when it is
+     there. The package ships its CPU library (bin/napi-v*/linux/x64/
+     onnxruntime_binding.node + libonnxruntime.so.1): the install script only fetches
+     optional GPU binaries, so --ignore-scripts loses nothing; this is checked.
+     torch's BLAS: Debian's python3-torch calls whatever libblas.so.3 the system points
+     at, by default the netlib reference BLAS, which makes torch a straw man (4x slower
+     at L=2048 here). By default this script therefore runs torch on Debian's OpenBLAS
+     (libopenblas0-openmp, fetched with `apt-get download` and unpacked into the cache,
+     put first on LD_LIBRARY_PATH for this process only: nothing on the system changes).
+     --torch-blas system keeps the system's BLAS.
+  2. Measures the ceilings with build/bench/qkv_ceilings (f32 FMA peak, AVX512-BF16 and
+     AMX peaks where present, memory read bandwidth).
+  3. For each case, builds an ONNX graph of ONE com.microsoft MultiHeadAttention node
+     (query/key/value as (B, L, H*D) float32, num_heads = H; causal through the node's
+     `unidirectional` = 1 attribute, checked at start on a tiny problem, with an additive
+     `attention_bias` input (-inf above the diagonal) as the fallback; by default causal
+     cases also time the attention_bias graph, reported in a note: ORT's speed depends on
+     how causal is expressed), starts
+     scripts/bench/ort_runner.js on it (intra-op threads = N) and keeps it waiting, then
+     runs each engine once and compares the outputs with qkv's (max |diff|: catches a
+     wrong head layout or mask), then W warm-up runs of each, then R rounds of
+     qkv, ORT, torch, qkv, ORT, torch, ... one run each per round (interleaved, so that
+     all three see the same state of a noisy machine), and reports medians.
+     qkv: the Python module, qkv.scaled_dot_product_attention on (B, H, L, D) NumPy
+     arrays (torch bf16 tensors for bf16). torch 1.13:
+     torch.nn.functional._scaled_dot_product_attention(q, k, v, None, 0.0, False,
+     is_causal) on (B, H, L, D) tensors sharing the same memory. ORT: its natural
+     (B, L, H*D) layout, the same numbers. Each engine's time includes allocating its
+     output. Between two runs the script sleeps --gap seconds, so that no engine's
+     spinning worker threads (OpenMP, ORT's pool) eat into the next engine's run.
+  4. Runs `build/qkv bench --batch 1 --heads 1 --seq 65536 --dim 64 --repeats 1
+     --warmup 0 --json` and reports its peak RSS - baseline RSS - bytes of q, k, v and
+     the output: the memory the computation needed beyond its inputs and output, against
+     the 64 MiB target.
+
+FLOPs: 4*B*H*Lq*Lk*D, halved for a causal square problem. Ratios are speed ratios:
+qkv/ORT = ORT's median time / qkv's median time (above 1: qkv is faster). % peak: qkv's
+GFLOP/s over the measured f32 FMA peak at the same thread count. For decode, the K+V read
+rate 2*B*Hkv*Lk*D*4 bytes / time, over the measured memory read bandwidth.
+
+Benchmarks only: nothing here asserts a time. A mismatch between engines is reported
+(and makes the exit status 1), never hidden.
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUNNER = os.path.join(ROOT, "scripts", "bench", "ort_runner.js")
+CACHE = os.environ.get("QKV_BENCH_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "qkv-bench"))
+# onnxruntime-node 1.30.0 ships its linux-x64 CPU binding in the npm package itself
+# (checked after install); pinned so that runs are comparable.
+ORT_VERSION = "1.30.0"
+OPENBLAS_PACKAGE = "libopenblas0-openmp"
+MEMORY_TARGET_MIB = 64.0
+CAUSAL_EXPRESSIONS = {
+    "unidirectional": "MultiHeadAttention attribute unidirectional=1",
+    "bias": "MultiHeadAttention additive attention_bias input (1, 1, Lq, Lk), -inf above the diagonal",
+}
+
+
+def log(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------
+# Installing the peers.
+
+def run_quiet(cmd, **kwargs):
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+def apt_install(packages, why):
+    line = "apt-get install -y " + " ".join(packages)
+    if os.geteuid() != 0:
+        sys.exit(f"bench_attention: {why} is missing; as root run: {line}")
+    log(f"installing {' '.join(packages)} ({why}) with apt-get")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    result = run_quiet(["apt-get", "install", "-y", *packages], env=env)
+    if result.returncode != 0:  # an old or empty package list: update once and retry
+        run_quiet(["apt-get", "update"], env=env)
+        result = run_quiet(["apt-get", "install", "-y", *packages], env=env)
+    if result.returncode != 0:
+        sys.exit(f"bench_attention: `{line}` failed:\n{result.stdout[-2000:]}")
+
+
+def ensure_python_peers(args):
+    missing = []
+    if not args.no_torch:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            missing.append("python3-torch")
+    if not args.no_ort:
+        try:
+            import onnx  # noqa: F401
+        except ImportError:
+            missing.append("python3-onnx")
+    if missing:
+        apt_install(missing, "PyTorch / ONNX for Python")
+
+
+def ensure_node():
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        apt_install(["nodejs", "npm"], "Node.js and npm (to run ONNX Runtime)")
+
+
+def ort_binding_files(package_dir):
+    machine = {"x86_64": "x64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    pattern = os.path.join(package_dir, "bin", "napi-v*", "linux", machine)
+    found = {}
+    for directory in sorted(glob.glob(pattern)):
+        binding = os.path.join(directory, "onnxruntime_binding.node")
+        libs = glob.glob(os.path.join(directory, "libonnxruntime.so*"))
+        if os.path.isfile(binding) and libs:
+            found = {"binding": binding, "library": libs[0]}
+    return found
+
+
+def ensure_ort(version):
+    """onnxruntime-node in CACHE/node (installed with --ignore-scripts when absent).
+    Returns (node_modules directory, version)."""
+    ensure_node()
+    prefix = os.path.join(CACHE, "node")
+    package_dir = os.path.join(prefix, "node_modules", "onnxruntime-node")
+    manifest = os.path.join(package_dir, "package.json")
+    installed = None
+    if os.path.isfile(manifest):
+        with open(manifest) as f:
+            installed = json.load(f).get("version")
+    if installed != version:
+        os.makedirs(prefix, exist_ok=True)
+        if not os.path.isfile(os.path.join(prefix, "package.json")):
+            with open(os.path.join(prefix, "package.json"), "w") as f:
+                json.dump({"private": True, "description": "qkv benchmark peers (cache)"}, f)
+        log(f"installing onnxruntime-node@{version} into {prefix} (npm, --ignore-scripts)")
+        result = run_quiet(["npm", "install", "--prefix", prefix, "--ignore-scripts", "--no-audit",
+                            "--no-fund", f"onnxruntime-node@{version}"])
+        if result.returncode != 0:
+            sys.exit(f"bench_attention: npm install onnxruntime-node@{version} failed:\n{result.stdout[-2000:]}")
+        with open(manifest) as f:
+            installed = json.load(f).get("version")
+    files = ort_binding_files(package_dir)
+    if not files:
+        sys.exit(f"bench_attention: onnxruntime-node {installed} in {package_dir} has no native binding "
+                 f"for linux/{platform.machine()} (bin/napi-v*/linux/*/onnxruntime_binding.node and "
+                 "libonnxruntime.so*); this version needs its install script: pin another with --ort-version")
+    return os.path.join(prefix, "node_modules"), installed
+
+
+def ensure_openblas():
+    """Debian's OpenBLAS (OpenMP build) unpacked into the cache; returns the directory with
+    its libblas.so.3, or None when it cannot be had."""
+    root = os.path.join(CACHE, "openblas")
+    libdir = os.path.join(root, "root", "usr", "lib", "x86_64-linux-gnu", "openblas-openmp")
+    if os.path.isfile(os.path.join(libdir, "libblas.so.3")):
+        return libdir
+    os.makedirs(root, exist_ok=True)
+    log(f"fetching {OPENBLAS_PACKAGE} (apt-get download) into {root} for torch's BLAS")
+    result = run_quiet(["apt-get", "download", OPENBLAS_PACKAGE], cwd=root)
+    if result.returncode != 0 and os.geteuid() == 0:
+        run_quiet(["apt-get", "update"])
+        result = run_quiet(["apt-get", "download", OPENBLAS_PACKAGE], cwd=root)
+    debs = sorted(glob.glob(os.path.join(root, f"{OPENBLAS_PACKAGE}_*.deb")))
+    if result.returncode != 0 or not debs:
+        log(f"could not fetch {OPENBLAS_PACKAGE}; torch keeps the system BLAS:\n{result.stdout[-800:]}")
+        return None
+    result = run_quiet(["dpkg-deb", "-x", debs[-1], os.path.join(root, "root")])
+    if result.returncode != 0 or not os.path.isfile(os.path.join(libdir, "libblas.so.3")):
+        log(f"could not unpack {debs[-1]}; torch keeps the system BLAS:\n{result.stdout[-800:]}")
+        return None
+    return libdir
+
+
+def reexec_with_openblas(args):
+    """The dynamic linker reads LD_LIBRARY_PATH only at start: re-run this script with
+    OpenBLAS first on it (once), before torch is imported."""
+    if args.torch_blas != "openblas" or args.no_torch or os.environ.get("QKV_BENCH_REEXEC") == "1":
+        return
+    libdir = ensure_openblas()
+    if libdir is None:
+        return
+    env = dict(os.environ, QKV_BENCH_REEXEC="1", OPENBLAS_NUM_THREADS=str(args.threads))
+    env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]], env)
+
+
+def loaded_blas():
+    """Which BLAS library this process has mapped (torch links libblas.so.3)."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "blas" in line.split()[-1].rsplit("/", 1)[-1]}
+    except OSError:
+        return "unknown"
+    if any("openblas" in p for p in paths):
+        return "OpenBLAS (" + OPENBLAS_PACKAGE + ", this process only)"
+    if paths:
+        return "system libblas.so.3 (" + ", ".join(sorted(os.path.basename(p) for p in paths)) + ")"
+    return "none loaded"
+
+
+# --------------------------------------------------------------------------------------
+# Building qkv (only what is missing, unless --rebuild).
+
+def ensure_build(build_dir, rebuild):
+    cli = os.path.join(build_dir, "qkv")
+    ceilings = os.path.join(build_dir, "bench", "qkv_ceilings")
+    module = glob.glob(os.path.join(build_dir, "python", "qkv", "_qkv*.so"))
+    if rebuild or not (os.path.isfile(cli) and os.path.isfile(ceilings) and module):
+        if not os.path.isfile(os.path.join(build_dir, "CMakeCache.txt")):
+            subprocess.run(["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release"], check=True,
+                           stdout=sys.stderr)
+        subprocess.run(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2), "--target", "qkv_cli",
+                        "_qkv", "qkv_ceilings"], check=True, stdout=sys.stderr)
+    return cli, ceilings
+
+
+# --------------------------------------------------------------------------------------
+# The ONNX graph.
+
+def build_mha_model(path, b, h, lq, lk, d, causal, causal_mode):
+    """One com.microsoft MultiHeadAttention node. Inputs query (b, lq, h*d), key and value
+    (b, lk, h*d), float32; output (b, lq, h*d). causal_mode: 'unidirectional' (the node's
+    attribute) or 'bias' (an additive attention_bias input (1, 1, lq, lk), -inf above the
+    diagonal). Returns the input names (in the order the feeds need)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    inputs = [
+        helper.make_tensor_value_info("query", TensorProto.FLOAT, [b, lq, h * d]),
+        helper.make_tensor_value_info("key", TensorProto.FLOAT, [b, lk, h * d]),
+        helper.make_tensor_value_info("value", TensorProto.FLOAT, [b, lk, h * d]),
+    ]
+    node_inputs = ["query", "key", "value"]
+    attributes = {"num_heads": h}
+    if causal and causal_mode == "unidirectional":
+        attributes["unidirectional"] = 1
+    elif causal and causal_mode == "bias":
+        # MultiHeadAttention's inputs: query, key, value, bias, key_padding_mask,
+        # attention_bias, ... ('' = absent).
+        inputs.append(helper.make_tensor_value_info("attention_bias", TensorProto.FLOAT, [1, 1, lq, lk]))
+        node_inputs += ["", "", "attention_bias"]
+    node = helper.make_node("MultiHeadAttention", node_inputs, ["output"], domain="com.microsoft",
+                            name="mha", **attributes)
+    graph = helper.make_graph([node], "qkv_bench_mha", inputs,
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, [b, lq, h * d])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)],
+                              producer_name="qkv bench_attention.py")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return [name for name in node_inputs if name]
+
+
+class OrtRunner:
+    """scripts/bench/ort_runner.js in --serve mode on one model and its inputs."""
+
+    def __init__(self, node_modules, workdir, model, shapes, threads, warmup, tag="model"):
+        self.output = os.path.join(workdir, f"ort_output_{tag}.bin")
+        env = dict(os.environ, QKV_ORT_NODE_MODULES=node_modules)
+        env.pop("LD_LIBRARY_PATH", None)  # OpenBLAS is torch's business, not ORT's
+        self.proc = subprocess.Popen(
+            ["node", RUNNER, "--model", model, "--shapes", json.dumps(shapes), "--threads", str(threads),
+             "--warmup", str(warmup), "--inputs", workdir, "--output", self.output, "--serve"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        hello = self._reply()
+        if not hello.get("ready"):
+            raise RuntimeError(f"ort_runner did not start: {hello}")
+        self.version = hello.get("ort_version")
+
+    def _reply(self):
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait()
+            raise RuntimeError("ort_runner exited: " + self.proc.stderr.read().strip())
+        return json.loads(line)
+
+    def run(self):
+        self.proc.stdin.write("run\n")
+        self.proc.stdin.flush()
+        reply = self._reply()
+        if "ms" not in reply:
+            raise RuntimeError(f"ort_runner: {reply}")
+        return reply["ms"] / 1e3
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write("quit\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=30)
+            except (BrokenPipeError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+
+
+def probe_ort_causal(node_modules, workdir, causal_mode):
+    """Does this ORT honour the causal expression? A tiny causal problem: query row 0 may
+    see key 0 only, so output row 0 must equal value row 0 (per head)."""
+    import numpy as np
+
+    b, h, l, d = 1, 2, 8, 4
+    model = os.path.join(workdir, "probe.onnx")
+    names = build_mha_model(model, b, h, l, l, d, True, causal_mode)
+    rng = np.random.default_rng(1)
+    feeds = {n: rng.standard_normal((b, l, h * d), dtype=np.float32) for n in ("query", "key", "value")}
+    if "attention_bias" in names:
+        feeds["attention_bias"] = causal_bias(l, l)
+    for name, array in feeds.items():
+        array.tofile(os.path.join(workdir, f"{name}.bin"))
+    shapes = {name: list(feeds[name].shape) for name in names}
+    try:
+        runner = OrtRunner(node_modules, workdir, model, shapes, 1, 0)
+    except RuntimeError as error:
+        return False, str(error)
+    runner.close()
+    out = np.fromfile(runner.output, dtype=np.float32).reshape(b, l, h * d)
+    err = float(np.abs(out[:, 0] - feeds["value"][:, 0]).max())
+    return err < 1e-5, f"row 0 vs value row 0: max |diff| {err:.2e}"
+
+
+def causal_bias(lq, lk):
+    import numpy as np
+
+    allowed = np.tril(np.ones((lq, lk), dtype=bool))
+    return np.where(allowed, 0.0, -np.inf).astype(np.float32).reshape(1, 1, lq, lk)
+
+
+# --------------------------------------------------------------------------------------
+# Cases.
+
+def cases(quick):
+    # (name, B, H, Lq, Lk, D, causal, dtype, decode)
+    if quick:
+        return [
+            ("f32 L=512", 1, 12, 512, 512, 64, False, "f32", False),
+            ("f32 L=512 causal", 1, 12, 512, 512, 64, True, "f32", False),
+            ("bf16 L=512", 1, 12, 512, 512, 64, False, "bf16", False),
+            ("decode Lk=2048 H=32 D=128", 1, 32, 1, 2048, 128, False, "f32", True),
+        ]
+    return [
+        ("f32 L=2048", 1, 12, 2048, 2048, 64, False, "f32", False),
+        ("f32 L=2048 causal", 1, 12, 2048, 2048, 64, True, "f32", False),
+        ("f32 L=512", 1, 12, 512, 512, 64, False, "f32", False),
+        ("f32 L=512 causal", 1, 12, 512, 512, 64, True, "f32", False),
+        ("bf16 L=2048", 1, 12, 2048, 2048, 64, False, "bf16", False),
+        ("decode Lk=8192 H=32 D=128", 1, 32, 1, 8192, 128, False, "f32", True),
+    ]
+
+
+def attention_flops(b, h, lq, lk, d, causal):
+    flops = 4.0 * b * h * lq * lk * d
+    return flops / 2 if causal and lq == lk else flops
+
+
+def max_abs_diff(a, b):
+    import numpy as np
+
+    a = np.asarray(a, dtype=np.float32)
+    b = np.asarray(b, dtype=np.float32)
+    if a.shape != b.shape:
+        return math.inf
+    return float(np.abs(a - b).max())
+
+
+def run_case(case, args, ort_info, torch_info):
+    import numpy as np
+    import qkv
+
+    name, b, h, lq, lk, d, causal, dtype, decode = case
+    rng = np.random.default_rng(args.seed)
+    q = rng.standard_normal((b, h, lq, d), dtype=np.float32)
+    k = rng.standard_normal((b, h, lk, d), dtype=np.float32)
+    v = rng.standard_normal((b, h, lk, d), dtype=np.float32)
+    result = {"case": name, "batch": b, "heads": h, "seq_q": lq, "seq_k": lk, "dim": d, "causal": causal,
+              "dtype": dtype, "flops": attention_flops(b, h, lq, lk, d, causal)}
+    if decode:
+        result["kv_bytes"] = 2.0 * b * h * lk * d * 4
+
+    engines = {}  # name -> callable returning the output (as NumPy float32 for checking)
+    outputs = {}
+    notes = []
+    torch = None
+    if torch_info is not None:
+        import torch
+        import torch.nn.functional as F
+    if dtype == "f32":
+        engines["qkv"] = lambda: qkv.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    else:  # bf16: NumPy has no bfloat16; qkv reads torch bf16 tensors in place
+        if torch is None:
+            notes.append("bf16 needs torch tensors as input: skipped")
+            return result, notes
+        qb, kb, vb = (torch.from_numpy(x).to(torch.bfloat16) for x in (q, k, v))
+        engines["qkv"] = lambda: qkv.scaled_dot_product_attention(qb, kb, vb, is_causal=causal)
+
+    runners = []
+    workdir = tempfile.mkdtemp(prefix="qkv-bench-")
+    try:
+        if ort_info is not None and dtype == "f32":
+            # The primary causal expression gives the "ORT" column; in causal cases the other
+            # one (when asked for) is timed too, as "ORT <mode>", reported in a note.
+            modes = [("ORT", ort_info["causal_mode"])]
+            if causal and ort_info.get("extra_mode"):
+                modes.append((f"ORT {ort_info['extra_mode']}", ort_info["extra_mode"]))
+            feeds = {"query": q, "key": k, "value": v}
+            written = set()
+            for engine, mode in modes:
+                tag = mode if causal else "plain"
+                model = os.path.join(workdir, f"mha_{tag}.onnx")
+                names = build_mha_model(model, b, h, lq, lk, d, causal, mode)
+                shapes = {}
+                for n in names:  # (B, H, L, D) -> (B, L, H*D), ORT's layout
+                    array = causal_bias(lq, lk) if n == "attention_bias" else \
+                        np.ascontiguousarray(feeds[n].transpose(0, 2, 1, 3)).reshape(b, -1, h * d)
+                    if n not in written:
+                        array.tofile(os.path.join(workdir, f"{n}.bin"))
+                        written.add(n)
+                    shapes[n] = list(array.shape)
+                runner = OrtRunner(ort_info["node_modules"], workdir, model, shapes, args.threads, 0, tag)
+                runners.append(runner)
+                out = np.fromfile(runner.output, dtype=np.float32).reshape(b, lq, h, d).transpose(0, 2, 1, 3)
+                outputs[engine] = out
+                engines[engine] = runner.run
+            for n in written:
+                os.remove(os.path.join(workdir, f"{n}.bin"))
+        elif ort_info is not None:
+            notes.append("ORT: not run for bf16 (the MultiHeadAttention graph here is float32)")
+
+        if torch_info is not None:
+            if dtype == "f32":
+                qt, kt, vt = (torch.from_numpy(x) for x in (q, k, v))
+            else:
+                qt, kt, vt = qb, kb, vb
+            if causal and not torch_info["is_causal_ok"]:
+                mask = torch.ones(lq, lk, dtype=torch.bool).tril()
+                engines["torch"] = lambda: F._scaled_dot_product_attention(qt, kt, vt, mask, 0.0, False, False)[0]
+            else:
+                engines["torch"] = lambda: F._scaled_dot_product_attention(qt, kt, vt, None, 0.0, False, causal)[0]
+            if dtype == "bf16":
+                try:
+                    engines["torch"]()
+                except RuntimeError as error:
+                    notes.append(f"torch bf16 SDPA failed on this CPU: {error}")
+                    del engines["torch"]
+
+        # One run of each: the outputs, checked against qkv's (and the first warm-up).
+        def as_numpy(x):
+            return x.float().numpy() if torch is not None and isinstance(x, torch.Tensor) else np.asarray(x)
+
+        outputs["qkv"] = as_numpy(engines["qkv"]())
+        if "torch" in engines:
+            outputs["torch"] = as_numpy(engines["torch"]())
+        tolerance = 1e-3 if dtype == "f32" else 5e-2
+        result["max_abs_diff"] = {}
+        result["mismatch"] = []
+        for peer in [e for e in outputs if e != "qkv"]:
+            diff = max_abs_diff(outputs["qkv"], outputs[peer])
+            result["max_abs_diff"][peer] = diff
+            if not diff <= tolerance:
+                result["mismatch"].append(peer)
+                notes.append(f"MISMATCH: qkv vs {peer} max |diff| {diff:.3g} > {tolerance:g}")
+        outputs.clear()
+
+        for _ in range(args.warmup):
+            for engine in engines.values():
+                engine()
+                time.sleep(args.gap)
+        times = {engine: [] for engine in engines}
+        for _ in range(args.repeats):  # interleaved rounds
+            for engine, fn in engines.items():
+                if engine.startswith("ORT"):
+                    times[engine].append(fn())  # timed inside Node.js around session.run
+                else:
+                    start = time.perf_counter()
+                    out = fn()
+                    times[engine].append(time.perf_counter() - start)
+                    del out
+                time.sleep(args.gap)
+        result["ms_all"] = {e: [t * 1e3 for t in ts] for e, ts in times.items()}
+        result["ms"] = {e: statistics.median(ts) * 1e3 for e, ts in times.items()}
+        result["gflops"] = {e: result["flops"] / (ms * 1e6) for e, ms in result["ms"].items()}
+        if decode:
+            result["kv_gb_per_s"] = {e: result["kv_bytes"] / (ms * 1e6) for e, ms in result["ms"].items()}
+    finally:
+        for runner in runners:
+            runner.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return result, notes
+
+
+# --------------------------------------------------------------------------------------
+# Reporting.
+
+def cell(x, spec, suffix=""):
+    """x formatted by spec (e.g. '9.2f') plus suffix; '-' in the same width when absent."""
+    width = int(spec.split(".")[0]) + len(suffix)
+    return "-".rjust(width) if x is None else (format(x, spec) + suffix).rjust(width)
+
+
+def print_table(results, ceilings):
+    peak = (ceilings.get("f32_fma") or {}).get("gflops")
+    bf16_peak = (ceilings.get("bf16_avx512_dpbf16ps") or {}).get("gflops")
+    bandwidth = (ceilings.get("mem_read") or {}).get("gb_per_s")
+    header = (f"{'case':<27}{'qkv ms':>9}{'ORT ms':>9}{'torch ms':>10}{'qkv GF/s':>10}{'ORT GF/s':>10}"
+              f"{'torch GF/s':>11}{'qkv/ORT':>9}{'qkv/torch':>10}{'%f32 pk':>9}{'%mem BW':>9}"
+              f"{'|Δ| ORT':>10}{'|Δ| torch':>10}")
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        ms = r.get("ms", {})
+        gf = r.get("gflops", {})
+        diff = r.get("max_abs_diff", {})
+        q = ms.get("qkv")
+        ratio_ort = ms["ORT"] / q if q and "ORT" in ms else None
+        ratio_torch = ms["torch"] / q if q and "torch" in ms else None
+        pct_peak = 100 * gf["qkv"] / peak if peak and "qkv" in gf else None
+        pct_bw = 100 * r["kv_gb_per_s"]["qkv"] / bandwidth if bandwidth and "kv_gb_per_s" in r else None
+        print(f"{r['case']:<27}{cell(q, '9.2f')}{cell(ms.get('ORT'), '9.2f')}{cell(ms.get('torch'), '10.2f')}"
+              f"{cell(gf.get('qkv'), '10.1f')}{cell(gf.get('ORT'), '10.1f')}{cell(gf.get('torch'), '11.1f')}"
+              f"{cell(ratio_ort, '8.2f', 'x')}{cell(ratio_torch, '9.2f', 'x')}"
+              f"{cell(pct_peak, '8.1f', '%')}{cell(pct_bw, '8.1f', '%')}"
+              f"{cell(diff.get('ORT'), '10.1e')}{cell(diff.get('torch'), '10.1e')}")
+    for r in results:
+        for engine, ms in r.get("ms", {}).items():
+            if engine.startswith("ORT ") and "qkv" in r["ms"]:
+                print(f"  {r['case']}: {engine} (causal as {CAUSAL_EXPRESSIONS[engine[4:]]}): {ms:.2f} ms, "
+                      f"{r['gflops'][engine]:.1f} GFLOP/s, qkv/{engine.replace(' ', '-')} "
+                      f"{ms / r['ms']['qkv']:.2f}x, |diff| {r['max_abs_diff'].get(engine, math.nan):.1e}")
+        if "kv_gb_per_s" in r:
+            rates = ", ".join(f"{e} {x:.1f} GB/s" + (f" ({100 * x / bandwidth:.0f}%)" if bandwidth else "")
+                              for e, x in r["kv_gb_per_s"].items())
+            print(f"  {r['case']}: K+V read rate {rates} (of {r['kv_bytes'] / 2**20:.0f} MiB per call)")
+        if r["dtype"] == "bf16" and bf16_peak and "gflops" in r:
+            print(f"  {r['case']}: qkv at {100 * r['gflops']['qkv'] / bf16_peak:.1f}% of the measured "
+                  f"vdpbf16ps peak ({bf16_peak:.0f} GFLOP/s)")
+
+
+def ceilings_line(c):
+    def g(key, field="gflops"):
+        entry = c.get(key)
+        return None if not entry else entry.get(field)
+
+    parts = []
+    if g("f32_fma"):
+        parts.append(f"f32 FMA {c['f32_fma']['isa']} {g('f32_fma'):.0f} GFLOP/s (median {g('f32_fma', 'gflops_median'):.0f})"
+                     + (f", 1 thread {g('f32_fma_1_thread'):.0f}" if g("f32_fma_1_thread") else "")
+                     + (f", avx2 {g('f32_fma_avx2'):.0f}" if g("f32_fma_avx2") and c["f32_fma"]["isa"] != "avx2" else ""))
+    parts.append(f"AVX512-BF16 {g('bf16_avx512_dpbf16ps'):.0f} GFLOP/s (median {g('bf16_avx512_dpbf16ps', 'gflops_median'):.0f})"
+                 if g("bf16_avx512_dpbf16ps")
+                 else "AVX512-BF16 n/a")
+    parts.append(f"AMX bf16 {g('bf16_amx'):.0f} GFLOP/s" if g("bf16_amx")
+                 else f"AMX bf16 n/a ({c.get('bf16_amx_reason', 'not measured')})")
+    if g("mem_read", "gb_per_s"):
+        parts.append(f"memory read {g('mem_read', 'gb_per_s'):.1f} GB/s (median {g('mem_read', 'gb_per_s_median'):.1f}; "
+                     f"{c['mem_read']['buffer_mib']} MiB buffer)")
+    return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------------------
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(__doc__.splitlines()[2:]))
+    parser.add_argument("--threads", type=int, default=2, help="threads for every engine (default 2)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed rounds per case (default 7, --quick 5)")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up runs per engine (default 2, --quick 1)")
+    parser.add_argument("--quick", action="store_true", help="smaller shapes, fewer runs, shorter ceilings")
+    parser.add_argument("--json", metavar="FILE", help="also write every number to FILE")
+    parser.add_argument("--build-dir", default=os.path.join(ROOT, "build"), help="the CMake build (default build/)")
+    parser.add_argument("--rebuild", action="store_true", help="run cmake --build first even if the binaries exist")
+    parser.add_argument("--ort-version", default=ORT_VERSION, help=f"onnxruntime-node version (default {ORT_VERSION})")
+    parser.add_argument("--ort-causal", choices=("unidirectional", "bias", "both"), default="both",
+                        help="how the ORT graph expresses causal: the MHA attribute unidirectional=1, an additive "
+                             "attention_bias input, or both (default: the ORT column is unidirectional, the bias "
+                             "graph is timed beside it and reported in a note)")
+    parser.add_argument("--torch-blas", choices=("openblas", "system"), default="openblas",
+                        help="BLAS under torch: Debian's OpenBLAS for this process (default) or the system's")
+    parser.add_argument("--gap", type=float, default=0.02, help="seconds of idle between two runs (default 0.02)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime out")
+    parser.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory run")
+    args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)
+    if args.threads < 1:
+        parser.error("--threads must be >= 1")
+    args.repeats = args.repeats or (5 if args.quick else 7)
+    args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
+    if args.repeats < 1 or args.warmup < 0:
+        parser.error("--repeats must be >= 1 and --warmup >= 0")
+    build_dir = os.path.abspath(args.build_dir)
+
+    ensure_python_peers(args)
+    reexec_with_openblas(args)  # does not return when it re-runs the script
+    ort_modules = ort_version = None
+    if not args.no_ort:
+        ort_modules, ort_version = ensure_ort(args.ort_version)
+    cli, ceilings_bin = ensure_build(build_dir, args.rebuild)
+
+    sys.path.insert(0, os.path.join(build_dir, "python"))
+    import numpy as np
+    import qkv
+
+    qkv.set_num_threads(args.threads)
+    torch_info = None
+    if not args.no_torch:
+        import torch
+        import torch.nn.functional as F
+
+        torch.set_num_threads(args.threads)
+        # 1.13's _scaled_dot_product_attention: is is_causal honoured (= tril bool mask)?
+        g = torch.Generator().manual_seed(0)
+        t = [torch.randn(1, 2, 9, 4, generator=g, dtype=torch.float64) for _ in range(3)]
+        by_flag = F._scaled_dot_product_attention(*t, None, 0.0, False, True)[0]
+        by_mask = F._scaled_dot_product_attention(*t, torch.ones(9, 9, dtype=torch.bool).tril(), 0.0, False, False)[0]
+        torch_info = {"version": torch.__version__, "is_causal_ok": bool(torch.allclose(by_flag, by_mask)),
+                      "blas": loaded_blas()}
+
+    ort_info = None
+    if not args.no_ort:
+        probe_dir = tempfile.mkdtemp(prefix="qkv-bench-probe-")
+        try:
+            wanted = ["unidirectional", "bias"] if args.ort_causal == "both" else [args.ort_causal]
+            honoured, probes = [], {}
+            for mode in ("unidirectional", "bias"):
+                if mode in wanted or not honoured:
+                    ok, probes[mode] = probe_ort_causal(ort_modules, probe_dir, mode)
+                    if ok:
+                        honoured.append(mode)
+                    else:
+                        log(f"ORT {ort_version}: causal via {mode} is not honoured ({probes[mode]})")
+        finally:
+            shutil.rmtree(probe_dir, ignore_errors=True)
+        usable = [m for m in wanted if m in honoured] or honoured or wanted[:1]
+        ort_info = {"node_modules": ort_modules, "version": ort_version, "causal_mode": usable[0],
+                    "extra_mode": usable[1] if len(usable) > 1 else None, "causal_probes": probes}
+
+    log("measuring the ceilings (qkv_ceilings)")
+    ceiling_args = ["--threads", str(args.threads)]
+    if args.quick:
+        ceiling_args += ["--repeats", "3", "--seconds", "0.1"]
+    ceilings = json.loads(subprocess.run([ceilings_bin, *ceiling_args], check=True, stdout=subprocess.PIPE,
+                                         text=True).stdout)
+
+    results, all_notes = [], []
+    for case in cases(args.quick):
+        log(f"case {case[0]}")
+        result, notes = run_case(case, args, ort_info, torch_info)
+        results.append(result)
+        all_notes += [f"{case[0]}: {n}" for n in notes]
+
+    memory = None
+    if not args.no_memory:
+        log("peak memory: qkv bench --seq 65536")
+        out = subprocess.run([cli, "bench", "--batch", "1", "--heads", "1", "--seq", "65536", "--dim", "64",
+                              "--repeats", "1", "--warmup", "0", "--threads", str(args.threads), "--json"],
+                             check=True, stdout=subprocess.PIPE, text=True).stdout
+        memory = json.loads(out)
+        memory["beyond_io_mib"] = memory["peak_rss_mib"] - memory["baseline_rss_mib"] - memory["io_mib"]
+
+    node_version = subprocess.run(["node", "--version"], stdout=subprocess.PIPE, text=True).stdout.strip() \
+        if shutil.which("node") else None
+    git = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True).stdout.strip() if shutil.which("git") else ""
+    machine = {
+        "cpu": qkv.cpu_summary(), "threads": args.threads, "qkv": qkv.__version__, "qkv_git": git or None,
+        "torch": torch_info["version"] if torch_info else None,
+        "torch_blas": torch_info["blas"] if torch_info else None,
+        "torch_causal": ("is_causal=True" if torch_info["is_causal_ok"] else "bool tril mask") if torch_info else None,
+        "onnxruntime_node": ort_version, "node": node_version, "numpy": np.__version__,
+        "ort_causal": CAUSAL_EXPRESSIONS[ort_info["causal_mode"]] if ort_info else None,
+        "python": platform.python_version(),
+    }
+    where = f"{machine['qkv_git']}, {build_dir}" if machine["qkv_git"] else build_dir
+    print(f"qkv {machine['qkv']} ({where}); torch {machine['torch']} ({machine['torch_blas']}); "
+          f"onnxruntime-node {machine['onnxruntime_node']} (node {machine['node']}); threads {args.threads}")
+    print(f"cpu: {machine['cpu']}")
+    print(f"ceilings ({args.threads} threads, best of {ceilings['repeats']}): {ceilings_line(ceilings)}")
+    print(f"ORT causal: {machine['ort_causal']}; torch causal: {machine['torch_causal']}; "
+          f"medians of {args.repeats} interleaved rounds after {args.warmup} warm-up; "
+          f"ratios = peer time / qkv time")
+    print()
+    print_table(results, ceilings)
+    for note in all_notes:
+        print(f"  note: {note}")
+    if memory:
+        verdict = "within" if memory["beyond_io_mib"] <= MEMORY_TARGET_MIB else "OVER"
+        print()
+        print(f"memory (qkv bench B=1 H=1 L=65536 D=64 f32, {memory['threads']} threads): peak RSS "
+              f"{memory['peak_rss_mib']:.1f} MiB - baseline {memory['baseline_rss_mib']:.1f} MiB - q,k,v,out "
+              f"{memory['io_mib']:.1f} MiB = {memory['beyond_io_mib']:.1f} MiB beyond inputs and output "
+              f"({verdict} the {MEMORY_TARGET_MIB:.0f} MiB target); that run: {memory['ms']:.0f} ms, "
+              f"{memory['gflops']:.1f} GFLOP/s")
+
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": machine, "ceilings": ceilings, "cases": results, "memory": memory,
+                       "notes": all_notes, "ort": {k: v for k, v in (ort_info or {}).items() if k != "node_modules"},
+                       "settings": {"repeats": args.repeats, "warmup": args.warmup, "gap_s": args.gap,
+                                    "seed": args.seed, "quick": args.quick}}, f, indent=2)
+    return 1 if any(r.get("mismatch") for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
