@@ -28,21 +28,13 @@ void set_isa(Isa isa);
 AttentionResult flash_attention(const AttentionProblem& problem, const Tensor& q, const Tensor& k,
                                 const Tensor& v, bool return_lse, Isa isa);
 
-namespace scalar {
-void flash_forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v,
-                   Tensor& out, float* lse);
-}
-namespace avx2 {
-void flash_forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v,
-                   Tensor& out, float* lse);
-}
-namespace avx512 {
-void flash_forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v,
-                   Tensor& out, float* lse);
-}
-namespace avx512_bf16 {
-void flash_forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v,
-                   Tensor& out, float* lse);
-}
+// One kernel per ISA variant, all of this signature:
+//   out (B, Hq, Lq, Dv), preallocated in q's dtype; lse (B, Hq, Lq) or null.
+using FlashForward = void(const AttentionProblem& p, const Tensor& q, const Tensor& k,
+                          const Tensor& v, Tensor& out, float* lse);
+namespace scalar { FlashForward flash_forward; }
+namespace avx2 { FlashForward flash_forward; }
+namespace avx512 { FlashForward flash_forward; }
+namespace avx512_bf16 { FlashForward flash_forward; }
 
 }  // namespace qkv::detail
