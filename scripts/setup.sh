@@ -5,9 +5,10 @@
 # As root it runs apt-get; otherwise it stops and prints the command to run.
 set -euo pipefail
 
-build_packages=(cmake g++ make libgtest-dev nlohmann-json3-dev libcli11-dev
+build_packages=(cmake g++ make libgtest-dev nlohmann-json3-dev libcli11-dev libdnnl-dev
                 pybind11-dev python3-dev python3-numpy)
-test_packages=(python3-torch python3-pytest)
+# clang + its runtimes: libFuzzer targets; npm: test vocabularies from npm packages.
+test_packages=(python3-torch python3-pytest clang libclang-rt-14-dev)
 
 case "${1:-build}" in
   build) wanted=("${build_packages[@]}") ;;
@@ -20,6 +21,8 @@ for package in "${wanted[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null || true)
   [[ "$status" == "install ok installed" ]] || missing+=("$package")
 done
+# npm may come with the machine's own Node.js rather than a Debian package.
+if [[ "${1:-build}" == test ]] && ! command -v npm >/dev/null 2>&1; then missing+=(npm); fi
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 
 if [[ $(id -u) -ne 0 ]]; then

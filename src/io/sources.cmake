@@ -1,0 +1,1 @@
+# Sources of src/io, appended to QKV_SOURCES (paths relative to the project root).

@@ -1,0 +1,1 @@
+# Sources of src/nn, appended to QKV_SOURCES (paths relative to the project root).
