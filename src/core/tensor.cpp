@@ -159,6 +159,7 @@ std::int64_t Tensor::numel() const {
 }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // nothing to lay out (as PyTorch says of empty tensors)
   std::int64_t expected = 1;
   for (std::int64_t d = dim() - 1; d >= 0; --d) {
     if (shape_[d] != 1 && strides_[d] != expected) return false;

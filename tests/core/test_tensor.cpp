@@ -30,6 +30,10 @@ TEST(Tensor, EmptyIsAlignedRowMajor) {
   Tensor zero = Tensor::zeros({0, 4});
   EXPECT_TRUE(zero.defined());
   EXPECT_EQ(zero.numel(), 0);
+  // Empty tensors are contiguous whatever their strides, so view() works on them.
+  Tensor middle_empty = Tensor::empty({2, 0, 4});
+  EXPECT_TRUE(middle_empty.is_contiguous());
+  EXPECT_EQ(middle_empty.view({0, 8}).shape(), (Shape{0, 8}));
 }
 
 TEST(Tensor, ViewsShareStorageAndIndexCorrectly) {
