@@ -6,6 +6,7 @@
 #include "qkv/dtype.h"
 #include "qkv/error.h"
 #include "qkv/rng.h"
+#include "qkv/safetensors.h"
 #include "qkv/tensor.h"
 #include "qkv/threads.h"
 #include "qkv/version.h"

@@ -1,0 +1,137 @@
+// Checkpoints and configs: the Hugging Face safetensors format and config.json.
+//
+// safetensors (https://github.com/huggingface/safetensors, "Format"):
+//   8 bytes   N, little-endian u64: the size of the header
+//   N bytes   a JSON object {name: {"dtype": "F32", "shape": [2, 3], "data_offsets": [b, e]},
+//             "__metadata__": {string: string} (optional)}
+//   the rest  the data buffer; [b, e) are byte offsets into it, row-major, little-endian.
+//
+// Reading memory-maps the file (read-only, private) and validates the whole header before
+// anything is returned: sizes, offsets, and that the tensors, sorted by offset, tile the
+// data buffer exactly (no gaps, no overlaps, nothing after the last tensor), as the
+// reference implementation demands. get() returns a zero-copy view into the mapping when
+// the tensor's data is aligned to its element size (always, for files written by
+// save_safetensors or the reference writer), else an owning copy. Views keep the mapping
+// alive; a SafeTensors may be dropped while its tensors are in use. The mapping is
+// read-only (PROT_READ, as llama.cpp maps weights): writing through a view faults, so
+// clone() a tensor before modifying it.
+//
+// dtypes: F32, BF16, F16 and BOOL map to DType::f32, bf16, f16 and boolean (a nonzero BOOL
+// byte reads as true). F64 is converted to f32 by get() (a copy; round to nearest, beyond
+// the f32 range to ±inf). F64, I64, I32, I16, I8, U8, U16, U32, U64, F8_E4M3 and F8_E5M2
+// are accepted in files and listed by names()/info(), but get() of any of them except F64
+// throws Error(ErrorKind::type) naming the tensor and its dtype; callers skip such tensors
+// by name (BERT checkpoints carry an I64 `position_ids`).
+//
+// Every malformed file throws qkv::Error naming the file (or the label given to parse()),
+// the tensor when there is one, what was expected and what was found.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "qkv/tensor.h"
+
+namespace qkv {
+
+// One entry of a safetensors header.
+struct TensorInfo {
+  std::string name;
+  std::string dtype;        // as in the file: "F32", "BF16", "I64", ...
+  Shape shape;              // may be empty (a 0-d scalar) or hold zeros (no elements)
+  std::uint64_t begin = 0;  // byte offsets into the data buffer, [begin, end)
+  std::uint64_t end = 0;
+};
+
+class SafeTensors {
+ public:
+  // One .safetensors file, memory-mapped.
+  static SafeTensors open(const std::string& path);
+  // A Hugging Face model directory: dir/model.safetensors when it exists, else the shards
+  // named by dir/model.safetensors.index.json ({"weight_map": {tensor: shard file}}). Each
+  // shard is opened once; a shard that is missing, or that lacks a tensor the index maps to
+  // it, is an error naming both. With an index, names() are exactly the index's tensors and
+  // metadata() merges the shards' __metadata__ (on a conflict, the shard first in name
+  // order wins).
+  static SafeTensors open_model(const std::string& dir);
+  // Parses a safetensors image held in memory (tests, fuzzing). The bytes are copied into
+  // a 64-byte-aligned buffer of its own, so `bytes` need not outlive the result.
+  static SafeTensors parse(std::span<const std::byte> bytes, std::string label = "<memory>");
+
+  std::vector<std::string> names() const;  // sorted
+  bool contains(const std::string& name) const;
+  std::size_t size() const { return entries_.size(); }
+  const TensorInfo& info(const std::string& name) const;  // throws naming a missing tensor
+  // A view into the mapping, or a copy (unaligned data, F64 → f32); see the top of the file.
+  Tensor get(const std::string& name) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  struct Source;  // one mapped file or buffer (defined in safetensors.cpp)
+
+ private:
+  struct Entry {
+    TensorInfo info;
+    std::shared_ptr<const Source> source;
+  };
+  // Validates the image [image, image + size) and indexes its tensors; `keeper` owns it.
+  static SafeTensors from_image(const std::byte* image, std::uint64_t size,
+                                std::shared_ptr<void> keeper, const std::string& label);
+
+  std::map<std::string, Entry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Writes `tensors` (any strides; written row-major) and `metadata` as a safetensors file,
+// byte for byte as the reference writer lays it out: a compact JSON header ("__metadata__"
+// first, then the tensors in data order, keys "dtype", "shape", "data_offsets"), padded
+// with spaces to a multiple of 8 bytes, then the data ordered by dtype (F32, BF16, F16,
+// BOOL: largest first, as the reference sorts) and then by name, so every tensor is
+// aligned and reads back zero-copy. Metadata keys are written sorted.
+// Names must be unique and not "__metadata__". The file is written to `path` + ".tmp" and
+// renamed over `path` once complete.
+void save_safetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+// The same bytes, in memory.
+std::vector<std::byte> serialize_safetensors(
+    const std::vector<std::pair<std::string, Tensor>>& tensors,
+    const std::map<std::string, std::string>& metadata = {});
+
+// A JSON object read from a file (a Hugging Face config.json), with typed access. Errors
+// name the file, the key, the expected type and what was found. A key whose value is null
+// counts as absent: has() is false and the getters with a default return the default.
+// get_int accepts integers only (3.0 is not an int); get_double accepts any number.
+class JsonConfig {
+ public:
+  static JsonConfig load(const std::string& path);
+  static JsonConfig parse(const std::string& text, std::string label = "<memory>");
+
+  const std::string& label() const { return label_; }  // the file, or the key path inside it
+  bool has(const std::string& key) const;
+  std::vector<std::string> keys() const;  // sorted, null values included
+
+  std::int64_t get_int(const std::string& key) const;
+  std::int64_t get_int(const std::string& key, std::int64_t fallback) const;
+  double get_double(const std::string& key) const;
+  double get_double(const std::string& key, double fallback) const;
+  std::string get_string(const std::string& key) const;
+  std::string get_string(const std::string& key, const std::string& fallback) const;
+  bool get_bool(const std::string& key) const;
+  bool get_bool(const std::string& key, bool fallback) const;
+  // A nested object (e.g. "text_config"); its errors name "file: key".
+  JsonConfig get_object(const std::string& key) const;
+
+ private:
+  JsonConfig() = default;  // made only by load(), parse() and get_object()
+  struct Data;  // holds the parsed JSON (nlohmann::json, kept out of this header)
+  std::shared_ptr<const Data> data_;
+  std::string label_;
+};
+
+}  // namespace qkv

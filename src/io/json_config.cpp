@@ -1,0 +1,141 @@
+// JsonConfig: typed access to a JSON object (a Hugging Face config.json).
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "qkv/error.h"
+#include "qkv/safetensors.h"
+
+namespace qkv {
+
+struct JsonConfig::Data {
+  nlohmann::json value;  // an object
+};
+
+namespace {
+
+using json = nlohmann::json;
+
+std::string brief(const json& value) {
+  std::string s = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return std::string(value.type_name()) + " " + s;
+}
+
+// The value of `key`, or nullptr when it is absent or null.
+const json* find(const json& object, const std::string& key) {
+  const auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+}  // namespace
+
+JsonConfig JsonConfig::parse(const std::string& text, std::string label) {
+  JsonConfig config;
+  auto data = std::make_shared<Data>();
+  try {
+    data->value = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error("config '" + label + "': not valid JSON: " + e.what());
+  }
+  QKV_CHECK(data->value.is_object(),
+            "config '" << label << "': expected a JSON object, got " << brief(data->value));
+  config.data_ = std::move(data);
+  config.label_ = std::move(label);
+  return config;
+}
+
+JsonConfig JsonConfig::load(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  QKV_CHECK(f != nullptr, "config '" << path << "': cannot open: " << std::strerror(errno));
+  std::string text;
+  char chunk[65536];
+  for (std::size_t n; (n = std::fread(chunk, 1, sizeof chunk, f)) > 0;) text.append(chunk, n);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  QKV_CHECK(!failed, "config '" << path << "': read error");
+  return parse(text, path);
+}
+
+bool JsonConfig::has(const std::string& key) const { return find(data_->value, key) != nullptr; }
+
+std::vector<std::string> JsonConfig::keys() const {
+  std::vector<std::string> out;
+  for (const auto& [key, value] : data_->value.items()) out.push_back(key);
+  return out;  // nlohmann's object is a std::map: already sorted
+}
+
+#define QKV_CONFIG_REQUIRE(value, key, kind)                                         \
+  QKV_CHECK((value) != nullptr,                                                      \
+            "config '" << label_ << "': missing key '" << (key) << "' (" << (kind) << ")")
+
+std::int64_t JsonConfig::get_int(const std::string& key) const {
+  const json* v = find(data_->value, key);
+  QKV_CONFIG_REQUIRE(v, key, "an integer");
+  QKV_CHECK(v->is_number_integer(), "config '" << label_ << "': key '" << key
+                                               << "' must be an integer, got " << brief(*v));
+  if (v->is_number_unsigned())
+    QKV_CHECK(v->get<std::uint64_t>() <=
+                  static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()),
+              "config '" << label_ << "': key '" << key << "' = " << v->get<std::uint64_t>()
+                         << " does not fit a 64-bit signed integer");
+  return v->get<std::int64_t>();
+}
+
+std::int64_t JsonConfig::get_int(const std::string& key, std::int64_t fallback) const {
+  return has(key) ? get_int(key) : fallback;
+}
+
+double JsonConfig::get_double(const std::string& key) const {
+  const json* v = find(data_->value, key);
+  QKV_CONFIG_REQUIRE(v, key, "a number");
+  QKV_CHECK(v->is_number(), "config '" << label_ << "': key '" << key
+                                       << "' must be a number, got " << brief(*v));
+  return v->get<double>();
+}
+
+double JsonConfig::get_double(const std::string& key, double fallback) const {
+  return has(key) ? get_double(key) : fallback;
+}
+
+std::string JsonConfig::get_string(const std::string& key) const {
+  const json* v = find(data_->value, key);
+  QKV_CONFIG_REQUIRE(v, key, "a string");
+  QKV_CHECK(v->is_string(), "config '" << label_ << "': key '" << key
+                                       << "' must be a string, got " << brief(*v));
+  return v->get<std::string>();
+}
+
+std::string JsonConfig::get_string(const std::string& key, const std::string& fallback) const {
+  return has(key) ? get_string(key) : fallback;
+}
+
+bool JsonConfig::get_bool(const std::string& key) const {
+  const json* v = find(data_->value, key);
+  QKV_CONFIG_REQUIRE(v, key, "a boolean");
+  QKV_CHECK(v->is_boolean(), "config '" << label_ << "': key '" << key
+                                        << "' must be a boolean, got " << brief(*v));
+  return v->get<bool>();
+}
+
+bool JsonConfig::get_bool(const std::string& key, bool fallback) const {
+  return has(key) ? get_bool(key) : fallback;
+}
+
+JsonConfig JsonConfig::get_object(const std::string& key) const {
+  const json* v = find(data_->value, key);
+  QKV_CONFIG_REQUIRE(v, key, "an object");
+  QKV_CHECK(v->is_object(), "config '" << label_ << "': key '" << key
+                                       << "' must be an object, got " << brief(*v));
+  JsonConfig child;
+  child.data_ = std::make_shared<Data>(Data{*v});
+  child.label_ = label_ + ": " + key;
+  return child;
+}
+
+#undef QKV_CONFIG_REQUIRE
+
+}  // namespace qkv
