@@ -27,6 +27,7 @@
 #include "qkv/qkv.h"
 
 namespace py = pybind11;
+void register_nn(py::module_& m);  // bindings_nn.cpp
 
 namespace {
 
@@ -236,4 +237,5 @@ PYBIND11_MODULE(_qkv, m) {
   m.def("get_num_threads", &qkv::num_threads,
         "The number of threads qkv's parallel loops use: set_num_threads's value, else "
         "the environment variable QKV_NUM_THREADS, else OpenMP's default (all cores).");
+  register_nn(m);
 }

@@ -5,6 +5,7 @@
 #include "qkv/cpu.h"
 #include "qkv/dtype.h"
 #include "qkv/error.h"
+#include "qkv/nn.h"
 #include "qkv/rng.h"
 #include "qkv/safetensors.h"
 #include "qkv/tensor.h"

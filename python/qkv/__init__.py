@@ -49,6 +49,10 @@ __all__ = [
     "set_num_threads",
     "get_num_threads",
     "__version__",
+    "MultiheadAttention",
+    "TransformerEncoderLayer",
+    "TransformerDecoderLayer",
+    "Transformer",
 ]
 
 _ALIGNMENTS = ("top_left", "bottom_right")
@@ -466,3 +470,4 @@ def self_attention_raw(x, scale=1.0):
     c = _view(x, fn, "x")
     out = _qkv._self_attention_raw(c.tensor, _optional_float(scale, fn, "scale"))
     return _result(out, c, False)
+from .nn import MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer, Transformer  # noqa: E402

@@ -1,1 +1,8 @@
 # Sources of src/nn, appended to QKV_SOURCES (paths relative to the project root).
+list(APPEND QKV_SOURCES
+  src/nn/linear.cpp
+  src/nn/positional.cpp
+  src/nn/mha.cpp
+  src/nn/blocks.cpp
+  src/nn/vector_attention.cpp
+)

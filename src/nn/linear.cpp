@@ -1,0 +1,347 @@
+// Linear (oneDNN matmul), Embedding, LayerNorm, activations, state dicts.
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "nn/common.h"
+#include "qkv/rng.h"
+
+namespace qkv::nn {
+
+namespace detail {
+
+Tensor add(const Tensor& a, const Tensor& b, const char* fn) {
+  QKV_CHECK(a.shape() == b.shape(), fn << ": cannot add " << a.shape_string() << " and "
+                                       << b.shape_string());
+  Tensor x = contiguous_f32(a, fn, "a");
+  Tensor y = contiguous_f32(b, fn, "b");
+  Tensor out = Tensor::empty(a.shape());  // same shape as a
+  const float* px = x.data_as<float>();
+  const float* py = y.data_as<float>();
+  float* po = out.data_as<float>();
+  const std::int64_t n = out.numel();
+  for (std::int64_t i = 0; i < n; ++i) po[i] = px[i] + py[i];
+  return out;
+}
+
+void fill_uniform(Tensor& t, double bound, std::uint64_t seed) {
+  Rng rng(seed);
+  float* p = t.data_as<float>();
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    p[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
+}
+
+}  // namespace detail
+
+namespace {
+
+// One CPU engine for the process. oneDNN primitives may be executed from several threads
+// at once (oneDNN's documented thread-safety of execute()), so one cached primitive per
+// shape serves every caller.
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// (M, K, N, bias) -> the matmul primitive. oneDNN has its own primitive cache, but
+// creating the descriptors still costs microseconds per call; this skips that. Bounded:
+// cleared when it grows past kMaxCached shapes (decoding changes M every step otherwise).
+struct MatmulCache {
+  static constexpr std::size_t kMaxCached = 64;
+  std::mutex mutex;
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, bool>, dnnl::matmul> primitives;
+
+  dnnl::matmul get(std::int64_t M, std::int64_t K, std::int64_t N, bool has_bias) {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto key = std::make_tuple(M, K, N, has_bias);
+    auto it = primitives.find(key);
+    if (it != primitives.end()) return it->second;
+    using dt = dnnl::memory::data_type;
+    const dnnl::memory::desc src({M, K}, dt::f32, dnnl::memory::dims{K, 1});
+    const dnnl::memory::desc wei({K, N}, dt::f32, dnnl::memory::dims{1, K});  // Wᵀ of (N, K)
+    const dnnl::memory::desc dst({M, N}, dt::f32, dnnl::memory::dims{N, 1});
+    const dnnl::memory::desc bia = has_bias
+        ? dnnl::memory::desc({1, N}, dt::f32, dnnl::memory::dims{N, 1})
+        : dnnl::memory::desc();
+    const dnnl::matmul::desc desc(src, wei, bia, dst);
+    const dnnl::matmul::primitive_desc pd(desc, cpu_engine());
+    if (primitives.size() >= kMaxCached) primitives.clear();
+    return primitives.emplace(key, dnnl::matmul(pd)).first->second;
+  }
+};
+
+MatmulCache& matmul_cache() {
+  static MatmulCache cache;
+  return cache;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  QKV_CHECK(x.defined() && x.dim() >= 1, "linear: x must have rank >= 1");
+  QKV_CHECK(weight.defined() && weight.dim() == 2,
+            "linear: weight must be (out_features, in_features), got "
+                << (weight.defined() ? weight.shape_string() : std::string("undefined")));
+  const std::int64_t K = x.size(-1);
+  const std::int64_t N = weight.size(0);
+  QKV_CHECK(weight.size(1) == K, "linear: weight.size(1) (in_features) must equal x.size(-1) = "
+                                     << K << ", got weight " << weight.shape_string());
+  if (bias.defined())
+    QKV_CHECK(bias.dim() == 1 && bias.size(0) == N,
+              "linear: bias must be (" << N << "), got " << bias.shape_string());
+  Tensor x2 = detail::contiguous_f32(x, "linear", "x");  // (..., K)
+  Tensor w = detail::contiguous_f32(weight, "linear", "weight");  // (N, K)
+  Tensor b = bias.defined() ? detail::contiguous_f32(bias, "linear", "bias") : Tensor();  // (N)
+  const std::int64_t M = K == 0 ? x.numel() : x.numel() / K;  // rows; K == 0 handled below
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
+  Tensor out = Tensor::empty(out_shape);  // (..., N)
+  if (out.numel() == 0) return out;
+  float* po = out.data_as<float>();
+  if (K == 0) {  // an empty sum: y = b
+    for (std::int64_t m = 0; m < out.numel() / N; ++m)
+      for (std::int64_t n = 0; n < N; ++n) po[m * N + n] = b.defined() ? b.data_as<float>()[n] : 0.f;
+    return out;
+  }
+  dnnl::matmul prim = matmul_cache().get(M, K, N, b.defined());
+  using dt = dnnl::memory::data_type;
+  dnnl::engine& engine = cpu_engine();
+  dnnl::memory src_mem({{M, K}, dt::f32, dnnl::memory::dims{K, 1}}, engine,
+                       const_cast<void*>(x2.data()));
+  dnnl::memory wei_mem({{K, N}, dt::f32, dnnl::memory::dims{1, K}}, engine,
+                       const_cast<void*>(w.data()));
+  dnnl::memory dst_mem({{M, N}, dt::f32, dnnl::memory::dims{N, 1}}, engine, po);
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, wei_mem}, {DNNL_ARG_DST, dst_mem}};
+  if (b.defined())
+    args.emplace(DNNL_ARG_BIAS, dnnl::memory({{1, N}, dt::f32, dnnl::memory::dims{N, 1}}, engine,
+                                             const_cast<void*>(b.data())));
+  dnnl::stream stream(engine);
+  prim.execute(stream, args);
+  stream.wait();
+  return out;
+}
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  const auto k = static_cast<std::int64_t>(normalized.size());
+  QKV_CHECK(k >= 1 && x.dim() >= k, "layer_norm: x " << x.shape_string()
+                                                     << " must end in normalized_shape "
+                                                     << shape_to_string(normalized));
+  for (std::int64_t d = 0; d < k; ++d)
+    QKV_CHECK(x.size(x.dim() - k + d) == normalized[d],
+              "layer_norm: x " << x.shape_string() << " must end in normalized_shape "
+                               << shape_to_string(normalized));
+  QKV_CHECK(!weight.defined() || weight.shape() == normalized,
+            "layer_norm: weight must be " << shape_to_string(normalized) << ", got "
+                                          << weight.shape_string());
+  QKV_CHECK(!bias.defined() || bias.shape() == normalized,
+            "layer_norm: bias must be " << shape_to_string(normalized) << ", got "
+                                        << bias.shape_string());
+  QKV_CHECK(eps >= 0 && std::isfinite(eps), "layer_norm: eps must be finite and >= 0, got " << eps);
+  Tensor xc = detail::contiguous_f32(x, "layer_norm", "x");  // (..., N)
+  Tensor w = weight.defined() ? detail::contiguous_f32(weight, "layer_norm", "weight") : Tensor();
+  Tensor b = bias.defined() ? detail::contiguous_f32(bias, "layer_norm", "bias") : Tensor();
+  std::int64_t N = 1;
+  for (auto n : normalized) N *= n;
+  Tensor out = Tensor::empty(x.shape());  // (..., N)
+  if (out.numel() == 0) return out;
+  const std::int64_t rows = out.numel() / N;
+  const float* px = xc.data_as<float>();
+  float* po = out.data_as<float>();
+  const float* pw = w.defined() ? w.data_as<float>() : nullptr;
+  const float* pb = b.defined() ? b.data_as<float>() : nullptr;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = px + r * N;
+    double mean = 0;
+    for (std::int64_t i = 0; i < N; ++i) mean += xr[i];
+    mean /= static_cast<double>(N);
+    double var = 0;  // biased, as torch
+    for (std::int64_t i = 0; i < N; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+    var /= static_cast<double>(N);
+    const double inv = 1.0 / std::sqrt(var + eps);
+    for (std::int64_t i = 0; i < N; ++i) {
+      double y = (xr[i] - mean) * inv;
+      if (pw) y *= pw[i];
+      if (pb) y += pb[i];
+      po[r * N + i] = static_cast<float>(y);
+    }
+  }
+  return out;
+}
+
+Tensor gelu(const Tensor& x, GeluApproximation approximate) {
+  Tensor xc = detail::contiguous_f32(x, "gelu", "x");
+  Tensor out = Tensor::empty(x.shape());  // same shape as x
+  const float* px = xc.data_as<float>();
+  float* po = out.data_as<float>();
+  const std::int64_t n = out.numel();
+  if (approximate == GeluApproximation::none) {
+    for (std::int64_t i = 0; i < n; ++i)
+      po[i] = static_cast<float>(0.5 * px[i] * (1.0 + std::erf(px[i] * M_SQRT1_2)));
+  } else {
+    const double c = std::sqrt(2.0 / M_PI);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double v = px[i];
+      po[i] = static_cast<float>(0.5 * v * (1.0 + std::tanh(c * (v + 0.044715 * v * v * v))));
+    }
+  }
+  return out;
+}
+
+Tensor relu(const Tensor& x) {
+  Tensor xc = detail::contiguous_f32(x, "relu", "x");
+  Tensor out = Tensor::empty(x.shape());  // same shape as x
+  const float* px = xc.data_as<float>();
+  float* po = out.data_as<float>();
+  // x > 0 ? x : 0 keeps NaN as torch does (std::max(x, 0) would give 0).
+  for (std::int64_t i = 0; i < out.numel(); ++i) po[i] = px[i] < 0.f ? 0.f : px[i];
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+
+Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool with_bias,
+               std::uint64_t seed) {
+  QKV_CHECK(in_features >= 0 && out_features >= 0,
+            "Linear: in_features and out_features must be >= 0, got " << in_features << ", "
+                                                                      << out_features);
+  weight = Tensor::empty({out_features, in_features});
+  // torch: kaiming_uniform_(a=√5) = U(±1/√in), bias U(±1/√in).
+  const double bound = in_features > 0 ? 1.0 / std::sqrt(static_cast<double>(in_features)) : 0.0;
+  detail::fill_uniform(weight, bound, seed);
+  if (with_bias) {
+    bias = Tensor::empty({out_features});
+    detail::fill_uniform(bias, bound, seed ^ 0x5bd1e995ull);
+  }
+}
+
+Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); }
+
+ParameterList Linear::parameters(const std::string& prefix) {
+  ParameterList list{{prefix + "weight", &weight}};
+  if (bias.defined()) list.emplace_back(prefix + "bias", &bias);
+  return list;
+}
+
+Embedding::Embedding(std::int64_t num_embeddings, std::int64_t embedding_dim, std::uint64_t seed) {
+  QKV_CHECK(num_embeddings >= 0 && embedding_dim >= 0,
+            "Embedding: num_embeddings and embedding_dim must be >= 0, got "
+                << num_embeddings << ", " << embedding_dim);
+  weight = Tensor::empty({num_embeddings, embedding_dim});
+  Rng rng(seed);  // torch: N(0, 1)
+  float* p = weight.data_as<float>();
+  for (std::int64_t i = 0; i < weight.numel(); ++i) p[i] = static_cast<float>(rng.normal());
+}
+
+Tensor Embedding::forward(std::span<const std::int64_t> ids, const Shape& shape) const {
+  std::int64_t count = 1;
+  for (auto s : shape) {
+    QKV_CHECK(s >= 0, "Embedding: shape " << shape_to_string(shape) << " has a negative size");
+    count *= s;
+  }
+  QKV_CHECK(static_cast<std::int64_t>(ids.size()) == count,
+            "Embedding: ids has " << ids.size() << " entries, shape " << shape_to_string(shape)
+                                  << " needs " << count);
+  const std::int64_t V = weight.size(0), E = weight.size(1);
+  Tensor w = detail::contiguous_f32(weight, "Embedding", "weight");  // (V, E)
+  Shape out_shape = shape;
+  out_shape.push_back(E);
+  Tensor out = Tensor::empty(out_shape);  // (shape..., E)
+  float* po = out.data_as<float>();
+  for (std::int64_t i = 0; i < count; ++i) {
+    const std::int64_t id = ids[static_cast<std::size_t>(i)];
+    QKV_CHECK(id >= 0 && id < V, "Embedding: ids[" << i << "] = " << id
+                                                   << " is out of range [0, " << V << ")");
+    std::copy_n(w.data_as<float>() + id * E, E, po + i * E);
+  }
+  return out;
+}
+
+ParameterList Embedding::parameters(const std::string& prefix) {
+  return {{prefix + "weight", &weight}};
+}
+
+LearnedPositionalEmbedding::LearnedPositionalEmbedding(std::int64_t max_positions,
+                                                       std::int64_t dim, std::uint64_t seed)
+    : table(max_positions, dim, seed) {}
+
+Tensor LearnedPositionalEmbedding::forward(std::int64_t length, std::int64_t offset) const {
+  QKV_CHECK(length >= 0 && offset >= 0 && offset + length <= table.weight.size(0),
+            "LearnedPositionalEmbedding: positions [" << offset << ", " << offset + length
+                                                      << ") exceed max_positions "
+                                                      << table.weight.size(0));
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(length));
+  for (std::int64_t i = 0; i < length; ++i) ids[static_cast<std::size_t>(i)] = offset + i;
+  return table.forward(ids, {length});
+}
+
+ParameterList LearnedPositionalEmbedding::parameters(const std::string& prefix) {
+  return table.parameters(prefix);
+}
+
+LayerNorm::LayerNorm(Shape shape, double eps_, bool elementwise_affine)
+    : normalized_shape(std::move(shape)), eps(eps_) {
+  QKV_CHECK(!normalized_shape.empty(), "LayerNorm: normalized_shape must not be empty");
+  if (elementwise_affine) {
+    weight = Tensor::full(normalized_shape, 1.f);
+    bias = Tensor::zeros(normalized_shape);
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) const {
+  return layer_norm(x, normalized_shape, weight, bias, eps);
+}
+
+ParameterList LayerNorm::parameters(const std::string& prefix) {
+  ParameterList list;
+  if (weight.defined()) list.emplace_back(prefix + "weight", &weight);
+  if (bias.defined()) list.emplace_back(prefix + "bias", &bias);
+  return list;
+}
+
+// ---------------------------------------------------------------------------------------
+
+void load_state_dict(const ParameterList& parameters, const StateDict& state, bool strict) {
+  std::set<std::string> used;
+  for (const auto& [name, param] : parameters) {
+    auto it = state.find(name);
+    QKV_CHECK(it != state.end(), "load_state_dict: missing parameter '" << name << "' of shape "
+                                                                       << param->shape_string());
+    const Tensor& src = it->second;
+    QKV_CHECK(src.defined(), "load_state_dict: parameter '" << name << "' is undefined");
+    QKV_CHECK_TYPE(src.dtype() != DType::boolean,
+                   "load_state_dict: parameter '" << name << "' must be floating, got bool");
+    QKV_CHECK(src.shape() == param->shape(),
+              "load_state_dict: parameter '" << name << "' must have shape "
+                                             << param->shape_string() << ", got "
+                                             << src.shape_string());
+    // A fresh allocation, so layers that were copied from one another (and so share
+    // storage) do not change together.
+    Tensor fresh = Tensor::empty(param->shape());
+    fresh.copy_from(src);
+    *param = fresh;
+    used.insert(name);
+  }
+  if (strict) {
+    for (const auto& [name, tensor] : state)
+      QKV_CHECK(used.count(name), "load_state_dict: unexpected entry '" << name
+                                                                        << "' matches no parameter");
+  }
+}
+
+StateDict state_dict(const ParameterList& parameters) {
+  StateDict state;
+  for (const auto& [name, param] : parameters) state.emplace(name, *param);
+  return state;
+}
+
+}  // namespace qkv::nn
