@@ -5,7 +5,7 @@
 # As root it runs apt-get; otherwise it stops and prints the command to run.
 set -euo pipefail
 
-build_packages=(cmake g++ make libgtest-dev nlohmann-json3-dev libcli11-dev libdnnl-dev
+build_packages=(cmake g++ make libgtest-dev nlohmann-json3-dev libcli11-dev libdnnl-dev libicu-dev
                 pybind11-dev python3-dev python3-numpy)
 # clang + its runtimes: libFuzzer targets; npm: test vocabularies from npm packages.
 test_packages=(python3-torch python3-pytest clang libclang-rt-14-dev)

@@ -10,4 +10,5 @@
 #include "qkv/safetensors.h"
 #include "qkv/tensor.h"
 #include "qkv/threads.h"
+#include "qkv/tokenizer.h"
 #include "qkv/version.h"

@@ -1,0 +1,55 @@
+// Tokenizer::load: the tokenizer files of a model directory, as Hugging Face lays them out.
+#include "qkv/tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include "qkv/error.h"
+#include "text/unicode.h"
+
+namespace qkv {
+
+Tokenizer Tokenizer::load(const std::filesystem::path& directory) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  QKV_CHECK(fs::is_directory(directory, ec),
+            "Tokenizer::load: '" << directory.string() << "' is not a directory");
+  const fs::path json = directory / "tokenizer.json";
+  if (fs::is_regular_file(json, ec)) {
+    const std::string content = text::read_text_file(json, "Tokenizer::load");
+    std::string type;
+    try {
+      const nlohmann::json j = nlohmann::json::parse(content);
+      if (j.contains("model") && j["model"].is_object())
+        type = j["model"].value("type", std::string());
+    } catch (const nlohmann::json::exception& e) {
+      throw Error("Tokenizer::load: malformed JSON in '" + json.string() + "': " + e.what());
+    }
+    if (type == "WordPiece") return Tokenizer(WordPieceTokenizer::from_tokenizer_json(json));
+    if (type == "BPE") return Tokenizer(BpeTokenizer::from_tokenizer_json(json));
+    throw Error("Tokenizer::load: model.type in '" + json.string() +
+                "' must be \"WordPiece\" or \"BPE\", got \"" + type + "\"");
+  }
+  if (fs::is_regular_file(directory / "vocab.txt", ec))
+    return Tokenizer(WordPieceTokenizer::from_vocab_txt(directory / "vocab.txt"));
+  if (fs::is_regular_file(directory / "vocab.json", ec))
+    return Tokenizer(BpeTokenizer::from_files(directory / "vocab.json", directory / "merges.txt"));
+  throw Error("Tokenizer::load: '" + directory.string() +
+              "' has none of tokenizer.json, vocab.txt, vocab.json + merges.txt");
+}
+
+std::vector<std::int64_t> Tokenizer::encode(std::string_view text) const {
+  if (const auto* w = wordpiece()) return w->encode(text).ids;
+  return bpe()->encode(text);
+}
+
+std::string Tokenizer::decode(const std::vector<std::int64_t>& ids) const {
+  if (const auto* w = wordpiece()) return w->decode(ids);
+  return bpe()->decode(ids);
+}
+
+std::size_t Tokenizer::vocab_size() const {
+  if (const auto* w = wordpiece()) return w->vocab_size();
+  return bpe()->vocab_size();
+}
+
+}  // namespace qkv
