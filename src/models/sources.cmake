@@ -1,0 +1,1 @@
+# Sources of src/models, appended to QKV_SOURCES (paths relative to the project root).
