@@ -60,4 +60,8 @@ struct BenchOptions {
 };
 int run_bench(const BenchOptions& options, std::ostream& out);
 
+// qkv run, qkv tokenize (BERT, tokenizers)
+
+// qkv generate (GPT-2)
+
 }  // namespace qkv::cli

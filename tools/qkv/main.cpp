@@ -141,6 +141,10 @@ int run(int argc, char** argv) {
   bench->add_flag("--json", b.json, "Print one JSON object instead of text");
   bench->footer("Example: qkv bench --batch 1 --heads 12 --seq 512 --dim 64 --causal");
 
+  // Model commands (run, tokenize: BERT and tokenizers).
+
+  // Model commands (generate: GPT-2).
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help
@@ -166,6 +170,8 @@ int run(int argc, char** argv) {
     if (version->parsed()) return run_version(std::cout);
     if (explain->parsed()) return run_explain(explain_options, std::cout);
     if (bench->parsed()) return run_bench(b, std::cout);
+    // Dispatch: run, tokenize.
+    // Dispatch: generate.
   } catch (const UsageError& e) {
     return usage_error(app, e.option() + ": " + e.what());
   }
