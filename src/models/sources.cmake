@@ -1,1 +1,3 @@
 # Sources of src/models, appended to QKV_SOURCES (paths relative to the project root).
+list(APPEND QKV_SOURCES src/models/bert.cpp)
+list(APPEND QKV_SOURCES src/models/gpt2.cpp)

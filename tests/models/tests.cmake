@@ -1,1 +1,3 @@
 # GoogleTest sources of tests/models, appended to QKV_UNIT_TESTS (relative to tests/).
+list(APPEND QKV_UNIT_TESTS models/test_bert.cpp)
+list(APPEND QKV_UNIT_TESTS models/test_gpt2.cpp)

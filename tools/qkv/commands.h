@@ -61,7 +61,35 @@ struct BenchOptions {
 int run_bench(const BenchOptions& options, std::ostream& out);
 
 // qkv run, qkv tokenize (BERT, tokenizers)
+struct RunOptions {
+  std::string model;   // directory: config.json, model.safetensors (or shards), tokenizer
+  std::string text;    // segment A
+  std::string pair;    // segment B; empty = none
+  std::int64_t layer = -1;  // attention shown; -1 = the last layer
+  std::int64_t head = 0;
+  std::string output;  // .safetensors to write; empty = none
+};
+int run_run(const RunOptions& options, std::ostream& out);
+
+struct TokenizeOptions {
+  std::string model;  // directory with tokenizer.json, vocab.txt or vocab.json + merges.txt
+  std::string text;
+  std::string file;   // one encoding per line; exclusive with text
+  bool json = false;
+};
+int run_tokenize(const TokenizeOptions& options, std::ostream& out);
 
 // qkv generate (GPT-2)
+struct GenerateOptions {
+  std::string model;                 // directory: config.json, *.safetensors, tokenizer
+  std::string prompt;
+  std::int64_t max_new_tokens = 20;
+  double temperature = 0.0;          // 0 = greedy
+  std::int64_t top_k = 0;            // 0 = off
+  double top_p = 1.0;                // 1 = off
+  std::uint64_t seed = 0;
+  bool json = false;
+};
+int run_generate(const GenerateOptions& options, std::ostream& out);
 
 }  // namespace qkv::cli

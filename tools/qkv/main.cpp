@@ -142,8 +142,63 @@ int run(int argc, char** argv) {
   bench->footer("Example: qkv bench --batch 1 --heads 12 --seq 512 --dim 64 --causal");
 
   // Model commands (run, tokenize: BERT and tokenizers).
+  RunOptions ro;
+  CLI::App* run_cmd = app.add_subcommand(
+      "run", "Run a BERT checkpoint on a text and show its hidden states and attention");
+  run_cmd->add_option("--model", ro.model, "Model directory (config.json, model.safetensors or "
+                      "shards, tokenizer.json or vocab.txt)")->required();
+  run_cmd->add_option("--text", ro.text, "Text (segment A)")->required();
+  run_cmd->add_option("--pair", ro.pair, "Second segment B: [CLS] A [SEP] B [SEP]");
+  run_cmd->add_option("--layer", ro.layer, "Layer whose attention is shown (default: the last)")
+      ->check(integer_at_least(0, std::numeric_limits<std::int64_t>::max(),
+                               "a non-negative integer"));
+  run_cmd->add_option("--head", ro.head, "Head whose attention is shown")
+      ->capture_default_str()
+      ->check(integer_at_least(0, std::numeric_limits<std::int64_t>::max(),
+                               "a non-negative integer"));
+  run_cmd->add_option("--output", ro.output,
+                      "Write input_ids and token_type_ids (B, L) as F32 values (exact below "
+                      "2^24), last_hidden_state (B, L, E), pooler_output (B, E) and "
+                      "attentions.N (B, H, L, L) for every layer N to this .safetensors file");
+  run_cmd->footer("Example: qkv run --model bert-base-uncased/ --text \"the cat sat\" "
+                  "--layer 5 --head 3");
+
+  TokenizeOptions to;
+  CLI::App* tokenize = app.add_subcommand(
+      "tokenize", "Print the token ids of a text (BERT WordPiece or GPT-2 BPE directory)");
+  tokenize->add_option("--model", to.model, "Directory with tokenizer.json, vocab.txt, or "
+                       "vocab.json + merges.txt")->required();
+  CLI::Option* to_text = tokenize->add_option("--text", to.text, "Text to encode");
+  CLI::Option* to_file =
+      tokenize->add_option("--file", to.file, "Encode every line of this file, one output line each");
+  to_text->excludes(to_file);
+  to_file->excludes(to_text);
+  tokenize->add_flag("--json", to.json,
+                     "Print {\"ids\": [...], \"tokens\": [...]} per line instead of the ids");
+  tokenize->footer("Example: qkv tokenize --model bert-base-uncased/ --text \"Hello, world\"");
 
   // Model commands (generate: GPT-2).
+  GenerateOptions g;
+  CLI::App* generate = app.add_subcommand("generate", "Generate text with a GPT-2 checkpoint");
+  generate->add_option("--model", g.model, "Model directory (config.json, model.safetensors, "
+                       "vocab.json + merges.txt or tokenizer.json)")->required();
+  generate->add_option("--prompt", g.prompt, "Text to continue")->required();
+  generate->add_option("--max-new-tokens", g.max_new_tokens, "Tokens to generate at most")
+      ->capture_default_str()
+      ->check(integer_at_least(0, std::numeric_limits<std::int64_t>::max(),
+                               "a non-negative integer"));
+  generate->add_option("--temperature", g.temperature, "Sampling temperature (0 = greedy)")
+      ->capture_default_str();
+  generate->add_option("--top-k", g.top_k, "Sample among the K most likely tokens (0 = off)")
+      ->check(integer_at_least(0, std::numeric_limits<std::int64_t>::max(),
+                               "a non-negative integer"));
+  generate->add_option("--top-p", g.top_p, "Nucleus sampling mass, in (0, 1] (1 = off)");
+  generate->add_option("--seed", g.seed, "Seed of the sampler")->capture_default_str()->check(kSeed);
+  generate->add_flag("--json", g.json,
+                     "Print {\"prompt_ids\": [...], \"ids\": [...], \"text\": \"...\"}: ids are "
+                     "the generated continuation only (ending with <|endoftext|> when it "
+                     "stopped generation), text is that continuation decoded");
+  generate->footer("Example: qkv generate --model gpt2/ --prompt \"Hello\" --max-new-tokens 20");
 
   try {
     app.parse(argc, argv);
@@ -161,7 +216,7 @@ int run(int argc, char** argv) {
     if (app.get_subcommands().empty()) {
       return usage_error(app, "'" + first +
                                   "' is not a command; the commands are version, "
-                                  "explain and bench");
+                                  "explain, bench, run, tokenize and generate");
     }
     return usage_error(app, "unexpected argument '" + first + "'");
   }
@@ -171,7 +226,14 @@ int run(int argc, char** argv) {
     if (explain->parsed()) return run_explain(explain_options, std::cout);
     if (bench->parsed()) return run_bench(b, std::cout);
     // Dispatch: run, tokenize.
+    if (run_cmd->parsed()) return run_run(ro, std::cout);
+    if (tokenize->parsed()) {
+      if (to_text->count() == 0 && to_file->count() == 0)
+        throw UsageError("--text", "one of --text or --file is required");
+      return run_tokenize(to, std::cout);
+    }
     // Dispatch: generate.
+    if (generate->parsed()) return run_generate(g, std::cout);
   } catch (const UsageError& e) {
     return usage_error(app, e.option() + ": " + e.what());
   }

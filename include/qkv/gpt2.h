@@ -1,0 +1,132 @@
+// GPT-2 (Radford et al. 2019) as Hugging Face's GPT2LMHeadModel publishes it, with a KV
+// cache for generation.
+//
+//   x = wte[ids] + wpe[positions]                              (1, T, E)
+//   for each block h.i (pre-norm):
+//     x = x + attn.c_proj(causal_attention(split(attn.c_attn(ln_1(x)))))
+//     x = x + mlp.c_proj(gelu_tanh(mlp.c_fc(ln_2(x))))
+//   logits = ln_f(x) · wteᵀ                                    (lm_head tied to wte)
+//
+// Checkpoint names (with or without the "transformer." prefix): wte.weight (V, E),
+// wpe.weight (P, E), h.N.ln_1.{weight,bias} (E), h.N.attn.c_attn.{weight (E, 3E), bias (3E)},
+// h.N.attn.c_proj.{weight (E, E), bias (E)}, h.N.ln_2.*, h.N.mlp.c_fc.{weight (E, F),
+// bias (F)}, h.N.mlp.c_proj.{weight (F, E), bias (E)}, ln_f.{weight,bias} (E). The Conv1D
+// weights are stored (in, out); they are transposed once at load into nn::Linear's
+// (out, in). The attn.bias / attn.masked_bias buffers are ignored; lm_head.weight, when
+// present, must equal wte.weight. A missing or mis-shaped tensor is a qkv::Error naming it
+// and the expected shape.
+//
+// Config, Weights and State are kept apart (STYLE.md 2): Gpt2Config is read from
+// config.json, Gpt2Weights holds the parameters (embeddings and norms are views into the
+// mapped checkpoint when f32; the Conv1D weights are transposed copies), and Gpt2State
+// holds the per-layer KV caches, allocated once at full capacity (n_positions) before
+// generation.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "qkv/nn.h"
+#include "qkv/rng.h"
+#include "qkv/safetensors.h"
+#include "qkv/tensor.h"
+
+namespace qkv::models {
+
+struct Gpt2Config {
+  std::int64_t vocab_size = 50257;   // V
+  std::int64_t n_positions = 1024;   // P: the longest sequence
+  std::int64_t n_embd = 768;         // E
+  std::int64_t n_layer = 12;
+  std::int64_t n_head = 12;          // H; head dim D = E / H
+  std::int64_t n_inner = 0;          // F; 0 (config null) = 4·E
+  double layer_norm_epsilon = 1e-5;
+  nn::GeluApproximation activation = nn::GeluApproximation::tanh;  // "gelu_new"
+  std::optional<std::int64_t> eos_token_id;  // config.json's, when given
+
+  // Reads a Hugging Face config.json; model_type must be "gpt2". Unsupported variants
+  // (scale_attn_by_inverse_layer_idx, scale_attn_weights = false, an unknown
+  // activation_function) throw naming the key.
+  static Gpt2Config from_json(const JsonConfig& json);
+  std::int64_t head_dim() const { return n_embd / n_head; }
+  std::int64_t inner() const { return n_inner > 0 ? n_inner : 4 * n_embd; }
+};
+
+struct Gpt2Block {
+  nn::LayerNorm ln_1;             // weight, bias (E)
+  nn::MultiheadAttention attn;    // in_proj_weight (3E, E) = c_attn.weightᵀ, in_proj_bias (3E);
+                                  // out_proj (E, E) = c_proj.weightᵀ
+  nn::LayerNorm ln_2;             // weight, bias (E)
+  nn::Linear c_fc;                // weight (F, E) = mlp.c_fc.weightᵀ, bias (F)
+  nn::Linear mlp_proj;            // weight (E, F) = mlp.c_proj.weightᵀ, bias (E)
+};
+
+struct Gpt2Weights {
+  nn::Embedding wte;              // (V, E); also the lm_head (tied)
+  nn::Embedding wpe;              // (P, E)
+  std::vector<Gpt2Block> h;       // n_layer blocks
+  nn::LayerNorm ln_f;             // weight, bias (E)
+};
+
+// What one generation run mutates: the KV cache of every layer.
+struct Gpt2State {
+  std::vector<nn::KVCache> caches;  // per layer: k, v (1, H, P, D)
+  std::int64_t length() const { return caches.empty() ? 0 : caches.front().length; }
+  void clear() {
+    for (auto& c : caches) c.clear();
+  }
+};
+
+class Gpt2Model {
+ public:
+  Gpt2Config config;
+  Gpt2Weights weights;
+
+  // dir/config.json + dir/model.safetensors (or its shards).
+  static Gpt2Model load(const std::string& dir);
+  static Gpt2Model from_safetensors(const Gpt2Config& config, const SafeTensors& tensors);
+
+  // Caches for one sequence of up to n_positions tokens, allocated here, once.
+  Gpt2State make_state() const;
+
+  // The next T = ids.size() >= 1 tokens at positions state.length() ... ; their keys and
+  // values are appended to `state`. -> (V): the logits of the last of them.
+  Tensor forward(std::span<const std::int64_t> ids, Gpt2State& state) const;
+
+  // The whole sequence at once, no cache (causal attention over all of it).
+  // -> (L, V): the logits of every position.
+  Tensor forward_full(std::span<const std::int64_t> ids) const;
+};
+
+struct SamplingOptions {
+  std::int64_t max_new_tokens = 20;
+  double temperature = 0.0;  // 0 = greedy (argmax; top_k and top_p are then ignored)
+  std::int64_t top_k = 0;    // 0 = off; else keep the k most likely tokens
+  double top_p = 1.0;        // nucleus: keep the most likely tokens until their mass >= top_p
+  std::uint64_t seed = 0;
+  std::optional<std::int64_t> eos_id;  // stop after generating it (it is included)
+};
+
+// Throws naming the option: temperature < 0 or not finite, top_k < 0, top_p not in (0, 1],
+// max_new_tokens < 0.
+void validate(const SamplingOptions& options);
+
+// One token from logits (V), Hugging Face's order: logits / temperature, then top-k, then
+// top-p, then a draw from the renormalised distribution with one rng.uniform(). Greedy
+// (temperature 0) returns the first index of the maximum and draws nothing. Ties in
+// top-k/top-p are broken by the lower id.
+std::int64_t sample_token(std::span<const float> logits, const SamplingOptions& options, Rng& rng);
+
+// Generates up to max_new_tokens after `prompt` (non-empty), stopping after eos_id.
+// Throws before starting when prompt.size() + max_new_tokens > n_positions (or the prompt
+// alone exceeds it). on_token, when given, is called with each new id as it is produced.
+// -> the generated ids (the prompt not included).
+std::vector<std::int64_t> generate(const Gpt2Model& model, std::span<const std::int64_t> prompt,
+                                   const SamplingOptions& options,
+                                   const std::function<void(std::int64_t)>& on_token = {});
+
+}  // namespace qkv::models

@@ -1,0 +1,283 @@
+// BERT: Hugging Face BertModel (transformers/models/bert/modeling_bert.py) on qkv's layers.
+#include "qkv/bert.h"
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+#include <utility>
+
+#include "qkv/attention.h"
+#include "qkv/error.h"
+
+namespace qkv::models {
+namespace {
+
+// a += b elementwise; a contiguous f32 that we own, b any layout of the same shape.
+void add_inplace(Tensor& a, const Tensor& b) {
+  const Tensor bc = b.dtype() == DType::f32 ? b.contiguous() : b.to(DType::f32);
+  float* pa = a.data_as<float>();
+  const float* pb = bc.data_as<float>();
+  for (std::int64_t i = 0; i < a.numel(); ++i) pa[i] += pb[i];
+}
+
+// Finds HF names in a checkpoint, with or without "bert.", and checks shapes.
+class Lookup {
+ public:
+  Lookup(const SafeTensors& tensors, std::string label)
+      : tensors_(tensors), label_(std::move(label)) {
+    prefix_ = tensors_.contains("bert.embeddings.word_embeddings.weight") ? "bert." : "";
+  }
+
+  bool contains(const std::string& name) const { return tensors_.contains(prefix_ + name); }
+
+  // The tensor `name` (after the prefix) as f32: a view into the mapping when f32.
+  Tensor get(const std::string& name, const Shape& shape) const {
+    const std::string full = prefix_ + name;
+    QKV_CHECK(tensors_.contains(full), label_ << ": missing tensor '" << full << "' of shape "
+                                              << shape_to_string(shape));
+    return checked(full, shape);
+  }
+
+  // A LayerNorm parameter: "<name>.weight" or "<name>.gamma" (and bias / beta).
+  Tensor get_norm(const std::string& norm, bool weight, const Shape& shape) const {
+    const std::string modern = prefix_ + norm + (weight ? ".weight" : ".bias");
+    const std::string legacy = prefix_ + norm + (weight ? ".gamma" : ".beta");
+    if (tensors_.contains(modern)) return checked(modern, shape);
+    if (tensors_.contains(legacy)) return checked(legacy, shape);
+    throw Error(label_ + ": missing tensor '" + modern + "' (or '" + legacy + "') of shape " +
+                shape_to_string(shape));
+  }
+
+ private:
+  Tensor checked(const std::string& full, const Shape& shape) const {
+    const TensorInfo& info = tensors_.info(full);
+    QKV_CHECK(info.shape == shape, label_ << ": tensor '" << full << "' must have shape "
+                                          << shape_to_string(shape) << ", got "
+                                          << shape_to_string(info.shape));
+    Tensor t = tensors_.get(full);  // view when aligned (always for F32 files we know)
+    return t.dtype() == DType::f32 ? t : t.to(DType::f32);
+  }
+
+  const SafeTensors& tensors_;
+  std::string label_;
+  std::string prefix_;
+};
+
+std::int64_t positive(const JsonConfig& json, const std::string& key) {
+  const std::int64_t v = json.get_int(key);
+  QKV_CHECK(v > 0, json.label() << ": \"" << key << "\" must be a positive integer, got " << v);
+  return v;
+}
+
+}  // namespace
+
+BertConfig BertConfig::from_json(const JsonConfig& json) {
+  const std::string type = json.get_string("model_type", "bert");
+  QKV_CHECK(type == "bert", json.label() << ": model_type must be \"bert\", got \"" << type
+                                         << "\"");
+  BertConfig c;
+  c.vocab_size = positive(json, "vocab_size");
+  c.hidden_size = positive(json, "hidden_size");
+  c.num_hidden_layers = json.get_int("num_hidden_layers");
+  QKV_CHECK(c.num_hidden_layers >= 0, json.label() << ": \"num_hidden_layers\" must be >= 0, got "
+                                                   << c.num_hidden_layers);
+  c.num_attention_heads = positive(json, "num_attention_heads");
+  QKV_CHECK(c.hidden_size % c.num_attention_heads == 0,
+            json.label() << ": hidden_size " << c.hidden_size
+                         << " must be a multiple of num_attention_heads "
+                         << c.num_attention_heads);
+  c.intermediate_size = positive(json, "intermediate_size");
+  c.max_position_embeddings = positive(json, "max_position_embeddings");
+  c.type_vocab_size = json.has("type_vocab_size") ? positive(json, "type_vocab_size") : 2;
+  c.layer_norm_eps = json.get_double("layer_norm_eps", 1e-12);
+  QKV_CHECK(c.layer_norm_eps >= 0 && std::isfinite(c.layer_norm_eps),
+            json.label() << ": \"layer_norm_eps\" must be finite and >= 0, got "
+                         << c.layer_norm_eps);
+  const std::string act = json.get_string("hidden_act", "gelu");
+  if (act == "gelu") {
+    c.gelu = nn::GeluApproximation::none;
+  } else if (act == "gelu_new" || act == "gelu_pytorch_tanh") {
+    c.gelu = nn::GeluApproximation::tanh;
+  } else {
+    throw Error(json.label() + ": hidden_act must be \"gelu\", \"gelu_new\" or "
+                               "\"gelu_pytorch_tanh\", got \"" + act + "\"");
+  }
+  const std::string pos = json.get_string("position_embedding_type", "absolute");
+  QKV_CHECK(pos == "absolute", json.label()
+                                   << ": position_embedding_type must be \"absolute\", got \""
+                                   << pos << "\"");
+  return c;
+}
+
+BertWeights BertWeights::load(const BertConfig& c, const SafeTensors& tensors,
+                              const std::string& label) {
+  const Lookup t(tensors, label);
+  const std::int64_t E = c.hidden_size, F = c.intermediate_size;
+  BertWeights w;
+  w.word_embeddings = t.get("embeddings.word_embeddings.weight", {c.vocab_size, E});
+  w.position_embeddings =
+      t.get("embeddings.position_embeddings.weight", {c.max_position_embeddings, E});
+  w.token_type_embeddings = t.get("embeddings.token_type_embeddings.weight", {c.type_vocab_size, E});
+  w.embeddings_norm_weight = t.get_norm("embeddings.LayerNorm", true, {E});
+  w.embeddings_norm_bias = t.get_norm("embeddings.LayerNorm", false, {E});
+  for (std::int64_t n = 0; n < c.num_hidden_layers; ++n) {
+    const std::string p = "encoder.layer." + std::to_string(n) + ".";
+    BertLayerWeights l;
+    l.query_weight = t.get(p + "attention.self.query.weight", {E, E});
+    l.query_bias = t.get(p + "attention.self.query.bias", {E});
+    l.key_weight = t.get(p + "attention.self.key.weight", {E, E});
+    l.key_bias = t.get(p + "attention.self.key.bias", {E});
+    l.value_weight = t.get(p + "attention.self.value.weight", {E, E});
+    l.value_bias = t.get(p + "attention.self.value.bias", {E});
+    l.attention_output_weight = t.get(p + "attention.output.dense.weight", {E, E});
+    l.attention_output_bias = t.get(p + "attention.output.dense.bias", {E});
+    l.attention_norm_weight = t.get_norm(p + "attention.output.LayerNorm", true, {E});
+    l.attention_norm_bias = t.get_norm(p + "attention.output.LayerNorm", false, {E});
+    l.intermediate_weight = t.get(p + "intermediate.dense.weight", {F, E});
+    l.intermediate_bias = t.get(p + "intermediate.dense.bias", {F});
+    l.output_weight = t.get(p + "output.dense.weight", {E, F});
+    l.output_bias = t.get(p + "output.dense.bias", {E});
+    l.output_norm_weight = t.get_norm(p + "output.LayerNorm", true, {E});
+    l.output_norm_bias = t.get_norm(p + "output.LayerNorm", false, {E});
+    w.layers.push_back(std::move(l));
+  }
+  // The pooler is optional (BertModel(add_pooling_layer=False), BertForMaskedLM exports);
+  // half a pooler is an error.
+  if (t.contains("pooler.dense.weight") || t.contains("pooler.dense.bias")) {
+    w.pooler_weight = t.get("pooler.dense.weight", {E, E});
+    w.pooler_bias = t.get("pooler.dense.bias", {E});
+  }
+  return w;
+}
+
+BertModel::BertModel(BertConfig config_, BertWeights weights_)
+    : config(std::move(config_)), weights(std::move(weights_)) {
+  QKV_CHECK(static_cast<std::int64_t>(weights.layers.size()) == config.num_hidden_layers,
+            "BertModel: weights have " << weights.layers.size() << " layers, config "
+                                       << config.num_hidden_layers);
+}
+
+BertModel BertModel::load(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  QKV_CHECK(fs::is_directory(dir, ec), "model directory '" << dir << "' does not exist");
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  QKV_CHECK(fs::exists(config_path, ec), "model directory '" << dir << "': no config.json");
+  BertConfig config = BertConfig::from_json(JsonConfig::load(config_path));
+  const SafeTensors tensors = SafeTensors::open_model(dir);
+  // The weights are views into the mapping; they keep it alive after `tensors` goes.
+  BertWeights weights = BertWeights::load(config, tensors, "BERT checkpoint '" + dir + "'");
+  return BertModel(std::move(config), std::move(weights));
+}
+
+BertOutput BertModel::forward(std::span<const std::int64_t> input_ids, std::int64_t batch,
+                              std::int64_t length, std::span<const std::int64_t> token_type_ids,
+                              std::span<const std::int64_t> attention_mask,
+                              bool output_attentions) const {
+  const std::int64_t B = batch, L = length, E = config.hidden_size;
+  const std::int64_t H = config.num_attention_heads, D = config.head_dim();
+  QKV_CHECK(B >= 1, "BertModel: batch must be >= 1, got " << B);
+  QKV_CHECK(L >= 1 && L <= config.max_position_embeddings,
+            "BertModel: input length must be in [1, max_position_embeddings = "
+                << config.max_position_embeddings << "], got " << L);
+  const auto count = static_cast<std::size_t>(B * L);
+  QKV_CHECK(input_ids.size() == count, "BertModel: input_ids has " << input_ids.size()
+                                           << " entries, (B, L) = (" << B << ", " << L
+                                           << ") needs " << count);
+  QKV_CHECK(token_type_ids.empty() || token_type_ids.size() == count,
+            "BertModel: token_type_ids has " << token_type_ids.size() << " entries, expected "
+                                             << count << " or none");
+  QKV_CHECK(attention_mask.empty() || attention_mask.size() == count,
+            "BertModel: attention_mask has " << attention_mask.size() << " entries, expected "
+                                             << count << " or none");
+  for (std::size_t i = 0; i < input_ids.size(); ++i)
+    QKV_CHECK(input_ids[i] >= 0 && input_ids[i] < config.vocab_size,
+              "BertModel: input_ids[" << i << "] = " << input_ids[i] << " is out of range [0, "
+                                      << config.vocab_size << ")");
+  for (std::size_t i = 0; i < token_type_ids.size(); ++i)
+    QKV_CHECK(token_type_ids[i] >= 0 && token_type_ids[i] < config.type_vocab_size,
+              "BertModel: token_type_ids[" << i << "] = " << token_type_ids[i]
+                                           << " is out of range [0, " << config.type_vocab_size
+                                           << ")");
+
+  // Padding: HF adds finfo.min to the scores of masked keys; here masked keys are −∞
+  // (identical probabilities unless a whole row is masked). A suffix of zeros per row is
+  // key_lengths (the fast kernel skips the padding); anything else is a bool mask.
+  AttentionOptions options;
+  options.return_probs = output_attentions;
+  if (!attention_mask.empty()) {
+    bool suffix = true;
+    std::vector<std::int64_t> lengths(static_cast<std::size_t>(B), L);
+    for (std::int64_t b = 0; b < B; ++b) {
+      std::int64_t kept = 0;
+      bool seen_zero = false;
+      for (std::int64_t j = 0; j < L; ++j) {
+        const std::int64_t m = attention_mask[static_cast<std::size_t>(b * L + j)];
+        QKV_CHECK(m == 0 || m == 1, "BertModel: attention_mask[" << b * L + j
+                                        << "] must be 0 or 1, got " << m);
+        if (m == 1) {
+          if (seen_zero) suffix = false;
+          ++kept;
+        } else {
+          seen_zero = true;
+        }
+      }
+      lengths[static_cast<std::size_t>(b)] = kept;
+    }
+    if (suffix) {
+      options.key_lengths = std::move(lengths);
+    } else {
+      Tensor mask = Tensor::empty({B, 1, 1, L}, DType::boolean);  // (B, 1, 1, L) true = attend
+      for (std::int64_t i = 0; i < B * L; ++i)
+        mask.set({i / L, 0, 0, i % L}, attention_mask[static_cast<std::size_t>(i)] ? 1.f : 0.f);
+      options.mask = mask;
+    }
+  }
+
+  // Embeddings.
+  nn::Embedding word, type;  // views of the weights, no copy
+  word.weight = weights.word_embeddings;
+  type.weight = weights.token_type_embeddings;
+  Tensor x = word.forward(input_ids, {B, L});  // (B, L, E), owned
+  const std::vector<std::int64_t> zeros(token_type_ids.empty() ? count : 0, 0);
+  add_inplace(x, type.forward(token_type_ids.empty() ? std::span<const std::int64_t>(zeros)
+                                                     : token_type_ids,
+                              {B, L}));
+  const Tensor positions = weights.position_embeddings.slice(0, 0, L);  // (L, E)
+  add_inplace(x, positions.unsqueeze(0).expand({B, L, E}));
+  x = nn::layer_norm(x, {E}, weights.embeddings_norm_weight, weights.embeddings_norm_bias,
+                     config.layer_norm_eps);  // (B, L, E)
+
+  BertOutput out;
+  for (const BertLayerWeights& l : weights.layers) {
+    // (B, L, E) -> (B, H, L, D) views, no copy.
+    auto heads = [&](const Tensor& y) { return y.view({B, L, H, D}).permute({0, 2, 1, 3}); };
+    const Tensor q = nn::linear(x, l.query_weight, l.query_bias);  // (B, L, E)
+    const Tensor k = nn::linear(x, l.key_weight, l.key_bias);      // (B, L, E)
+    const Tensor v = nn::linear(x, l.value_weight, l.value_bias);  // (B, L, E)
+    AttentionResult r = attention(heads(q), heads(k), heads(v), options);  // (B, H, L, D)
+    if (output_attentions) out.attentions.push_back(r.probs);             // (B, H, L, L)
+    const Tensor context = r.out.permute({0, 2, 1, 3}).contiguous().view({B, L, E});
+    Tensor a = nn::linear(context, l.attention_output_weight, l.attention_output_bias);
+    add_inplace(a, x);
+    x = nn::layer_norm(a, {E}, l.attention_norm_weight, l.attention_norm_bias,
+                       config.layer_norm_eps);  // (B, L, E)
+    const Tensor h = nn::gelu(nn::linear(x, l.intermediate_weight, l.intermediate_bias),
+                              config.gelu);  // (B, L, F)
+    Tensor f = nn::linear(h, l.output_weight, l.output_bias);  // (B, L, E)
+    add_inplace(f, x);
+    x = nn::layer_norm(f, {E}, l.output_norm_weight, l.output_norm_bias,
+                       config.layer_norm_eps);  // (B, L, E)
+  }
+  out.last_hidden_state = x;
+  if (weights.pooler_weight.defined()) {
+    const Tensor cls = x.select(1, 0);  // (B, E)
+    Tensor pooled = nn::linear(cls, weights.pooler_weight, weights.pooler_bias);  // (B, E)
+    float* p = pooled.data_as<float>();
+    for (std::int64_t i = 0; i < pooled.numel(); ++i) p[i] = std::tanh(p[i]);
+    out.pooler_output = pooled;
+  }
+  return out;
+}
+
+}  // namespace qkv::models

@@ -1,0 +1,319 @@
+// GPT-2: config, checkpoint loading (Conv1D weights transposed once), cached and full
+// forward passes, sampling and generation. See include/qkv/gpt2.h.
+
+#include "qkv/gpt2.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+
+#include "qkv/error.h"
+
+namespace qkv::models {
+
+namespace {
+
+// x += y, elementwise; x contiguous f32 (1, T, E) owned by the forward pass.
+void add_inplace(Tensor& x, const Tensor& y) {
+  QKV_CHECK(x.shape() == y.shape(), "gpt2: cannot add " << y.shape_string() << " to "
+                                                        << x.shape_string());
+  const Tensor yc = y.contiguous();
+  float* px = x.data_as<float>();
+  const float* py = yc.data_as<float>();
+  const std::int64_t n = x.numel();
+  for (std::int64_t i = 0; i < n; ++i) px[i] += py[i];
+}
+
+// Looks tensors up by their GPT2Model name, with or without the "transformer." prefix.
+class Loader {
+ public:
+  explicit Loader(const SafeTensors& st) : st_(st) {
+    for (const auto& name : st.names()) {
+      if (name.rfind("transformer.", 0) == 0) prefixed_ = true;
+    }
+  }
+
+  std::string full_name(const std::string& name) const {
+    return prefixed_ ? "transformer." + name : name;
+  }
+
+  // The tensor, as f32, checked against `shape`.
+  Tensor get(const std::string& name, const Shape& shape) const {
+    const std::string full = full_name(name);
+    QKV_CHECK(st_.contains(full), "gpt2: checkpoint is missing tensor '"
+                                      << full << "' (expected shape " << shape_to_string(shape)
+                                      << ")");
+    const TensorInfo& info = st_.info(full);
+    QKV_CHECK(info.shape == shape, "gpt2: tensor '" << full << "' must have shape "
+                                                    << shape_to_string(shape) << ", got "
+                                                    << shape_to_string(info.shape));
+    Tensor t = st_.get(full);
+    return t.dtype() == DType::f32 ? t : t.to(DType::f32);
+  }
+
+  // A Conv1D weight stored (in, out) -> nn::Linear's (out, in), a contiguous copy.
+  Tensor get_conv1d(const std::string& name, std::int64_t in, std::int64_t out) const {
+    return get(name, {in, out}).transpose(0, 1).clone();
+  }
+
+ private:
+  const SafeTensors& st_;
+  bool prefixed_ = false;
+};
+
+nn::LayerNorm load_layer_norm(const Loader& l, const std::string& name, std::int64_t E,
+                              double eps) {
+  nn::LayerNorm ln;
+  ln.normalized_shape = {E};
+  ln.eps = eps;
+  ln.weight = l.get(name + ".weight", {E});
+  ln.bias = l.get(name + ".bias", {E});
+  return ln;
+}
+
+nn::Linear load_conv1d(const Loader& l, const std::string& name, std::int64_t in,
+                       std::int64_t out) {
+  nn::Linear lin;
+  lin.weight = l.get_conv1d(name + ".weight", in, out);  // (out, in)
+  lin.bias = l.get(name + ".bias", {out});               // (out)
+  return lin;
+}
+
+}  // namespace
+
+Gpt2Config Gpt2Config::from_json(const JsonConfig& json) {
+  QKV_CHECK(json.has("model_type"),
+            json.label() << ": missing key 'model_type' (expected \"gpt2\")");
+  const std::string model_type = json.get_string("model_type");
+  QKV_CHECK(model_type == "gpt2", json.label() << ": model_type must be \"gpt2\", got \""
+                                               << model_type << "\"");
+  Gpt2Config c;
+  c.vocab_size = json.get_int("vocab_size", c.vocab_size);
+  c.n_positions = json.get_int("n_positions", c.n_positions);
+  c.n_embd = json.get_int("n_embd", c.n_embd);
+  c.n_layer = json.get_int("n_layer", c.n_layer);
+  c.n_head = json.get_int("n_head", c.n_head);
+  c.n_inner = json.get_int("n_inner", 0);
+  c.layer_norm_epsilon = json.get_double("layer_norm_epsilon", c.layer_norm_epsilon);
+  if (json.has("eos_token_id")) c.eos_token_id = json.get_int("eos_token_id");
+  const std::string act = json.get_string("activation_function", "gelu_new");
+  if (act == "gelu_new" || act == "gelu_pytorch_tanh") {
+    c.activation = nn::GeluApproximation::tanh;
+  } else if (act == "gelu") {
+    c.activation = nn::GeluApproximation::none;
+  } else {
+    throw Error(json.label() + ": activation_function must be \"gelu_new\", "
+                "\"gelu_pytorch_tanh\" or \"gelu\", got \"" + act + "\"");
+  }
+  QKV_CHECK(json.get_bool("scale_attn_weights", true),
+            json.label() << ": scale_attn_weights = false is not supported");
+  QKV_CHECK(!json.get_bool("scale_attn_by_inverse_layer_idx", false),
+            json.label() << ": scale_attn_by_inverse_layer_idx = true is not supported");
+  QKV_CHECK(c.vocab_size > 0, json.label() << ": vocab_size must be positive, got " << c.vocab_size);
+  QKV_CHECK(c.n_positions > 0,
+            json.label() << ": n_positions must be positive, got " << c.n_positions);
+  QKV_CHECK(c.n_embd > 0, json.label() << ": n_embd must be positive, got " << c.n_embd);
+  QKV_CHECK(c.n_layer >= 0, json.label() << ": n_layer must be >= 0, got " << c.n_layer);
+  QKV_CHECK(c.n_head > 0 && c.n_embd % c.n_head == 0,
+            json.label() << ": n_head must be positive and divide n_embd = " << c.n_embd
+                         << ", got " << c.n_head);
+  QKV_CHECK(c.n_inner >= 0, json.label() << ": n_inner must be positive, got " << c.n_inner);
+  return c;
+}
+
+Gpt2Model Gpt2Model::load(const std::string& dir) {
+  const std::filesystem::path config_path = std::filesystem::path(dir) / "config.json";
+  QKV_CHECK(std::filesystem::exists(config_path),
+            "gpt2: " << config_path.string() << " does not exist");
+  const Gpt2Config config = Gpt2Config::from_json(JsonConfig::load(config_path.string()));
+  return from_safetensors(config, SafeTensors::open_model(dir));
+}
+
+Gpt2Model Gpt2Model::from_safetensors(const Gpt2Config& config, const SafeTensors& tensors) {
+  const Loader l(tensors);
+  const std::int64_t V = config.vocab_size, P = config.n_positions, E = config.n_embd;
+  const std::int64_t F = config.inner();
+  Gpt2Model m;
+  m.config = config;
+  Gpt2Weights& w = m.weights;
+  w.wte.weight = l.get("wte.weight", {V, E});
+  w.wpe.weight = l.get("wpe.weight", {P, E});
+  w.h.resize(static_cast<std::size_t>(config.n_layer));
+  for (std::int64_t i = 0; i < config.n_layer; ++i) {
+    const std::string p = "h." + std::to_string(i) + ".";
+    Gpt2Block& b = w.h[static_cast<std::size_t>(i)];
+    b.ln_1 = load_layer_norm(l, p + "ln_1", E, config.layer_norm_epsilon);
+    b.ln_2 = load_layer_norm(l, p + "ln_2", E, config.layer_norm_epsilon);
+    // c_attn's output columns are [q | k | v] (GPT2Attention splits at E, 2E), which is
+    // exactly MultiheadAttention's packed [W_q; W_k; W_v] once transposed.
+    b.attn.config.embed_dim = E;
+    b.attn.config.num_heads = config.n_head;
+    b.attn.config.bias = true;
+    b.attn.config.kdim = E;
+    b.attn.config.vdim = E;
+    b.attn.in_proj_weight = l.get_conv1d(p + "attn.c_attn.weight", E, 3 * E);  // (3E, E)
+    b.attn.in_proj_bias = l.get(p + "attn.c_attn.bias", {3 * E});             // (3E)
+    b.attn.out_proj = load_conv1d(l, p + "attn.c_proj", E, E);
+    b.c_fc = load_conv1d(l, p + "mlp.c_fc", E, F);
+    b.mlp_proj = load_conv1d(l, p + "mlp.c_proj", F, E);
+  }
+  w.ln_f = load_layer_norm(l, "ln_f", E, config.layer_norm_epsilon);
+  // The LM head is tied to wte (GPT2LMHeadModel._tied_weights_keys); a stored copy must
+  // match it, since only one matrix is used.
+  if (tensors.contains("lm_head.weight")) {
+    const TensorInfo& info = tensors.info("lm_head.weight");
+    QKV_CHECK(info.shape == Shape({V, E}), "gpt2: tensor 'lm_head.weight' must have shape "
+                                               << shape_to_string({V, E}) << ", got "
+                                               << shape_to_string(info.shape));
+    Tensor head = tensors.get("lm_head.weight").to(DType::f32).contiguous();
+    const Tensor wte = w.wte.weight.contiguous();
+    QKV_CHECK(std::equal(head.data_as<float>(), head.data_as<float>() + head.numel(),
+                         wte.data_as<float>()),
+              "gpt2: lm_head.weight differs from wte.weight; only a tied LM head is supported");
+  }
+  return m;
+}
+
+Gpt2State Gpt2Model::make_state() const {
+  Gpt2State s;
+  s.caches.reserve(weights.h.size());
+  for (const auto& b : weights.h) s.caches.push_back(b.attn.make_cache(1, config.n_positions));
+  return s;
+}
+
+Tensor Gpt2Model::forward(std::span<const std::int64_t> ids, Gpt2State& state) const {
+  const auto T = static_cast<std::int64_t>(ids.size());
+  const std::int64_t offset = state.length();
+  QKV_CHECK(T >= 1, "Gpt2Model::forward: ids must hold at least one token");
+  QKV_CHECK(state.caches.size() == weights.h.size(),
+            "Gpt2Model::forward: state has " << state.caches.size() << " caches, the model "
+                                             << weights.h.size() << " layers (use make_state)");
+  QKV_CHECK(offset + T <= config.n_positions,
+            "Gpt2Model::forward: positions [" << offset << ", " << offset + T
+                                              << ") exceed n_positions = " << config.n_positions);
+  for (const auto id : ids)
+    QKV_CHECK(id >= 0 && id < config.vocab_size,
+              "Gpt2Model::forward: token id " << id << " is outside [0, " << config.vocab_size << ")");
+  Tensor x = weights.wte.forward(ids, {1, T});  // (1, T, E)
+  add_inplace(x, weights.wpe.weight.slice(0, offset, offset + T).unsqueeze(0));
+  for (std::size_t i = 0; i < weights.h.size(); ++i) {
+    const Gpt2Block& b = weights.h[i];
+    add_inplace(x, b.attn.forward_incremental(b.ln_1.forward(x), state.caches[i]));
+    add_inplace(x, b.mlp_proj.forward(nn::gelu(b.c_fc.forward(b.ln_2.forward(x)),
+                                               config.activation)));
+  }
+  const Tensor last = weights.ln_f.forward(x.slice(1, T - 1, T));  // (1, 1, E)
+  return nn::linear(last, weights.wte.weight).view({config.vocab_size});  // (V)
+}
+
+Tensor Gpt2Model::forward_full(std::span<const std::int64_t> ids) const {
+  const auto L = static_cast<std::int64_t>(ids.size());
+  QKV_CHECK(L >= 1 && L <= config.n_positions,
+            "Gpt2Model::forward_full: length must be in [1, n_positions = "
+                << config.n_positions << "], got " << L);
+  for (const auto id : ids)
+    QKV_CHECK(id >= 0 && id < config.vocab_size,
+              "Gpt2Model::forward_full: token id " << id << " is outside [0, "
+                                                   << config.vocab_size << ")");
+  Tensor x = weights.wte.forward(ids, {1, L});  // (1, L, E)
+  add_inplace(x, weights.wpe.weight.slice(0, 0, L).unsqueeze(0));
+  nn::AttentionMasks causal;
+  causal.is_causal = true;
+  for (const auto& b : weights.h) {
+    const Tensor a = b.ln_1.forward(x);  // (1, L, E)
+    add_inplace(x, b.attn.forward(a, a, a, causal).out);
+    add_inplace(x, b.mlp_proj.forward(nn::gelu(b.c_fc.forward(b.ln_2.forward(x)),
+                                               config.activation)));
+  }
+  return nn::linear(weights.ln_f.forward(x), weights.wte.weight)
+      .view({L, config.vocab_size});  // (L, V)
+}
+
+void validate(const SamplingOptions& o) {
+  QKV_CHECK(o.max_new_tokens >= 0, "max_new_tokens must be >= 0, got " << o.max_new_tokens);
+  QKV_CHECK(std::isfinite(o.temperature) && o.temperature >= 0,
+            "temperature must be a finite number >= 0, got " << o.temperature);
+  QKV_CHECK(o.top_k >= 0, "top_k must be >= 0, got " << o.top_k);
+  QKV_CHECK(o.top_p > 0 && o.top_p <= 1, "top_p must be in (0, 1], got " << o.top_p);
+}
+
+std::int64_t sample_token(std::span<const float> logits, const SamplingOptions& o, Rng& rng) {
+  const auto V = static_cast<std::int64_t>(logits.size());
+  QKV_CHECK(V >= 1, "sample_token: logits are empty");
+  if (o.temperature == 0.0) {
+    return std::max_element(logits.begin(), logits.end()) - logits.begin();
+  }
+  // Candidates by descending logit, ties by lower id (a stable order).
+  std::vector<std::int64_t> order(static_cast<std::size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+    return logits[static_cast<std::size_t>(a)] > logits[static_cast<std::size_t>(b)];
+  });
+  std::size_t keep = order.size();
+  if (o.top_k > 0) keep = std::min<std::size_t>(keep, static_cast<std::size_t>(o.top_k));
+  // Softmax of logits / T over the kept candidates, in double, max subtracted.
+  const double max_logit = logits[static_cast<std::size_t>(order[0])];
+  std::vector<double> p(keep);
+  double total = 0;
+  for (std::size_t i = 0; i < keep; ++i) {
+    p[i] = std::exp((logits[static_cast<std::size_t>(order[i])] - max_logit) / o.temperature);
+    total += p[i];
+  }
+  if (o.top_p < 1.0) {
+    // The smallest prefix whose mass reaches top_p (HF's TopPLogitsWarper keeps at least one).
+    double mass = 0;
+    std::size_t n = 0;
+    while (n < keep) {
+      mass += p[n] / total;
+      ++n;
+      if (mass >= o.top_p) break;
+    }
+    keep = n;
+    total = std::accumulate(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(keep), 0.0);
+  }
+  const double u = rng.uniform() * total;
+  double c = 0;
+  for (std::size_t i = 0; i < keep; ++i) {
+    c += p[i];
+    if (u < c) return order[i];
+  }
+  return order[keep - 1];  // u rounded up to the total
+}
+
+std::vector<std::int64_t> generate(const Gpt2Model& model, std::span<const std::int64_t> prompt,
+                                   const SamplingOptions& options,
+                                   const std::function<void(std::int64_t)>& on_token) {
+  validate(options);
+  const auto L = static_cast<std::int64_t>(prompt.size());
+  const std::int64_t P = model.config.n_positions;
+  QKV_CHECK(L >= 1, "generate: the prompt must hold at least one token");
+  QKV_CHECK(L <= P, "generate: the prompt is " << L << " tokens, longer than n_positions = " << P);
+  QKV_CHECK(L + options.max_new_tokens <= P,
+            "generate: prompt (" << L << " tokens) + max_new_tokens (" << options.max_new_tokens
+                                 << ") = " << L + options.max_new_tokens
+                                 << " exceeds n_positions = " << P);
+  for (const auto id : prompt)
+    QKV_CHECK(id >= 0 && id < model.config.vocab_size,
+              "generate: prompt token id " << id << " is outside [0, vocab_size = "
+                                           << model.config.vocab_size << ")");
+  std::vector<std::int64_t> out;
+  if (options.max_new_tokens == 0) return out;
+  out.reserve(static_cast<std::size_t>(options.max_new_tokens));
+  Gpt2State state = model.make_state();  // every cache allocated here, before the loop
+  Rng rng(options.seed);
+  Tensor logits = model.forward(prompt, state);  // (V)
+  for (std::int64_t step = 0; step < options.max_new_tokens; ++step) {
+    const std::int64_t next = sample_token(
+        std::span<const float>(logits.data_as<float>(), static_cast<std::size_t>(logits.numel())),
+        options, rng);
+    out.push_back(next);
+    if (on_token) on_token(next);
+    if (options.eos_id && next == *options.eos_id) break;
+    if (step + 1 == options.max_new_tokens) break;
+    logits = model.forward(std::span<const std::int64_t>(&out.back(), 1), state);
+  }
+  return out;
+}
+
+}  // namespace qkv::models

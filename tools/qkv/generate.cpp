@@ -1,0 +1,93 @@
+// qkv generate — GPT-2 text generation with a KV cache.
+//
+// Loads DIR (config.json, model.safetensors or its shards, and a byte-level BPE tokenizer:
+// tokenizer.json or vocab.json + merges.txt), encodes the prompt, then generates with
+// qkv::models::generate. Text mode prints the prompt and streams each new token's bytes as
+// it is produced (flushed per token), then one line of timings on stderr. --json prints one
+// object on stdout and nothing else there: {"prompt_ids": [...], "ids": [...], "text": "..."}
+// where ids are the generated continuation only (the end-of-text token included when it
+// stopped generation, as Hugging Face's generate does) and text is the continuation decoded,
+// without the end-of-text token.
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "qkv/qkv.h"
+
+namespace qkv::cli {
+
+int run_generate(const GenerateOptions& options, std::ostream& out) {
+  if (!std::isfinite(options.temperature) || options.temperature < 0)
+    throw UsageError("--temperature", "must be a number >= 0 (0 = greedy), got " +
+                                          std::to_string(options.temperature));
+  if (!(options.top_p > 0 && options.top_p <= 1))
+    throw UsageError("--top-p", "must be in (0, 1], got " + std::to_string(options.top_p));
+  if (options.top_k < 0)
+    throw UsageError("--top-k", "must be >= 0, got " + std::to_string(options.top_k));
+  if (options.max_new_tokens < 0)
+    throw UsageError("--max-new-tokens",
+                     "must be >= 0, got " + std::to_string(options.max_new_tokens));
+
+  const auto model = qkv::models::Gpt2Model::load(options.model);
+  const qkv::Tokenizer tokenizer = qkv::Tokenizer::load(options.model);
+  const qkv::BpeTokenizer* bpe = tokenizer.bpe();
+  if (bpe == nullptr)
+    throw qkv::Error("generate: " + options.model +
+                     " holds a WordPiece tokenizer; GPT-2 needs byte-level BPE (vocab.json + "
+                     "merges.txt or tokenizer.json)");
+
+  const std::vector<std::int64_t> prompt_ids = bpe->encode(options.prompt);
+  if (prompt_ids.empty()) throw UsageError("--prompt", "must encode to at least one token");
+
+  qkv::models::SamplingOptions s;
+  s.max_new_tokens = options.max_new_tokens;
+  s.temperature = options.temperature;
+  s.top_k = options.top_k;
+  s.top_p = options.top_p;
+  s.seed = options.seed;
+  s.eos_id = bpe->eos_id();
+  if (!s.eos_id) s.eos_id = model.config.eos_token_id;
+
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  auto first = start;
+  std::int64_t count = 0;
+  auto on_token = [&](std::int64_t id) {
+    if (count++ == 0) first = clock::now();
+    if (options.json || (s.eos_id && id == *s.eos_id)) return;
+    out << bpe->decode({id}) << std::flush;  // byte-exact: the pieces concatenate
+  };
+  if (!options.json) out << options.prompt << std::flush;
+  std::vector<std::int64_t> ids = qkv::models::generate(model, prompt_ids, s, on_token);
+  const auto end = clock::now();
+
+  std::vector<std::int64_t> text_ids = ids;
+  if (!text_ids.empty() && s.eos_id && text_ids.back() == *s.eos_id) text_ids.pop_back();
+  if (options.json) {
+    nlohmann::json j;
+    j["prompt_ids"] = prompt_ids;
+    j["ids"] = ids;
+    j["text"] = bpe->decode(text_ids);
+    // Partial UTF-8 at the end of a continuation is replaced (U+FFFD), not an error.
+    out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+  } else {
+    out << '\n';
+  }
+  out.flush();
+
+  const double prompt_s = std::chrono::duration<double>(first - start).count();
+  const double decode_s = std::chrono::duration<double>(end - first).count();
+  std::cerr << "qkv generate: prompt " << prompt_ids.size() << " tokens in "
+            << prompt_s * 1e3 << " ms; " << ids.size() << " tokens generated";
+  if (ids.size() > 1 && decode_s > 0)
+    std::cerr << ", " << static_cast<double>(ids.size() - 1) / decode_s
+              << " tokens/s after the first";
+  std::cerr << '\n';
+  return 0;
+}
+
+}  // namespace qkv::cli

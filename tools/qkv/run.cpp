@@ -1,0 +1,220 @@
+// qkv run: a BERT checkpoint on one text (or pair) — the tokens, a summary of the final
+// hidden states, and one layer/head's attention as a terminal heatmap; optionally every
+// output to a .safetensors file.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "commands.h"
+#include "print.h"
+#include "qkv/bert.h"
+#include "qkv/error.h"
+#include "qkv/safetensors.h"
+#include "qkv/tokenizer.h"
+
+namespace qkv::cli {
+namespace {
+
+struct Stats {
+  double mean = 0, std = 0, min = 0, max = 0;
+};
+
+Stats stats(const float* p, std::int64_t n) {
+  Stats s;
+  if (n == 0) return s;
+  double sum = 0, sq = 0;
+  s.min = s.max = p[0];
+  for (std::int64_t i = 0; i < n; ++i) {
+    sum += p[i];
+    s.min = std::min(s.min, double(p[i]));
+    s.max = std::max(s.max, double(p[i]));
+  }
+  s.mean = sum / double(n);
+  for (std::int64_t i = 0; i < n; ++i) sq += (p[i] - s.mean) * (p[i] - s.mean);
+  s.std = std::sqrt(sq / double(n));  // population std, as torch.std(unbiased=False)
+  return s;
+}
+
+std::string stats_line(const Stats& s) {
+  return format("mean %+.4f  std %.4f  min %+.4f  max %+.4f", s.mean, s.std, s.min, s.max);
+}
+
+// The code points of UTF-8 text (each one column wide in print.h's convention).
+std::vector<std::string> code_points(const std::string& text) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < text.size();) {
+    std::size_t n = 1;
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0xF0) n = 4;
+    else if (c >= 0xE0) n = 3;
+    else if (c >= 0xC0) n = 2;
+    n = std::min(n, text.size() - i);
+    out.push_back(text.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+// The (L, L) attention of one head as shades, rows = queries, columns = keys, both
+// labelled with the tokens (the column labels written downwards).
+void print_heatmap(std::ostream& out, const Tensor& probs, std::int64_t head,
+                   const std::vector<std::string>& tokens) {
+  const std::int64_t L = probs.size(2);
+  const int cell = L <= 40 ? 2 : 1;  // columns per key; 2 keeps the map roughly square
+  constexpr int kLabelHeight = 6;    // code points of a column label, downwards
+  double top = 0;
+  for (std::int64_t i = 0; i < L; ++i)
+    for (std::int64_t j = 0; j < L; ++j) top = std::max(top, double(probs.get({0, head, i, j})));
+  std::vector<std::string> row_labels;
+  int label_w = 0;
+  for (std::int64_t i = 0; i < L; ++i) {
+    row_labels.push_back(format("%2lld ", static_cast<long long>(i)) +
+                         truncate_display(tokens[static_cast<std::size_t>(i)], 12));
+    label_w = std::max(label_w, display_width(row_labels.back()));
+  }
+  for (int k = 0; k < kLabelHeight; ++k) {
+    std::string line = "   " + std::string(static_cast<std::size_t>(label_w) + 2, ' ');
+    bool any = false;
+    for (std::int64_t j = 0; j < L; ++j) {
+      const auto cps = code_points(truncate_display(tokens[static_cast<std::size_t>(j)],
+                                                    kLabelHeight));
+      std::string c = " ";
+      if (k < static_cast<int>(cps.size())) {
+        c = cps[static_cast<std::size_t>(k)];
+        any = true;
+      }
+      line += c + std::string(static_cast<std::size_t>(cell - 1), ' ');
+    }
+    if (!any) break;
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << '\n';
+  }
+  for (std::int64_t i = 0; i < L; ++i) {
+    std::string line = "   " + pad_right(row_labels[static_cast<std::size_t>(i)], label_w) + " │";
+    std::int64_t best = 0;
+    for (std::int64_t j = 0; j < L; ++j) {
+      const double p = probs.get({0, head, i, j});
+      if (p > probs.get({0, head, i, best})) best = j;
+      std::string s = shade(top > 0 ? p / top : 0.0);
+      for (int c = 0; c < cell; ++c) line += s;
+    }
+    line += "│ → " + truncate_display(tokens[static_cast<std::size_t>(best)], 12) +
+            format(" %.2f", double(probs.get({0, head, i, best})));
+    out << line << '\n';
+  }
+  out << "   shade = probability / " << format("%.4f", top)
+      << " (the largest here): ' ' < 0.2 ≤ ░ < 0.4 ≤ ▒ < 0.6 ≤ ▓ < 0.8 ≤ █\n"
+      << "   → the key each query attends to most, with its probability\n";
+}
+
+}  // namespace
+
+int run_run(const RunOptions& o, std::ostream& out) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  QKV_CHECK(fs::is_directory(o.model, ec), "model directory '" << o.model << "' does not exist");
+  const models::BertModel model = models::BertModel::load(o.model);
+  const models::BertConfig& c = model.config;
+  const std::int64_t layer = o.layer < 0 ? c.num_hidden_layers - 1 : o.layer;
+  if (c.num_hidden_layers == 0)
+    throw UsageError("--layer", "the model has no layers, so no attention to show");
+  if (layer >= c.num_hidden_layers)
+    throw UsageError("--layer", format("must be in [0, %lld) for this model, got %lld",
+                                       static_cast<long long>(c.num_hidden_layers),
+                                       static_cast<long long>(layer)));
+  if (o.head >= c.num_attention_heads)
+    throw UsageError("--head", format("must be in [0, %lld) for this model, got %lld",
+                                      static_cast<long long>(c.num_attention_heads),
+                                      static_cast<long long>(o.head)));
+
+  const Tokenizer tokenizer = Tokenizer::load(o.model);
+  const WordPieceTokenizer* wp = tokenizer.wordpiece();
+  QKV_CHECK(wp != nullptr, "model directory '" << o.model
+                                               << "': qkv run needs a WordPiece (BERT) tokenizer "
+                                                  "(vocab.txt or tokenizer.json), found BPE");
+  const Encoding enc = o.pair.empty() ? wp->encode(o.text) : wp->encode_pair(o.text, o.pair);
+  const auto L = static_cast<std::int64_t>(enc.ids.size());
+  QKV_CHECK(L <= c.max_position_embeddings,
+            "the input is " << L << " tokens, longer than max_position_embeddings = "
+                            << c.max_position_embeddings);
+
+  const models::BertOutput result = model.forward(enc.ids, 1, L, enc.token_type_ids, {}, true);
+
+  out << "model: " << o.model << " (BERT: " << c.num_hidden_layers << " layers, "
+      << c.num_attention_heads << " heads, hidden " << c.hidden_size << ", vocab "
+      << c.vocab_size << ")\n\n";
+  out << "tokens (" << L << "):\n";
+  {
+    std::string line = "  ";
+    for (std::int64_t i = 0; i < L; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      std::string item = " " + enc.tokens[k] + "/" + std::to_string(enc.ids[k]) +
+                         (enc.token_type_ids[k] ? "ᴮ" : "");
+      if (display_width(line) + display_width(item) > kMaxWidth) {
+        out << line << '\n';
+        line = "  ";
+      }
+      line += item;
+    }
+    out << line << "\n   (token/id; ᴮ marks segment B, token type 1)\n\n";
+  }
+
+  const Tensor& hidden = result.last_hidden_state;  // (1, L, E), contiguous
+  const std::int64_t E = c.hidden_size;
+  out << "last_hidden_state " << hidden.shape_string() << ": "
+      << stats_line(stats(hidden.data_as<float>(), hidden.numel())) << '\n';
+  const std::int64_t shown = std::min<std::int64_t>(L, 8);
+  for (std::int64_t i = 0; i < shown; ++i) {
+    const float* row = hidden.data_as<float>() + i * E;
+    std::string first;
+    for (std::int64_t e = 0; e < std::min<std::int64_t>(E, 3); ++e)
+      first += format(" %+.3f", double(row[e]));
+    out << "   " << pad_right(format("%2lld ", static_cast<long long>(i)) +
+                                  truncate_display(enc.tokens[static_cast<std::size_t>(i)], 12),
+                              16)
+        << stats_line(stats(row, E)) << "  [" << first << " …]\n";
+  }
+  if (shown < L) out << "   … " << (L - shown) << " more tokens\n";
+  if (result.pooler_output.defined())
+    out << "pooler_output " << result.pooler_output.shape_string() << ": "
+        << stats_line(stats(result.pooler_output.data_as<float>(), result.pooler_output.numel()))
+        << '\n';
+  else
+    out << "pooler_output: none (the checkpoint has no pooler)\n";
+
+  out << "\nattention, layer " << layer << " of " << c.num_hidden_layers << ", head " << o.head
+      << " of " << c.num_attention_heads << " (rows: queries, columns: keys):\n";
+  print_heatmap(out, result.attentions[static_cast<std::size_t>(layer)], o.head, enc.tokens);
+
+  if (!o.output.empty()) {
+    std::vector<float> ids(enc.ids.begin(), enc.ids.end());
+    std::vector<float> types(enc.token_type_ids.begin(), enc.token_type_ids.end());
+    std::vector<std::pair<std::string, Tensor>> tensors = {
+        {"input_ids", Tensor::from_vector({1, L}, ids)},            // (B, L) ids as f32
+        {"token_type_ids", Tensor::from_vector({1, L}, types)},     // (B, L) as f32
+        {"last_hidden_state", hidden},                              // (B, L, E)
+    };
+    if (result.pooler_output.defined()) tensors.emplace_back("pooler_output", result.pooler_output);
+    for (std::size_t n = 0; n < result.attentions.size(); ++n)
+      tensors.emplace_back("attentions." + std::to_string(n), result.attentions[n]);  // (B, H, L, L)
+    save_safetensors(o.output, tensors,
+                     {{"format", "pt"},
+                      {"input_ids", "F32 values of the int64 ids (exact below 2^24)"},
+                      {"tokens", [&] {
+                         std::string s;
+                         for (const auto& t : enc.tokens) s += (s.empty() ? "" : " ") + t;
+                         return s;
+                       }()}});
+    out << "\nwrote " << o.output << " (input_ids, token_type_ids, last_hidden_state"
+        << (result.pooler_output.defined() ? ", pooler_output" : "") << ", attentions.0-"
+        << result.attentions.size() - 1 << ")\n";
+  }
+  return 0;
+}
+
+}  // namespace qkv::cli

@@ -1,0 +1,63 @@
+// qkv tokenize: the ids of a text (or of every line of a file) under a Hugging Face
+// tokenizer directory — BERT WordPiece ([CLS] text [SEP]) or GPT-2 byte-level BPE (the
+// plain ids), whichever Tokenizer::load finds.
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "qkv/error.h"
+#include "qkv/tokenizer.h"
+
+namespace qkv::cli {
+namespace {
+
+void encode_line(const Tokenizer& tokenizer, const std::string& text, bool json,
+                 std::ostream& out) {
+  std::vector<std::int64_t> ids;
+  std::vector<std::string> tokens;
+  if (const WordPieceTokenizer* wp = tokenizer.wordpiece()) {
+    Encoding e = wp->encode(text);
+    ids = std::move(e.ids);
+    tokens = std::move(e.tokens);
+  } else {
+    const BpeTokenizer* bpe = tokenizer.bpe();
+    ids = bpe->encode(text);
+    for (auto id : ids) tokens.push_back(bpe->id_to_token(id));  // "Ġ" stands for a space
+  }
+  if (json) {
+    nlohmann::json j;
+    j["ids"] = ids;
+    j["tokens"] = tokens;
+    out << j.dump() << '\n';
+    return;
+  }
+  for (std::size_t i = 0; i < ids.size(); ++i) out << (i ? " " : "") << ids[i];
+  out << '\n';
+}
+
+}  // namespace
+
+int run_tokenize(const TokenizeOptions& o, std::ostream& out) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  QKV_CHECK(fs::is_directory(o.model, ec), "model directory '" << o.model << "' does not exist");
+  const Tokenizer tokenizer = Tokenizer::load(o.model);
+  if (o.file.empty()) {
+    encode_line(tokenizer, o.text, o.json, out);
+    return 0;
+  }
+  std::ifstream in(o.file, std::ios::binary);
+  QKV_CHECK(in.is_open(), "--file '" << o.file << "': cannot open");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF files
+    encode_line(tokenizer, line, o.json, out);
+  }
+  return 0;
+}
+
+}  // namespace qkv::cli
