@@ -10,54 +10,7 @@ PYTHON=/usr/bin/python3
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
-failures=0
-checks=0
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-pass() { checks=$((checks + 1)); }
-
-# run ARGS...: runs qkv, leaving stdout in $TMP/out, stderr in $TMP/err, status in $status.
-run() {
-  "$QKV" "$@" >"$TMP/out" 2>"$TMP/err"
-  status=$?
-}
-
-expect_status() {  # expect_status WANT DESCRIPTION
-  if [[ $status -eq $1 ]]; then pass; else
-    fail "$2: exit status $status, expected $1; stderr: $(head -c 400 "$TMP/err")"
-  fi
-}
-
-expect_in() {  # expect_in FILE PATTERN DESCRIPTION  (grep -E)
-  if grep -Eq -- "$2" "$TMP/$1"; then pass; else
-    fail "$3: '$2' not found in std$1: $(head -c 400 "$TMP/$1")"
-  fi
-}
-
-expect_not_in() {  # expect_not_in FILE PATTERN DESCRIPTION
-  if ! grep -Eq -- "$2" "$TMP/$1"; then pass; else
-    fail "$3: '$2' unexpectedly found in std$1"
-  fi
-}
-
-# A usage error: non-zero status (2, not a signal), exactly one line on stderr that
-# names the option, nothing on stdout.
-expect_usage_error() {  # expect_usage_error NEEDLE ARGS...
-  local needle=$1
-  shift
-  run "$@"
-  local what="qkv $*"
-  if [[ $status -eq 2 ]]; then pass; else fail "$what: exit status $status, expected 2"; fi
-  if grep -Fq -- "$needle" "$TMP/err"; then pass; else
-    fail "$what: stderr does not name '$needle': $(cat "$TMP/err")"
-  fi
-  local lines
-  lines=$(wc -l <"$TMP/err")
-  if [[ $lines -eq 1 ]]; then pass; else fail "$what: $lines lines on stderr, expected 1: $(cat "$TMP/err")"; fi
-  if [[ ! -s "$TMP/out" ]]; then pass; else fail "$what: unexpected stdout: $(head -c 200 "$TMP/out")"; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # Checks the explain output in $TMP/out: every row of every weight matrix has its
 # "sum" column equal to 1 to the printed precision, and there are WANT such rows.
@@ -291,8 +244,4 @@ case "$GROUP" in
   *) echo "unknown group '$GROUP'" >&2; exit 2 ;;
 esac
 
-if [[ $failures -ne 0 ]]; then
-  echo "$failures of $((checks + failures)) checks failed ($GROUP)" >&2
-  exit 1
-fi
-echo "all $checks checks passed ($GROUP)"
+finish "$GROUP"

@@ -12,39 +12,8 @@ PYTHON=/usr/bin/python3
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
-failures=0
-checks=0
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-pass() { checks=$((checks + 1)); }
-
-run() {  # run ARGS...: stdout in $TMP/out, stderr in $TMP/err, status in $status
-  "$QKV" generate "$@" >"$TMP/out" 2>"$TMP/err"
-  status=$?
-}
-expect_status() {  # expect_status WANT DESCRIPTION
-  if [[ $status -eq $1 ]]; then pass; else
-    fail "$2: exit status $status, expected $1; stderr: $(head -c 400 "$TMP/err")"
-  fi
-}
-expect_in() {  # expect_in FILE PATTERN DESCRIPTION  (grep -E)
-  if grep -Eq -- "$2" "$TMP/$1"; then pass; else
-    fail "$3: '$2' not found in std$1: $(head -c 400 "$TMP/$1")"
-  fi
-}
-expect_usage_error() {  # expect_usage_error NEEDLE ARGS...: exit 2, one stderr line naming it
-  local needle=$1
-  shift
-  run "$@"
-  expect_status 2 "generate $*"
-  if grep -Fq -- "$needle" "$TMP/err"; then pass; else
-    fail "generate $*: stderr does not name '$needle': $(cat "$TMP/err")"
-  fi
-  if [[ $(wc -l <"$TMP/err") -eq 1 ]]; then pass; else fail "generate $*: not one line on stderr"; fi
-  if [[ ! -s "$TMP/out" ]]; then pass; else fail "generate $*: unexpected stdout"; fi
-}
+QKV_COMMAND=("$QKV" generate)  # every run here is `qkv generate ...`
+source "$HERE/lib.sh"
 
 M="$TMP/model"
 if ! "$PYTHON" "$HERE/../python/test_gpt2.py" write "$M"; then
@@ -112,8 +81,4 @@ run --model "$M" --prompt hi
 expect_status 1 "unknown model_type"
 expect_in err "model_type must be \"gpt2\", got \"llama\"" "model_type message"
 
-if [[ $failures -ne 0 ]]; then
-  echo "$failures of $((checks + failures)) checks failed (generate)" >&2
-  exit 1
-fi
-echo "all $checks checks passed (generate)"
+finish generate
