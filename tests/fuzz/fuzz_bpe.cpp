@@ -11,6 +11,7 @@
 
 #include "qkv/error.h"
 #include "qkv/tokenizer.h"
+#include "utf8_oracle.h"
 
 namespace {
 
@@ -46,15 +47,6 @@ const qkv::BpeTokenizer& tokenizer() {
     return qkv::BpeTokenizer::from_vocab_and_merges(vocab, merges);
   }();
   return t;
-}
-
-bool valid_utf8(const std::uint8_t* s, std::size_t n) {  // ICU's decoder, not ours
-  for (std::int32_t i = 0; i < static_cast<std::int32_t>(n);) {
-    UChar32 c;
-    U8_NEXT(s, i, static_cast<std::int32_t>(n), c);
-    if (c < 0) return false;
-  }
-  return true;
 }
 
 }  // namespace

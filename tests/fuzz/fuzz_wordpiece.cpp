@@ -9,6 +9,7 @@
 
 #include "qkv/error.h"
 #include "qkv/tokenizer.h"
+#include "utf8_oracle.h"
 
 namespace {
 
@@ -19,16 +20,6 @@ const qkv::WordPieceTokenizer& tokenizer() {
        "##é",   "'",     "s",     "##s",   "x",      "##x",   "1",     "##2"},
       /*lowercase=*/true);
   return t;
-}
-
-// ICU's own decoder, independent of the tokenizer's.
-bool valid_utf8(const std::uint8_t* s, std::size_t n) {
-  for (std::int32_t i = 0; i < static_cast<std::int32_t>(n);) {
-    UChar32 c;
-    U8_NEXT(s, i, static_cast<std::int32_t>(n), c);
-    if (c < 0) return false;
-  }
-  return true;
 }
 
 }  // namespace
