@@ -28,6 +28,7 @@
 
 namespace py = pybind11;
 void register_nn(py::module_& m);  // bindings_nn.cpp
+void register_models(py::module_& m);  // bindings_models.cpp
 
 namespace {
 
@@ -238,4 +239,5 @@ PYBIND11_MODULE(_qkv, m) {
         "The number of threads qkv's parallel loops use: set_num_threads's value, else "
         "the environment variable QKV_NUM_THREADS, else OpenMP's default (all cores).");
   register_nn(m);
+  register_models(m);
 }

@@ -53,6 +53,10 @@ __all__ = [
     "TransformerEncoderLayer",
     "TransformerDecoderLayer",
     "Transformer",
+    "load_model",
+    "BertModel",
+    "GPT2Model",
+    "Tokenizer",
 ]
 
 _ALIGNMENTS = ("top_left", "bottom_right")
@@ -471,3 +475,4 @@ def self_attention_raw(x, scale=1.0):
     out = _qkv._self_attention_raw(c.tensor, _optional_float(scale, fn, "scale"))
     return _result(out, c, False)
 from .nn import MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer, Transformer  # noqa: E402
+from .models import load_model, BertModel, GPT2Model, Tokenizer  # noqa: E402

@@ -1,0 +1,218 @@
+// Models and tokenizers for Python (_qkv._BertModel, _qkv._Gpt2Model, _qkv._Tokenizer):
+// thin wrappers over qkv::models and qkv::Tokenizer.
+//
+// Results cross as the _Tensor views bindings.cpp registers; python/qkv/models.py turns
+// them into NumPy arrays or torch tensors and holds the friendly signatures. Every check
+// lives in the C++ library (qkv::Error -> ValueError / TypeError via bindings.cpp's
+// translator). The GIL is released around loading, forward passes, generation and
+// tokenization.
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "qkv/bert.h"
+#include "qkv/error.h"
+#include "qkv/gpt2.h"
+#include "qkv/tokenizer.h"
+
+namespace py = pybind11;
+namespace models = qkv::models;
+
+namespace {
+
+const char* gelu_name(qkv::nn::GeluApproximation g) {
+  return g == qkv::nn::GeluApproximation::tanh ? "gelu_new" : "gelu";
+}
+
+py::dict bert_config(const models::BertModel& m) {
+  const auto& c = m.config;
+  py::dict d;
+  d["model_type"] = "bert";
+  d["vocab_size"] = c.vocab_size;
+  d["hidden_size"] = c.hidden_size;
+  d["num_hidden_layers"] = c.num_hidden_layers;
+  d["num_attention_heads"] = c.num_attention_heads;
+  d["intermediate_size"] = c.intermediate_size;
+  d["max_position_embeddings"] = c.max_position_embeddings;
+  d["type_vocab_size"] = c.type_vocab_size;
+  d["layer_norm_eps"] = c.layer_norm_eps;
+  d["hidden_act"] = gelu_name(c.gelu);
+  d["has_pooler"] = m.weights.pooler_weight.defined();
+  return d;
+}
+
+py::dict gpt2_config(const models::Gpt2Model& m) {
+  const auto& c = m.config;
+  py::dict d;
+  d["model_type"] = "gpt2";
+  d["vocab_size"] = c.vocab_size;
+  d["n_positions"] = c.n_positions;
+  d["n_embd"] = c.n_embd;
+  d["n_layer"] = c.n_layer;
+  d["n_head"] = c.n_head;
+  d["n_inner"] = c.inner();
+  d["layer_norm_epsilon"] = c.layer_norm_epsilon;
+  d["activation_function"] = gelu_name(c.activation);
+  d["eos_token_id"] = c.eos_token_id ? py::object(py::int_(*c.eos_token_id)) : py::object(py::none());
+  return d;
+}
+
+const qkv::WordPieceTokenizer& wordpiece_or_throw(const qkv::Tokenizer& t, const char* what) {
+  const auto* wp = t.wordpiece();
+  QKV_CHECK(wp != nullptr, "Tokenizer." << what << ": only WordPiece (BERT) tokenizers have it; "
+                                           "this one is byte-level BPE");
+  return *wp;
+}
+
+}  // namespace
+
+void register_models(py::module_& m) {
+  // ---- BERT -------------------------------------------------------------------------
+  py::class_<models::BertModel, std::shared_ptr<models::BertModel>>(
+      m, "_BertModel", "qkv::models::BertModel (use qkv.load_model / qkv.BertModel).")
+      .def_static(
+          "load",
+          [](const std::string& dir) {
+            py::gil_scoped_release release;
+            return std::make_shared<models::BertModel>(models::BertModel::load(dir));
+          },
+          py::arg("dir"))
+      .def_property_readonly("config", &bert_config)
+      .def(
+          "forward",
+          [](const models::BertModel& model, const std::vector<std::int64_t>& ids,
+             std::int64_t batch, std::int64_t length, const std::vector<std::int64_t>& types,
+             const std::vector<std::int64_t>& mask, bool output_attentions) {
+            models::BertOutput out;
+            {
+              py::gil_scoped_release release;
+              out = model.forward(ids, batch, length, types, mask, output_attentions);
+            }
+            py::object pooled = out.pooler_output.defined() ? py::cast(out.pooler_output)
+                                                            : py::object(py::none());
+            return py::make_tuple(out.last_hidden_state, pooled, out.attentions);
+          },
+          py::arg("input_ids"), py::arg("batch"), py::arg("length"), py::arg("token_type_ids"),
+          py::arg("attention_mask"), py::arg("output_attentions"),
+          "(last_hidden_state, pooler_output or None, [attentions]) as _Tensor. Row-major "
+          "flat (batch*length) ids; empty types/mask = defaults. Releases the GIL.");
+
+  // ---- GPT-2 ------------------------------------------------------------------------
+  py::class_<models::Gpt2Model, std::shared_ptr<models::Gpt2Model>>(
+      m, "_Gpt2Model", "qkv::models::Gpt2Model (use qkv.load_model / qkv.GPT2Model).")
+      .def_static(
+          "load",
+          [](const std::string& dir) {
+            py::gil_scoped_release release;
+            return std::make_shared<models::Gpt2Model>(models::Gpt2Model::load(dir));
+          },
+          py::arg("dir"))
+      .def_property_readonly("config", &gpt2_config)
+      .def(
+          "forward_full",
+          [](const models::Gpt2Model& model, const std::vector<std::int64_t>& ids) {
+            py::gil_scoped_release release;
+            return model.forward_full(ids);
+          },
+          py::arg("ids"), "(L, V) logits of every position, as a _Tensor. Releases the GIL.")
+      .def(
+          "generate",
+          [](const models::Gpt2Model& model, const std::vector<std::int64_t>& prompt,
+             std::int64_t max_new_tokens, double temperature, std::int64_t top_k, double top_p,
+             std::uint64_t seed, std::optional<std::int64_t> eos_id) {
+            models::SamplingOptions s;
+            s.max_new_tokens = max_new_tokens;
+            s.temperature = temperature;
+            s.top_k = top_k;
+            s.top_p = top_p;
+            s.seed = seed;
+            s.eos_id = eos_id;
+            models::validate(s);
+            py::gil_scoped_release release;
+            return models::generate(model, prompt, s);
+          },
+          py::arg("prompt"), py::arg("max_new_tokens"), py::arg("temperature"), py::arg("top_k"),
+          py::arg("top_p"), py::arg("seed"), py::arg("eos_id"),
+          "The generated ids (prompt excluded), stopping after eos_id. Releases the GIL.");
+
+  // ---- Tokenizer --------------------------------------------------------------------
+  py::class_<qkv::Tokenizer, std::shared_ptr<qkv::Tokenizer>>(
+      m, "_Tokenizer", "qkv::Tokenizer (use qkv.Tokenizer).")
+      .def_static(
+          "load",
+          [](const std::string& dir) {
+            py::gil_scoped_release release;
+            return std::make_shared<qkv::Tokenizer>(qkv::Tokenizer::load(dir));
+          },
+          py::arg("dir"))
+      .def_property_readonly("kind",
+                             [](const qkv::Tokenizer& t) {
+                               return std::string(t.wordpiece() ? "wordpiece" : "bpe");
+                             })
+      .def_property_readonly("vocab_size", &qkv::Tokenizer::vocab_size)
+      .def(
+          "encode",
+          [](const qkv::Tokenizer& t, const std::string& text) {
+            py::gil_scoped_release release;
+            return t.encode(text);
+          },
+          py::arg("text"))
+      .def(
+          "encode_pair",
+          [](const qkv::Tokenizer& t, const std::string& a, const std::string& b) {
+            const auto& wp = wordpiece_or_throw(t, "encode_pair");
+            qkv::Encoding e;
+            {
+              py::gil_scoped_release release;
+              e = wp.encode_pair(a, b);
+            }
+            return py::make_tuple(e.ids, e.token_type_ids);
+          },
+          py::arg("a"), py::arg("b"))
+      .def(
+          "tokenize",
+          [](const qkv::Tokenizer& t, const std::string& text) {
+            if (const auto* wp = t.wordpiece()) return wp->tokenize(text);
+            std::vector<std::string> out;
+            for (auto id : t.bpe()->encode(text)) out.push_back(t.bpe()->id_to_token(id));
+            return out;
+          },
+          py::arg("text"))
+      .def(
+          "decode",
+          [](const qkv::Tokenizer& t, const std::vector<std::int64_t>& ids) {
+            std::string s;
+            {
+              py::gil_scoped_release release;
+              s = t.decode(ids);
+            }
+            // BPE ids may end inside a UTF-8 sequence: replace, as HF's decode does.
+            PyObject* u = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()),
+                                               "replace");
+            if (!u) throw py::error_already_set();
+            return py::reinterpret_steal<py::str>(u);
+          },
+          py::arg("ids"))
+      .def(
+          "token_to_id",
+          [](const qkv::Tokenizer& t, const std::string& token) {
+            return t.wordpiece() ? t.wordpiece()->token_to_id(token) : t.bpe()->token_to_id(token);
+          },
+          py::arg("token"))
+      .def(
+          "id_to_token",
+          [](const qkv::Tokenizer& t, std::int64_t id) {
+            return t.wordpiece() ? t.wordpiece()->id_to_token(id) : t.bpe()->id_to_token(id);
+          },
+          py::arg("id"))
+      .def_property_readonly("eos_id", [](const qkv::Tokenizer& t) -> std::optional<std::int64_t> {
+        return t.bpe() ? t.bpe()->eos_id() : std::nullopt;
+      });
+}
