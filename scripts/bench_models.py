@@ -1,0 +1,712 @@
+#!/usr/bin/python3
+"""qkv's whole models (BERT-base forward, GPT-2-small greedy decoding) beside PyTorch and ONNX Runtime.
+
+Run with Debian's Python (it builds build/bench/qkv_bench_models when missing):
+
+    /usr/bin/python3 scripts/bench_models.py [--threads 2] [--quick] [--json FILE]
+
+What it does:
+  1. Peers, installed as scripts/bench_attention.py installs them (its helpers are reused):
+     Debian's python3-torch (1.13) on Debian's OpenBLAS (libopenblas0-openmp unpacked into
+     ~/.cache/qkv-bench, first on LD_LIBRARY_PATH for this process only), python3-onnx,
+     onnxruntime-node from npm (--ignore-scripts) into ~/.cache/qkv-bench/node, run through
+     scripts/bench/ort_runner.js --serve.
+  2. Random weights, the same for every engine, written once as Hugging Face checkpoints
+     (config.json + model.safetensors, HF names) under ~/.cache/qkv-bench/models:
+       bert-base: 12 layers, hidden 768, 12 heads, intermediate 3072, vocab 30522,
+                  max_position 512, gelu (erf), layer_norm_eps 1e-12;
+       gpt2-small: 12 layers, n_embd 768, 12 heads, vocab 50257, n_positions 1024,
+                  gelu_new, Conv1D (in, out) weights, lm_head tied to wte.
+     Weights ~ N(0, 0.02²) (HF's initializer_range), LayerNorm weights 1 + N(0, 0.02²).
+     torch reads the same safetensors files back; the ONNX graph is exported from the torch
+     module (once, cached beside the checkpoint).
+  3. BERT, last_hidden_state of B sequences of L tokens (ids (i·7919 + 11) mod vocab, no
+     padding, token types 0):
+       qkv:   BertModel::forward in build/bench/qkv_bench_models (a server on stdin);
+       torch: embeddings + LayerNorm + 12 × nn.TransformerEncoderLayer (post-norm, gelu,
+              batch_first), eval(), inference_mode (torch 1.13 then takes its native
+              fused encoder-layer path);
+       ORT:   that torch module exported with torch.onnx.export (opset 14, dynamic batch
+              and sequence), input ids given as float32 (the runner feeds float32) and cast
+              to int64 inside the graph; intra-op threads = --threads.
+     The outputs are compared with qkv's (max |Δ|).
+  4. GPT-2, greedy decoding: a prompt of CTX tokens (fewer where CTX + N would pass
+     n_positions = 1024: then CTX - N, and the decoding ends at position CTX), run in one
+     forward (the prefill, not in the decode time), then N decode steps of one token each
+     (forward with the KV cache + argmax). tokens/s = N / decode time.
+       qkv:   Gpt2Model::forward with its Gpt2State (KV cache);
+       torch: the published architecture written here in eager torch, with its own
+              preallocated KV cache (addmm for the Conv1D layers as HF does, gelu tanh).
+     Checked: the prefill's logits (max |Δ|) and whether the greedy ids agree.
+     ONNX Runtime is not run for GPT-2 (optional in the issue; not done: a KV-cache graph
+     export is a job of its own).
+  5. Per case: each engine once (outputs compared), W warm-up runs of each, then R rounds
+     of qkv, ORT, torch (one run each per round, --gap seconds of idle between two runs),
+     medians reported. Ratios are speed ratios (peer time / qkv time: above 1, qkv is
+     faster).
+
+Benchmarks only: nothing here asserts a time. Disagreeing outputs are reported (exit 1).
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import bench_attention as ba  # noqa: E402  (the peers' installers, OrtRunner, loaded_blas)
+
+CACHE = ba.CACHE
+MODELS = os.path.join(CACHE, "models")
+FORMAT = 1  # bump when the checkpoint writer changes
+
+BERT = {"model_type": "bert", "architectures": ["BertModel"], "vocab_size": 30522, "hidden_size": 768,
+        "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072, "hidden_act": "gelu",
+        "max_position_embeddings": 512, "type_vocab_size": 2, "layer_norm_eps": 1e-12,
+        "position_embedding_type": "absolute"}
+GPT2 = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": 50257, "n_positions": 1024,
+        "n_ctx": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12, "n_inner": None, "layer_norm_epsilon": 1e-5,
+        "activation_function": "gelu_new", "bos_token_id": 50256, "eos_token_id": 50256}
+
+TARGETS = {"bert_ort": 1.0, "bert_torch": 2.0, "gpt2_torch": 3.0}
+
+
+def log(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+def synthetic_ids(count, vocab):
+    import numpy as np
+    return (np.arange(count, dtype=np.int64) * 7919 + 11) % vocab
+
+
+# --------------------------------------------------------------------------------------
+# Checkpoints (the safetensors format by hand, as tests/python/test_bert.py writes it).
+
+def write_safetensors(path, tensors):
+    import numpy as np
+    header, offset = {}, 0
+    for name, a in tensors.items():
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path + ".tmp", "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for a in tensors.values():
+            f.write(np.ascontiguousarray(a, dtype="<f4").tobytes())
+    os.replace(path + ".tmp", path)
+
+
+def read_safetensors(path):
+    """name -> read-only float32 array (a view of a memory map)."""
+    import numpy as np
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+    header.pop("__metadata__", None)
+    data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + n)
+    return {name: data[i["data_offsets"][0]:i["data_offsets"][1]].view(np.float32).reshape(i["shape"])
+            for name, i in header.items()}
+
+
+def bert_weights(rng):
+    import numpy as np
+    c = BERT
+    E, F = c["hidden_size"], c["intermediate_size"]
+    w = {}
+
+    def rand(name, *shape):
+        w[name] = rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)
+
+    def norm(name):
+        w[name + ".weight"] = 1 + rng.standard_normal(E, dtype=np.float32) * np.float32(0.02)
+        rand(name + ".bias", E)
+
+    rand("embeddings.word_embeddings.weight", c["vocab_size"], E)
+    rand("embeddings.position_embeddings.weight", c["max_position_embeddings"], E)
+    rand("embeddings.token_type_embeddings.weight", c["type_vocab_size"], E)
+    norm("embeddings.LayerNorm")
+    for n in range(c["num_hidden_layers"]):
+        p = f"encoder.layer.{n}."
+        for m in ("query", "key", "value"):
+            rand(p + f"attention.self.{m}.weight", E, E)
+            rand(p + f"attention.self.{m}.bias", E)
+        rand(p + "attention.output.dense.weight", E, E)
+        rand(p + "attention.output.dense.bias", E)
+        norm(p + "attention.output.LayerNorm")
+        rand(p + "intermediate.dense.weight", F, E)
+        rand(p + "intermediate.dense.bias", F)
+        rand(p + "output.dense.weight", E, F)
+        rand(p + "output.dense.bias", E)
+        norm(p + "output.LayerNorm")
+    rand("pooler.dense.weight", E, E)
+    rand("pooler.dense.bias", E)
+    return w
+
+
+def gpt2_weights(rng):
+    import numpy as np
+    c = GPT2
+    E = c["n_embd"]
+    w = {}
+
+    def rand(name, *shape):
+        w[name] = rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)
+
+    def norm(name):
+        w[name + ".weight"] = 1 + rng.standard_normal(E, dtype=np.float32) * np.float32(0.02)
+        rand(name + ".bias", E)
+
+    rand("wte.weight", c["vocab_size"], E)
+    rand("wpe.weight", c["n_positions"], E)
+    for i in range(c["n_layer"]):
+        p = f"h.{i}."
+        norm(p + "ln_1")
+        rand(p + "attn.c_attn.weight", E, 3 * E)  # Conv1D: (in, out)
+        rand(p + "attn.c_attn.bias", 3 * E)
+        rand(p + "attn.c_proj.weight", E, E)
+        rand(p + "attn.c_proj.bias", E)
+        norm(p + "ln_2")
+        rand(p + "mlp.c_fc.weight", E, 4 * E)
+        rand(p + "mlp.c_fc.bias", 4 * E)
+        rand(p + "mlp.c_proj.weight", 4 * E, E)
+        rand(p + "mlp.c_proj.bias", E)
+    norm("ln_f")
+    return w
+
+
+def ensure_checkpoint(name, config, make, seed):
+    """CACHE/models/NAME-seedS: config.json + model.safetensors, written once."""
+    import numpy as np
+    directory = os.path.join(MODELS, f"{name}-seed{seed}")
+    stamp = os.path.join(directory, "written.json")
+    want = {"format": FORMAT, "config": config, "seed": seed}
+    if os.path.isfile(stamp):
+        with open(stamp) as f:
+            if json.load(f) == want:
+                return directory
+    log(f"writing the {name} checkpoint (random weights, seed {seed}) into {directory}")
+    os.makedirs(directory, exist_ok=True)
+    for stale in ("model.onnx", "written.json"):
+        if os.path.exists(os.path.join(directory, stale)):
+            os.remove(os.path.join(directory, stale))
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+    write_safetensors(os.path.join(directory, "model.safetensors"), make(np.random.default_rng(seed)))
+    with open(stamp, "w") as f:
+        json.dump(want, f)
+    return directory
+
+
+# --------------------------------------------------------------------------------------
+# torch models.
+
+def torch_bert(directory, float_ids=False):
+    """Embeddings + LayerNorm + nn.TransformerEncoderLayer stack with the checkpoint's weights."""
+    import torch
+    import torch.nn as nn
+
+    c = BERT
+    E, H, F = c["hidden_size"], c["num_attention_heads"], c["intermediate_size"]
+    w = {k: torch.from_numpy(v.copy()) for k, v in read_safetensors(os.path.join(directory, "model.safetensors")).items()}
+
+    class Bert(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.word = nn.Parameter(w["embeddings.word_embeddings.weight"], requires_grad=False)
+            self.position = nn.Parameter(w["embeddings.position_embeddings.weight"], requires_grad=False)
+            self.token_type = nn.Parameter(w["embeddings.token_type_embeddings.weight"][0].clone(), requires_grad=False)
+            self.norm = nn.LayerNorm(E, eps=c["layer_norm_eps"])
+            self.norm.weight.data.copy_(w["embeddings.LayerNorm.weight"])
+            self.norm.bias.data.copy_(w["embeddings.LayerNorm.bias"])
+            self.layers = nn.ModuleList()
+            for n in range(c["num_hidden_layers"]):
+                p = f"encoder.layer.{n}."
+                layer = nn.TransformerEncoderLayer(E, H, F, dropout=0.0, activation="gelu",
+                                                   layer_norm_eps=c["layer_norm_eps"], batch_first=True)
+                sa = layer.self_attn
+                sa.in_proj_weight.data.copy_(torch.cat([w[p + f"attention.self.{m}.weight"] for m in ("query", "key", "value")]))
+                sa.in_proj_bias.data.copy_(torch.cat([w[p + f"attention.self.{m}.bias"] for m in ("query", "key", "value")]))
+                sa.out_proj.weight.data.copy_(w[p + "attention.output.dense.weight"])
+                sa.out_proj.bias.data.copy_(w[p + "attention.output.dense.bias"])
+                layer.norm1.weight.data.copy_(w[p + "attention.output.LayerNorm.weight"])
+                layer.norm1.bias.data.copy_(w[p + "attention.output.LayerNorm.bias"])
+                layer.linear1.weight.data.copy_(w[p + "intermediate.dense.weight"])
+                layer.linear1.bias.data.copy_(w[p + "intermediate.dense.bias"])
+                layer.linear2.weight.data.copy_(w[p + "output.dense.weight"])
+                layer.linear2.bias.data.copy_(w[p + "output.dense.bias"])
+                layer.norm2.weight.data.copy_(w[p + "output.LayerNorm.weight"])
+                layer.norm2.bias.data.copy_(w[p + "output.LayerNorm.bias"])
+                self.layers.append(layer)
+
+        def forward(self, input_ids):
+            if float_ids:
+                input_ids = input_ids.long()
+            length = input_ids.shape[1]
+            x = self.word[input_ids] + self.position[:length] + self.token_type
+            x = self.norm(x)
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    return Bert().eval()
+
+
+def export_bert_onnx(directory):
+    """model.onnx beside the checkpoint (exported once): input_ids float32 (B, L) ->
+    last_hidden_state (B, L, E)."""
+    import torch
+    path = os.path.join(directory, "model.onnx")
+    if os.path.isfile(path):
+        return path
+    log("exporting the torch BERT module to ONNX (torch.onnx.export, opset 14)")
+    module = torch_bert(directory, float_ids=True)
+    example = torch.tensor(synthetic_ids(2 * 16, BERT["vocab_size"]).reshape(2, 16), dtype=torch.float32)
+    # Grad enabled and parameters requiring grad: 1.13's fused encoder-layer fast path
+    # (no ONNX symbolic) is then not taken, and the export traces the composite ops.
+    for p in module.parameters():
+        p.requires_grad_(True)
+    with torch.enable_grad():
+        torch.onnx.export(module, (example,), path + ".tmp", input_names=["input_ids"],
+                          output_names=["last_hidden_state"], opset_version=14,
+                          dynamic_axes={"input_ids": {0: "batch", 1: "sequence"},
+                                        "last_hidden_state": {0: "batch", 1: "sequence"}})
+    os.replace(path + ".tmp", path)
+    return path
+
+
+class TorchGpt2:
+    """GPT2LMHeadModel's published architecture in eager torch, with a preallocated KV cache."""
+
+    def __init__(self, directory):
+        import torch
+        c = GPT2
+        self.E, self.H = c["n_embd"], c["n_head"]
+        self.D = self.E // self.H
+        self.L, self.P = c["n_layer"], c["n_positions"]
+        self.eps = c["layer_norm_epsilon"]
+        self.w = {k: torch.from_numpy(v.copy()) for k, v in read_safetensors(os.path.join(directory, "model.safetensors")).items()}
+        self.k = torch.zeros(self.L, self.H, self.P, self.D)
+        self.v = torch.zeros(self.L, self.H, self.P, self.D)
+        self.length = 0
+
+    def clear(self):
+        self.length = 0
+
+    def forward(self, ids):
+        """The next len(ids) tokens -> the logits (V) of the last one; appends to the cache."""
+        import torch
+        import torch.nn.functional as F
+        w, E, H, D = self.w, self.E, self.H, self.D
+        T, start = len(ids), self.length
+        end = start + T
+        x = w["wte.weight"][torch.tensor(ids)] + w["wpe.weight"][start:end]  # (T, E)
+        mask = None
+        if T > 1:
+            mask = torch.ones(T, end, dtype=torch.bool).tril(diagonal=start).logical_not()
+        for i in range(self.L):
+            p = f"h.{i}."
+            a = F.layer_norm(x, (E,), w[p + "ln_1.weight"], w[p + "ln_1.bias"], self.eps)
+            qkv = torch.addmm(w[p + "attn.c_attn.bias"], a, w[p + "attn.c_attn.weight"])  # Conv1D
+            q, k, v = (t.view(T, H, D).transpose(0, 1) for t in qkv.split(E, dim=1))  # (H, T, D)
+            self.k[i, :, start:end] = k
+            self.v[i, :, start:end] = v
+            scores = torch.matmul(q, self.k[i, :, :end].transpose(-1, -2)) / math.sqrt(D)  # (H, T, end)
+            if mask is not None:
+                scores = scores.masked_fill(mask, float("-inf"))
+            o = torch.matmul(torch.softmax(scores, dim=-1), self.v[i, :, :end])  # (H, T, D)
+            o = o.transpose(0, 1).reshape(T, E)
+            x = x + torch.addmm(w[p + "attn.c_proj.bias"], o, w[p + "attn.c_proj.weight"])
+            m = F.layer_norm(x, (E,), w[p + "ln_2.weight"], w[p + "ln_2.bias"], self.eps)
+            m = F.gelu(torch.addmm(w[p + "mlp.c_fc.bias"], m, w[p + "mlp.c_fc.weight"]), approximate="tanh")
+            x = x + torch.addmm(w[p + "mlp.c_proj.bias"], m, w[p + "mlp.c_proj.weight"])
+        self.length = end
+        last = F.layer_norm(x[-1], (E,), w["ln_f.weight"], w["ln_f.bias"], self.eps)
+        return torch.mv(w["wte.weight"], last)  # lm_head tied to wte
+
+
+# --------------------------------------------------------------------------------------
+# qkv: build/bench/qkv_bench_models as a server.
+
+class QkvServer:
+    def __init__(self, binary, threads, bert_dir, gpt2_dir):
+        env = dict(os.environ)
+        env.pop("LD_LIBRARY_PATH", None)  # OpenBLAS is torch's business
+        cmd = [binary, "--threads", str(threads)]
+        if bert_dir:
+            cmd += ["--bert", bert_dir]
+        if gpt2_dir:
+            cmd += ["--gpt2", gpt2_dir]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        self.hello = self._reply()
+        if not self.hello.get("ready"):
+            raise RuntimeError(f"qkv_bench_models did not start: {self.hello}")
+
+    def _reply(self):
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait()
+            raise RuntimeError(f"qkv_bench_models exited ({self.proc.returncode})")
+        return json.loads(line)
+
+    def call(self, *words):
+        self.proc.stdin.write(" ".join(str(w) for w in words) + "\n")
+        self.proc.stdin.flush()
+        reply = self._reply()
+        if "error" in reply:
+            raise RuntimeError(f"qkv_bench_models: {reply['error']}")
+        return reply
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write("quit\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=30)
+            except (BrokenPipeError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+
+
+def ensure_binary(build_dir, rebuild):
+    binary = os.path.join(build_dir, "bench", "qkv_bench_models")
+    if rebuild or not os.path.isfile(binary):
+        if not os.path.isfile(os.path.join(build_dir, "CMakeCache.txt")):
+            subprocess.run(["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release"], check=True,
+                           stdout=sys.stderr)
+        subprocess.run(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2), "--target",
+                        "qkv_bench_models"], check=True, stdout=sys.stderr)
+    return binary
+
+
+def reexec_with_openblas(args):
+    """As bench_attention.py does: re-run this script once with Debian's OpenBLAS first on
+    LD_LIBRARY_PATH (read by the dynamic linker only at start), before torch is imported."""
+    if args.torch_blas != "openblas" or args.no_torch or os.environ.get("QKV_BENCH_REEXEC") == "1":
+        return
+    libdir = ba.ensure_openblas()
+    if libdir is None:
+        return
+    env = dict(os.environ, QKV_BENCH_REEXEC="1", OPENBLAS_NUM_THREADS=str(args.threads))
+    env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]], env)
+
+
+def max_abs_diff(a, b):
+    import numpy as np
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        return float("inf")
+    return float(np.max(np.abs(a - b))) if a.size else 0.0
+
+
+def median(xs):
+    return statistics.median(xs) if xs else None
+
+
+# --------------------------------------------------------------------------------------
+# Cases.
+
+def run_bert_case(batch, length, args, qkv, torch_model, ort_model, ort_modules, workdir):
+    import numpy as np
+    import torch
+    E = BERT["hidden_size"]
+    ids = synthetic_ids(batch * length, BERT["vocab_size"]).reshape(batch, length)
+    result = {"model": "bert", "batch": batch, "length": length}
+    engines = {}
+
+    qkv_out = os.path.join(workdir, "qkv_bert.bin")
+    qkv.call("bert", batch, length, qkv_out)
+    reference = np.fromfile(qkv_out, dtype=np.float32).reshape(batch, length, E)
+    engines["qkv"] = lambda: qkv.call("bert", batch, length, "-")["ms"] / 1e3
+
+    ort = None
+    if ort_model:
+        ids.astype(np.float32).tofile(os.path.join(workdir, "input_ids.bin"))
+        ort = ba.OrtRunner(ort_modules, workdir, ort_model, {"input_ids": [batch, length]}, args.threads,
+                           args.warmup, tag=f"bert_{batch}_{length}")
+        out = np.fromfile(ort.output, dtype=np.float32).reshape(batch, length, E)
+        result["diff_ort"] = max_abs_diff(out, reference)
+        engines["ORT"] = ort.run
+
+    if torch_model is not None:
+        t_ids = torch.from_numpy(ids)
+
+        def run_torch():
+            start = time.perf_counter()
+            with torch.inference_mode():
+                torch_model(t_ids)
+            return time.perf_counter() - start
+
+        with torch.inference_mode():
+            result["diff_torch"] = max_abs_diff(torch_model(t_ids).numpy(), reference)
+        engines["torch"] = run_torch
+
+    try:
+        result.update(interleave(engines, args))
+    finally:
+        if ort is not None:
+            ort.close()
+    return result
+
+
+def run_gpt2_case(context, steps, args, qkv, torch_model):
+    import numpy as np
+    import torch
+    P = GPT2["n_positions"]
+    prompt_length = min(context, P - steps)
+    result = {"model": "gpt2", "context": context, "prompt": prompt_length, "new_tokens": steps}
+    engines = {}
+    prompt = [int(i) for i in synthetic_ids(prompt_length, GPT2["vocab_size"])]
+
+    with tempfile.NamedTemporaryFile(suffix=".bin") as f:
+        first = qkv.call("gpt2", prompt_length, steps, f.name)
+        qkv_logits = np.fromfile(f.name, dtype=np.float32)
+    result["qkv_ids"] = first["ids"]
+    result["qkv_prefill_ms"] = []
+    prefill = {"qkv": result["qkv_prefill_ms"]}
+
+    def run_qkv():
+        reply = qkv.call("gpt2", prompt_length, steps, "-")
+        prefill["qkv"].append(reply["prefill_ms"])
+        return reply["ms"] / 1e3
+
+    engines["qkv"] = run_qkv
+
+    if torch_model is not None:
+        def decode():
+            with torch.inference_mode():
+                torch_model.clear()
+                start = time.perf_counter()
+                logits = torch_model.forward(prompt)
+                token = int(torch.argmax(logits))
+                prefill_s = time.perf_counter() - start
+                first_logits = logits.numpy().copy()
+                ids = [token]
+                start = time.perf_counter()
+                for _ in range(steps):
+                    token = int(torch.argmax(torch_model.forward([token])))
+                    ids.append(token)
+                return time.perf_counter() - start, prefill_s, ids, first_logits
+
+        _, _, torch_ids, torch_logits = decode()
+        result["diff_torch"] = max_abs_diff(torch_logits, qkv_logits)
+        result["torch_ids"] = torch_ids
+        same = 0
+        while same < len(torch_ids) and same < len(first["ids"]) and torch_ids[same] == first["ids"][same]:
+            same += 1
+        result["ids_agree"] = same  # how many leading generated ids are equal
+        result["torch_prefill_ms"] = []
+
+        def run_torch():
+            seconds, prefill_s, _, _ = decode()
+            result["torch_prefill_ms"].append(prefill_s * 1e3)
+            return seconds
+
+        engines["torch"] = run_torch
+
+    result.update(interleave(engines, args))
+    result["qkv_prefill_ms"] = median(result["qkv_prefill_ms"])
+    if "torch_prefill_ms" in result:
+        result["torch_prefill_ms"] = median(result["torch_prefill_ms"])
+    for name in list(engines):
+        ms = result.get(f"{name}_ms")
+        result[f"{name}_tokens_per_s"] = steps / (ms / 1e3) if ms else None
+    return result
+
+
+def interleave(engines, args):
+    """W warm-up runs of each, then R rounds of one run each; -> {name_ms: median, name_runs_ms: [...]}."""
+    for _ in range(args.warmup):
+        for run in engines.values():
+            run()
+            time.sleep(args.gap)
+    runs = {name: [] for name in engines}
+    for _ in range(args.repeats):
+        for name, run in engines.items():
+            runs[name].append(run() * 1e3)
+            time.sleep(args.gap)
+    out = {}
+    for name, xs in runs.items():
+        out[f"{name}_ms"] = median(xs)
+        out[f"{name}_runs_ms"] = xs
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Output.
+
+def fmt(x, spec, suffix=""):
+    return "-" if x is None else format(x, spec) + suffix
+
+
+def ratio(peer, mine):
+    return peer / mine if peer and mine else None
+
+
+def print_tables(machine, bert, gpt2, args):
+    print(f"qkv {machine['qkv']} ({machine['where']}); torch {machine['torch']} ({machine['torch_blas']}); "
+          f"onnxruntime-node {machine['onnxruntime_node']} (node {machine['node']}); threads {args.threads}")
+    print(f"cpu: {machine['cpu']}; 1-min load average {machine['loadavg_1min']['start']:.2f} at start, "
+          f"{machine['loadavg_1min']['end']:.2f} at end (other tenants included)")
+    print(f"random weights (seed {args.seed}), same for every engine; medians of {args.repeats} interleaved rounds "
+          f"after {args.warmup} warm-up; ratios = peer time / qkv time (above 1: qkv faster)")
+    if bert:
+        print()
+        print("BERT-base forward (last_hidden_state; 12 layers, hidden 768, 12 heads, ffn 3072, vocab 30522)")
+        head = (f"{'case':<16}{'qkv ms':>10}{'ORT ms':>10}{'torch ms':>10}{'qkv/ORT':>9}{'qkv/torch':>10}"
+                f"{'|Δ| ORT':>10}{'|Δ| torch':>10}")
+        print(head)
+        print("-" * len(head))
+        for r in bert:
+            print(f"{'B=%d L=%d' % (r['batch'], r['length']):<16}{fmt(r['qkv_ms'], '.2f'):>10}"
+                  f"{fmt(r.get('ORT_ms'), '.2f'):>10}{fmt(r.get('torch_ms'), '.2f'):>10}"
+                  f"{fmt(ratio(r.get('ORT_ms'), r['qkv_ms']), '.2f', 'x'):>9}"
+                  f"{fmt(ratio(r.get('torch_ms'), r['qkv_ms']), '.2f', 'x'):>10}"
+                  f"{fmt(r.get('diff_ort'), '.1e'):>10}{fmt(r.get('diff_torch'), '.1e'):>10}")
+    if gpt2:
+        print()
+        print("GPT-2-small greedy decoding (12 layers, n_embd 768, 12 heads, vocab 50257; decode steps only)")
+        head = (f"{'case':<26}{'qkv tok/s':>10}{'torch tok/s':>12}{'qkv/torch':>10}{'qkv ms/tok':>11}"
+                f"{'torch ms/tok':>13}{'prefill qkv/torch ms':>22}{'|Δ| logits':>11}{'ids agree':>10}")
+        print(head)
+        print("-" * len(head))
+        for r in gpt2:
+            n = r["new_tokens"]
+            name = f"ctx {r['context']} (prompt {r['prompt']} + {n})"
+            agree = f"{r['ids_agree']}/{n + 1}" if "ids_agree" in r else "-"
+            pre = f"{fmt(r['qkv_prefill_ms'], '.0f')}/{fmt(r.get('torch_prefill_ms'), '.0f')}"
+            print(f"{name:<26}{fmt(r['qkv_tokens_per_s'], '.1f'):>10}{fmt(r.get('torch_tokens_per_s'), '.1f'):>12}"
+                  f"{fmt(ratio(r.get('torch_ms'), r['qkv_ms']), '.2f', 'x'):>10}{fmt(r['qkv_ms'] / n, '.2f'):>11}"
+                  f"{fmt(r['torch_ms'] / n if r.get('torch_ms') else None, '.2f'):>13}{pre:>22}"
+                  f"{fmt(r.get('diff_torch'), '.1e'):>11}{agree:>10}")
+        print("  (ORT: not run for GPT-2 decoding; optional in the issue, it needs a KV-cache graph export)")
+    print()
+    print("against the issue's targets (reported, not asserted):")
+    for r in bert:
+        case = f"B={r['batch']} L={r['length']}"
+        for peer, key, target in (("ORT", "bert_ort", TARGETS["bert_ort"]), ("torch", "bert_torch", TARGETS["bert_torch"])):
+            x = ratio(r.get(f"{peer}_ms"), r["qkv_ms"])
+            if x is not None:
+                print(f"  BERT {case:<12} qkv/{peer:<5} {x:5.2f}x  target >= {target:.1f}x  {'met' if x >= target else 'not met'}")
+    for r in gpt2:
+        x = ratio(r.get("torch_ms"), r["qkv_ms"])
+        if x is not None:
+            t = TARGETS["gpt2_torch"]
+            print(f"  GPT-2 ctx {r['context']:<8} qkv/torch {x:5.2f}x  target >= {t:.1f}x  {'met' if x >= t else 'not met'}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(__doc__.splitlines()[2:]))
+    parser.add_argument("--threads", type=int, default=2, help="threads for every engine (default 2)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed rounds per case (default 5, --quick 3)")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up runs per engine (default 1)")
+    parser.add_argument("--new-tokens", type=int, default=None, help="GPT-2 decode steps (default 32, --quick 16)")
+    parser.add_argument("--quick", action="store_true",
+                        help="BERT B=1 L=128 and B=8 L=128, GPT-2 ctx 128 only; fewer rounds")
+    parser.add_argument("--json", metavar="FILE", help="also write every number to FILE")
+    parser.add_argument("--build-dir", default=os.path.join(ROOT, "build"), help="the CMake build (default build/)")
+    parser.add_argument("--rebuild", action="store_true", help="run cmake --build first even if the binary exists")
+    parser.add_argument("--ort-version", default=ba.ORT_VERSION, help=f"onnxruntime-node version (default {ba.ORT_VERSION})")
+    parser.add_argument("--torch-blas", choices=("openblas", "system"), default="openblas",
+                        help="BLAS under torch: Debian's OpenBLAS for this process (default) or the system's")
+    parser.add_argument("--gap", type=float, default=0.02, help="seconds of idle between two runs (default 0.02)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    parser.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime out")
+    parser.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
+    parser.add_argument("--no-bert", action="store_true")
+    parser.add_argument("--no-gpt2", action="store_true")
+    args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)
+    args.repeats = args.repeats or (3 if args.quick else 5)
+    args.warmup = args.warmup if args.warmup is not None else 1
+    args.new_tokens = args.new_tokens or (16 if args.quick else 32)
+    if args.threads < 1 or args.repeats < 1 or args.warmup < 0 or not 1 <= args.new_tokens < 512:
+        parser.error("--threads, --repeats >= 1, --warmup >= 0, 1 <= --new-tokens < 512")
+    build_dir = os.path.abspath(args.build_dir)
+
+    if args.no_torch and not args.no_ort and not args.no_bert:
+        parser.error("the ONNX graph is exported from the torch module: --no-torch needs --no-ort")
+    ba.ensure_python_peers(args)
+    reexec_with_openblas(args)  # does not return when it re-runs the script
+    ort_modules = ort_version = None
+    if not args.no_ort and not args.no_bert:
+        ort_modules, ort_version = ba.ensure_ort(args.ort_version)
+    binary = ensure_binary(build_dir, args.rebuild)
+
+    import numpy as np
+    torch_version = torch_blas = None
+    if not args.no_torch:
+        import torch
+        torch.set_num_threads(args.threads)
+        torch_version, torch_blas = torch.__version__, ba.loaded_blas()
+
+    bert_dir = None if args.no_bert else ensure_checkpoint("bert-base", BERT, bert_weights, args.seed)
+    gpt2_dir = None if args.no_gpt2 else ensure_checkpoint("gpt2-small", GPT2, gpt2_weights, args.seed)
+    ort_model = export_bert_onnx(bert_dir) if bert_dir and not args.no_ort else None
+
+    bert_cases = [] if args.no_bert else ([(1, 128), (8, 128)] if args.quick else [(1, 128), (1, 512), (8, 128), (8, 512)])
+    gpt2_cases = [] if args.no_gpt2 else ([128] if args.quick else [128, 1024])
+
+    load_before = os.getloadavg()
+    log("starting qkv_bench_models")
+    qkv = QkvServer(binary, args.threads, bert_dir, gpt2_dir)
+    workdir = tempfile.mkdtemp(prefix="qkv-bench-models-")
+    bert_results, gpt2_results = [], []
+    try:
+        if bert_cases:
+            torch_model = None if args.no_torch else torch_bert(bert_dir)
+            for batch, length in bert_cases:
+                log(f"BERT B={batch} L={length}")
+                bert_results.append(run_bert_case(batch, length, args, qkv, torch_model, ort_model, ort_modules,
+                                                  workdir))
+            del torch_model
+        if gpt2_cases:
+            torch_model = None if args.no_torch else TorchGpt2(gpt2_dir)
+            for context in gpt2_cases:
+                log(f"GPT-2 ctx {context}")
+                gpt2_results.append(run_gpt2_case(context, args.new_tokens, args, qkv, torch_model))
+    finally:
+        qkv.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    node_version = subprocess.run(["node", "--version"], stdout=subprocess.PIPE, text=True).stdout.strip() \
+        if ort_version and shutil.which("node") else None
+    git = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True).stdout.strip() if shutil.which("git") else ""
+    machine = {"cpu": qkv.hello["cpu"], "threads": args.threads, "qkv": qkv.hello["qkv"], "qkv_git": git or None,
+               "where": f"{git}, {build_dir}" if git else build_dir, "torch": torch_version, "torch_blas": torch_blas,
+               "onnxruntime_node": ort_version, "node": node_version, "numpy": np.__version__,
+               "python": platform.python_version(),
+               "loadavg_1min": {"start": load_before[0], "end": os.getloadavg()[0]}}
+    print_tables(machine, bert_results, gpt2_results, args)
+
+    # Agreement: f32 engines on O(1) layer-normed outputs; 12 layers of f32 rounding.
+    mismatch = [f"BERT B={r['batch']} L={r['length']} {k} {r[k]:.1e}" for r in bert_results
+                for k in ("diff_ort", "diff_torch") if r.get(k) is not None and not r[k] < 1e-2]
+    mismatch += [f"GPT-2 ctx {r['context']} logits {r['diff_torch']:.1e}" for r in gpt2_results
+                 if r.get("diff_torch") is not None and not r["diff_torch"] < 1e-2]
+    for m in mismatch:
+        print(f"MISMATCH: {m}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": machine, "settings": {k: v for k, v in vars(args).items() if k != "json"},
+                       "targets": TARGETS, "bert": bert_results, "gpt2": gpt2_results, "mismatch": mismatch}, f,
+                      indent=1)
+    return 1 if mismatch else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
