@@ -273,36 +273,33 @@ def build_mha_model(path, b, h, lq, lk, d, causal, causal_mode):
     return [name for name in node_inputs if name]
 
 
-class OrtRunner:
-    """scripts/bench/ort_runner.js in --serve mode on one model and its inputs."""
+class JsonLineServer:
+    """A child process that answers each line on its stdin with one JSON line, and stops
+    on "quit" (ort_runner.js --serve, build/bench/qkv_bench_models)."""
 
-    def __init__(self, node_modules, workdir, model, shapes, threads, warmup, tag="model"):
-        self.output = os.path.join(workdir, f"ort_output_{tag}.bin")
-        env = dict(os.environ, QKV_ORT_NODE_MODULES=node_modules)
-        env.pop("LD_LIBRARY_PATH", None)  # OpenBLAS is torch's business, not ORT's
-        self.proc = subprocess.Popen(
-            ["node", RUNNER, "--model", model, "--shapes", json.dumps(shapes), "--threads", str(threads),
-             "--warmup", str(warmup), "--inputs", workdir, "--output", self.output, "--serve"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        hello = self._reply()
-        if not hello.get("ready"):
-            raise RuntimeError(f"ort_runner did not start: {hello}")
-        self.version = hello.get("ort_version")
+    def __init__(self, name, cmd, env):
+        self.name = name
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=env)
+        self.hello = self._reply()
+        if not self.hello.get("ready"):
+            raise RuntimeError(f"{name} did not start: {self.hello}")
 
     def _reply(self):
         line = self.proc.stdout.readline()
         if not line:
             self.proc.wait()
-            raise RuntimeError("ort_runner exited: " + self.proc.stderr.read().strip())
+            raise RuntimeError(f"{self.name} exited ({self.proc.returncode}): "
+                               + self.proc.stderr.read().strip())
         return json.loads(line)
 
-    def run(self):
-        self.proc.stdin.write("run\n")
+    def request(self, line):
+        self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
         reply = self._reply()
-        if "ms" not in reply:
-            raise RuntimeError(f"ort_runner: {reply}")
-        return reply["ms"] / 1e3
+        if "error" in reply:
+            raise RuntimeError(f"{self.name}: {reply['error']}")
+        return reply
 
     def close(self):
         if self.proc.poll() is None:
@@ -313,6 +310,26 @@ class OrtRunner:
             except (BrokenPipeError, subprocess.TimeoutExpired):
                 self.proc.kill()
                 self.proc.wait()
+
+
+class OrtRunner(JsonLineServer):
+    """scripts/bench/ort_runner.js in --serve mode on one model and its inputs."""
+
+    def __init__(self, node_modules, workdir, model, shapes, threads, warmup, tag="model"):
+        self.output = os.path.join(workdir, f"ort_output_{tag}.bin")
+        env = dict(os.environ, QKV_ORT_NODE_MODULES=node_modules)
+        env.pop("LD_LIBRARY_PATH", None)  # OpenBLAS is torch's business, not ORT's
+        super().__init__("ort_runner",
+                         ["node", RUNNER, "--model", model, "--shapes", json.dumps(shapes), "--threads",
+                          str(threads), "--warmup", str(warmup), "--inputs", workdir, "--output",
+                          self.output, "--serve"], env)
+        self.version = self.hello.get("ort_version")
+
+    def run(self):
+        reply = self.request("run")
+        if "ms" not in reply:
+            raise RuntimeError(f"ort_runner: {reply}")
+        return reply["ms"] / 1e3
 
 
 def probe_ort_causal(node_modules, workdir, causal_mode):

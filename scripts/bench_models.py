@@ -338,7 +338,7 @@ class TorchGpt2:
 # --------------------------------------------------------------------------------------
 # qkv: build/bench/qkv_bench_models as a server.
 
-class QkvServer:
+class QkvServer(ba.JsonLineServer):
     def __init__(self, binary, threads, bert_dir, gpt2_dir):
         env = dict(os.environ)
         env.pop("LD_LIBRARY_PATH", None)  # OpenBLAS is torch's business
@@ -347,35 +347,10 @@ class QkvServer:
             cmd += ["--bert", bert_dir]
         if gpt2_dir:
             cmd += ["--gpt2", gpt2_dir]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-        self.hello = self._reply()
-        if not self.hello.get("ready"):
-            raise RuntimeError(f"qkv_bench_models did not start: {self.hello}")
-
-    def _reply(self):
-        line = self.proc.stdout.readline()
-        if not line:
-            self.proc.wait()
-            raise RuntimeError(f"qkv_bench_models exited ({self.proc.returncode})")
-        return json.loads(line)
+        super().__init__("qkv_bench_models", cmd, env)
 
     def call(self, *words):
-        self.proc.stdin.write(" ".join(str(w) for w in words) + "\n")
-        self.proc.stdin.flush()
-        reply = self._reply()
-        if "error" in reply:
-            raise RuntimeError(f"qkv_bench_models: {reply['error']}")
-        return reply
-
-    def close(self):
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.write("quit\n")
-                self.proc.stdin.flush()
-                self.proc.wait(timeout=30)
-            except (BrokenPipeError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
+        return self.request(" ".join(str(w) for w in words))
 
 
 def ensure_binary(build_dir, rebuild):
