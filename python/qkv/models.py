@@ -133,12 +133,11 @@ def _id_list(ids, fn, name):
     return [int(x) for x in a.tolist()]
 
 
-class BertModel:
-    """Hugging Face's BertModel (inference). Load with ``qkv.load_model(dir)`` or
-    ``qkv.BertModel.load(dir)``.
+class _Model:
+    """What both models share: the compiled model (`_native`'s load), its config as a
+    dict, and the tokenizer found in the same directory (or None)."""
 
-    config: dict of the main config.json fields; tokenizer: qkv.Tokenizer or None.
-    """
+    _native = None  # the pybind11 class, set by each model
 
     def __init__(self, impl, tokenizer=None):
         self._impl = impl
@@ -147,8 +146,18 @@ class BertModel:
 
     @classmethod
     def load(cls, directory):
-        directory = _check_dir(directory, "BertModel.load")
-        return cls(_qkv._BertModel.load(directory), _load_tokenizer(directory))
+        directory = _check_dir(directory, f"{cls.__name__}.load")
+        return cls(cls._native.load(directory), _load_tokenizer(directory))
+
+
+class BertModel(_Model):
+    """Hugging Face's BertModel (inference). Load with ``qkv.load_model(dir)`` or
+    ``qkv.BertModel.load(dir)``.
+
+    config: dict of the main config.json fields; tokenizer: qkv.Tokenizer or None.
+    """
+
+    _native = _qkv._BertModel
 
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None,
                  output_attentions=False):
@@ -191,22 +200,14 @@ class BertModel:
                 f"heads={c['num_attention_heads']}, vocab={c['vocab_size']})")
 
 
-class GPT2Model:
+class GPT2Model(_Model):
     """Hugging Face's GPT2LMHeadModel (inference, KV-cached generation). Load with
     ``qkv.load_model(dir)`` or ``qkv.GPT2Model.load(dir)``.
 
     config: dict of the main config.json fields; tokenizer: qkv.Tokenizer or None.
     """
 
-    def __init__(self, impl, tokenizer=None):
-        self._impl = impl
-        self.config = impl.config
-        self.tokenizer = tokenizer
-
-    @classmethod
-    def load(cls, directory):
-        directory = _check_dir(directory, "GPT2Model.load")
-        return cls(_qkv._Gpt2Model.load(directory), _load_tokenizer(directory))
+    _native = _qkv._Gpt2Model
 
     def __call__(self, input_ids):
         """Logits of every position, no cache, float32.
