@@ -12,6 +12,7 @@
 
 #include "nn/common.h"
 #include "qkv/rng.h"
+#include "qkv/threads.h"
 
 namespace qkv::nn {
 
@@ -27,6 +28,7 @@ Tensor add(const Tensor& a, const Tensor& b, const char* fn) {
   const float* py = y.data_as<float>();
   float* po = out.data_as<float>();
   const std::int64_t n = out.numel();
+#pragma omp parallel for schedule(static) num_threads(num_threads())
   for (std::int64_t i = 0; i < n; ++i) po[i] = px[i] + py[i];
   return out;
 }
@@ -158,7 +160,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized, const Tensor& weight
   float* po = out.data_as<float>();
   const float* pw = w.defined() ? w.data_as<float>() : nullptr;
   const float* pb = b.defined() ? b.data_as<float>() : nullptr;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(num_threads())
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* xr = px + r * N;
     double mean = 0;
@@ -184,11 +186,14 @@ Tensor gelu(const Tensor& x, GeluApproximation approximate) {
   const float* px = xc.data_as<float>();
   float* po = out.data_as<float>();
   const std::int64_t n = out.numel();
+  // Elementwise, so splitting across threads changes no bit of the result.
   if (approximate == GeluApproximation::none) {
+#pragma omp parallel for schedule(static) num_threads(num_threads())
     for (std::int64_t i = 0; i < n; ++i)
       po[i] = static_cast<float>(0.5 * px[i] * (1.0 + std::erf(px[i] * M_SQRT1_2)));
   } else {
     const double c = std::sqrt(2.0 / M_PI);
+#pragma omp parallel for schedule(static) num_threads(num_threads())
     for (std::int64_t i = 0; i < n; ++i) {
       const double v = px[i];
       po[i] = static_cast<float>(0.5 * v * (1.0 + std::tanh(c * (v + 0.044715 * v * v * v))));
@@ -203,7 +208,9 @@ Tensor relu(const Tensor& x) {
   const float* px = xc.data_as<float>();
   float* po = out.data_as<float>();
   // x > 0 ? x : 0 keeps NaN as torch does (std::max(x, 0) would give 0).
-  for (std::int64_t i = 0; i < out.numel(); ++i) po[i] = px[i] < 0.f ? 0.f : px[i];
+  const std::int64_t n = out.numel();
+#pragma omp parallel for schedule(static) num_threads(num_threads())
+  for (std::int64_t i = 0; i < n; ++i) po[i] = px[i] < 0.f ? 0.f : px[i];
   return out;
 }
 
