@@ -225,8 +225,6 @@ def _optional_float(value, fn, name):
 
 def _int_list(values, fn, name):
     """A list of Python ints from a sequence, NumPy array or torch tensor of integers."""
-    if values is None:
-        return []
     if _is_torch(values):
         values = values.detach().cpu().numpy()
     a = np.asarray(values)
@@ -353,7 +351,7 @@ def _run(fn, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_g
         scale=_optional_float(scale, fn, "scale"),
         causal=bool(is_causal),
         alignment=_alignment(causal_alignment, fn),
-        key_lengths=_int_list(key_lengths, fn, "key_lengths"),
+        key_lengths=[] if key_lengths is None else _int_list(key_lengths, fn, "key_lengths"),
         window=_window(window, fn),
         alibi_slopes=_float_list(alibi_slopes, fn, "alibi_slopes"),
         softcap=_optional_float(softcap, fn, "softcap"),

@@ -19,7 +19,7 @@ import random
 
 import numpy as np
 
-from . import _is_torch, _qkv, _torch_module
+from . import _int_list, _is_torch, _qkv, _torch_module
 
 __all__ = ["load_model", "BertModel", "GPT2Model", "Tokenizer"]
 
@@ -107,7 +107,7 @@ class Tokenizer:
     def decode(self, ids):
         """WordPiece: tokens joined, "##" glued, special tokens skipped. BPE: the bytes the
         ids stand for, decoded as UTF-8 (invalid sequences replaced by U+FFFD)."""
-        return self._impl.decode(_id_list(ids, "Tokenizer.decode", "ids"))
+        return self._impl.decode(_int_list(ids, "Tokenizer.decode", "ids"))
 
     def token_to_id(self, token):
         return self._impl.token_to_id(token)
@@ -120,17 +120,6 @@ class Tokenizer:
 
     def __repr__(self):
         return f"qkv.Tokenizer(kind={self.kind!r}, vocab_size={self.vocab_size})"
-
-
-def _id_list(ids, fn, name):
-    if _is_torch(ids):
-        ids = ids.detach().cpu().numpy()
-    a = np.asarray(ids)
-    if a.ndim != 1:
-        raise ValueError(f"{fn}: {name} must be a 1-d sequence of ints, got shape {a.shape}")
-    if a.size and a.dtype.kind not in "iu":
-        raise TypeError(f"{fn}: {name} must contain integers, got dtype {a.dtype}")
-    return [int(x) for x in a.tolist()]
 
 
 class _Model:
@@ -249,7 +238,7 @@ class GPT2Model(_Model):
                                  f"directory has none; pass token ids")
             ids = self.tokenizer.encode(prompt)
         else:
-            ids = _id_list(prompt, fn, "prompt")
+            ids = _int_list(prompt, fn, "prompt")
         if seed is None:
             seed = random.getrandbits(64) if temperature else 0
         seed = operator.index(seed)

@@ -17,6 +17,7 @@
 
 #include "qkv/error.h"
 #include "qkv/tokenizer.h"
+#include "utf8_for_tests.h"
 
 namespace {
 
@@ -178,16 +179,7 @@ TEST(RealGpt2, RoundTripIsByteExact) {
       const char32_t cp = k < 4   ? static_cast<char32_t>(" a1'.\n"[k])
                           : k < 8 ? plane0(rng)
                                   : any(rng);
-      if (cp < 0x80)
-        s += static_cast<char>(cp);
-      else if (cp < 0x800)
-        s += {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
-      else if (cp < 0x10000)
-        s += {static_cast<char>(0xE0 | (cp >> 12)), static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
-              static_cast<char>(0x80 | (cp & 0x3F))};
-      else
-        s += {static_cast<char>(0xF0 | (cp >> 18)), static_cast<char>(0x80 | ((cp >> 12) & 0x3F)),
-              static_cast<char>(0x80 | ((cp >> 6) & 0x3F)), static_cast<char>(0x80 | (cp & 0x3F))};
+      append_utf8_for_test(s, cp);
     }
     ASSERT_EQ(gpt2().decode(gpt2().encode(s)), s) << "trial " << trial;
   }

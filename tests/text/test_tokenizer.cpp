@@ -12,6 +12,7 @@
 
 #include "qkv/error.h"
 #include "qkv/tokenizer.h"
+#include "utf8_for_tests.h"
 
 namespace {
 
@@ -364,16 +365,7 @@ TEST(Bpe, RoundTripRandomUtf8) {
           cp = std::uniform_int_distribution<char32_t>(0x10000, 0x10FFFF)(rng);
           break;
       }
-      if (cp < 0x80)
-        s += static_cast<char>(cp);
-      else if (cp < 0x800)
-        s += {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
-      else if (cp < 0x10000)
-        s += {static_cast<char>(0xE0 | (cp >> 12)), static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
-              static_cast<char>(0x80 | (cp & 0x3F))};
-      else
-        s += {static_cast<char>(0xF0 | (cp >> 18)), static_cast<char>(0x80 | ((cp >> 12) & 0x3F)),
-              static_cast<char>(0x80 | ((cp >> 6) & 0x3F)), static_cast<char>(0x80 | (cp & 0x3F))};
+      append_utf8_for_test(s, cp);
     }
     std::string joined;
     for (const std::string& piece : t.pre_tokenize(s)) joined += piece;
