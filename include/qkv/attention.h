@@ -86,6 +86,25 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const AttentionOptions& options = {});
 
+// Gradients of out = attention(q, k, v, options).out with respect to q, k and v, given
+// dout = ∂loss/∂out (B, Hq, Lq, Dv). `out` and `lse` are what the forward returned for the
+// same inputs and options (options.return_lse = true); the backward recomputes the
+// probabilities tile by tile from lse (FlashAttention-2's backward), so nothing of size
+// Lq×Lk is kept, and regenerates dropout from (seed, b, h, i, j). Every option of the
+// forward is supported. A fully masked row (lse −∞) contributes nothing.
+//   -> dq (B, Hq, Lq, Dk), dk (B, Hkv, Lk, Dk), dv (B, Hkv, Lk, Dv), contiguous f32
+//   (under GQA, dk and dv sum over the query heads sharing each key/value head).
+// options.impl picks the implementation as for the forward: reference (double,
+// materialized probabilities) or fast (automatic).
+struct AttentionGradients {
+  Tensor dq;
+  Tensor dk;
+  Tensor dv;
+};
+AttentionGradients attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                      const Tensor& v, const Tensor& out, const Tensor& lse,
+                                      const AttentionOptions& options = {});
+
 // The raw form of the classic explanations: softmax(X·Xᵀ)·X, with no projections and,
 // by default, no scaling. x: (L, D) or (B, L, D) -> same shape, f32/bf16/f16.
 Tensor self_attention_raw(const Tensor& x, std::optional<double> scale = 1.0);

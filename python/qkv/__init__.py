@@ -44,6 +44,7 @@ __version__ = _qkv.__version__
 __all__ = [
     "scaled_dot_product_attention",
     "attention_weights",
+    "attention_backward",
     "self_attention_raw",
     "cpu_summary",
     "set_num_threads",
@@ -314,13 +315,10 @@ def _dropout(dropout_p, fn):
     return p
 
 
-def _run(fn, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
-         causal_alignment, key_lengths, window, alibi_slopes, softcap, seed,
-         return_lse, return_probs, impl):
-    """Converts, checks what the C++ side cannot see, calls _qkv._attention.
-
-    Returns (out, lse, probs) in the caller's kind of array (lse/probs None unless asked).
-    """
+def _inputs(fn, query, key, value, enable_gqa):
+    """Views of query, key and value as 4-d (B, H, L, D), checked for what the C++ side
+    cannot see (rank, enable_gqa). Returns (q, k, v, add_batch); add_batch is True for
+    3-d (H, L, D) inputs, which gain a batch dimension of 1."""
     qnd = np.ndim(query) if not _is_torch(query) else query.dim()
     if qnd not in (3, 4):
         shape = tuple(query.shape) if hasattr(query, "shape") else np.shape(query)
@@ -341,13 +339,18 @@ def _run(fn, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_g
             f"{fn}: key/value heads (Hkv = {k.shape[-3]}, {v.shape[-3]}) differ from query heads "
             f"(Hq = {q.shape[-3]}); pass enable_gqa=True for grouped-query attention "
             f"(Hq must then be a multiple of Hkv)")
+    return q, k, v, add_batch
+
+
+def _options(fn, attn_mask, dropout_p, is_causal, scale, causal_alignment, key_lengths, window,
+             alibi_slopes, softcap, seed, impl):
+    """The keyword arguments _qkv._attention and _qkv._attention_backward share."""
     mask = None
     if attn_mask is not None:
         mask = _view(attn_mask, fn, "attn_mask", allow_bool=True).tensor
-
     p = _dropout(dropout_p, fn)
-    out, lse, probs = _qkv._attention(
-        q.tensor, k.tensor, v.tensor, mask,
+    return dict(
+        mask=mask,
         scale=_optional_float(scale, fn, "scale"),
         causal=bool(is_causal),
         alignment=_alignment(causal_alignment, fn),
@@ -357,10 +360,22 @@ def _run(fn, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_g
         softcap=_optional_float(softcap, fn, "softcap"),
         dropout_p=p,
         seed=_seed(seed, p, fn),
-        return_lse=return_lse,
-        return_probs=return_probs,
         impl=_impl(impl, fn),
     )
+
+
+def _run(fn, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+         causal_alignment, key_lengths, window, alibi_slopes, softcap, seed,
+         return_lse, return_probs, impl):
+    """Converts, checks what the C++ side cannot see, calls _qkv._attention.
+
+    Returns (out, lse, probs) in the caller's kind of array (lse/probs None unless asked).
+    """
+    q, k, v, add_batch = _inputs(fn, query, key, value, enable_gqa)
+    options = _options(fn, attn_mask, dropout_p, is_causal, scale, causal_alignment,
+                       key_lengths, window, alibi_slopes, softcap, seed, impl)
+    out, lse, probs = _qkv._attention(q.tensor, k.tensor, v.tensor, return_lse=return_lse,
+                                      return_probs=return_probs, **options)
     lse = _result(lse, None, add_batch)
     probs = _result(probs, None, add_batch)
     if q.source == "torch":  # lse and probs follow the query's kind (float32)
@@ -368,6 +383,17 @@ def _run(fn, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_g
         lse = torch.from_numpy(lse) if lse is not None else None
         probs = torch.from_numpy(probs) if probs is not None else None
     return _result(out, q, add_batch), lse, probs
+
+
+def _gradient(array, like, drop_batch):
+    """A float32 gradient from C++ in the kind and dtype of the input it belongs to (as
+    autograd gives gradients: same dtype as the tensor)."""
+    if drop_batch:
+        array = array[0]
+    torch = _torch_module()
+    if like.source == "torch" and torch is not None:
+        return torch.from_numpy(array).to(like.dtype)
+    return array.astype(like.dtype, copy=False)
 
 
 # --------------------------------------------------------------------------------------
@@ -458,6 +484,53 @@ def attention_weights(query, key, value, attn_mask=None, is_causal=False, scale=
                        causal_alignment, key_lengths, window, alibi_slopes, softcap, None,
                        False, True, impl)
     return probs
+
+
+def attention_backward(dout, query, key, value, out, lse, attn_mask=None, dropout_p=0.0,
+                       is_causal=False, scale=None, enable_gqa=False, *,
+                       causal_alignment="top_left", key_lengths=None, window=None,
+                       alibi_slopes=None, softcap=None, seed=None, impl="automatic"):
+    """The gradients of scaled_dot_product_attention with respect to query, key and value.
+
+    ``out, lse = scaled_dot_product_attention(query, key, value, ..., return_lse=True)``
+    then ``dq, dk, dv = attention_backward(dout, query, key, value, out, lse, ...)``
+    with the same arguments (masks, options, and the same ``seed`` when dropout_p > 0:
+    the dropout pattern is regenerated from it, not stored).
+
+    Shapes::
+
+        dout (B, Hq, Lq, Dv) = ∂loss/∂out     out (B, Hq, Lq, Dv)   lse (B, Hq, Lq)
+        -> dq (B, Hq, Lq, Dk), dk (B, Hkv, Lk, Dk), dv (B, Hkv, Lk, Dv)
+
+    (3-d inputs without the batch dimension, as the forward.) Under GQA dk and dv sum
+    over the query heads that share each key/value head. The probabilities are
+    recomputed tile by tile from lse (FlashAttention-2's backward): nothing of size
+    Lq × Lk is stored. A fully masked row contributes nothing (zero gradients).
+    attn_mask and alibi_slopes are constants: no gradient is returned for them.
+
+    The gradients come back in the kind (torch tensor or NumPy array) and dtype of
+    query, key and value respectively; they are computed in float32 (impl="fast" or
+    "automatic") or double (impl="reference", the naive twin, rounded to float32).
+
+    Raises:
+        ValueError for shapes (dout and out must have the output's shape, lse
+        (B, Hq, Lq)), options, and dropout_p > 0 without a seed; TypeError for dtypes
+        (lse must be float32). Messages name the argument.
+    """
+    fn = "attention_backward"
+    if seed is None and _dropout(dropout_p, fn) > 0.0:
+        raise ValueError(f"{fn}: seed must be given when dropout_p > 0 (the forward's seed: "
+                         f"the dropout pattern is regenerated from it)")
+    q, k, v, add_batch = _inputs(fn, query, key, value, enable_gqa)
+    dout_view = _view(dout, fn, "dout", add_batch=add_batch)
+    out_view = _view(out, fn, "out", add_batch=add_batch)
+    lse_view = _view(lse, fn, "lse", add_batch=add_batch)
+    options = _options(fn, attn_mask, dropout_p, is_causal, scale, causal_alignment,
+                       key_lengths, window, alibi_slopes, softcap, seed, impl)
+    dq, dk, dv = _qkv._attention_backward(dout_view.tensor, q.tensor, k.tensor, v.tensor,
+                                          out_view.tensor, lse_view.tensor, **options)
+    return (_gradient(dq, q, add_batch), _gradient(dk, k, add_batch),
+            _gradient(dv, v, add_batch))
 
 
 def self_attention_raw(x, scale=1.0):

@@ -1,0 +1,155 @@
+// The naive twin of the attention backward: one query row at a time, in double.
+//
+// The forward (reference.cpp), for query i of head h, keys j not masked:
+//   s_ij = scale·(q_i·k_j)              the raw score
+//   t_ij = tanh(s_ij / c)               softcap c: s_ij ← c·t_ij
+//   s_ij ← s_ij − slope_h·|i' − j| + mask_ij
+//   P_ij = exp(s_ij) / Σ_j exp(s_ij)    (masked: 0)
+//   Z_ij = keep(b, h, i, j) / (1 − p)   dropout, regenerated from (seed, b, h, i, j)
+//   out_i = Σ_j P_ij·Z_ij·v_j
+// differentiated with dO = ∂loss/∂out (Dao 2023, FlashAttention-2, Algorithm 2):
+//   dv_j  += P_ij·Z_ij·dO_i                     (ALiBi and the float mask are constants)
+//   dP_ij  = Z_ij·(dO_i·v_j)
+//   D_i    = Σ_j P_ij·dP_ij                     (= dO_i·out_i; computed here from P)
+//   dS_ij  = P_ij·(dP_ij − D_i)                 softmax's Jacobian
+//   dS_ij ← dS_ij·(1 − t_ij²)                   softcap: d(c·tanh(s/c))/ds
+//   dq_i   = scale·Σ_j dS_ij·k_j,   dk_j += scale·dS_ij·q_i
+// GQA: every query head of a group adds into its key/value head's dk and dv.
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "attention/backward.h"
+#include "qkv/threads.h"
+
+namespace qkv::detail {
+namespace {
+
+// bf16/f16 -> f32 is exact, so nothing is lost by reading everything as f32 first.
+Tensor as_f32_contiguous(const Tensor& t) {
+  return t.dtype() == DType::f32 ? t.contiguous() : t.to(DType::f32);
+}
+
+}  // namespace
+
+AttentionGradients reference_attention_backward(const AttentionProblem& p, const Tensor& dout_in,
+                                                const Tensor& q_in, const Tensor& k_in,
+                                                const Tensor& v_in) {
+  const Tensor q = as_f32_contiguous(q_in);        // (B, Hq, Lq, Dk)
+  const Tensor k = as_f32_contiguous(k_in);        // (B, Hkv, Lk, Dk)
+  const Tensor v = as_f32_contiguous(v_in);        // (B, Hkv, Lk, Dv)
+  const Tensor dout = as_f32_contiguous(dout_in);  // (B, Hq, Lq, Dv)
+  const float* qd = q.data_as<float>();
+  const float* kd = k.data_as<float>();
+  const float* vd = v.data_as<float>();
+  const float* dod = dout.data_as<float>();
+
+  AttentionGradients g;
+  g.dq = Tensor::zeros({p.B, p.Hq, p.Lq, p.Dk});   // (B, Hq, Lq, Dk)
+  g.dk = Tensor::zeros({p.B, p.Hkv, p.Lk, p.Dk});  // (B, Hkv, Lk, Dk)
+  g.dv = Tensor::zeros({p.B, p.Hkv, p.Lk, p.Dv});  // (B, Hkv, Lk, Dv)
+  float* dq = g.dq.data_as<float>();
+  float* dk = g.dk.data_as<float>();
+  float* dv = g.dv.data_as<float>();
+
+  constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
+  const double keep_scale = p.dropout_p < 1.0 ? 1.0 / (1.0 - p.dropout_p) : 0.0;
+  const std::int64_t tasks = p.B * p.Hkv;  // one (b, key/value head): owns its dk, dv rows
+
+#pragma omp parallel num_threads(num_threads())
+  {
+    const auto Lk = static_cast<std::size_t>(p.Lk);
+    std::vector<double> s(Lk), t(Lk), P(Lk), Z(Lk), dP(Lk);  // (Lk) one row each
+    std::vector<double> dq_row(static_cast<std::size_t>(p.Dk));  // (Dk)
+    std::vector<double> dk_acc(Lk * p.Dk), dv_acc(Lk * p.Dv);   // (Lk, Dk), (Lk, Dv)
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t task = 0; task < tasks; ++task) {
+      const std::int64_t b = task / p.Hkv, hk = task % p.Hkv;
+      const float* kb = kd + task * p.Lk * p.Dk;  // (Lk, Dk) of (b, hk)
+      const float* vb = vd + task * p.Lk * p.Dv;  // (Lk, Dv) of (b, hk)
+      std::fill(dk_acc.begin(), dk_acc.end(), 0.0);
+      std::fill(dv_acc.begin(), dv_acc.end(), 0.0);
+      for (std::int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) {
+        const double slope = p.alibi_slopes.empty() ? 0.0 : p.alibi_slopes[h];
+        for (std::int64_t i = 0; i < p.Lq; ++i) {
+          const std::int64_t row = (b * p.Hq + h) * p.Lq + i;
+          const float* qi = qd + row * p.Dk;
+          const float* doi = dod + row * p.Dv;
+          const std::int64_t diagonal = p.aligned_query(b, i);
+
+          // The forward's scores, exactly as reference.cpp builds them.
+          double m = kMinusInf;
+          bool saw_nan = false;
+          for (std::int64_t j = 0; j < p.Lk; ++j) {
+            double mask_value = 0.0;
+            bool allowed = p.structurally_allowed(b, i, j);
+            if (allowed && p.has_mask) {
+              mask_value = load_as_f32(p.mask_data, p.mask_offset(b, h, i, j), p.mask_dtype);
+              if (p.mask_is_bool) allowed = mask_value != 0.0;
+            }
+            double x = kMinusInf;
+            t[j] = 0.0;
+            if (allowed) {
+              double dot = 0.0;
+              for (std::int64_t d = 0; d < p.Dk; ++d) dot += double{qi[d]} * double{kb[j * p.Dk + d]};
+              x = p.scale * dot;
+              if (p.has_softcap) {
+                t[j] = std::tanh(x / p.softcap);
+                x = p.softcap * t[j];
+              }
+              if (slope != 0.0) x -= slope * static_cast<double>(std::abs(diagonal - j));
+              if (p.has_mask && !p.mask_is_bool) x += mask_value;
+            }
+            s[j] = x;
+            if (std::isnan(x)) saw_nan = true;
+            else if (x > m) m = x;
+          }
+          // A fully masked row has out = 0 whatever q, k, v are. (A NaN score makes the
+          // whole row NaN below, as it made the forward's row NaN.)
+          if (m == kMinusInf && !saw_nan) continue;
+
+          double sum = 0.0;
+          for (std::int64_t j = 0; j < p.Lk; ++j) {
+            P[j] = std::exp(s[j] - m);  // masked: exp(−inf) = 0 exactly; NaN stays NaN
+            sum += P[j];
+          }
+          double D = 0.0;
+          for (std::int64_t j = 0; j < p.Lk; ++j) {
+            P[j] /= sum;
+            // A key of probability exactly 0 (masked, underflowed) is never read, as in the
+            // forward: its dS and dv terms are P·(…) = 0.
+            if (P[j] == 0.0) continue;
+            Z[j] = (p.dropout_p > 0.0 && !p.dropout_keeps(b, h, i, j)) ? 0.0 : keep_scale;
+            double dot = 0.0;
+            if (Z[j] != 0.0)
+              for (std::int64_t d = 0; d < p.Dv; ++d) dot += double{doi[d]} * double{vb[j * p.Dv + d]};
+            dP[j] = Z[j] * dot;
+            D += P[j] * dP[j];
+          }
+          std::fill(dq_row.begin(), dq_row.end(), 0.0);
+          for (std::int64_t j = 0; j < p.Lk; ++j) {
+            if (P[j] == 0.0) continue;
+            const double w = P[j] * Z[j];  // the weight out_i gave v_j
+            if (w != 0.0)
+              for (std::int64_t d = 0; d < p.Dv; ++d) dv_acc[j * p.Dv + d] += w * double{doi[d]};
+            double ds = P[j] * (dP[j] - D);
+            if (p.has_softcap) ds *= 1.0 - t[j] * t[j];
+            ds *= p.scale;
+            for (std::int64_t d = 0; d < p.Dk; ++d) {
+              dq_row[d] += ds * double{kb[j * p.Dk + d]};
+              dk_acc[j * p.Dk + d] += ds * double{qi[d]};
+            }
+          }
+          for (std::int64_t d = 0; d < p.Dk; ++d) dq[row * p.Dk + d] = static_cast<float>(dq_row[d]);
+        }
+      }
+      for (std::int64_t n = 0; n < p.Lk * p.Dk; ++n) dk[task * p.Lk * p.Dk + n] = static_cast<float>(dk_acc[n]);
+      for (std::int64_t n = 0; n < p.Lk * p.Dv; ++n) dv[task * p.Lk * p.Dv + n] = static_cast<float>(dv_acc[n]);
+    }
+  }
+  return g;
+}
+
+}  // namespace qkv::detail

@@ -1,0 +1,25 @@
+// The tiled attention backward built for avx2.
+// Every header comes first; only the kernel body is compiled for the target.
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "attention/backward.h"
+#include "qkv/tensor.h"
+#include "qkv/threads.h"
+
+#if defined(__x86_64__)
+#pragma GCC target("avx2,fma")
+#define QKV_VEC_BYTES 32  // 16 ymm registers: 8 accumulators + 2 loads + 1 broadcast
+#define QKV_BWD_ROWS 4
+#define QKV_BWD_VECS 2
+namespace qkv::detail::avx2 {
+#include "attention/kernels/flash_backward_body.inc"
+}  // namespace qkv::detail::avx2
+#endif  // __x86_64__
