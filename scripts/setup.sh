@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages qkv needs, when they are missing.
 #   scripts/setup.sh build   what `make run` needs (compiler, CMake, libraries)
-#   scripts/setup.sh test    that plus the test oracle (PyTorch, pytest)
+#   scripts/setup.sh test    that plus the test oracle (PyTorch, pytest) and tools (Chromium)
 # As root it runs apt-get; otherwise it stops and prints the command to run.
 set -euo pipefail
 
 build_packages=(cmake g++ make libgtest-dev nlohmann-json3-dev libcli11-dev libdnnl-dev libicu-dev
                 pybind11-dev python3-dev python3-numpy)
-# clang + its runtimes: libFuzzer targets; npm: test vocabularies from npm packages.
-test_packages=(python3-torch python3-pytest clang libclang-rt-14-dev)
+# clang + its runtimes: libFuzzer targets; npm: test vocabularies from npm packages;
+# chromium: headless, draws the attention page in tests/viz/test_browser.sh.
+test_packages=(python3-torch python3-pytest clang libclang-rt-14-dev chromium)
 
 case "${1:-build}" in
   build) wanted=("${build_packages[@]}") ;;

@@ -98,8 +98,11 @@ class Gpt2Model {
   Tensor forward(std::span<const std::int64_t> ids, Gpt2State& state) const;
 
   // The whole sequence at once, no cache (causal attention over all of it).
-  // -> (L, V): the logits of every position.
-  Tensor forward_full(std::span<const std::int64_t> ids) const;
+  // -> (L, V): the logits of every position. When `attentions` is given, it is replaced by
+  // every layer's causal self-attention probabilities, n_layer × (1, H, L, L) (computed by
+  // the reference attention path, as nn::MultiheadAttention's need_weights).
+  Tensor forward_full(std::span<const std::int64_t> ids,
+                      std::vector<Tensor>* attentions = nullptr) const;
 };
 
 struct SamplingOptions {

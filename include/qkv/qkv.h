@@ -14,3 +14,4 @@
 #include "qkv/threads.h"
 #include "qkv/tokenizer.h"
 #include "qkv/version.h"
+#include "qkv/viz.h"

@@ -207,7 +207,8 @@ Tensor Gpt2Model::forward(std::span<const std::int64_t> ids, Gpt2State& state) c
   return nn::linear(last, weights.wte.weight).view({config.vocab_size});  // (V)
 }
 
-Tensor Gpt2Model::forward_full(std::span<const std::int64_t> ids) const {
+Tensor Gpt2Model::forward_full(std::span<const std::int64_t> ids,
+                               std::vector<Tensor>* attentions) const {
   const auto L = static_cast<std::int64_t>(ids.size());
   QKV_CHECK(L >= 1 && L <= config.n_positions,
             "Gpt2Model::forward_full: length must be in [1, n_positions = "
@@ -220,9 +221,14 @@ Tensor Gpt2Model::forward_full(std::span<const std::int64_t> ids) const {
   add_inplace(x, weights.wpe.weight.slice(0, 0, L).unsqueeze(0));
   nn::AttentionMasks causal;
   causal.is_causal = true;
+  if (attentions != nullptr) attentions->clear();
   for (const auto& b : weights.h) {
     const Tensor a = b.ln_1.forward(x);  // (1, L, E)
-    add_inplace(x, b.attn.forward(a, a, a, causal).out);
+    nn::MultiheadAttentionOutput o =
+        b.attn.forward(a, a, a, causal, /*need_weights=*/attentions != nullptr,
+                       /*average_attn_weights=*/false);
+    add_inplace(x, o.out);
+    if (attentions != nullptr) attentions->push_back(std::move(o.weights));  // (1, H, L, L)
     add_inplace(x, b.mlp_proj.forward(nn::gelu(b.c_fc.forward(b.ln_2.forward(x)),
                                                config.activation)));
   }

@@ -7,9 +7,12 @@
 // object on stdout and nothing else there: {"prompt_ids": [...], "ids": [...], "text": "..."}
 // where ids are the generated continuation only (the end-of-text token included when it
 // stopped generation, as Hugging Face's generate does) and text is the continuation decoded,
-// without the end-of-text token.
+// without the end-of-text token. --html FILE then runs the whole sequence (prompt and
+// continuation) once more, without cache, and writes every layer's causal self-attention as
+// a qkv::viz page ("wrote FILE" on stdout, on stderr with --json).
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -19,6 +22,19 @@
 #include "qkv/qkv.h"
 
 namespace qkv::cli {
+namespace {
+
+// A page that cannot be written should fail the command before generating, not after.
+void check_writable_location(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path parent = fs::path(path).parent_path();
+  QKV_CHECK(parent.empty() || fs::is_directory(parent, ec),
+            "cannot write '" << path << "': no directory '" << parent.string() << "'");
+  QKV_CHECK(!fs::is_directory(path, ec), "cannot write '" << path << "': it is a directory");
+}
+
+}  // namespace
 
 int run_generate(const GenerateOptions& options, std::ostream& out) {
   if (!std::isfinite(options.temperature) || options.temperature < 0)
@@ -42,6 +58,7 @@ int run_generate(const GenerateOptions& options, std::ostream& out) {
 
   const std::vector<std::int64_t> prompt_ids = bpe->encode(options.prompt);
   if (prompt_ids.empty()) throw UsageError("--prompt", "must encode to at least one token");
+  if (!options.html.empty()) check_writable_location(options.html);
 
   qkv::models::SamplingOptions s;
   s.max_new_tokens = options.max_new_tokens;
@@ -87,6 +104,27 @@ int run_generate(const GenerateOptions& options, std::ostream& out) {
     std::cerr << ", " << static_cast<double>(ids.size() - 1) / decode_s
               << " tokens/s after the first";
   std::cerr << '\n';
+
+  if (!options.html.empty()) {
+    std::vector<std::int64_t> all = prompt_ids;  // (L): prompt, then continuation
+    all.insert(all.end(), ids.begin(), ids.end());
+    qkv::viz::AttentionGroup group;
+    group.name = "causal self-attention";
+    for (const auto id : all) group.query_tokens.push_back(bpe->decode({id}));
+    group.key_tokens = group.query_tokens;
+    model.forward_full(all, &group.layers);  // n_layer × (1, H, L, L)
+    for (Tensor& a : group.layers) a = a.select(0, 0);  // (H, L, L)
+    qkv::viz::AttentionView view;
+    view.title = "GPT-2 " + options.model;
+    view.subtitle = "prompt (" + std::to_string(prompt_ids.size()) + " tokens) + " +
+                    std::to_string(ids.size()) + " generated: " + bpe->decode(all);
+    view.groups.push_back(std::move(group));
+    qkv::viz::write_file(options.html, qkv::viz::render_html(view));
+    (options.json ? std::cerr : out) << "wrote " << options.html << " (attention of "
+                                     << model.config.n_layer << " layers × "
+                                     << model.config.n_head << " heads over " << all.size()
+                                     << " tokens)" << std::endl;
+  }
   return 0;
 }
 

@@ -1,6 +1,6 @@
 // qkv run: a BERT checkpoint on one text (or pair) — the tokens, a summary of the final
 // hidden states, and one layer/head's attention as a terminal heatmap; optionally every
-// output to a .safetensors file.
+// output to a .safetensors file and every layer's attention to an HTML page (qkv::viz).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -16,6 +16,7 @@
 #include "qkv/error.h"
 #include "qkv/safetensors.h"
 #include "qkv/tokenizer.h"
+#include "qkv/viz.h"
 
 namespace qkv::cli {
 namespace {
@@ -44,72 +45,13 @@ std::string stats_line(const Stats& s) {
   return format("mean %+.4f  std %.4f  min %+.4f  max %+.4f", s.mean, s.std, s.min, s.max);
 }
 
-// The code points of UTF-8 text (each one column wide in print.h's convention).
-std::vector<std::string> code_points(const std::string& text) {
-  std::vector<std::string> out;
-  for (std::size_t i = 0; i < text.size();) {
-    std::size_t n = 1;
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0xF0) n = 4;
-    else if (c >= 0xE0) n = 3;
-    else if (c >= 0xC0) n = 2;
-    n = std::min(n, text.size() - i);
-    out.push_back(text.substr(i, n));
-    i += n;
-  }
-  return out;
-}
-
-// The (L, L) attention of one head as shades, rows = queries, columns = keys, both
-// labelled with the tokens (the column labels written downwards).
-void print_heatmap(std::ostream& out, const Tensor& probs, std::int64_t head,
-                   const std::vector<std::string>& tokens) {
+// One head of (1, H, L, L) probabilities as a Matrix (rows = queries, columns = keys).
+Matrix head_matrix(const Tensor& probs, std::int64_t head) {
   const std::int64_t L = probs.size(2);
-  const int cell = L <= 40 ? 2 : 1;  // columns per key; 2 keeps the map roughly square
-  constexpr int kLabelHeight = 6;    // code points of a column label, downwards
-  double top = 0;
+  Matrix m(L, probs.size(3));
   for (std::int64_t i = 0; i < L; ++i)
-    for (std::int64_t j = 0; j < L; ++j) top = std::max(top, double(probs.get({0, head, i, j})));
-  std::vector<std::string> row_labels;
-  int label_w = 0;
-  for (std::int64_t i = 0; i < L; ++i) {
-    row_labels.push_back(format("%2lld ", static_cast<long long>(i)) +
-                         truncate_display(tokens[static_cast<std::size_t>(i)], 12));
-    label_w = std::max(label_w, display_width(row_labels.back()));
-  }
-  for (int k = 0; k < kLabelHeight; ++k) {
-    std::string line = "   " + std::string(static_cast<std::size_t>(label_w) + 2, ' ');
-    bool any = false;
-    for (std::int64_t j = 0; j < L; ++j) {
-      const auto cps = code_points(truncate_display(tokens[static_cast<std::size_t>(j)],
-                                                    kLabelHeight));
-      std::string c = " ";
-      if (k < static_cast<int>(cps.size())) {
-        c = cps[static_cast<std::size_t>(k)];
-        any = true;
-      }
-      line += c + std::string(static_cast<std::size_t>(cell - 1), ' ');
-    }
-    if (!any) break;
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    out << line << '\n';
-  }
-  for (std::int64_t i = 0; i < L; ++i) {
-    std::string line = "   " + pad_right(row_labels[static_cast<std::size_t>(i)], label_w) + " │";
-    std::int64_t best = 0;
-    for (std::int64_t j = 0; j < L; ++j) {
-      const double p = probs.get({0, head, i, j});
-      if (p > probs.get({0, head, i, best})) best = j;
-      std::string s = shade(top > 0 ? p / top : 0.0);
-      for (int c = 0; c < cell; ++c) line += s;
-    }
-    line += "│ → " + truncate_display(tokens[static_cast<std::size_t>(best)], 12) +
-            format(" %.2f", double(probs.get({0, head, i, best})));
-    out << line << '\n';
-  }
-  out << "   shade = probability / " << format("%.4f", top)
-      << " (the largest here): ' ' < 0.2 ≤ ░ < 0.4 ≤ ▒ < 0.6 ≤ ▓ < 0.8 ≤ █\n"
-      << "   → the key each query attends to most, with its probability\n";
+    for (std::int64_t j = 0; j < m.cols; ++j) m(i, j) = probs.get({0, head, i, j});
+  return m;
 }
 
 }  // namespace
@@ -189,7 +131,8 @@ int run_run(const RunOptions& o, std::ostream& out) {
 
   out << "\nattention, layer " << layer << " of " << c.num_hidden_layers << ", head " << o.head
       << " of " << c.num_attention_heads << " (rows: queries, columns: keys):\n";
-  print_heatmap(out, result.attentions[static_cast<std::size_t>(layer)], o.head, enc.tokens);
+  print_attention_heatmap(out, head_matrix(result.attentions[static_cast<std::size_t>(layer)], o.head),
+                          enc.tokens, enc.tokens);
 
   if (!o.output.empty()) {
     std::vector<float> ids(enc.ids.begin(), enc.ids.end());
@@ -213,6 +156,20 @@ int run_run(const RunOptions& o, std::ostream& out) {
     out << "\nwrote " << o.output << " (input_ids, token_type_ids, last_hidden_state"
         << (result.pooler_output.defined() ? ", pooler_output" : "") << ", attentions.0-"
         << result.attentions.size() - 1 << ")\n";
+  }
+  if (!o.html.empty()) {
+    viz::AttentionGroup group;
+    group.name = "self-attention";
+    group.query_tokens = enc.tokens;
+    group.key_tokens = enc.tokens;
+    for (const Tensor& a : result.attentions) group.layers.push_back(a.select(0, 0));  // (H, L, L)
+    viz::AttentionView view;
+    view.title = "BERT " + o.model;
+    view.subtitle = o.pair.empty() ? o.text : o.text + "  ‖  " + o.pair;
+    view.groups.push_back(std::move(group));
+    viz::write_file(o.html, viz::render_html(view));
+    out << (o.output.empty() ? "\n" : "") << "wrote " << o.html << " (attention of "
+        << c.num_hidden_layers << " layers × " << c.num_attention_heads << " heads)\n";
   }
   return 0;
 }

@@ -1,0 +1,65 @@
+// qkv::viz — pictures of attention: one self-contained HTML page to explore every layer and
+// head of a model (in the spirit of bertviz, Vig 2019, https://github.com/jessevig/bertviz),
+// and a standalone SVG heatmap of one head for papers.
+//
+// The page is one file: inline CSS and vanilla JavaScript, no network fetch of any kind
+// (no CDN, fonts or remote images), so it opens offline and can be mailed. It holds
+//   - a head view: query tokens left, key tokens right, one line per (query, key, head)
+//     whose opacity is the probability, one colour per head; heads toggle on and off, and
+//     hovering a token keeps only its lines;
+//   - a model view: a thumbnail heatmap for every layer (rows) and head (columns) of the
+//     selected group; clicking one selects that layer and head;
+//   - a detail heatmap of the selected layer and head, with token labels and each value in
+//     a tooltip.
+// The data sits in <script type="application/json" id="qkv-attention-data">:
+//   {"title": s, "subtitle": s, "groups": [{"name": s, "query_tokens": [s], "key_tokens": [s],
+//     "attention": [layer][head][query][key] numbers (6 significant digits)}]}
+// with '<', '>' and '&' written as \u003c, \u003e, \u0026, so no token can close the element.
+// Once drawn, the script sets document.body.dataset.rendered = "1" (tests look for it).
+//
+// Text (titles, names, tokens) is UTF-8; an invalid byte becomes U+FFFD (in the data too).
+// On screen a control character is shown as its control picture (U+2400 + c; "\n" as ␊)
+// and a space in a token as ␣ (GPT-2's " the" and "the" differ); the data keeps them as is.
+//
+// Depends on core only (qkv::Tensor, qkv::Error).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qkv/tensor.h"
+
+namespace qkv::viz {
+
+// One kind of attention in a model ("encoder self-attention", "cross-attention", ...).
+struct AttentionGroup {
+  std::string name;
+  std::vector<std::string> query_tokens;  // Lq labels (rows)
+  std::vector<std::string> key_tokens;    // Lk labels (columns)
+  std::vector<Tensor> layers;             // per layer: (H, Lq, Lk) probabilities, any strides
+                                          // and dtype, H the same in every layer
+};
+
+struct AttentionView {
+  std::string title;     // e.g. the model directory
+  std::string subtitle;  // e.g. the input text; may be empty
+  std::vector<AttentionGroup> groups;  // at least one
+};
+
+// The page described above. Throws qkv::Error naming the group, layer and what is wrong
+// when the view is inconsistent: no groups, a group without layers or tokens, a layer not
+// 3-D, a size that disagrees with the token counts, H differing between layers, H = 0, or
+// a value that is not finite or outside [0, 1].
+std::string render_html(const AttentionView& view);
+
+// An SVG heatmap of group.layers[layer] head `head`: rows = queries, columns = keys, both
+// labelled, a colour scale from 0 to the head's largest probability, and a title naming the
+// group, layer and head. Valid standalone XML. Throws as render_html, and when layer or
+// head is out of range.
+std::string render_svg(const AttentionGroup& group, std::int64_t layer, std::int64_t head);
+
+// Writes text to path (replacing it). Throws qkv::Error naming the path and the reason.
+void write_file(const std::string& path, const std::string& text);
+
+}  // namespace qkv::viz
