@@ -18,11 +18,13 @@ build: setup-build
 	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# The main job: the walkthrough of one self-attention computation, then a short benchmark.
+# The main job: the embedded date translator (trained by qkv itself, models/dates) on a
+# few dates written by people, with its cross-attention as terminal heatmaps, and every
+# layer and head of one translation as an HTML page.
 run: build
-	$(BUILD_DIR)/qkv explain
-	$(BUILD_DIR)/qkv bench --batch 1 --heads 12 --seq 512 --dim 64
-	$(BUILD_DIR)/qkv bench --batch 1 --heads 12 --seq 512 --dim 64 --causal
+	$(BUILD_DIR)/qkv translate --show "Saturday, 21 November 2026" "the 3rd of March, 1999" "2026年11月21日"
+	$(BUILD_DIR)/qkv translate --html $(BUILD_DIR)/attention.html --svg $(BUILD_DIR)/attention.svg "Saturday, 21 November 2026"
+	@echo "open $(abspath $(BUILD_DIR))/attention.html in a browser to explore every layer and head"
 
 # Every test: GoogleTest (release and ASan+UBSan builds) and pytest against PyTorch, via ctest.
 test: setup-test build

@@ -29,6 +29,7 @@
 namespace py = pybind11;
 void register_nn(py::module_& m);  // bindings_nn.cpp
 void register_models(py::module_& m);  // bindings_models.cpp
+void register_train(py::module_& m);   // bindings_train.cpp
 
 namespace {
 
@@ -135,14 +136,13 @@ qkv::AttentionImpl parse_impl(const std::string& impl) {
   return qkv::AttentionImpl::automatic;  // unreachable
 }
 
-// The whole of qkv::attention: q, k, v, mask are tensors made by _Tensor.from_array.
-py::tuple attention(const qkv::Tensor& q, const qkv::Tensor& k, const qkv::Tensor& v,
-                    std::optional<qkv::Tensor> mask, std::optional<double> scale, bool causal,
-                    const std::string& alignment, std::vector<std::int64_t> key_lengths,
-                    std::optional<std::pair<std::int64_t, std::int64_t>> window,
-                    std::vector<float> alibi_slopes, std::optional<double> softcap,
-                    double dropout_p, std::uint64_t seed, bool return_lse, bool return_probs,
-                    const std::string& impl) {
+// The options both attention bindings take, as qkv::AttentionOptions.
+qkv::AttentionOptions make_options(std::optional<qkv::Tensor> mask, std::optional<double> scale,
+                                   bool causal, const std::string& alignment,
+                                   std::vector<std::int64_t> key_lengths,
+                                   std::optional<std::pair<std::int64_t, std::int64_t>> window,
+                                   std::vector<float> alibi_slopes, std::optional<double> softcap,
+                                   double dropout_p, std::uint64_t seed, const std::string& impl) {
   qkv::AttentionOptions options;
   options.scale = scale;
   options.causal = causal;
@@ -154,9 +154,23 @@ py::tuple attention(const qkv::Tensor& q, const qkv::Tensor& k, const qkv::Tenso
   options.softcap = softcap;
   options.dropout_p = dropout_p;
   options.seed = seed;
+  options.impl = parse_impl(impl);
+  return options;
+}
+
+// The whole of qkv::attention: q, k, v, mask are tensors made by _Tensor.from_array.
+py::tuple attention(const qkv::Tensor& q, const qkv::Tensor& k, const qkv::Tensor& v,
+                    std::optional<qkv::Tensor> mask, std::optional<double> scale, bool causal,
+                    const std::string& alignment, std::vector<std::int64_t> key_lengths,
+                    std::optional<std::pair<std::int64_t, std::int64_t>> window,
+                    std::vector<float> alibi_slopes, std::optional<double> softcap,
+                    double dropout_p, std::uint64_t seed, bool return_lse, bool return_probs,
+                    const std::string& impl) {
+  qkv::AttentionOptions options =
+      make_options(std::move(mask), scale, causal, alignment, std::move(key_lengths), window,
+                   std::move(alibi_slopes), softcap, dropout_p, seed, impl);
   options.return_lse = return_lse;
   options.return_probs = return_probs;
-  options.impl = parse_impl(impl);
 
   qkv::AttentionResult result;
   {
@@ -165,6 +179,28 @@ py::tuple attention(const qkv::Tensor& q, const qkv::Tensor& k, const qkv::Tenso
   }
   return py::make_tuple(array_from_tensor(result.out), optional_array(result.lse),
                         optional_array(result.probs));
+}
+
+// qkv::attention_backward: dout, q, k, v, out, lse and mask are _Tensor views; the options
+// are the forward's. Returns (dq, dk, dv), float32.
+py::tuple attention_backward(const qkv::Tensor& dout, const qkv::Tensor& q, const qkv::Tensor& k,
+                             const qkv::Tensor& v, const qkv::Tensor& out, const qkv::Tensor& lse,
+                             std::optional<qkv::Tensor> mask, std::optional<double> scale,
+                             bool causal, const std::string& alignment,
+                             std::vector<std::int64_t> key_lengths,
+                             std::optional<std::pair<std::int64_t, std::int64_t>> window,
+                             std::vector<float> alibi_slopes, std::optional<double> softcap,
+                             double dropout_p, std::uint64_t seed, const std::string& impl) {
+  const qkv::AttentionOptions options =
+      make_options(std::move(mask), scale, causal, alignment, std::move(key_lengths), window,
+                   std::move(alibi_slopes), softcap, dropout_p, seed, impl);
+  qkv::AttentionGradients grads;
+  {
+    py::gil_scoped_release release;
+    grads = qkv::attention_backward(dout, q, k, v, out, lse, options);
+  }
+  return py::make_tuple(array_from_tensor(grads.dq), array_from_tensor(grads.dk),
+                        array_from_tensor(grads.dv));
 }
 
 py::array self_attention_raw(const qkv::Tensor& x, std::optional<double> scale) {
@@ -225,6 +261,14 @@ PYBIND11_MODULE(_qkv, m) {
         "qkv::attention on 4-d _Tensor views: returns (out, lse or None, probs or None) as "
         "NumPy arrays. window is (left, right) with -1 for unbounded. Releases the GIL.");
 
+  m.def("_attention_backward", &attention_backward, py::arg("dout"), py::arg("q"), py::arg("k"),
+        py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("mask"), py::arg("scale"),
+        py::arg("causal"), py::arg("alignment"), py::arg("key_lengths"), py::arg("window"),
+        py::arg("alibi_slopes"), py::arg("softcap"), py::arg("dropout_p"), py::arg("seed"),
+        py::arg("impl") = "automatic",
+        "qkv::attention_backward on 4-d _Tensor views (out and lse from _attention with the "
+        "same options): returns (dq, dk, dv) as float32 NumPy arrays. Releases the GIL.");
+
   m.def("_self_attention_raw", &self_attention_raw, py::arg("x"), py::arg("scale"),
         "qkv::self_attention_raw on a _Tensor view: softmax(scale * x @ x^T) @ x as a NumPy "
         "array. scale=None means 1/sqrt(D). Releases the GIL.");
@@ -240,4 +284,5 @@ PYBIND11_MODULE(_qkv, m) {
         "the environment variable QKV_NUM_THREADS, else OpenMP's default (all cores).");
   register_nn(m);
   register_models(m);
+  register_train(m);
 }

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "qkv/attention.h"
 #include "qkv/error.h"
 #include "qkv/nn.h"
 #include "qkv/tensor.h"
@@ -24,6 +25,17 @@ Tensor add(const Tensor& a, const Tensor& b, const char* fn);
 
 // Deterministic U(−bound, bound) fill of a contiguous f32 tensor.
 void fill_uniform(Tensor& t, double bound, std::uint64_t seed);
+
+// C (M, N) = [C +] op(A)·op(B), f32 row-major, through oneDNN's matmul (primitives cached
+// per shape). op(A) is (M, K): A stored (M, K), or (K, M) when trans_a; op(B) is (K, N):
+// B stored (K, N), or (N, K) when trans_b. accumulate adds into C instead of overwriting.
+void gemm(float* c, const float* a, const float* b, std::int64_t M, std::int64_t N,
+          std::int64_t K, bool trans_a, bool trans_b, bool accumulate);
+
+// torch.nn.MultiheadAttention's masks (true = NOT allowed) as AttentionOptions wants them
+// (causal, key_lengths for suffix padding, or a mask broadcast to (B, H, L, S)).
+void resolve_attention_masks(const AttentionMasks& masks, std::int64_t B, std::int64_t H,
+                             std::int64_t L, std::int64_t S, AttentionOptions& options);
 
 inline std::string join(const std::string& prefix, const char* name) { return prefix + name; }
 

@@ -84,7 +84,68 @@ MatmulCache& matmul_cache() {
   return cache;
 }
 
+// (M, N, K, trans_a, trans_b, accumulate) -> the matmul primitive, for detail::gemm.
+struct GemmCache {
+  static constexpr std::size_t kMaxCached = 256;
+  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, bool, bool>;
+  std::mutex mutex;
+  std::map<Key, dnnl::matmul> primitives;
+
+  dnnl::matmul get(const Key& key) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = primitives.find(key);
+    if (it != primitives.end()) return it->second;
+    const auto [M, N, K, trans_a, trans_b, accumulate] = key;
+    using dt = dnnl::memory::data_type;
+    // A stored (M, K) row-major, or (K, M) when transposed; likewise B (K, N) or (N, K).
+    const dnnl::memory::desc a({M, K}, dt::f32,
+                               trans_a ? dnnl::memory::dims{1, M} : dnnl::memory::dims{K, 1});
+    const dnnl::memory::desc b({K, N}, dt::f32,
+                               trans_b ? dnnl::memory::dims{1, K} : dnnl::memory::dims{N, 1});
+    const dnnl::memory::desc c({M, N}, dt::f32, dnnl::memory::dims{N, 1});
+    dnnl::primitive_attr attr;
+    if (accumulate) {  // C = 1·C + A·B: oneDNN's sum post-op
+      dnnl::post_ops ops;
+      ops.append_sum(1.f);
+      attr.set_post_ops(ops);
+    }
+    const dnnl::matmul::desc desc(a, b, c);
+    const dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
+    if (primitives.size() >= kMaxCached) primitives.clear();
+    return primitives.emplace(key, dnnl::matmul(pd)).first->second;
+  }
+};
+
+GemmCache& gemm_cache() {
+  static GemmCache cache;
+  return cache;
+}
+
 }  // namespace
+
+namespace detail {
+
+void gemm(float* c, const float* a, const float* b, std::int64_t M, std::int64_t N,
+          std::int64_t K, bool trans_a, bool trans_b, bool accumulate) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // an empty sum
+    if (!accumulate) std::fill_n(c, M * N, 0.f);
+    return;
+  }
+  dnnl::matmul prim = gemm_cache().get({M, N, K, trans_a, trans_b, accumulate});
+  using dt = dnnl::memory::data_type;
+  dnnl::engine& engine = cpu_engine();
+  dnnl::memory a_mem({{M, K}, dt::f32, trans_a ? dnnl::memory::dims{1, M} : dnnl::memory::dims{K, 1}},
+                     engine, const_cast<float*>(a));
+  dnnl::memory b_mem({{K, N}, dt::f32, trans_b ? dnnl::memory::dims{1, K} : dnnl::memory::dims{N, 1}},
+                     engine, const_cast<float*>(b));
+  dnnl::memory c_mem({{M, N}, dt::f32, dnnl::memory::dims{N, 1}}, engine, c);
+  dnnl::stream stream(engine);
+  prim.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+  stream.wait();
+}
+
+}  // namespace detail
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   QKV_CHECK(x.defined() && x.dim() >= 1, "linear: x must have rank >= 1");

@@ -93,6 +93,13 @@ void resolve_masks(const AttentionMasks& masks, std::int64_t B, std::int64_t H, 
 
 }  // namespace
 
+namespace detail {
+void resolve_attention_masks(const AttentionMasks& masks, std::int64_t B, std::int64_t H,
+                             std::int64_t L, std::int64_t S, AttentionOptions& options) {
+  resolve_masks(masks, B, H, L, S, options);
+}
+}  // namespace detail
+
 KVCache::KVCache(std::int64_t batch, std::int64_t heads, std::int64_t capacity,
                  std::int64_t head_dim) {
   QKV_CHECK(batch >= 0 && heads >= 0 && capacity >= 0 && head_dim >= 0,

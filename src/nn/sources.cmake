@@ -5,4 +5,7 @@ list(APPEND QKV_SOURCES
   src/nn/mha.cpp
   src/nn/blocks.cpp
   src/nn/vector_attention.cpp
+  src/nn/backward.cpp
+  src/nn/train_layers.cpp
+  src/nn/train.cpp
 )

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace qkv::cli {
 
@@ -68,6 +69,7 @@ struct RunOptions {
   std::int64_t layer = -1;  // attention shown; -1 = the last layer
   std::int64_t head = 0;
   std::string output;  // .safetensors to write; empty = none
+  std::string html;    // attention page (qkv::viz) to write; empty = none
 };
 int run_run(const RunOptions& options, std::ostream& out);
 
@@ -89,7 +91,41 @@ struct GenerateOptions {
   double top_p = 1.0;                // 1 = off
   std::uint64_t seed = 0;
   bool json = false;
+  std::string html;  // attention page of prompt + continuation to write; empty = none
 };
 int run_generate(const GenerateOptions& options, std::ostream& out);
+
+// qkv train (the date translator)
+struct TrainOptions {
+  std::string task;                  // "dates"
+  std::int64_t steps = 1500;
+  std::int64_t batch = 128;
+  double lr = 1e-3;                  // peak learning rate
+  double label_smoothing = 0.0;
+  std::uint64_t seed = 0;
+  std::string out = "dates-model";   // model.safetensors, config.json, checkpoint.safetensors
+  bool resume = false;
+  std::int64_t checkpoint_every = 500;
+  std::int64_t stop_at = 0;          // stop after this step with a checkpoint; 0 = never
+  std::int64_t eval_size = 10000;
+  bool json = false;
+  bool quiet = false;                // no progress bar
+  std::string command_line;          // recorded in the weights' metadata
+};
+int run_train(const TrainOptions& options, std::ostream& out);
+
+// qkv translate (dates -> ISO 8601)
+struct TranslateOptions {
+  std::vector<std::string> texts;    // dates to translate
+  std::string file;                  // one date per line
+  std::string model;                 // directory; empty = the embedded model
+  bool json = false;
+  bool show = false;                 // the cross-attention as a terminal heatmap
+  std::int64_t layer = -1;           // decoder layer shown; -1 = the last
+  std::int64_t head = -1;            // -1 = the mean over heads
+  std::string html;                  // every attention of the first input
+  std::string svg;                   // the shown cross-attention head as SVG
+};
+int run_translate(const TranslateOptions& options, std::ostream& out);
 
 }  // namespace qkv::cli

@@ -160,6 +160,9 @@ int run(int argc, char** argv) {
                       "Write input_ids and token_type_ids (B, L) as F32 values (exact below "
                       "2^24), last_hidden_state (B, L, E), pooler_output (B, E) and "
                       "attentions.N (B, H, L, L) for every layer N to this .safetensors file");
+  run_cmd->add_option("--html", ro.html,
+                      "Write a self-contained HTML page to explore the attention of every layer "
+                      "and head (head view, model view, heatmaps; opens offline)");
   run_cmd->footer("Example: qkv run --model bert-base-uncased/ --text \"the cat sat\" "
                   "--layer 5 --head 3");
 
@@ -198,7 +201,69 @@ int run(int argc, char** argv) {
                      "Print {\"prompt_ids\": [...], \"ids\": [...], \"text\": \"...\"}: ids are "
                      "the generated continuation only (ending with <|endoftext|> when it "
                      "stopped generation), text is that continuation decoded");
+  generate->add_option("--html", g.html,
+                       "After generating, write a self-contained HTML page with the causal "
+                       "self-attention of every layer and head over prompt + continuation "
+                       "(\"wrote FILE\" goes to stderr with --json)");
   generate->footer("Example: qkv generate --model gpt2/ --prompt \"Hello\" --max-new-tokens 20");
+
+  // Training and the date translator.
+  TrainOptions tr;
+  CLI::App* train = app.add_subcommand(
+      "train", "Train the date translator from scratch (the embedded model's recipe)");
+  train->add_option("task", tr.task, "What to train: dates")->required();
+  train->add_option("--steps", tr.steps, "Optimizer steps")
+      ->capture_default_str()
+      ->check(integer_at_least(1, 100000000, "a positive integer"));
+  train->add_option("--batch", tr.batch, "Pairs per step")
+      ->capture_default_str()
+      ->check(integer_at_least(1, 65536, "an integer in [1, 65536]"));
+  train->add_option("--lr", tr.lr, "Peak learning rate (warm-up, then cosine)")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-7, 1.0));
+  train->add_option("--label-smoothing", tr.label_smoothing, "Label smoothing, in [0, 1)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.999));
+  train->add_option("--seed", tr.seed, "Seed of the weights and of the training pairs")
+      ->capture_default_str()
+      ->check(kSeed);
+  train->add_option("--out", tr.out, "Output directory: model.safetensors, config.json, "
+                    "checkpoint.safetensors")->capture_default_str();
+  train->add_flag("--resume", tr.resume, "Continue from OUT/checkpoint.safetensors");
+  train->add_option("--checkpoint-every", tr.checkpoint_every, "Steps between checkpoints (0 = at the end only)")
+      ->capture_default_str()
+      ->check(integer_at_least(0, 100000000, "a non-negative integer"));
+  train->add_option("--stop-at", tr.stop_at, "Stop after this step with a checkpoint, as Ctrl-C "
+                    "does (continue with --resume)")
+      ->check(integer_at_least(1, 100000000, "a positive integer"));
+  train->add_option("--eval-size", tr.eval_size, "Held-out dates scored at the end")
+      ->capture_default_str()
+      ->check(integer_at_least(1, 14000, "an integer in [1, 14000]"));
+  train->add_flag("--json", tr.json, "Print the result as one JSON object");
+  train->add_flag("--quiet", tr.quiet, "No progress bar");
+  train->footer("Example: qkv train dates --steps 1500 --out dates-model --seed 0");
+
+  TranslateOptions tl;
+  CLI::App* translate = app.add_subcommand(
+      "translate", "Translate dates written by people into ISO 8601 (YYYY-MM-DD)");
+  translate->add_option("text", tl.texts, "Dates to translate");
+  translate->add_option("--file", tl.file, "Translate every line of this file");
+  translate->add_option("--model", tl.model,
+                        "Model directory (config.json, model.safetensors) from qkv train dates; "
+                        "default: the embedded model");
+  translate->add_flag("--json", tl.json, "Print {\"input\": ..., \"output\": ...} per line");
+  translate->add_flag("--show", tl.show,
+                      "Show the cross-attention (output characters x input characters) as a "
+                      "terminal heatmap");
+  translate->add_option("--layer", tl.layer, "Decoder layer shown by --show and --svg (0-based; default: the last)")
+      ->check(integer_at_least(0, std::numeric_limits<std::int64_t>::max(), "a non-negative integer"));
+  translate->add_option("--head", tl.head, "Head shown by --show and --svg (default: the mean over heads; --svg: head 0)")
+      ->check(integer_at_least(0, std::numeric_limits<std::int64_t>::max(), "a non-negative integer"));
+  translate->add_option("--html", tl.html,
+                        "Write a self-contained HTML page with every layer and head of the "
+                        "encoder self-, decoder masked self- and cross-attention of the first date");
+  translate->add_option("--svg", tl.svg, "Write the cross-attention heatmap of the first date as SVG");
+  translate->footer("Example: qkv translate --show \"Saturday, 21 November 2026\"");
 
   try {
     app.parse(argc, argv);
@@ -216,7 +281,7 @@ int run(int argc, char** argv) {
     if (app.get_subcommands().empty()) {
       return usage_error(app, "'" + first +
                                   "' is not a command; the commands are version, "
-                                  "explain, bench, run, tokenize and generate");
+                                  "explain, bench, run, tokenize, generate, train and translate");
     }
     return usage_error(app, "unexpected argument '" + first + "'");
   }
@@ -234,6 +299,12 @@ int run(int argc, char** argv) {
     }
     // Dispatch: generate.
     if (generate->parsed()) return run_generate(g, std::cout);
+    // Dispatch: train, translate.
+    if (train->parsed()) {
+      for (int i = 0; i < argc; ++i) tr.command_line += (i ? " " : "") + std::string(argv[i]);
+      return run_train(tr, std::cout);
+    }
+    if (translate->parsed()) return run_translate(tl, std::cout);
   } catch (const UsageError& e) {
     return usage_error(app, e.option() + ": " + e.what());
   }

@@ -197,4 +197,85 @@ void print_paragraph(std::ostream& out, std::string_view text, int indent, int w
   if (line_has_word) out << line << '\n';
 }
 
+namespace {
+
+// True for one UTF-8 character that terminals draw two columns wide: the CJK blocks
+// (U+2E80–U+A4CF, U+AC00–U+D7A3, U+F900–U+FAFF, U+FE30–U+FE4F, U+FF00–U+FF60).
+bool is_wide(std::string_view c) {
+  if (c.size() != 3) return false;
+  const auto b = [&](std::size_t i) { return static_cast<unsigned>(static_cast<unsigned char>(c[i])); };
+  const unsigned cp = ((b(0) & 0x0Fu) << 12) | ((b(1) & 0x3Fu) << 6) | (b(2) & 0x3Fu);
+  return (cp >= 0x2E80 && cp <= 0xA4CF) || (cp >= 0xAC00 && cp <= 0xD7A3) ||
+         (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0xFE30 && cp <= 0xFE4F) ||
+         (cp >= 0xFF00 && cp <= 0xFF60);
+}
+
+}  // namespace
+
+std::vector<std::string> code_points(std::string_view text) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < text.size();) {
+    std::size_t n = 1;
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0xF0) n = 4;
+    else if (c >= 0xE0) n = 3;
+    else if (c >= 0xC0) n = 2;
+    n = std::min(n, text.size() - i);
+    out.emplace_back(text.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+void print_attention_heatmap(std::ostream& out, const Matrix& probs,
+                             const std::vector<std::string>& row_tokens,
+                             const std::vector<std::string>& col_tokens) {
+  const std::int64_t R = probs.rows, C = probs.cols;
+  const int cell = C <= 40 ? 2 : 1;  // columns per key; 2 keeps the map roughly square
+  constexpr int kLabelHeight = 6;    // code points of a column label, downwards
+  double top = 0;
+  for (double p : probs.data) top = std::max(top, p);
+  std::vector<std::string> row_labels;
+  int label_w = 0;
+  for (std::int64_t i = 0; i < R; ++i) {
+    row_labels.push_back(format("%2lld ", static_cast<long long>(i)) +
+                         truncate_display(row_tokens[static_cast<std::size_t>(i)], 12));
+    label_w = std::max(label_w, display_width(row_labels.back()));
+  }
+  for (int k = 0; k < kLabelHeight; ++k) {
+    std::string line = "   " + std::string(static_cast<std::size_t>(label_w) + 2, ' ');
+    bool any = false;
+    for (std::int64_t j = 0; j < C; ++j) {
+      const auto cps = code_points(truncate_display(col_tokens[static_cast<std::size_t>(j)], kLabelHeight));
+      std::string c = " ";
+      if (k < static_cast<int>(cps.size())) {
+        c = cps[static_cast<std::size_t>(k)];
+        any = true;
+      }
+      // A wide (CJK) character already fills two terminal columns.
+      const int pad = cell - (is_wide(c) ? 2 : 1);
+      line += c + std::string(static_cast<std::size_t>(std::max(pad, 0)), ' ');
+    }
+    if (!any) break;
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << '\n';
+  }
+  for (std::int64_t i = 0; i < R; ++i) {
+    std::string line = "   " + pad_right(row_labels[static_cast<std::size_t>(i)], label_w) + " │";
+    std::int64_t best = 0;
+    for (std::int64_t j = 0; j < C; ++j) {
+      const double p = probs(i, j);
+      if (p > probs(i, best)) best = j;
+      std::string s = shade(top > 0 ? p / top : 0.0);
+      for (int c = 0; c < cell; ++c) line += s;
+    }
+    line += "│ → " + truncate_display(col_tokens[static_cast<std::size_t>(best)], 12) +
+            format(" %.2f", probs(i, best));
+    out << line << '\n';
+  }
+  out << "   shade = probability / " << format("%.4f", top)
+      << " (the largest here): ' ' < 0.2 ≤ ░ < 0.4 ≤ ▒ < 0.6 ≤ ▓ < 0.8 ≤ █\n"
+      << "   → the key each query attends to most, with its probability\n";
+}
+
 }  // namespace qkv::cli

@@ -71,6 +71,16 @@ std::string truncate_display(std::string_view text, int width);
 std::string pad_left(std::string_view text, int width);
 std::string pad_right(std::string_view text, int width);
 
+// The code points of UTF-8 text (each one column wide in this file's convention).
+std::vector<std::string> code_points(std::string_view text);
+
+// An attention matrix (rows = queries, columns = keys) as shades, rows labelled with
+// row_tokens, columns with col_tokens written downwards; each row ends with the key it
+// attends to most. Shades are relative to the largest probability shown.
+void print_attention_heatmap(std::ostream& out, const Matrix& probs,
+                             const std::vector<std::string>& row_tokens,
+                             const std::vector<std::string>& col_tokens);
+
 // printf-style formatting into a std::string.
 std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 

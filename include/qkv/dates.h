@@ -1,0 +1,114 @@
+// qkv::dates — the date-translation task: dates as people write them -> ISO 8601.
+//
+//   "saturday, NOVEMBER 21, 2026"  ->  "2026-11-21"
+//   "二〇二六年十一月二十一日"        ->  "2026-11-21"
+//
+// Dates are proleptic Gregorian, 1900-01-01 .. 2099-12-31, numbered by day_index (0 for
+// 1900-01-01). A pure hash of that index puts ~20% of the calendar in a held-out split,
+// so a model is scored on dates it never saw in any format. Inputs come in 14 formats
+// (English, numeric, Chinese); the English ones vary in casing and spacing the way typed
+// text does. All randomness comes from qkv::Rng, so a seed gives the same pairs on every
+// platform.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "qkv/rng.h"
+
+namespace qkv::dates {
+
+struct Date {
+  int year;   // 1900..2099 where a range applies
+  int month;  // 1..12
+  int day;    // 1..days in that month
+  friend bool operator==(const Date&, const Date&) = default;
+};
+
+inline constexpr Date kFirstDate{1900, 1, 1};
+inline constexpr Date kLastDate{2099, 12, 31};
+
+bool is_leap_year(int year);             // Gregorian: divisible by 4, centuries only by 400
+int days_in_month(int year, int month);  // month 1..12, else qkv::Error
+
+// Days from kFirstDate to kLastDate inclusive: 200·365 + 49 leap days = 73049.
+std::int64_t num_days();
+// 0 for 1900-01-01; qkv::Error for a date that does not exist or lies outside the range.
+std::int64_t day_index(const Date& d);
+// The inverse of day_index; qkv::Error unless 0 <= index < num_days().
+Date date_at(std::int64_t index);
+// 0 = Monday .. 6 = Sunday (1900-01-01 was a Monday).
+int weekday(const Date& d);
+// "2026-11-21".
+std::string to_iso(const Date& d);
+
+// Whether d belongs to the held-out split: mix64 of its day index, ~20% of all dates.
+// A pure function of the date, so training and held-out pairs never share a date.
+bool is_held_out(const Date& d);
+// Number of dates in the held-out split (14 556 of 73 049, 19.93%).
+std::int64_t num_held_out();
+
+// The input formats, shown for 2026-11-21 (a Saturday):
+//    0 21 November 2026              7 Sat 21 Nov 2026
+//    1 November 21, 2026             8 21.11.2026
+//    2 Nov 21, 2026                  9 2026/11/21
+//    3 21 Nov 2026                  10 2026-11-21
+//    4 November 21st 2026           11 2026年11月21日
+//    5 the 21st of November, 2026   12 2026年11月21日星期六
+//    6 Saturday, November 21, 2026  13 二〇二六年十一月二十一日
+inline constexpr int kNumFormats = 14;
+inline constexpr int kMaxInputLength = 40;  // code points, any format and variation
+
+// The plain form of `format` (0..kNumFormats-1), as in the table above. Format 11 and 12
+// never zero-pad month and day ("2026年1月5日"), as Chinese writing does not.
+std::string format_date(const Date& d, int format);
+// The same with the variation drawn from rng. English formats (0-7): the words
+// lower-case, UPPER CASE, Title Case or mixed word by word (40% of draws); a doubled
+// space between tokens, no space after a comma, a leading or trailing space (each
+// occasionally). Formats 8 and 9: month and day without zero padding (20%). Formats 10-13
+// are always plain. Weekday names always agree with the date.
+std::string format_date(const Date& d, int format, Rng& rng);
+
+struct Pair {
+  std::string input;   // format_date(date, format, rng)
+  std::string output;  // to_iso(date)
+};
+
+// A date drawn uniformly from one split (held_out: the held-out split, else the training
+// split), a format drawn uniformly, and that format's variation.
+Pair sample_pair(Rng& rng, bool held_out);
+// n distinct held-out dates (0 <= n <= num_held_out(), else qkv::Error), each with a
+// uniformly drawn format and its variation; the same seed gives the same pairs.
+std::vector<Pair> held_out_set(std::int64_t n, std::uint64_t seed);
+
+// The character vocabulary of source and target: the four specials, then every code
+// point any format can produce (letters of the English words in both cases, digits,
+// " ,-./", the Chinese characters), in ascending code point order. One id per code point.
+class Vocabulary {
+ public:
+  static constexpr std::int64_t pad = 0, bos = 1, eos = 2, unk = 3;
+
+  static const Vocabulary& dates();
+
+  std::int64_t size() const { return static_cast<std::int64_t>(tokens_.size()); }
+  // One id per code point; a code point outside the vocabulary -> unk. Text that is not
+  // valid UTF-8 -> qkv::Error naming the byte offset.
+  std::vector<std::int64_t> encode(std::string_view utf8) const;
+  // The characters of ids, pad/bos/eos skipped and unk written "?"; qkv::Error for an id
+  // outside [0, size()).
+  std::string decode(std::span<const std::int64_t> ids) const;
+  // Display form of one id: "<pad>", "<s>", "</s>", "<unk>", else the character itself
+  // (the space stays " "; viewers that need it visible substitute their own glyph).
+  std::string token(std::int64_t id) const;
+
+ private:
+  explicit Vocabulary(const std::vector<char32_t>& chars);
+  std::vector<std::string> tokens_;                    // id -> display form (UTF-8)
+  std::unordered_map<char32_t, std::int64_t> ids_;     // code point -> id (non-specials)
+};
+
+}  // namespace qkv::dates

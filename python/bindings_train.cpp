@@ -1,0 +1,138 @@
+// Training for Python (_qkv._Seq2Seq): the encoder–decoder model of qkv/seq2seq.h with
+// its forward_backward, so tests can hold its loss and every gradient against torch
+// autograd. Arrays cross as NumPy copies (f32 weights and gradients, int64 ids).
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qkv/error.h"
+#include "qkv/seq2seq.h"
+
+namespace py = pybind11;
+namespace models = qkv::models;
+
+namespace {
+
+using IdArray = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>;
+using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+py::array_t<float> to_numpy(const qkv::Tensor& t) {
+  qkv::Tensor c = t.contiguous();
+  std::vector<py::ssize_t> shape(c.shape().begin(), c.shape().end());
+  py::array_t<float> a(shape);
+  std::copy_n(c.data_as<float>(), c.numel(), a.mutable_data());
+  return a;
+}
+
+models::Seq2SeqConfig config_from(const py::dict& d) {
+  models::Seq2SeqConfig c;
+  auto get = [&](const char* key, std::int64_t& field) {
+    if (d.contains(key)) field = d[key].cast<std::int64_t>();
+  };
+  get("vocab_size", c.vocab_size);
+  get("d_model", c.d_model);
+  get("nhead", c.nhead);
+  get("dim_feedforward", c.dim_feedforward);
+  get("num_encoder_layers", c.num_encoder_layers);
+  get("num_decoder_layers", c.num_decoder_layers);
+  get("max_len", c.max_len);
+  if (d.contains("layer_norm_eps")) c.layer_norm_eps = d["layer_norm_eps"].cast<double>();
+  if (d.contains("norm_first")) c.norm_first = d["norm_first"].cast<bool>();
+  if (d.contains("activation")) {
+    const auto a = d["activation"].cast<std::string>();
+    QKV_CHECK(a == "relu" || a == "gelu", "Seq2Seq: activation must be 'relu' or 'gelu', got '" << a << "'");
+    c.activation = a == "relu" ? qkv::nn::Activation::relu : qkv::nn::Activation::gelu;
+  }
+  return c;
+}
+
+// src (B, S), tgt_in (B, T), tgt_out (B, T) or None, src_lengths (B) or None.
+models::Seq2SeqBatch batch_from(const IdArray& src, const py::object& src_lengths,
+                                const IdArray& tgt_in, const py::object& tgt_out) {
+  QKV_CHECK(src.ndim() == 2 && tgt_in.ndim() == 2 && src.shape(0) == tgt_in.shape(0),
+            "Seq2Seq: src must be (B, S) and tgt_in (B, T) with the same B");
+  models::Seq2SeqBatch b;
+  b.batch = src.shape(0);
+  b.src_len = src.shape(1);
+  b.tgt_len = tgt_in.shape(1);
+  b.src.assign(src.data(), src.data() + src.size());
+  b.tgt_in.assign(tgt_in.data(), tgt_in.data() + tgt_in.size());
+  if (!tgt_out.is_none()) {
+    IdArray out = tgt_out.cast<IdArray>();
+    QKV_CHECK(out.ndim() == 2 && out.shape(0) == b.batch && out.shape(1) == b.tgt_len,
+              "Seq2Seq: tgt_out must be (B, T) like tgt_in");
+    b.tgt_out.assign(out.data(), out.data() + out.size());
+  }
+  if (!src_lengths.is_none()) b.src_lengths = src_lengths.cast<std::vector<std::int64_t>>();
+  return b;
+}
+
+}  // namespace
+
+void register_train(py::module_& m) {
+  py::class_<models::Seq2Seq>(m, "_Seq2Seq")
+      .def(py::init([](const py::dict& config, std::uint64_t seed) {
+             return models::Seq2Seq(config_from(config), seed);
+           }),
+           py::arg("config"), py::arg("seed") = 0)
+      .def_static("load", [](const std::string& dir) { return models::Seq2Seq::load(dir); })
+      .def("config_json", [](const models::Seq2Seq& s) { return s.config.to_json(); })
+      .def("state_dict",
+           [](models::Seq2Seq& s) {
+             py::dict d;
+             for (auto& [name, t] : s.parameters()) d[py::str(name)] = to_numpy(*t);
+             return d;
+           })
+      .def("load_state_dict",
+           [](models::Seq2Seq& s, const py::dict& state) {
+             qkv::nn::StateDict sd;
+             for (auto& [name, t] : s.parameters()) {
+               QKV_CHECK(state.contains(name), "load_state_dict: missing '" << name << "'");
+               F32Array a = state[py::str(name)].cast<F32Array>();
+               qkv::Shape shape(a.shape(), a.shape() + a.ndim());
+               qkv::Tensor copy = qkv::Tensor::empty(shape);
+               QKV_CHECK(copy.numel() == a.size(), "load_state_dict: '" << name << "' size mismatch");
+               std::copy_n(a.data(), a.size(), copy.data_as<float>());
+               sd.emplace(name, copy);
+             }
+             qkv::nn::load_state_dict(s.parameters(), sd, false);
+           })
+      .def(
+          "forward_backward",
+          [](const models::Seq2Seq& s, const IdArray& src, const py::object& src_lengths,
+             const IdArray& tgt_in, const IdArray& tgt_out, double label_smoothing) {
+            models::Seq2SeqBatch b = batch_from(src, src_lengths, tgt_in, tgt_out);
+            models::Seq2Seq grads(s.config);
+            qkv::train::zero_grad(grads.parameters());
+            qkv::train::CrossEntropyResult r;
+            {
+              py::gil_scoped_release release;
+              r = s.forward_backward(b, grads, label_smoothing);
+            }
+            py::dict g;
+            for (auto& [name, t] : grads.parameters()) g[py::str(name)] = to_numpy(*t);
+            return py::make_tuple(r.loss, g);
+          },
+          py::arg("src"), py::arg("src_lengths"), py::arg("tgt_in"), py::arg("tgt_out"),
+          py::arg("label_smoothing") = 0.0)
+      .def(
+          "logits",
+          [](const models::Seq2Seq& s, const IdArray& src, const py::object& src_lengths,
+             const IdArray& tgt_in) {
+            models::Seq2SeqBatch b = batch_from(src, src_lengths, tgt_in, py::none());
+            qkv::Tensor out;
+            {
+              py::gil_scoped_release release;
+              out = s.forward(b);
+            }
+            return to_numpy(out);
+          },
+          py::arg("src"), py::arg("src_lengths"), py::arg("tgt_in"))
+      .def("greedy_decode", &models::Seq2Seq::greedy_decode, py::arg("sources"), py::arg("bos"),
+           py::arg("eos"), py::arg("max_new_tokens"), py::call_guard<py::gil_scoped_release>());
+}

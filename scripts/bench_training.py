@@ -1,0 +1,303 @@
+#!/usr/bin/python3
+"""Training steps of qkv's encoder-decoder (models::Seq2Seq, the date translator) beside the
+same model in PyTorch, interleaved.
+
+Run with Debian's Python (it builds build/bench/qkv_bench_training when missing):
+
+    /usr/bin/python3 scripts/bench_training.py [--threads 2] [--rounds 3] [--steps 20] [--json]
+
+The model (defaults: the date translator's shape; every number is a flag):
+  src_embed, tgt_embed = nn.Embedding(V, E); x = embed(ids)·√E + sinusoidal PE
+  (pe[p, 2i] = sin(p / 10000^(2i/E)), pe[p, 2i+1] = cos(...));
+  transformer = nn.Transformer(E, H, N encoder layers, M decoder layers, F, dropout 0,
+  relu, batch_first, norm_first); generator = nn.Linear(E, V); causal float mask on the
+  decoder (-inf above the diagonal), no padding masks.
+One step, for both: zero the gradients, forward, cross-entropy over the B·T targets,
+backward, clip_grad_norm(1.0), AdamW(lr 1e-3, weight_decay 0.01, decay on matrices only:
+qkv's AdamWOptions default, so torch gets two parameter groups). One fixed batch of ids
+drawn uniformly from [4, V) (no padding), B rows of S source and T target tokens.
+Embeddings start at N(0, 1/E) in both, as qkv's Seq2Seq does (torch's default is N(0, 1)),
+so the two losses fall alike: a rough check that qkv trains. Reported: the first and the
+last loss of each impl's first round (W + K steps from the initial weights, for both; the
+torch model is built once and keeps training in later rounds, qkv starts afresh).
+tokens/s = B·(S+T) / step time.
+
+Rounds: qkv, torch, qkv, torch, ... (--rounds each). A qkv round is one run of
+build/bench/qkv_bench_training --json (a fresh process: it builds the model, runs W
+warm-up steps and K timed steps); a torch round runs W warm-up and K timed steps of one
+model built once in this process. Each impl's median is over all its timed steps; the
+per-round medians are in the JSON. --gap seconds of idle separate two rounds, so that
+spinning worker threads of one do not eat into the other.
+
+torch's BLAS: as scripts/bench_attention.py (whose helpers are reused), torch runs on
+Debian's OpenBLAS (unpacked into ~/.cache/qkv-bench, first on LD_LIBRARY_PATH for this
+process only) unless --torch-blas system.
+
+Benchmarks only: nothing here asserts a time. The exit status is 1 when an impl that was
+asked for could not run.
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import bench_attention as ba  # noqa: E402  (ensure_openblas, loaded_blas)
+
+SHAPE_FLAGS = [  # (flag, default, what)
+    ("batch", 128, "B, sequences per step"),
+    ("src_len", 32, "S, source tokens per sequence"),
+    ("tgt_len", 11, "T, target tokens per sequence"),
+    ("d_model", 128, "E"),
+    ("nhead", 4, "H"),
+    ("ffn", 256, "F, dim_feedforward"),
+    ("enc", 2, "N, encoder layers"),
+    ("dec", 2, "M, decoder layers"),
+    ("vocab", 64, "V, shared by source and target"),
+]
+
+
+def log(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def reexec_with_openblas(args):
+    """As bench_models.py: re-run this script once with Debian's OpenBLAS first on
+    LD_LIBRARY_PATH (read by the dynamic linker only at start), before torch is imported."""
+    if args.torch_blas != "openblas" or args.no_torch or os.environ.get("QKV_BENCH_REEXEC") == "1":
+        return
+    libdir = ba.ensure_openblas()
+    if libdir is None:
+        return
+    env = dict(os.environ, QKV_BENCH_REEXEC="1", OPENBLAS_NUM_THREADS=str(args.threads))
+    env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]], env)
+
+
+# --------------------------------------------------------------------------------------
+# qkv: build/bench/qkv_bench_training, one process per round.
+
+def ensure_binary(build_dir, rebuild):
+    binary = os.path.join(build_dir, "bench", "qkv_bench_training")
+    if rebuild or not os.path.isfile(binary):
+        if not os.path.isfile(os.path.join(build_dir, "CMakeCache.txt")):
+            subprocess.run(["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release"], check=True,
+                           stdout=sys.stderr)
+        result = subprocess.run(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2), "--target",
+                                 "qkv_bench_training"], stdout=sys.stderr)
+        if result.returncode != 0 or not os.path.isfile(binary):
+            return None
+    return binary
+
+
+def run_qkv_round(binary, args):
+    cmd = [binary, "--json", "--threads", str(args.threads), "--steps", str(args.steps),
+           "--warmup", str(args.warmup), "--seed", str(args.seed)]
+    for flag, _, _ in SHAPE_FLAGS:
+        cmd += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
+    env = dict(os.environ)
+    env.pop("LD_LIBRARY_PATH", None)  # OpenBLAS is torch's business
+    result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    if result.returncode != 0:
+        raise RuntimeError(f"qkv_bench_training exited {result.returncode}: {result.stderr.strip()}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------------------
+# torch: the same module, parameter names as qkv's Seq2Seq (include/qkv/seq2seq.h).
+
+def build_torch(args):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    E, V = args.d_model, args.vocab
+
+    def sinusoidal(length, dim):
+        pos = torch.arange(length, dtype=torch.float64)[:, None]
+        i2 = torch.arange(0, dim, 2, dtype=torch.float64)
+        angle = pos / torch.pow(10000.0, i2 / dim)
+        pe = torch.zeros(length, dim, dtype=torch.float64)
+        pe[:, 0::2] = torch.sin(angle)
+        pe[:, 1::2] = torch.cos(angle[:, : dim // 2])
+        return pe.float()
+
+    class Seq2Seq(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.src_embed = nn.Embedding(V, E)
+            self.tgt_embed = nn.Embedding(V, E)
+            self.transformer = nn.Transformer(d_model=E, nhead=args.nhead, num_encoder_layers=args.enc,
+                                              num_decoder_layers=args.dec, dim_feedforward=args.ffn, dropout=0.0,
+                                              activation="relu", batch_first=True, norm_first=True)
+            self.generator = nn.Linear(E, V)
+            self.register_buffer("pe", sinusoidal(max(args.src_len, args.tgt_len), E), persistent=False)
+            self.register_buffer("causal", nn.Transformer.generate_square_subsequent_mask(args.tgt_len),
+                                 persistent=False)  # float, -inf above the diagonal
+
+        def forward(self, src, tgt_in):
+            scale = math.sqrt(E)
+            src_x = self.src_embed(src) * scale + self.pe[: src.shape[1]]
+            tgt_x = self.tgt_embed(tgt_in) * scale + self.pe[: tgt_in.shape[1]]
+            h = self.transformer(src_x, tgt_x, tgt_mask=self.causal, src_key_padding_mask=None,
+                                 memory_key_padding_mask=None)
+            return self.generator(h)
+
+    torch.manual_seed(args.seed)
+    model = Seq2Seq().train()
+    with torch.no_grad():  # qkv's init (src/models/seq2seq.cpp): embeddings N(0, 1/E), so ·√E gives N(0, 1)
+        model.src_embed.weight.mul_(1.0 / math.sqrt(E))
+        model.tgt_embed.weight.mul_(1.0 / math.sqrt(E))
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-3)
+    g = torch.Generator().manual_seed(args.seed + 1)
+    src = torch.randint(4, V, (args.batch, args.src_len), generator=g)
+    tgt_in = torch.randint(4, V, (args.batch, args.tgt_len), generator=g)
+    tgt_out = torch.randint(4, V, (args.batch, args.tgt_len), generator=g)
+
+    def step():
+        opt.zero_grad(set_to_none=False)  # qkv's zero_grad writes zeros too
+        logits = model(src, tgt_in)
+        loss = F.cross_entropy(logits.reshape(-1, V), tgt_out.reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return float(loss)
+
+    parameters = sum(p.numel() for p in model.parameters())
+    return step, parameters
+
+
+def run_torch_round(step, args):
+    losses, steps_ms = [], []
+    for i in range(args.warmup + args.steps):
+        start = time.perf_counter()
+        losses.append(step())
+        ms = (time.perf_counter() - start) * 1e3
+        if i >= args.warmup:
+            steps_ms.append(ms)
+    return {"impl": "torch", "step_ms": statistics.median(steps_ms), "steps_ms": steps_ms,
+            "loss_first": losses[0], "loss_last": losses[-1]}
+
+
+# --------------------------------------------------------------------------------------
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    for flag, default, what in SHAPE_FLAGS:
+        parser.add_argument("--" + flag.replace("_", "-"), type=int, default=default,
+                            help=f"{what} (default {default})")
+    parser.add_argument("--steps", type=int, default=20, help="K, timed steps per round (default 20)")
+    parser.add_argument("--warmup", type=int, default=3, help="W, discarded steps per round (default 3)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of each impl, interleaved (default 3)")
+    parser.add_argument("--threads", type=int, default=2, help="threads of both impls (default 2)")
+    parser.add_argument("--gap", type=float, default=0.5, help="seconds of idle between rounds (default 0.5)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--rebuild", action="store_true", help="build qkv_bench_training even when present")
+    parser.add_argument("--torch-blas", choices=["openblas", "system"], default="openblas")
+    parser.add_argument("--no-qkv", action="store_true", help="time torch alone")
+    parser.add_argument("--no-torch", action="store_true", help="time qkv alone")
+    parser.add_argument("--json", action="store_true", help="print a JSON summary instead of the table")
+    args = parser.parse_args()
+    if min(args.steps, args.rounds, args.threads) < 1 or args.warmup < 0:
+        parser.error("--steps, --rounds, --threads >= 1, --warmup >= 0")
+    if args.d_model % args.nhead or args.vocab <= 4:
+        parser.error("--d-model must be a multiple of --nhead, --vocab > 4")
+    reexec_with_openblas(args)  # does not return when it re-runs the script
+
+    failed = []
+    binary = None
+    if not args.no_qkv:
+        binary = ensure_binary(os.path.abspath(args.build_dir), args.rebuild)
+        if binary is None:
+            failed.append("qkv: could not build qkv_bench_training in " + args.build_dir)
+    torch_step = torch_version = torch_blas = torch_params = None
+    if not args.no_torch:
+        import torch
+        torch.set_num_threads(args.threads)
+        torch_version, torch_blas = torch.__version__, ba.loaded_blas()
+        torch_step, torch_params = build_torch(args)
+
+    load_before = os.getloadavg()
+    rounds = {"qkv": [], "torch": []}
+    for r in range(args.rounds):
+        for impl in ("qkv", "torch"):
+            if (impl == "qkv" and binary is None) or (impl == "torch" and torch_step is None):
+                continue
+            if rounds["qkv"] or rounds["torch"]:
+                time.sleep(args.gap)
+            log(f"round {r + 1}/{args.rounds}: {impl}")
+            try:
+                rounds[impl].append(run_qkv_round(binary, args) if impl == "qkv" else run_torch_round(torch_step, args))
+            except RuntimeError as e:
+                failed.append(str(e))
+                binary = None if impl == "qkv" else binary
+
+    tokens = args.batch * (args.src_len + args.tgt_len)
+    summary = {}
+    for impl, rs in rounds.items():
+        if not rs:
+            continue
+        steps = [ms for r in rs for ms in r["steps_ms"]]
+        ms = statistics.median(steps)
+        summary[impl] = {"step_ms": ms, "tokens_per_s": tokens / (ms * 1e-3),
+                         "round_ms": [r["step_ms"] for r in rs],
+                         "loss_first": rs[0]["loss_first"], "loss_last": rs[0]["loss_last"]}
+    if "qkv" in rounds and rounds["qkv"]:
+        summary["qkv"]["parameters"] = rounds["qkv"][0].get("parameters")
+    if "torch" in summary:
+        summary["torch"]["parameters"] = torch_params
+    ratio = summary["torch"]["step_ms"] / summary["qkv"]["step_ms"] if len(summary) == 2 else None
+    shape = {flag: getattr(args, flag) for flag, _, _ in SHAPE_FLAGS}
+    machine = {"cpu": cpu_model(), "logical_cpus": os.cpu_count(), "threads": args.threads,
+               "torch": torch_version, "torch_blas": torch_blas, "python": platform.python_version(),
+               "qkv_cpu": rounds["qkv"][0].get("cpu") if rounds["qkv"] else None,
+               "loadavg_1min": {"start": load_before[0], "end": os.getloadavg()[0]}}
+    result = {"machine": machine, "shape": shape, "steps": args.steps, "warmup": args.warmup,
+              "rounds": args.rounds, "tokens_per_step": tokens, "results": summary,
+              "qkv_over_torch": ratio, "failed": failed}
+
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"machine: {machine['cpu']} ({machine['logical_cpus']} logical CPUs); threads {args.threads}; "
+              f"torch {torch_version} ({torch_blas}); 1-min load {load_before[0]:.2f} -> "
+              f"{machine['loadavg_1min']['end']:.2f}")
+        print("Seq2Seq " + " ".join(f"{k}={v}" for k, v in shape.items())
+              + f"; {tokens} tokens/step; {args.rounds} rounds x {args.steps} steps ({args.warmup} warm-up each)")
+        print(f"{'impl':<6} {'step ms (median)':>17} {'tokens/s':>10} {'params':>8} {'loss first->last':>17}  "
+              "round medians (ms)")
+        for impl, s in summary.items():
+            rounds_ms = " ".join(f"{x:.1f}" for x in s["round_ms"])
+            print(f"{impl:<6} {s['step_ms']:>17.2f} {s['tokens_per_s']:>10.0f} {s['parameters'] or 0:>8} "
+                  f"{s['loss_first']:>8.3f}->{s['loss_last']:<7.3f}  {rounds_ms}")
+        if ratio is not None:
+            print(f"qkv/torch speed ratio {ratio:.2f} (torch step ms / qkv step ms; above 1: qkv is faster)")
+        for f in failed:
+            print(f"FAILED: {f}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+// Training, checkpointing and greedy translation of the date model (date_translator.h).
+
+#include "qkv/date_translator.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "qkv/error.h"
+#include "qkv/rng.h"
+#include "qkv/safetensors.h"
+#include "qkv/train.h"
+
+namespace qkv::models {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The batch of step `step`: a pure function of (seed, step), so a resumed run sees the
+// same pairs as an uninterrupted one.
+Seq2SeqBatch training_batch(std::uint64_t seed, std::int64_t step, std::int64_t B,
+                            std::int64_t* tokens) {
+  const dates::Vocabulary& vocab = dates::Vocabulary::dates();
+  Rng rng(mix64(seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(step) + 1));
+  std::vector<std::vector<std::int64_t>> sources, targets;
+  Seq2SeqBatch b;
+  b.batch = B;
+  b.tgt_len = kDateOutputLength + 1;
+  for (std::int64_t i = 0; i < B; ++i) {
+    dates::Pair p = dates::sample_pair(rng, false);
+    sources.push_back(vocab.encode(p.input));
+    targets.push_back(vocab.encode(p.output));
+    b.src_len = std::max<std::int64_t>(b.src_len, static_cast<std::int64_t>(sources.back().size()));
+  }
+  b.src.assign(static_cast<std::size_t>(B * b.src_len), dates::Vocabulary::pad);
+  b.tgt_in.assign(static_cast<std::size_t>(B * b.tgt_len), dates::Vocabulary::pad);
+  b.tgt_out.assign(static_cast<std::size_t>(B * b.tgt_len), -100);
+  *tokens = 0;
+  for (std::int64_t i = 0; i < B; ++i) {
+    const auto& s = sources[static_cast<std::size_t>(i)];
+    const auto& t = targets[static_cast<std::size_t>(i)];
+    std::copy(s.begin(), s.end(), b.src.begin() + i * b.src_len);
+    b.src_lengths.push_back(static_cast<std::int64_t>(s.size()));
+    // tgt_in = BOS + target, tgt_out = target + EOS (targets are all 10 characters)
+    b.tgt_in[static_cast<std::size_t>(i * b.tgt_len)] = dates::Vocabulary::bos;
+    for (std::size_t j = 0; j < t.size() && static_cast<std::int64_t>(j) + 1 < b.tgt_len; ++j) {
+      b.tgt_in[static_cast<std::size_t>(i * b.tgt_len) + j + 1] = t[j];
+      b.tgt_out[static_cast<std::size_t>(i * b.tgt_len) + j] = t[j];
+    }
+    b.tgt_out[static_cast<std::size_t>(i * b.tgt_len) + std::min<std::size_t>(t.size(), kDateOutputLength)] =
+        dates::Vocabulary::eos;
+    *tokens += static_cast<std::int64_t>(s.size()) + b.tgt_len;
+  }
+  return b;
+}
+
+void save_checkpoint(const std::string& path, Seq2Seq& model, const train::AdamW& opt,
+                     std::int64_t step, const DateTrainingOptions& o) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (auto& [name, t] : model.parameters()) tensors.emplace_back(name, *t);
+  for (auto& [name, t] : opt.state()) tensors.emplace_back("optimizer." + name, t);
+  save_safetensors(path, tensors,
+                   {{"step", std::to_string(step)},
+                    {"total_steps", std::to_string(o.steps)},
+                    {"seed", std::to_string(o.seed)},
+                    {"config", model.config.to_json()}});
+}
+
+}  // namespace
+
+Seq2SeqConfig date_model_config() {
+  Seq2SeqConfig c;
+  c.vocab_size = dates::Vocabulary::dates().size();
+  c.d_model = 128;
+  c.nhead = 4;
+  c.dim_feedforward = 256;
+  c.num_encoder_layers = 2;
+  c.num_decoder_layers = 2;
+  c.max_len = 64;
+  c.norm_first = true;
+  return c;
+}
+
+DateTrainingResult train_dates(const DateTrainingOptions& o,
+                               const std::function<void(const TrainingProgress&)>& on_progress,
+                               const std::atomic<bool>* stop) {
+  QKV_CHECK(o.steps >= 1, "train dates: steps must be >= 1, got " << o.steps);
+  QKV_CHECK(o.batch >= 1, "train dates: batch must be >= 1, got " << o.batch);
+  QKV_CHECK(!o.out_dir.empty(), "train dates: an output directory is required");
+  QKV_CHECK(o.model.vocab_size == dates::Vocabulary::dates().size(),
+            "train dates: the model's vocab_size must be the date vocabulary's "
+                << dates::Vocabulary::dates().size());
+  std::filesystem::create_directories(o.out_dir);
+  const std::string checkpoint = o.out_dir + "/checkpoint.safetensors";
+
+  Seq2Seq model(o.model, o.seed);
+  Seq2Seq grads(o.model, o.seed);
+  const nn::ParameterList grad_list = grads.parameters();
+  train::AdamWOptions adam;
+  adam.weight_decay = o.weight_decay;
+  train::AdamW opt(model.parameters(), adam);
+  std::int64_t start = 0;
+  if (o.resume) {
+    QKV_CHECK(std::filesystem::exists(checkpoint),
+              "train dates: --resume: no checkpoint at " << checkpoint);
+    SafeTensors ck = SafeTensors::open(checkpoint);
+    const auto& meta = ck.metadata();
+    QKV_CHECK(meta.count("step") && meta.count("config"),
+              checkpoint << ": not a qkv training checkpoint (no step/config metadata)");
+    const Seq2SeqConfig saved = Seq2SeqConfig::from_json(JsonConfig::parse(meta.at("config"), checkpoint));
+    QKV_CHECK(saved.to_json() == o.model.to_json(),
+              checkpoint << ": was trained with a different model configuration");
+    model = Seq2Seq::load(ck, o.model);
+    opt = train::AdamW(model.parameters(), adam);
+    std::vector<std::pair<std::string, Tensor>> state;
+    for (const auto& name : ck.names())
+      if (name.rfind("optimizer.", 0) == 0) state.emplace_back(name.substr(10), ck.get(name));
+    start = std::stoll(meta.at("step"));
+    opt.load_state(state, start);
+    QKV_CHECK(start <= o.steps, checkpoint << ": is at step " << start << ", past --steps " << o.steps);
+  }
+
+  const train::Schedule schedule{o.peak_lr, o.warmup_steps, o.steps, o.min_lr_ratio};
+  DateTrainingResult result;
+  result.num_parameters = model.num_parameters();
+  const auto t0 = Clock::now();
+  std::int64_t tokens_total = 0;
+  std::int64_t step = start;
+  for (; step < o.steps; ++step) {
+    if ((stop && stop->load()) || (o.stop_at > 0 && step >= o.stop_at)) {
+      result.interrupted = true;
+      break;
+    }
+    std::int64_t tokens = 0;
+    const Seq2SeqBatch batch = training_batch(o.seed, step, o.batch, &tokens);
+    train::zero_grad(grad_list);
+    const train::CrossEntropyResult ce = model.forward_backward(batch, grads, o.label_smoothing);
+    train::clip_grad_norm(grad_list, o.clip_norm);
+    const double lr = train::cosine_schedule(step, schedule);
+    opt.step(grad_list, lr);
+    tokens_total += tokens;
+    if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0 && step + 1 < o.steps)
+      save_checkpoint(checkpoint, model, opt, step + 1, o);
+    if (on_progress) {
+      TrainingProgress p;
+      p.step = step + 1;
+      p.total = o.steps;
+      p.loss = ce.loss;
+      p.token_accuracy = ce.counted ? static_cast<double>(ce.correct) / ce.counted : 0.0;
+      p.lr = lr;
+      p.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
+      p.tokens_per_s = p.elapsed_s > 0 ? tokens_total / p.elapsed_s : 0.0;
+      on_progress(p);
+    }
+  }
+  result.steps = step;
+  result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  result.tokens_per_s = result.seconds > 0 ? tokens_total / result.seconds : 0.0;
+  save_checkpoint(checkpoint, model, opt, step, o);
+  result.checkpoint = checkpoint;
+  if (result.interrupted) return result;
+
+  result.exact_match = evaluate_dates(model, dates::held_out_set(o.eval_size, o.eval_seed));
+  std::ostringstream em;
+  em.precision(6);
+  em << result.exact_match;
+  model.save(o.out_dir, {{"format", "pt"},
+                         {"trained_with", o.command},
+                         {"steps", std::to_string(result.steps)},
+                         {"seed", std::to_string(o.seed)},
+                         {"held_out_exact_match", em.str()},
+                         {"held_out_size", std::to_string(o.eval_size)},
+                         {"training_seconds", std::to_string(result.seconds)}});
+  return result;
+}
+
+std::vector<std::string> translate_dates(const Seq2Seq& model, const std::vector<std::string>& inputs) {
+  const dates::Vocabulary& vocab = dates::Vocabulary::dates();
+  std::vector<std::vector<std::int64_t>> sources;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    std::vector<std::int64_t> ids = vocab.encode(inputs[i]);
+    QKV_CHECK(!ids.empty(), "translate: input " << i + 1 << " is empty");
+    QKV_CHECK(static_cast<std::int64_t>(ids.size()) <= model.config.max_len,
+              "translate: input " << i + 1 << " has " << ids.size()
+                                  << " characters; the model reads at most " << model.config.max_len);
+    sources.push_back(std::move(ids));
+  }
+  std::vector<std::string> out;
+  constexpr std::size_t kChunk = 512;  // bounds the activations of one decoding batch
+  for (std::size_t first = 0; first < sources.size(); first += kChunk) {
+    std::vector<std::vector<std::int64_t>> chunk(
+        sources.begin() + static_cast<std::ptrdiff_t>(first),
+        sources.begin() + static_cast<std::ptrdiff_t>(std::min(sources.size(), first + kChunk)));
+    for (const auto& ids : model.greedy_decode(chunk, dates::Vocabulary::bos, dates::Vocabulary::eos,
+                                               kDateOutputLength + 1))
+      out.push_back(vocab.decode(ids));
+  }
+  return out;
+}
+
+double evaluate_dates(const Seq2Seq& model, const std::vector<dates::Pair>& pairs,
+                      std::vector<std::string>* outputs) {
+  if (pairs.empty()) return 0.0;
+  std::vector<std::string> inputs;
+  for (const auto& p : pairs) inputs.push_back(p.input);
+  std::vector<std::string> got = translate_dates(model, inputs);
+  std::int64_t correct = 0;
+  for (std::size_t i = 0; i < pairs.size(); ++i) correct += got[i] == pairs[i].output;
+  if (outputs) *outputs = std::move(got);
+  return static_cast<double>(correct) / static_cast<double>(pairs.size());
+}
+
+}  // namespace qkv::models

@@ -1,0 +1,345 @@
+#include "qkv/dates.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cstdio>
+#include <set>
+
+#include "qkv/error.h"
+#include "text/unicode.h"
+
+namespace qkv::dates {
+namespace {
+
+// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant, "chrono-Compatible
+// Low-Level Date Algorithms", days_from_civil): eras of 400 years = 146097 days, years
+// counted from March so the leap day ends the year.
+constexpr std::int64_t days_from_civil(std::int64_t y, int m, int d) {
+  y -= m <= 2;
+  const std::int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const std::int64_t yoe = y - era * 400;                                   // [0, 399]
+  const std::int64_t doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;  // [0, 365]
+  const std::int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;            // [0, 146096]
+  return era * 146097 + doe - 719468;
+}
+
+// Its inverse (civil_from_days, same source).
+Date civil_from_days(std::int64_t z) {
+  z += 719468;
+  const std::int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+  const std::int64_t doe = z - era * 146097;
+  const std::int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+  const std::int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+  const std::int64_t mp = (5 * doy + 2) / 153;
+  const int d = static_cast<int>(doy - (153 * mp + 2) / 5 + 1);
+  const int m = static_cast<int>(mp < 10 ? mp + 3 : mp - 9);
+  return Date{static_cast<int>(yoe + era * 400 + (m <= 2)), m, d};
+}
+
+constexpr std::int64_t kEpoch = days_from_civil(kFirstDate.year, kFirstDate.month, kFirstDate.day);
+
+// Salt of the split hash; changing it reshuffles which dates are held out.
+constexpr std::uint64_t kSplitSalt = 0x64617465735f7631ull;  // "dates_v1"
+
+const std::array<const char*, 12> kMonths = {"January", "February", "March",     "April",
+                                             "May",     "June",     "July",      "August",
+                                             "September", "October", "November", "December"};
+const std::array<const char*, 12> kMonthAbbr = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                                "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+const std::array<const char*, 7> kWeekdays = {"Monday", "Tuesday",  "Wednesday", "Thursday",
+                                              "Friday", "Saturday", "Sunday"};
+const std::array<const char*, 7> kWeekdayAbbr = {"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"};
+// 〇一二三四五六七八九: the digits as written in a Chinese year ("二〇二六年").
+const std::array<const char*, 10> kChineseDigits = {"〇", "一", "二", "三", "四",
+                                                    "五", "六", "七", "八", "九"};
+// 星期一 .. 星期六, 星期日 (Monday first, as weekday()).
+const std::array<const char*, 7> kChineseWeekdays = {"星期一", "星期二", "星期三", "星期四",
+                                                     "星期五", "星期六", "星期日"};
+
+// Draws in [0, n) from the top 53 bits: bias below 2^-40 for the n used here.
+std::int64_t uniform_int(Rng& rng, std::int64_t n) {
+  const auto i = static_cast<std::int64_t>(rng.uniform() * static_cast<double>(n));
+  return std::min(i, n - 1);
+}
+
+std::string ordinal_suffix(int n) {
+  if (n % 100 >= 11 && n % 100 <= 13) return "th";
+  switch (n % 10) {
+    case 1: return "st";
+    case 2: return "nd";
+    case 3: return "rd";
+    default: return "th";
+  }
+}
+
+// 1..99 as a Chinese number: 5 五, 10 十, 11 十一, 20 二十, 21 二十一.
+std::string chinese_number(int n) {
+  const int tens = n / 10, ones = n % 10;
+  std::string s;
+  if (tens > 1) s += kChineseDigits[static_cast<std::size_t>(tens)];
+  if (tens > 0) s += "十";
+  if (ones > 0 || tens == 0) s += kChineseDigits[static_cast<std::size_t>(ones)];
+  return s;
+}
+
+std::string padded(int value, int width, bool pad) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%0*d", pad ? width : 1, value);
+  return buf;
+}
+
+// An English date as tokens, each followed by its separator: "" (end), " " or ", ".
+struct Token {
+  std::string word;
+  std::string separator;
+};
+
+std::vector<Token> english_tokens(const Date& d, int format) {
+  const std::string day = std::to_string(d.day), year = std::to_string(d.year);
+  const std::string month = kMonths[static_cast<std::size_t>(d.month - 1)];
+  const std::string abbr = kMonthAbbr[static_cast<std::size_t>(d.month - 1)];
+  const std::size_t wd = static_cast<std::size_t>(weekday(d));
+  switch (format) {
+    case 0: return {{day, " "}, {month, " "}, {year, ""}};
+    case 1: return {{month, " "}, {day, ", "}, {year, ""}};
+    case 2: return {{abbr, " "}, {day, ", "}, {year, ""}};
+    case 3: return {{day, " "}, {abbr, " "}, {year, ""}};
+    case 4: return {{month, " "}, {day + ordinal_suffix(d.day), " "}, {year, ""}};
+    case 5:
+      return {{"the", " "}, {day + ordinal_suffix(d.day), " "}, {"of", " "}, {month, ", "},
+              {year, ""}};
+    case 6: return {{kWeekdays[wd], ", "}, {month, " "}, {day, ", "}, {year, ""}};
+    case 7: return {{kWeekdayAbbr[wd], " "}, {day, " "}, {abbr, " "}, {year, ""}};
+    default: throw Error("format_date: no English format " + std::to_string(format));
+  }
+}
+
+enum class Casing { natural, lower, upper, title };
+
+std::string recase(std::string word, Casing casing) {
+  bool first = true;
+  for (char& c : word) {
+    const auto u = static_cast<unsigned char>(c);
+    switch (casing) {
+      case Casing::natural: break;
+      case Casing::lower: c = static_cast<char>(std::tolower(u)); break;
+      case Casing::upper: c = static_cast<char>(std::toupper(u)); break;
+      // Python's str.title() on one word: the first character upper, the rest lower, so
+      // "21st" stays "21st".
+      case Casing::title:
+        c = static_cast<char>(first ? std::toupper(u) : std::tolower(u));
+        break;
+    }
+    first = false;
+  }
+  return word;
+}
+
+// Probabilities of the English variations; most outputs stay plain.
+constexpr double kRecaseAll = 0.3;       // one casing for every word (lower/UPPER/Title)
+constexpr double kRecaseEach = 0.1;      // a casing drawn per word
+constexpr double kDoubleSpace = 0.04;    // per space
+constexpr double kNoSpaceComma = 0.1;    // per output: ", " -> ","
+constexpr double kPadSpace = 0.05;       // leading, and independently trailing, space
+constexpr double kNumericUnpadded = 0.2; // formats 8 and 9: "2026/1/5"
+
+std::string join_english(const std::vector<Token>& tokens, Rng* rng) {
+  std::string out;
+  if (rng == nullptr) {
+    for (const Token& t : tokens) out += t.word + t.separator;
+    return out;
+  }
+  const double r = rng->uniform();
+  const bool each = r >= kRecaseAll && r < kRecaseAll + kRecaseEach;
+  const Casing all = r < kRecaseAll ? static_cast<Casing>(1 + uniform_int(*rng, 3)) : Casing::natural;
+  const bool comma_space = rng->uniform() >= kNoSpaceComma;
+  if (rng->uniform() < kPadSpace) out += ' ';
+  for (const Token& t : tokens) {
+    out += recase(t.word, each ? static_cast<Casing>(1 + uniform_int(*rng, 3)) : all);
+    std::string sep = t.separator;
+    if (sep == ", " && !comma_space) sep = ",";
+    if (!sep.empty() && sep.back() == ' ' && rng->uniform() < kDoubleSpace) sep += ' ';
+    out += sep;
+  }
+  if (rng->uniform() < kPadSpace) out += ' ';
+  return out;
+}
+
+std::string format_impl(const Date& d, int format, Rng* rng) {
+  QKV_CHECK(format >= 0 && format < kNumFormats,
+            "format_date: format must be in [0, " << kNumFormats << "), got " << format);
+  day_index(d);  // validates d
+  if (format < 8) return join_english(english_tokens(d, format), rng);
+  const std::string year = std::to_string(d.year);
+  switch (format) {
+    case 8: case 9: {
+      const bool pad = rng == nullptr || rng->uniform() >= kNumericUnpadded;
+      const std::string m = padded(d.month, 2, pad), day = padded(d.day, 2, pad);
+      return format == 8 ? day + "." + m + "." + year : year + "/" + m + "/" + day;
+    }
+    case 10: return to_iso(d);
+    case 11: case 12: {
+      std::string s = year + "年" + std::to_string(d.month) + "月" + std::to_string(d.day) + "日";
+      if (format == 12) s += kChineseWeekdays[static_cast<std::size_t>(weekday(d))];
+      return s;
+    }
+    default: {  // 13
+      std::string s;
+      for (char c : year) s += kChineseDigits[static_cast<std::size_t>(c - '0')];
+      return s + "年" + chinese_number(d.month) + "月" + chinese_number(d.day) + "日";
+    }
+  }
+}
+
+// Day indices of each split, ascending; built once.
+const std::vector<std::int64_t>& split_indices(bool held_out) {
+  static const std::array<std::vector<std::int64_t>, 2> splits = [] {
+    std::array<std::vector<std::int64_t>, 2> s;
+    for (std::int64_t i = 0; i < num_days(); ++i) s[is_held_out(date_at(i)) ? 1 : 0].push_back(i);
+    return s;
+  }();
+  return splits[held_out ? 1 : 0];
+}
+
+Pair pair_of(const Date& d, Rng& rng) {
+  const int format = static_cast<int>(uniform_int(rng, kNumFormats));
+  return Pair{format_date(d, format, rng), to_iso(d)};
+}
+
+}  // namespace
+
+bool is_leap_year(int year) { return (year % 4 == 0 && year % 100 != 0) || year % 400 == 0; }
+
+int days_in_month(int year, int month) {
+  QKV_CHECK(month >= 1 && month <= 12, "days_in_month: month must be in [1, 12], got " << month);
+  static constexpr std::array<int, 12> kDays = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  return kDays[static_cast<std::size_t>(month - 1)] + (month == 2 && is_leap_year(year) ? 1 : 0);
+}
+
+std::int64_t num_days() { return day_index(kLastDate) + 1; }
+
+std::int64_t day_index(const Date& d) {
+  QKV_CHECK(d.year >= kFirstDate.year && d.year <= kLastDate.year,
+            "day_index: year must be in [" << kFirstDate.year << ", " << kLastDate.year
+                                           << "], got " << d.year);
+  QKV_CHECK(d.month >= 1 && d.month <= 12, "day_index: month must be in [1, 12], got " << d.month);
+  QKV_CHECK(d.day >= 1 && d.day <= days_in_month(d.year, d.month),
+            "day_index: day must be in [1, " << days_in_month(d.year, d.month) << "] for "
+                                             << d.year << "-" << d.month << ", got " << d.day);
+  return days_from_civil(d.year, d.month, d.day) - kEpoch;
+}
+
+Date date_at(std::int64_t index) {
+  QKV_CHECK(index >= 0 && index < num_days(),
+            "date_at: index must be in [0, " << num_days() << "), got " << index);
+  return civil_from_days(index + kEpoch);
+}
+
+int weekday(const Date& d) { return static_cast<int>(day_index(d) % 7); }
+
+std::string to_iso(const Date& d) {
+  day_index(d);
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02d", d.year, d.month, d.day);
+  return buf;
+}
+
+bool is_held_out(const Date& d) {
+  return mix64(static_cast<std::uint64_t>(day_index(d)) ^ kSplitSalt) % 5 == 0;
+}
+
+std::int64_t num_held_out() { return static_cast<std::int64_t>(split_indices(true).size()); }
+
+std::string format_date(const Date& d, int format) { return format_impl(d, format, nullptr); }
+
+std::string format_date(const Date& d, int format, Rng& rng) {
+  return format_impl(d, format, &rng);
+}
+
+Pair sample_pair(Rng& rng, bool held_out) {
+  const auto& indices = split_indices(held_out);
+  const std::int64_t i = uniform_int(rng, static_cast<std::int64_t>(indices.size()));
+  return pair_of(date_at(indices[static_cast<std::size_t>(i)]), rng);
+}
+
+std::vector<Pair> held_out_set(std::int64_t n, std::uint64_t seed) {
+  std::vector<std::int64_t> indices = split_indices(true);
+  const auto count = static_cast<std::int64_t>(indices.size());
+  QKV_CHECK(n >= 0 && n <= count,
+            "held_out_set: n must be in [0, " << count << "] (the held-out dates), got " << n);
+  Rng rng(seed);
+  std::vector<Pair> pairs;
+  pairs.reserve(static_cast<std::size_t>(n));
+  // The first n steps of a Fisher–Yates shuffle: n distinct dates, uniformly drawn.
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t j = i + uniform_int(rng, count - i);
+    std::swap(indices[static_cast<std::size_t>(i)], indices[static_cast<std::size_t>(j)]);
+    pairs.push_back(pair_of(date_at(indices[static_cast<std::size_t>(i)]), rng));
+  }
+  return pairs;
+}
+
+// ---------------------------------------------------------------------------------------
+// Vocabulary
+
+Vocabulary::Vocabulary(const std::vector<char32_t>& chars) {
+  tokens_ = {"<pad>", "<s>", "</s>", "<unk>"};
+  for (char32_t cp : chars) {
+    ids_.emplace(cp, static_cast<std::int64_t>(tokens_.size()));
+    std::string s;
+    text::append_utf8(s, cp);
+    tokens_.push_back(s);
+  }
+}
+
+const Vocabulary& Vocabulary::dates() {
+  static const Vocabulary vocabulary = [] {
+    // Everything the formatter writes: the English words in both cases, digits and
+    // separators (ISO targets included), the Chinese characters.
+    std::string all = " ,-./0123456789thestndrdof";
+    for (const char* w : kMonths) all += w;
+    for (const char* w : kMonthAbbr) all += w;
+    for (const char* w : kWeekdays) all += w;
+    for (const char* w : kWeekdayAbbr) all += w;
+    all += recase(all, Casing::lower) + recase(all, Casing::upper);
+    for (const char* w : kChineseDigits) all += w;
+    for (const char* w : kChineseWeekdays) all += w;
+    all += "十年月日";
+    const std::vector<char32_t> cps = text::decode_utf8(all, "Vocabulary::dates");
+    const std::set<char32_t> unique(cps.begin(), cps.end());
+    return Vocabulary(std::vector<char32_t>(unique.begin(), unique.end()));
+  }();
+  return vocabulary;
+}
+
+std::vector<std::int64_t> Vocabulary::encode(std::string_view utf8) const {
+  const std::vector<char32_t> cps = text::decode_utf8(utf8, "Vocabulary::encode");
+  std::vector<std::int64_t> ids;
+  ids.reserve(cps.size());
+  for (char32_t cp : cps) {
+    const auto it = ids_.find(cp);
+    ids.push_back(it == ids_.end() ? unk : it->second);
+  }
+  return ids;
+}
+
+std::string Vocabulary::decode(std::span<const std::int64_t> ids) const {
+  std::string out;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::int64_t id = ids[i];
+    QKV_CHECK(id >= 0 && id < size(), "Vocabulary::decode: ids[" << i << "] must be in [0, "
+                                                                 << size() << "), got " << id);
+    if (id == pad || id == bos || id == eos) continue;
+    out += id == unk ? "?" : tokens_[static_cast<std::size_t>(id)];
+  }
+  return out;
+}
+
+std::string Vocabulary::token(std::int64_t id) const {
+  QKV_CHECK(id >= 0 && id < size(),
+            "Vocabulary::token: id must be in [0, " << size() << "), got " << id);
+  return tokens_[static_cast<std::size_t>(id)];
+}
+
+}  // namespace qkv::dates
