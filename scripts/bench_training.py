@@ -59,7 +59,7 @@ SHAPE_FLAGS = [  # (flag, default, what)
     ("ffn", 256, "F, dim_feedforward"),
     ("enc", 2, "N, encoder layers"),
     ("dec", 2, "M, decoder layers"),
-    ("vocab", 64, "V, shared by source and target"),
+    ("vocab", 79, "V, shared by source and target (the date vocabulary)"),
 ]
 
 

@@ -143,6 +143,10 @@ struct AttentionMasks {
   // (B, S): bool true = IGNORE this key (padding), or float added.
   Tensor key_padding_mask;
   bool is_causal = false;  // also disallow key j > query i (top-left)
+  // Padding as counts: keys j >= key_lengths[b] of batch b are ignored (B entries in
+  // [0, S]). The same as a suffix key_padding_mask, without building one; exclusive with
+  // key_padding_mask.
+  std::vector<std::int64_t> key_lengths;
 };
 
 struct MultiheadAttentionOutput {

@@ -50,14 +50,16 @@ Tensor embed(const nn::Embedding& table, std::span<const std::int64_t> ids, std:
   const float* w = table.weight.data_as<float>();
   const float* p = pe.data_as<float>();
   float* o = out.data_as<float>();
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t l = 0; l < L; ++l) {
-      const std::int64_t id = ids[static_cast<std::size_t>(b * L + l)];
-      QKV_CHECK(id >= 0 && id < V, "Seq2Seq: token id " << id << " at (" << b << ", " << l
-                                                        << ") is out of range [0, " << V << ")");
-      for (std::int64_t e = 0; e < E; ++e)
-        o[(b * L + l) * E + e] = w[id * E + e] * scale + p[l * E + e];
-    }
+  for (std::int64_t r = 0; r < B * L; ++r) {
+    const std::int64_t id = ids[static_cast<std::size_t>(r)];
+    QKV_CHECK(id >= 0 && id < V, "Seq2Seq: token id " << id << " at (" << r / L << ", " << r % L
+                                                      << ") is out of range [0, " << V << ")");
+  }
+#pragma omp parallel for schedule(static) num_threads(num_threads())
+  for (std::int64_t r = 0; r < B * L; ++r) {
+    const std::int64_t id = ids[static_cast<std::size_t>(r)], l = r % L;
+    for (std::int64_t e = 0; e < E; ++e) o[r * E + e] = w[id * E + e] * scale + p[l * E + e];
+  }
   return out;
 }
 
@@ -82,16 +84,13 @@ void check_batch(const Seq2SeqBatch& b, const Seq2SeqConfig& c, bool need_target
               "Seq2Seq: src_lengths must be in [1, src_len = " << b.src_len << "], got " << len);
 }
 
-// Padding of the source as a key-padding mask (true = ignore), undefined when none.
+// Padding of the source as key lengths (the kernels skip the padded tiles), none when
+// every row is full.
 nn::AttentionMasks source_masks(const Seq2SeqBatch& b) {
   nn::AttentionMasks m;
   bool padded = false;
   for (auto len : b.src_lengths) padded |= len < b.src_len;
-  if (!padded) return m;
-  m.key_padding_mask = Tensor::zeros({b.batch, b.src_len}, DType::boolean);  // (B, S)
-  for (std::int64_t r = 0; r < b.batch; ++r)
-    for (std::int64_t j = b.src_lengths[static_cast<std::size_t>(r)]; j < b.src_len; ++j)
-      m.key_padding_mask.set({r, j}, 1.f);
+  if (padded) m.key_lengths = b.src_lengths;
   return m;
 }
 

@@ -24,6 +24,14 @@ void resolve_masks(const AttentionMasks& masks, std::int64_t B, std::int64_t H, 
   options.alignment = Alignment::top_left;
   const Tensor& am = masks.attn_mask;
   const Tensor& kpm = masks.key_padding_mask;
+  if (!masks.key_lengths.empty()) {
+    QKV_CHECK(!kpm.defined(), "MultiheadAttention: give key_padding_mask or key_lengths, not both");
+    QKV_CHECK(static_cast<std::int64_t>(masks.key_lengths.size()) == B,
+              "MultiheadAttention: key_lengths must hold B = " << B << " entries, got "
+                                                               << masks.key_lengths.size());
+    options.key_lengths = masks.key_lengths;  // checked against [0, S] by attention()
+    if (!am.defined()) return;
+  }
   if (am.defined()) {
     QKV_CHECK((am.dim() == 2 && am.size(0) == L && am.size(1) == S) ||
                   (am.dim() == 3 && am.size(0) == B * H && am.size(1) == L && am.size(2) == S),

@@ -2,9 +2,12 @@
 
 #include "qkv/train.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "nn/common.h"
 #include "qkv/threads.h"
@@ -21,6 +24,11 @@ float* grad_data(const Tensor* t, const char* fn, const std::string& name) {
 
 }  // namespace
 
+void retain_freed_memory() {
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
+
 void zero_grad(const nn::ParameterList& grads) {
   for (const auto& [name, g] : grads) {
     float* p = grad_data(g, "zero_grad", name);
@@ -32,14 +40,27 @@ double clip_grad_norm(const nn::ParameterList& grads, double max_norm) {
   double sum = 0.0;
   for (const auto& [name, g] : grads) {
     const float* p = grad_data(g, "clip_grad_norm", name);
-    for (std::int64_t i = 0; i < g->numel(); ++i) sum += static_cast<double>(p[i]) * p[i];
+    const std::int64_t n = g->numel();
+    // f32 partial sums of 1024 squares (no cancellation: every term is >= 0), added in
+    // double in a fixed order, so the norm does not depend on the thread count.
+    const std::int64_t chunks = (n + 1023) / 1024;
+    std::vector<double> partial(static_cast<std::size_t>(chunks));
+#pragma omp parallel for schedule(static) num_threads(num_threads()) if (n > 16384)
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      float s = 0.f;
+      for (std::int64_t i = c * 1024; i < std::min(n, (c + 1) * 1024); ++i) s += p[i] * p[i];
+      partial[static_cast<std::size_t>(c)] = s;
+    }
+    for (double s : partial) sum += s;
   }
   const double norm = std::sqrt(sum);
   if (max_norm > 0 && norm > max_norm) {
     const auto factor = static_cast<float>(max_norm / (norm + 1e-6));
     for (const auto& [name, g] : grads) {
       float* p = grad_data(g, "clip_grad_norm", name);
-      for (std::int64_t i = 0; i < g->numel(); ++i) p[i] *= factor;
+      const std::int64_t n = g->numel();
+#pragma omp parallel for schedule(static) num_threads(num_threads()) if (n > 16384)
+      for (std::int64_t i = 0; i < n; ++i) p[i] *= factor;
     }
   }
   return norm;
@@ -84,7 +105,7 @@ void AdamW::step(const nn::ParameterList& grads, double lr) {
     const bool decay = options_.decay_vectors || p.dim() >= 2;
     const auto keep = static_cast<float>(1.0 - lr * (decay ? options_.weight_decay : 0.0));
     const std::int64_t n = p.numel();
-#pragma omp parallel for schedule(static) num_threads(num_threads()) if (n > 65536)
+#pragma omp parallel for schedule(static) num_threads(num_threads()) if (n > 4096)
     for (std::int64_t j = 0; j < n; ++j) {
       pp[j] *= keep;
       pm[j] = fb1 * pm[j] + (1.f - fb1) * pg[j];

@@ -301,7 +301,8 @@ int run(int argc, char** argv) {
     if (generate->parsed()) return run_generate(g, std::cout);
     // Dispatch: train, translate.
     if (train->parsed()) {
-      for (int i = 0; i < argc; ++i) tr.command_line += (i ? " " : "") + std::string(argv[i]);
+      tr.command_line = "qkv";  // argv[0] would record where the binary happened to be
+      for (int i = 1; i < argc; ++i) tr.command_line += " " + std::string(argv[i]);
       return run_train(tr, std::cout);
     }
     if (translate->parsed()) return run_translate(tl, std::cout);

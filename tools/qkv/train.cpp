@@ -1,6 +1,5 @@
 // qkv train dates: trains the date translator from scratch (or resumes it), with a
 // progress bar, a checkpoint on Ctrl-C, and the held-out exact match at the end.
-#include <malloc.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,6 +14,7 @@
 #include "print.h"
 #include "qkv/date_translator.h"
 #include "qkv/threads.h"
+#include "qkv/train.h"
 
 namespace qkv::cli {
 namespace {
@@ -79,11 +79,7 @@ int run_train(const TrainOptions& o, std::ostream& out) {
       std::cerr << progress_line(p) << '\n';
     }
   };
-  // Every step allocates and frees the same activation sizes (megabytes each). Keep freed
-  // memory in the heap instead of returning it to the kernel, which would make every step
-  // fault the same pages in again (measured: ~11% of a step's time in page faults).
-  mallopt(M_MMAP_THRESHOLD, 256 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  train::retain_freed_memory();
   g_interrupted.store(false);
   struct sigaction action {};
   action.sa_handler = on_sigint;
