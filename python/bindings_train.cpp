@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "qkv/error.h"
+#include "qkv/date_translator.h"
+#include "qkv/dates.h"
 #include "qkv/seq2seq.h"
 
 namespace py = pybind11;
@@ -133,6 +135,37 @@ void register_train(py::module_& m) {
             return to_numpy(out);
           },
           py::arg("src"), py::arg("src_lengths"), py::arg("tgt_in"))
+      .def(
+          "attention",
+          [](const models::Seq2Seq& s, const IdArray& src, const py::object& src_lengths,
+             const IdArray& tgt_in) {
+            models::Seq2SeqBatch b = batch_from(src, src_lengths, tgt_in, py::none());
+            models::Seq2SeqAttention a;
+            {
+              py::gil_scoped_release release;
+              s.forward(b, &a);
+            }
+            auto list = [](const std::vector<qkv::Tensor>& layers) {
+              py::list out;
+              for (const auto& t : layers) out.append(to_numpy(t));
+              return out;
+            };
+            py::dict d;
+            d["encoder_self"] = list(a.encoder_self);  // (B, H, S, S) per layer
+            d["decoder_self"] = list(a.decoder_self);  // (B, H, T, T)
+            d["cross"] = list(a.cross);                // (B, H, T, S)
+            return d;
+          },
+          py::arg("src"), py::arg("src_lengths"), py::arg("tgt_in"))
       .def("greedy_decode", &models::Seq2Seq::greedy_decode, py::arg("sources"), py::arg("bos"),
            py::arg("eos"), py::arg("max_new_tokens"), py::call_guard<py::gil_scoped_release>());
+
+  // The date translator's vocabulary and decoding (qkv/dates.h, qkv/date_translator.h).
+  m.def("_dates_encode", [](const std::string& text) {
+    return qkv::dates::Vocabulary::dates().encode(text);
+  });
+  m.def("_dates_translate", [](const models::Seq2Seq& s, const std::vector<std::string>& inputs) {
+    return models::translate_dates(s, inputs);
+  });
+  m.def("_embedded_date_model", [] { return models::embedded_date_model(); });
 }

@@ -138,7 +138,7 @@ int run_translate(const TranslateOptions& o, std::ostream& out) {
     if (!o.show) continue;
     const Explained e = explain(model, inputs[i], outputs[i]);
     out << (i ? "\n" : "") << inputs[i] << "  →  " << outputs[i] << '\n';
-    out << "cross-attention, decoder layer " << layer + 1 << " of " << layers << ", "
+    out << "cross-attention, decoder layer " << layer << " (of 0-" << layers - 1 << "), "
         << (o.head < 0 ? std::string("mean of the heads")
                        : format("head %lld", static_cast<long long>(o.head)))
         << " (rows: output characters, columns: input characters):\n";
