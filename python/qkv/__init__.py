@@ -55,6 +55,7 @@ __all__ = [
     "TransformerDecoderLayer",
     "Transformer",
     "load_model",
+    "translate_dates",
     "BertModel",
     "GPT2Model",
     "Tokenizer",
@@ -546,4 +547,4 @@ def self_attention_raw(x, scale=1.0):
     out = _qkv._self_attention_raw(c.tensor, _optional_float(scale, fn, "scale"))
     return _result(out, c, False)
 from .nn import MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer, Transformer  # noqa: E402
-from .models import load_model, BertModel, GPT2Model, Tokenizer  # noqa: E402
+from .models import load_model, translate_dates, BertModel, GPT2Model, Tokenizer  # noqa: E402

@@ -280,3 +280,21 @@ def load_model(directory):
         raise ValueError(f"{fn}: unsupported model_type {model_type!r} in '{config_path}'; "
                          f"expected one of {', '.join(repr(k) for k in _MODELS)}")
     return cls.load(directory)
+
+
+def translate_dates(dates, model=None):
+    """Dates written by people -> ISO 8601 strings, as `qkv translate` does.
+
+    dates: a string or a list of strings ("Saturday, 21 November 2026", "21.11.2026",
+    "二〇二六年十一月二十一日", ...). model: a directory written by `qkv train dates`;
+    None uses the date translator embedded in qkv. Returns a string for a string, else a
+    list. Empty or over-long inputs and invalid text raise ValueError naming the input.
+    """
+    single = isinstance(dates, str)
+    texts = [dates] if single else list(dates)
+    if not all(isinstance(t, str) for t in texts):
+        raise TypeError("translate_dates: dates must be a string or a list of strings")
+    seq2seq = (_qkv._embedded_date_model() if model is None
+               else _qkv._Seq2Seq.load(_check_dir(model, "translate_dates")))
+    out = _qkv._dates_translate(seq2seq, texts)
+    return out[0] if single else out

@@ -160,3 +160,15 @@ def test_bad_batches_raise_value_error(bad):
         tgt[0, 0] = 7
     with pytest.raises(ValueError):
         model.forward_backward(src, lengths, tgt, tgt, 0.0)
+
+
+def test_translate_dates_with_the_embedded_model():
+    assert qkv.translate_dates("Saturday, 21 November 2026") == "2026-11-21"
+    assert qkv.translate_dates(["2026年11月21日", "the 3rd of March, 1999"]) == [
+        "2026-11-21", "1999-03-03"]
+    with pytest.raises(ValueError):
+        qkv.translate_dates("")
+    with pytest.raises(TypeError):
+        qkv.translate_dates([3])
+    with pytest.raises(FileNotFoundError):
+        qkv.translate_dates("21.11.2026", model="/nonexistent-dir")
