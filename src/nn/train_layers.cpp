@@ -242,23 +242,23 @@ Tensor encoder_layer_forward_train(const Tensor& src, const TransformerEncoderLa
 
 Tensor encoder_layer_backward(const Tensor& dy, const TransformerEncoderLayer& layer,
                               const TransformerEncoderLayerSaved& s, TransformerEncoderLayer& g) {
+  const char* fn = "TransformerEncoderLayer backward";
+  auto through_ff = [&](const Tensor& d) { return feed_forward_backward(d, layer.ff, s.ff, g.ff); };
+  auto through_sa = [&](const Tensor& d) {
+    return multihead_attention_backward(d, layer.self_attn, s.self_attn, g.self_attn, nullptr);
+  };
   if (layer.config.norm_first) {
     // y = x1 + ff(norm2(x1))
-    Tensor dx1 = detail::add(dy, layer_norm_backward(feed_forward_backward(dy, layer.ff, s.ff, g.ff), layer.norm2,
-                                      s.norm2, g.norm2), "TransformerEncoderLayer");
+    Tensor dx1 = detail::add(dy, layer_norm_backward(through_ff(dy), layer.norm2, s.norm2, g.norm2), fn);
     // x1 = x + sa(norm1(x))
-    Tensor dx = detail::add(dx1, layer_norm_backward(
-                     multihead_attention_backward(dx1, layer.self_attn, s.self_attn, g.self_attn, nullptr),
-                     layer.norm1, s.norm1, g.norm1), "backward");
-    return dx;
+    return detail::add(dx1, layer_norm_backward(through_sa(dx1), layer.norm1, s.norm1, g.norm1), fn);
   }
   // y = norm2(x1 + ff(x1))
   Tensor ds2 = layer_norm_backward(dy, layer.norm2, s.norm2, g.norm2);
-  Tensor dx1 = detail::add(ds2, feed_forward_backward(ds2, layer.ff, s.ff, g.ff), "backward");
+  Tensor dx1 = detail::add(ds2, through_ff(ds2), fn);
   // x1 = norm1(x + sa(x))
   Tensor ds1 = layer_norm_backward(dx1, layer.norm1, s.norm1, g.norm1);
-  Tensor dx = detail::add(ds1, multihead_attention_backward(ds1, layer.self_attn, s.self_attn, g.self_attn, nullptr), "backward");
-  return dx;
+  return detail::add(ds1, through_sa(ds1), fn);
 }
 
 Tensor decoder_layer_forward_train(const Tensor& tgt, const Tensor& memory,
@@ -296,32 +296,32 @@ Tensor decoder_layer_forward_train(const Tensor& tgt, const Tensor& memory,
 Tensor decoder_layer_backward(const Tensor& dy, const TransformerDecoderLayer& layer,
                               const TransformerDecoderLayerSaved& s, TransformerDecoderLayer& g,
                               Tensor* dmemory) {
+  const char* fn = "TransformerDecoderLayer backward";
+  auto through_ff = [&](const Tensor& d) { return feed_forward_backward(d, layer.ff, s.ff, g.ff); };
+  auto through_ca = [&](const Tensor& d) {
+    return multihead_attention_backward(d, layer.multihead_attn, s.cross_attn, g.multihead_attn,
+                                        dmemory);
+  };
+  auto through_sa = [&](const Tensor& d) {
+    return multihead_attention_backward(d, layer.self_attn, s.self_attn, g.self_attn, nullptr);
+  };
   if (layer.config.norm_first) {
     // y = x2 + ff(norm3(x2))
-    Tensor dx2 = detail::add(dy, layer_norm_backward(feed_forward_backward(dy, layer.ff, s.ff, g.ff), layer.norm3,
-                                      s.norm3, g.norm3), "TransformerDecoderLayer");
+    Tensor dx2 = detail::add(dy, layer_norm_backward(through_ff(dy), layer.norm3, s.norm3, g.norm3), fn);
     // x2 = x1 + ca(norm2(x1), mem)
-    Tensor dx1 = detail::add(dx2, layer_norm_backward(multihead_attention_backward(dx2, layer.multihead_attn,
-                                                                   s.cross_attn, g.multihead_attn,
-                                                                   dmemory),
-                                      layer.norm2, s.norm2, g.norm2), "backward");
+    Tensor dx1 = detail::add(dx2, layer_norm_backward(through_ca(dx2), layer.norm2, s.norm2, g.norm2), fn);
     // x1 = x + sa(norm1(x))
-    Tensor dx = detail::add(dx1, layer_norm_backward(
-                     multihead_attention_backward(dx1, layer.self_attn, s.self_attn, g.self_attn, nullptr),
-                     layer.norm1, s.norm1, g.norm1), "backward");
-    return dx;
+    return detail::add(dx1, layer_norm_backward(through_sa(dx1), layer.norm1, s.norm1, g.norm1), fn);
   }
   // y = norm3(x2 + ff(x2))
   Tensor ds3 = layer_norm_backward(dy, layer.norm3, s.norm3, g.norm3);
-  Tensor dx2 = detail::add(ds3, feed_forward_backward(ds3, layer.ff, s.ff, g.ff), "backward");
+  Tensor dx2 = detail::add(ds3, through_ff(ds3), fn);
   // x2 = norm2(x1 + ca(x1, mem))
   Tensor ds2 = layer_norm_backward(dx2, layer.norm2, s.norm2, g.norm2);
-  Tensor dx1 = detail::add(ds2, multihead_attention_backward(ds2, layer.multihead_attn, s.cross_attn,
-                                             g.multihead_attn, dmemory), "backward");
+  Tensor dx1 = detail::add(ds2, through_ca(ds2), fn);
   // x1 = norm1(x + sa(x))
   Tensor ds1 = layer_norm_backward(dx1, layer.norm1, s.norm1, g.norm1);
-  Tensor dx = detail::add(ds1, multihead_attention_backward(ds1, layer.self_attn, s.self_attn, g.self_attn, nullptr), "backward");
-  return dx;
+  return detail::add(ds1, through_sa(ds1), fn);
 }
 
 // ---------------------------------------------------------------------------------------
