@@ -22,18 +22,10 @@
 #include <vector>
 
 #include "attention/backward.h"
+#include "attention/reference.h"
 #include "qkv/threads.h"
 
 namespace qkv::detail {
-namespace {
-
-// bf16/f16 -> f32 is exact, so nothing is lost by reading everything as f32 first.
-Tensor as_f32_contiguous(const Tensor& t) {
-  return t.dtype() == DType::f32 ? t.contiguous() : t.to(DType::f32);
-}
-
-}  // namespace
-
 AttentionGradients reference_attention_backward(const AttentionProblem& p, const Tensor& dout_in,
                                                 const Tensor& q_in, const Tensor& k_in,
                                                 const Tensor& v_in) {

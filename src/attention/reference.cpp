@@ -9,16 +9,6 @@
 #include "qkv/threads.h"
 
 namespace qkv::detail {
-namespace {
-
-// bf16/f16 -> f32 is exact, so reading everything as contiguous f32 first loses nothing
-// and keeps the loops below free of per-element dtype dispatch.
-Tensor as_f32_contiguous(const Tensor& t) {
-  return t.dtype() == DType::f32 ? t.contiguous() : t.to(DType::f32);
-}
-
-}  // namespace
-
 AttentionResult reference_attention(const AttentionProblem& p, const Tensor& q_in,
                                     const Tensor& k_in, const Tensor& v_in,
                                     const AttentionOptions& options) {

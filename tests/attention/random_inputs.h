@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "qkv/rng.h"
 #include "qkv/tensor.h"
@@ -21,6 +22,19 @@ inline Tensor random_tensor(const Shape& shape, Rng& rng, double scale = 1.0,
 inline double max_abs(const Tensor& t) {
   double m = 0;
   for (float x : t.to_vector()) m = std::max(m, double{std::abs(x)});
+  return m;
+}
+
+// The largest 2-norm over the rows of the last dimension.
+inline double max_row_norm(const Tensor& t) {
+  const std::vector<float> x = t.to_vector();
+  const std::int64_t d = t.size(-1);
+  double m = 0;
+  for (std::size_t r = 0; d > 0 && r < x.size() / static_cast<std::size_t>(d); ++r) {
+    double s = 0;
+    for (std::int64_t c = 0; c < d; ++c) s += double{x[r * d + c]} * x[r * d + c];
+    m = std::max(m, std::sqrt(s));
+  }
   return m;
 }
 

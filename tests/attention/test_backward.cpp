@@ -24,21 +24,10 @@ namespace {
 
 using detail::Isa;
 using testing::max_abs;
+using testing::max_row_norm;
 using testing::random_tensor;
 
 constexpr double u = 0x1p-24;  // f32 unit roundoff
-
-double max_row_norm(const Tensor& t) {  // max over rows of the last dimension's 2-norm
-  const std::vector<float> x = t.to_vector();
-  const std::int64_t d = t.size(-1);
-  double m = 0;
-  for (std::size_t r = 0; d > 0 && r < x.size() / d; ++r) {
-    double s = 0;
-    for (std::int64_t c = 0; c < d; ++c) s += double{x[r * d + c]} * x[r * d + c];
-    m = std::max(m, std::sqrt(s));
-  }
-  return m;
-}
 
 // How much probability each key and each query row carries, from the reference's
 // probabilities (f32, before dropout):

@@ -17,22 +17,11 @@ namespace qkv {
 namespace {
 
 using testing::max_abs;
+using testing::max_row_norm;
 using testing::random_tensor;
 
 using detail::Isa;
 constexpr double u = 0x1p-24;  // f32 unit roundoff
-
-double max_row_norm(const Tensor& t) {  // max over rows of the last dimension's 2-norm
-  const std::vector<float> x = t.to_vector();
-  const std::int64_t d = t.size(-1);
-  double m = 0;
-  for (std::size_t r = 0; d > 0 && r < x.size() / d; ++r) {
-    double s = 0;
-    for (std::int64_t c = 0; c < d; ++c) s += double{x[r * d + c]} * x[r * d + c];
-    m = std::max(m, std::sqrt(s));
-  }
-  return m;
-}
 
 // Forward error of the f32 kernel against the double reference, derived term by term:
 // - a score is an f32 dot product of length Dk (q pre-scaled): |δs| <= (Dk + 2)·u·scale·‖q‖·‖k‖
