@@ -48,6 +48,11 @@ Tensor relu_backward(const Tensor& dy, const Tensor& x);
 Tensor gelu_backward(const Tensor& dy, const Tensor& x,
                      GeluApproximation approximate = GeluApproximation::none);
 
+// RoPE (nn::apply_rope) is a rotation of each pair (i, i + D/2): its backward rotates dy
+// back. dy (B, H, L, D) -> dx (B, H, L, D). Sinusoidal tables and ALiBi have no
+// parameters; their gradient is the identity on what they are added to.
+Tensor apply_rope_backward(const Tensor& dy, std::int64_t offset = 0, double base = 10000.0);
+
 // y[i] = weight[ids[i]]·scale  ->  dweight[ids[i]] += scale·dy[i].  dy (numel(ids), E).
 void embedding_backward(const Tensor& dy, std::span<const std::int64_t> ids, Tensor& dweight,
                         float scale = 1.f);

@@ -26,7 +26,11 @@ Tensor sinusoidal_positional_encoding(std::int64_t length, std::int64_t dim, dou
   return pe;
 }
 
-Tensor apply_rope(const Tensor& x, std::int64_t offset, double base) {
+namespace {
+
+// x rotated pairwise (i, i + D/2) by sign·angle: sign +1 is RoPE; −1 its transpose (and
+// inverse), which is RoPE's backward since the forward is linear in x.
+Tensor rotate_half_pairs(const Tensor& x, std::int64_t offset, double base, float sign) {
   QKV_CHECK(x.defined() && x.dim() == 4,
             "apply_rope: x must be (B, H, L, D), got "
                 << (x.defined() ? x.shape_string() : std::string("undefined")));
@@ -55,12 +59,23 @@ Tensor apply_rope(const Tensor& x, std::int64_t offset, double base) {
       float* yr = po + (r * L + l) * D;
       for (std::int64_t i = 0; i < half; ++i) {
         const float c = cos_t[static_cast<std::size_t>(l * half + i)];
-        const float s = sin_t[static_cast<std::size_t>(l * half + i)];
+        const float s = sign * sin_t[static_cast<std::size_t>(l * half + i)];
         yr[i] = xr[i] * c - xr[i + half] * s;
         yr[i + half] = xr[i + half] * c + xr[i] * s;
       }
     }
   return out;
+}
+
+}  // namespace
+
+Tensor apply_rope(const Tensor& x, std::int64_t offset, double base) {
+  return rotate_half_pairs(x, offset, base, 1.f);
+}
+
+// forward: y = R(angle)·x per pair  ->  dx = R(angle)ᵀ·dy = R(−angle)·dy
+Tensor apply_rope_backward(const Tensor& dy, std::int64_t offset, double base) {
+  return rotate_half_pairs(dy, offset, base, -1.f);
 }
 
 namespace {

@@ -129,6 +129,12 @@ TEST(Backward, ActivationsMatchFiniteDifferences) {
                  [&] { return dot(nn::gelu(x, tanh_form), w); }, "gelu tanh");
 }
 
+TEST(Backward, RopeMatchesFiniteDifferences) {
+  Tensor x = randn({1, 2, 5, 6}, 15), w = randn({1, 2, 5, 6}, 16);
+  check_gradient(x, nn::apply_rope_backward(w, 3), [&] { return dot(nn::apply_rope(x, 3), w); },
+                 "rope");
+}
+
 TEST(Backward, EmbeddingAddsEveryOccurrence) {
   Tensor dw = Tensor::zeros({4, 2});
   const std::vector<std::int64_t> ids{1, 3, 1};
