@@ -1,5 +1,5 @@
 // qkv::nn training: forward passes that keep what the backward needs, and the backward
-// passes of every layer of nn.h except VectorAttention.
+// passes of every layer of nn.h.
 //
 // Conventions (llm.c's): a forward_train call returns the output and fills a `...Saved`
 // struct; the matching backward takes the gradient of the output and that struct and
@@ -126,6 +126,12 @@ Tensor decoder_layer_forward_train(const Tensor& tgt, const Tensor& memory,
 Tensor decoder_layer_backward(const Tensor& dy, const TransformerDecoderLayer& layer,
                               const TransformerDecoderLayerSaved& saved,
                               TransformerDecoderLayer& grads, Tensor* dmemory);
+
+// VectorAttention (Point Transformer): recomputes the forward from x and pos (it keeps
+// nothing between the calls) and returns dx (B, N, C); adds into every parameter of
+// `grads`. Positions are inputs, not learned: no gradient is returned for pos.
+Tensor vector_attention_backward(const Tensor& dy, const VectorAttention& layer, const Tensor& x,
+                                 const Tensor& pos, VectorAttention& grads);
 
 struct TransformerSaved {
   std::vector<TransformerEncoderLayerSaved> encoder;

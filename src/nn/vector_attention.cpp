@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "nn/common.h"
+#include "qkv/nn_backward.h"
 
 namespace qkv::nn {
 
@@ -49,58 +50,89 @@ VectorAttention::VectorAttention(const VectorAttentionConfig& c, std::uint64_t s
   attn_mlp2 = Linear(Cm, C, true, seed + 4);
 }
 
-Tensor VectorAttention::forward(const Tensor& x, const Tensor& pos) const {
-  const std::int64_t C = config.dim, P = config.pos_dim;
+namespace {
+
+// Everything the forward computes before the softmax, kept for the backward.
+struct VectorAttentionActivations {
+  std::int64_t B = 0, N = 0, K = 0;
+  std::vector<std::int64_t> idx;  // (B, N, K) neighbour j of (b, i, t)
+  Tensor x;       // (B, N, C) contiguous f32
+  Tensor qkv;     // (B, N, 3C)
+  Tensor rel;     // (B, N, K, P): p_i − p_j
+  Tensor h0;      // (B, N, K, Hp) pos_mlp0(rel)
+  Tensor r0;      // relu(h0)
+  Tensor delta;   // (B, N, K, C) pos_mlp2(r0)
+  Tensor pre;     // (B, N, K, C): q_i − k_j + δ_ij
+  Tensor a0;      // (B, N, K, C·m) attn_mlp0(pre)
+  Tensor ra;      // relu(a0)
+  Tensor logits;  // (B, N, K, C) attn_mlp2(ra)
+};
+
+VectorAttentionActivations run_to_logits(const VectorAttention& va, const Tensor& x,
+                                         const Tensor& pos) {
+  const std::int64_t C = va.config.dim, P = va.config.pos_dim;
   QKV_CHECK(x.defined() && x.dim() == 3 && x.size(2) == C,
             "VectorAttention: x must be (B, N, dim = " << C << "), got "
                 << (x.defined() ? x.shape_string() : std::string("undefined")));
-  const std::int64_t B = x.size(0), N = x.size(1);
+  VectorAttentionActivations a;
+  const std::int64_t B = a.B = x.size(0), N = a.N = x.size(1);
   QKV_CHECK(pos.defined() && pos.dim() == 3 && pos.size(0) == B && pos.size(1) == N &&
                 pos.size(2) == P,
             "VectorAttention: pos must be (B = " << B << ", N = " << N << ", pos_dim = " << P
                 << "), got " << (pos.defined() ? pos.shape_string() : std::string("undefined")));
-  Tensor out = Tensor::zeros({B, N, C});  // (B, N, C)
-  if (B == 0 || N == 0) return out;
-  const std::int64_t K = config.num_neighbors > 0 ? std::min(config.num_neighbors, N) : N;
-  std::vector<std::int64_t> idx;  // (B, N, K)
+  if (B == 0 || N == 0) return a;
+  const std::int64_t K = a.K = va.config.num_neighbors > 0 ? std::min(va.config.num_neighbors, N) : N;
   if (K < N) {
-    idx = nearest_neighbors(pos, K);
+    a.idx = nearest_neighbors(pos, K);
   } else {
-    idx.resize(static_cast<std::size_t>(B * N * N));
+    a.idx.resize(static_cast<std::size_t>(B * N * N));
     for (std::int64_t bi = 0; bi < B * N; ++bi)
-      std::iota(idx.begin() + bi * N, idx.begin() + (bi + 1) * N, std::int64_t{0});
+      std::iota(a.idx.begin() + bi * N, a.idx.begin() + (bi + 1) * N, std::int64_t{0});
   }
-  const Tensor qkv = to_qkv.forward(x);  // (B, N, 3C) contiguous
+  a.x = detail::contiguous_f32(x, "VectorAttention", "x");
+  a.qkv = va.to_qkv.forward(a.x);  // (B, N, 3C) contiguous
   const Tensor p = detail::contiguous_f32(pos, "VectorAttention", "pos");  // (B, N, P)
-  const float* pq = qkv.data_as<float>();
+  const float* pq = a.qkv.data_as<float>();
   const float* pp = p.data_as<float>();
 
-  Tensor rel = Tensor::empty({B, N, K, P});  // (B, N, K, P): p_i − p_j
-  float* pr = rel.data_as<float>();
+  a.rel = Tensor::empty({B, N, K, P});
+  float* pr = a.rel.data_as<float>();
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t i = 0; i < N; ++i)
       for (std::int64_t t = 0; t < K; ++t) {
-        const std::int64_t j = idx[static_cast<std::size_t>((b * N + i) * K + t)];
+        const std::int64_t j = a.idx[static_cast<std::size_t>((b * N + i) * K + t)];
         for (std::int64_t c = 0; c < P; ++c)
           pr[((b * N + i) * K + t) * P + c] = pp[(b * N + i) * P + c] - pp[(b * N + j) * P + c];
       }
-  const Tensor delta = pos_mlp2.forward(relu(pos_mlp0.forward(rel)));  // (B, N, K, C)
-  const float* pd = delta.data_as<float>();
+  a.h0 = va.pos_mlp0.forward(a.rel);
+  a.r0 = relu(a.h0);
+  a.delta = va.pos_mlp2.forward(a.r0);
+  const float* pd = a.delta.data_as<float>();
 
-  Tensor pre = Tensor::empty({B, N, K, C});  // (B, N, K, C): q_i − k_j + δ_ij
-  float* pe = pre.data_as<float>();
+  a.pre = Tensor::empty({B, N, K, C});
+  float* pe = a.pre.data_as<float>();
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t i = 0; i < N; ++i)
       for (std::int64_t t = 0; t < K; ++t) {
-        const std::int64_t j = idx[static_cast<std::size_t>((b * N + i) * K + t)];
+        const std::int64_t j = a.idx[static_cast<std::size_t>((b * N + i) * K + t)];
         const std::int64_t at = ((b * N + i) * K + t) * C;
         for (std::int64_t c = 0; c < C; ++c)
           pe[at + c] = pq[(b * N + i) * 3 * C + c] - pq[(b * N + j) * 3 * C + C + c] + pd[at + c];
       }
-  const Tensor logits = attn_mlp2.forward(relu(attn_mlp0.forward(pre)));  // (B, N, K, C)
-  const float* pl = logits.data_as<float>();
+  a.a0 = va.attn_mlp0.forward(a.pre);
+  a.ra = relu(a.a0);
+  a.logits = va.attn_mlp2.forward(a.ra);
+  return a;
+}
 
-  float* po = out.data_as<float>();
+// w (B, N, K, C): softmax over the K neighbours, per channel, of the logits (in double).
+// u (B, N, K, C) = v_j + δ_ij. out (B, N, C) = Σ_t w ⊙ u.
+void softmax_and_sum(const VectorAttentionActivations& a, std::int64_t C, float* w, float* u,
+                     float* out) {
+  const std::int64_t B = a.B, N = a.N, K = a.K;
+  const float* pq = a.qkv.data_as<float>();
+  const float* pd = a.delta.data_as<float>();
+  const float* pl = a.logits.data_as<float>();
   std::vector<double> m(static_cast<std::size_t>(C)), z(static_cast<std::size_t>(C)),
       acc(static_cast<std::size_t>(C));
   for (std::int64_t b = 0; b < B; ++b)
@@ -111,18 +143,93 @@ Tensor VectorAttention::forward(const Tensor& x, const Tensor& pos) const {
       std::fill(acc.begin(), acc.end(), 0.0);
       for (std::int64_t t = 0; t < K; ++t)
         for (std::int64_t c = 0; c < C; ++c) m[c] = std::max(m[c], double(pl[(row + t) * C + c]));
-      // softmax over the neighbours, per channel, applied to v_j + δ_ij
       for (std::int64_t t = 0; t < K; ++t) {
-        const std::int64_t j = idx[static_cast<std::size_t>(row + t)];
+        const std::int64_t j = a.idx[static_cast<std::size_t>(row + t)];
         for (std::int64_t c = 0; c < C; ++c) {
           const double e = std::exp(double(pl[(row + t) * C + c]) - m[c]);
+          const double value = double(pq[(b * N + j) * 3 * C + 2 * C + c]) + pd[(row + t) * C + c];
           z[c] += e;
-          acc[c] += e * (double(pq[(b * N + j) * 3 * C + 2 * C + c]) + pd[(row + t) * C + c]);
+          acc[c] += e * value;
+          if (w) w[(row + t) * C + c] = static_cast<float>(e);  // normalised below
+          if (u) u[(row + t) * C + c] = static_cast<float>(value);
         }
       }
-      for (std::int64_t c = 0; c < C; ++c) po[(b * N + i) * C + c] = static_cast<float>(acc[c] / z[c]);
+      for (std::int64_t c = 0; c < C; ++c) {
+        out[(b * N + i) * C + c] = static_cast<float>(acc[c] / z[c]);
+        if (w)
+          for (std::int64_t t = 0; t < K; ++t)
+            w[(row + t) * C + c] = static_cast<float>(w[(row + t) * C + c] / z[c]);
+      }
     }
+}
+
+}  // namespace
+
+Tensor VectorAttention::forward(const Tensor& x, const Tensor& pos) const {
+  const VectorAttentionActivations a = run_to_logits(*this, x, pos);
+  Tensor out = Tensor::zeros({a.B, a.N, config.dim});  // (B, N, C)
+  if (a.B == 0 || a.N == 0) return out;
+  softmax_and_sum(a, config.dim, nullptr, nullptr, out.data_as<float>());
   return out;
+}
+
+// forward: y_i = Σ_t w_it ⊙ u_it, w = softmax_t(attn_mlp(q_i − k_j + δ_ij)), u = v_j + δ_ij,
+//          δ = pos_mlp(p_i − p_j), q, k, v = to_qkv(x)
+Tensor vector_attention_backward(const Tensor& dy, const VectorAttention& layer, const Tensor& x,
+                                 const Tensor& pos, VectorAttention& grads) {
+  const VectorAttentionActivations a = run_to_logits(layer, x, pos);
+  const std::int64_t B = a.B, N = a.N, K = a.K, C = layer.config.dim;
+  QKV_CHECK(dy.defined() && dy.dim() == 3 && dy.size(0) == B && dy.size(1) == N && dy.size(2) == C,
+            "vector_attention_backward: dy must be (" << B << ", " << N << ", " << C << ")");
+  Tensor dx = Tensor::zeros({B, N, C});
+  if (B == 0 || N == 0) return dx;
+  Tensor w = Tensor::empty({B, N, K, C}), u = Tensor::empty({B, N, K, C}), y = Tensor::empty({B, N, C});
+  softmax_and_sum(a, C, w.data_as<float>(), u.data_as<float>(), y.data_as<float>());
+  Tensor g = detail::contiguous_f32(dy, "vector_attention_backward", "dy");
+  const float* pg = g.data_as<float>();
+  const float* pw = w.data_as<float>();
+  const float* pu = u.data_as<float>();
+  const float* py = y.data_as<float>();
+  // y = Σ_t w ⊙ u:  du = dy·w;  dlogits = w ⊙ (dy·u − Σ_t' w·dy·u) = w ⊙ dy ⊙ (u − y)
+  Tensor du = Tensor::empty({B, N, K, C}), dlogits = Tensor::empty({B, N, K, C});
+  float* pdu = du.data_as<float>();
+  float* pdl = dlogits.data_as<float>();
+  for (std::int64_t r = 0; r < B * N; ++r)
+    for (std::int64_t t = 0; t < K; ++t)
+      for (std::int64_t c = 0; c < C; ++c) {
+        const std::int64_t at = (r * K + t) * C + c;
+        pdu[at] = pg[r * C + c] * pw[at];
+        pdl[at] = pw[at] * pg[r * C + c] * (pu[at] - py[r * C + c]);
+      }
+  // logits = attn_mlp2(relu(attn_mlp0(pre)))
+  Tensor dra = linear_backward(dlogits, a.ra, layer.attn_mlp2.weight, grads.attn_mlp2.weight,
+                               &grads.attn_mlp2.bias);
+  Tensor dpre = linear_backward(relu_backward(dra, a.a0), a.pre, layer.attn_mlp0.weight,
+                                grads.attn_mlp0.weight, &grads.attn_mlp0.bias);
+  // δ enters both pre and u
+  Tensor ddelta = detail::add(dpre, du, "vector_attention_backward");
+  // δ = pos_mlp2(relu(pos_mlp0(rel))); rel = p_i − p_j is an input (no gradient returned)
+  Tensor dr0 = linear_backward(ddelta, a.r0, layer.pos_mlp2.weight, grads.pos_mlp2.weight,
+                               &grads.pos_mlp2.bias);
+  linear_backward(relu_backward(dr0, a.h0), a.rel, layer.pos_mlp0.weight, grads.pos_mlp0.weight,
+                  &grads.pos_mlp0.bias);
+  // pre = q_i − k_j + δ, u = v_j + δ: gather back into (B, N, 3C) in a fixed order
+  Tensor dqkv = Tensor::zeros({B, N, 3 * C});
+  float* pq = dqkv.data_as<float>();
+  const float* pp = dpre.data_as<float>();
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t i = 0; i < N; ++i)
+      for (std::int64_t t = 0; t < K; ++t) {
+        const std::int64_t j = a.idx[static_cast<std::size_t>((b * N + i) * K + t)];
+        const std::int64_t at = ((b * N + i) * K + t) * C;
+        for (std::int64_t c = 0; c < C; ++c) {
+          pq[(b * N + i) * 3 * C + c] += pp[at + c];
+          pq[(b * N + j) * 3 * C + C + c] -= pp[at + c];
+          pq[(b * N + j) * 3 * C + 2 * C + c] += pdu[at + c];
+        }
+      }
+  // q, k, v = to_qkv(x)
+  return linear_backward(dqkv, a.x, layer.to_qkv.weight, grads.to_qkv.weight, nullptr);
 }
 
 ParameterList VectorAttention::parameters(const std::string& prefix) {

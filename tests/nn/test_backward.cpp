@@ -49,7 +49,7 @@ double dot(const Tensor& a, const Tensor& b) {
 // Checks `analytic` (same shape as `theta`) against central differences of loss() with
 // respect to a spread of entries of theta (every entry when small).
 void check_gradient(Tensor& theta, const Tensor& analytic, const std::function<double()>& loss,
-                    const std::string& what) {
+                    const std::string& what, float h = 1e-2f) {
   ASSERT_EQ(theta.shape(), analytic.shape()) << what;
   const auto g = analytic.to_vector();
   double max_g = 0;
@@ -57,7 +57,6 @@ void check_gradient(Tensor& theta, const Tensor& analytic, const std::function<d
   const std::int64_t n = theta.numel();
   const std::int64_t stride = std::max<std::int64_t>(1, n / 24);
   float* p = theta.data_as<float>();
-  constexpr float h = 1e-2f;
   for (std::int64_t i = 0; i < n; i += stride) {
     const float keep = p[i];
     p[i] = keep + h;
@@ -239,6 +238,39 @@ TEST_P(LayerBackward, EncoderAndDecoderMatchFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(NormFirst, LayerBackward, ::testing::Bool());
+
+class VectorAttentionBackward : public ::testing::TestWithParam<std::int64_t> {};  // neighbours
+
+TEST_P(VectorAttentionBackward, MatchesFiniteDifferences) {
+  nn::VectorAttentionConfig c;
+  c.dim = 4;
+  c.pos_dim = 3;
+  c.pos_mlp_hidden_dim = 5;
+  c.attn_mlp_hidden_mult = 2;
+  c.num_neighbors = GetParam();
+  nn::VectorAttention va(c, 31), grads(c, 31);
+  // Every point is its own neighbour, so rel = p_i − p_i = 0 makes pos_mlp.0's
+  // pre-activation exactly its bias on B·N rows at once: keep the bias away from the ReLU
+  // kink, where a difference quotient means nothing.
+  for (std::int64_t k = 0; k < c.pos_mlp_hidden_dim; ++k)
+    va.pos_mlp0.bias.set({k}, k % 2 ? 0.4f : -0.4f);
+  train::zero_grad(grads.parameters());
+  Tensor x = randn({2, 6, 4}, 32), pos = randn({2, 6, 3}, 33), w = randn({2, 6, 4}, 34);
+  Tensor dx = nn::vector_attention_backward(w, va, x, pos, grads);
+  auto loss = [&] { return dot(va.forward(x, pos), w); };
+  // A first-layer weight moves the pre-activation of up to B·N·K = 72 (point, neighbour)
+  // rows at once, so steps of 1e-2 and 2e-3 made some ReLU cross its kink (the quotient
+  // then moved towards the analytic value as h shrank). At 5e-4 the f32 rounding of the
+  // loss (~1e-6 on sums of ~50 terms of order 1) costs ~1e-3 in the quotient, under the
+  // 2e-3·(1 + max|g|) bound.
+  constexpr float h = 5e-4f;
+  check_gradient(x, dx, loss, "dx", h);
+  auto p = va.parameters(), g = grads.parameters();
+  for (std::size_t i = 0; i < p.size(); ++i)
+    check_gradient(*p[i].second, *g[i].second, loss, p[i].first, h);
+}
+
+INSTANTIATE_TEST_SUITE_P(Neighbours, VectorAttentionBackward, ::testing::Values(0, 3));
 
 TEST(Backward, Seq2SeqLossMatchesFiniteDifferences) {
   qkv::models::Seq2SeqConfig c;
