@@ -43,14 +43,15 @@ void merge_heads_into(Tensor& dst, std::int64_t col, const Tensor& src) {
         std::copy_n(ps + ((b * H + h) * L + l) * D, D, pd + (b * L + l) * W + col + h * D);
 }
 
-// The rows [which·E, (which + n)·E) of the packed projection, or the separate weight.
-Tensor in_weight(MultiheadAttention& mha, std::int64_t which, std::int64_t n) {
+// The rows [which·E, (which + n)·E) of the packed projection, or the separate weight: a
+// view sharing the storage (so on a gradient instance, writes land in its parameters).
+Tensor in_weight(const MultiheadAttention& mha, std::int64_t which, std::int64_t n) {
   const std::int64_t E = mha.config.embed_dim;
   if (mha.packed()) return mha.in_proj_weight.slice(0, which * E, (which + n) * E);
   QKV_CHECK(n == 1, "MultiheadAttention: separate q/k/v weights are projected one at a time");
   return which == 0 ? mha.q_proj_weight : which == 1 ? mha.k_proj_weight : mha.v_proj_weight;
 }
-Tensor in_bias(MultiheadAttention& mha, std::int64_t which, std::int64_t n) {
+Tensor in_bias(const MultiheadAttention& mha, std::int64_t which, std::int64_t n) {
   const std::int64_t E = mha.config.embed_dim;
   if (!mha.in_proj_bias.defined()) return {};
   return mha.in_proj_bias.slice(0, which * E, (which + n) * E);
@@ -110,10 +111,9 @@ Tensor feed_forward_backward(const Tensor& dy, const FeedForward& ff, const Feed
 
 // forward: q, k, v = split(x·W_inᵀ + b_in); o = attention(q, k, v); y = out_proj(merge(o))
 Tensor multihead_attention_forward_train(const Tensor& query, const Tensor& memory,
-                                         const MultiheadAttention& mha_const,
+                                         const MultiheadAttention& mha,
                                          const AttentionMasks& masks,
                                          MultiheadAttentionSaved& saved, Tensor* probs) {
-  auto& mha = const_cast<MultiheadAttention&>(mha_const);  // for the weight views only
   const std::int64_t E = mha.config.embed_dim, H = mha.config.num_heads, D = mha.head_dim();
   const char* fn = "MultiheadAttention";
   check_input(query, E, fn, "query");
@@ -157,10 +157,9 @@ Tensor multihead_attention_forward_train(const Tensor& query, const Tensor& memo
   return linear_forward_train(merged, mha.out_proj, saved.out_proj);
 }
 
-Tensor multihead_attention_backward(const Tensor& dy, const MultiheadAttention& mha_const,
+Tensor multihead_attention_backward(const Tensor& dy, const MultiheadAttention& mha,
                                     const MultiheadAttentionSaved& saved,
                                     MultiheadAttention& grads, Tensor* dmemory) {
-  auto& mha = const_cast<MultiheadAttention&>(mha_const);
   const std::int64_t E = mha.config.embed_dim, H = mha.config.num_heads;
   const std::int64_t B = saved.query.size(0), L = saved.query.size(1);
   // y = out_proj(merged)
