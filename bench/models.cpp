@@ -37,6 +37,7 @@
 
 #include "qkv/bert.h"
 #include "qkv/cpu.h"
+#include "qkv/memory.h"
 #include "qkv/gpt2.h"
 #include "qkv/threads.h"
 #include "qkv/version.h"
@@ -125,6 +126,7 @@ int main(int argc, char** argv) {
     }
   }
   try {
+    qkv::retain_freed_memory();
     if (threads > 0) qkv::set_num_threads(threads);
     std::optional<qkv::models::BertModel> bert;
     std::optional<qkv::models::Gpt2Model> gpt2;

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "qkv/cpu.h"
+#include "qkv/memory.h"
 #include "qkv/rng.h"
 #include "qkv/seq2seq.h"
 #include "qkv/threads.h"
@@ -112,7 +113,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    qkv::train::retain_freed_memory();  // as `qkv train` does
+    qkv::retain_freed_memory();  // as `qkv train` does
     if (o.threads > 0) qkv::set_num_threads(o.threads);
     qkv::models::Seq2SeqConfig config;
     config.vocab_size = o.vocab;

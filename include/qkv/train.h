@@ -21,13 +21,6 @@
 
 namespace qkv::train {
 
-// A training step allocates and frees the same activation sizes (megabytes each) again
-// and again. glibc returns such blocks to the kernel (munmap, heap trimming), so every
-// step would fault the same pages in again: measured ~20% of a step on the date model.
-// This keeps freed memory in the process (mallopt: no mmap below 256 MiB, no trimming
-// below 1 GiB). Process-wide; `qkv train` and the training benchmark call it once.
-void retain_freed_memory();
-
 // Sets every gradient to 0.
 void zero_grad(const nn::ParameterList& grads);
 

@@ -2,8 +2,6 @@
 
 #include "qkv/train.h"
 
-#include <malloc.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -23,11 +21,6 @@ float* grad_data(const Tensor* t, const char* fn, const std::string& name) {
 }
 
 }  // namespace
-
-void retain_freed_memory() {
-  mallopt(M_MMAP_THRESHOLD, 256 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-}
 
 void zero_grad(const nn::ParameterList& grads) {
   for (const auto& [name, g] : grads) {

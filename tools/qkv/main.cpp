@@ -317,6 +317,7 @@ int run(int argc, char** argv) {
 }  // namespace qkv::cli
 
 int main(int argc, char** argv) {
+  qkv::retain_freed_memory();  // every command runs models in a loop (qkv/memory.h)
   try {
     return qkv::cli::run(argc, argv);
   } catch (const qkv::Error& e) {

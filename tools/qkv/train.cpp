@@ -14,7 +14,6 @@
 #include "print.h"
 #include "qkv/date_translator.h"
 #include "qkv/threads.h"
-#include "qkv/train.h"
 
 namespace qkv::cli {
 namespace {
@@ -79,7 +78,6 @@ int run_train(const TrainOptions& o, std::ostream& out) {
       std::cerr << progress_line(p) << '\n';
     }
   };
-  train::retain_freed_memory();
   g_interrupted.store(false);
   struct sigaction action {};
   action.sa_handler = on_sigint;
