@@ -64,40 +64,13 @@ AttentionGradients reference_attention_backward(const AttentionProblem& p, const
       std::fill(dk_acc.begin(), dk_acc.end(), 0.0);
       std::fill(dv_acc.begin(), dv_acc.end(), 0.0);
       for (std::int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) {
-        const double slope = p.alibi_slopes.empty() ? 0.0 : p.alibi_slopes[h];
         for (std::int64_t i = 0; i < p.Lq; ++i) {
           const std::int64_t row = (b * p.Hq + h) * p.Lq + i;
           const float* qi = qd + row * p.Dk;
           const float* doi = dod + row * p.Dv;
-          const std::int64_t diagonal = p.aligned_query(b, i);
-
-          // The forward's scores, exactly as reference.cpp builds them.
-          double m = kMinusInf;
+          // The forward's scores, from the forward's own function.
           bool saw_nan = false;
-          for (std::int64_t j = 0; j < p.Lk; ++j) {
-            double mask_value = 0.0;
-            bool allowed = p.structurally_allowed(b, i, j);
-            if (allowed && p.has_mask) {
-              mask_value = load_as_f32(p.mask_data, p.mask_offset(b, h, i, j), p.mask_dtype);
-              if (p.mask_is_bool) allowed = mask_value != 0.0;
-            }
-            double x = kMinusInf;
-            t[j] = 0.0;
-            if (allowed) {
-              double dot = 0.0;
-              for (std::int64_t d = 0; d < p.Dk; ++d) dot += double{qi[d]} * double{kb[j * p.Dk + d]};
-              x = p.scale * dot;
-              if (p.has_softcap) {
-                t[j] = std::tanh(x / p.softcap);
-                x = p.softcap * t[j];
-              }
-              if (slope != 0.0) x -= slope * static_cast<double>(std::abs(diagonal - j));
-              if (p.has_mask && !p.mask_is_bool) x += mask_value;
-            }
-            s[j] = x;
-            if (std::isnan(x)) saw_nan = true;
-            else if (x > m) m = x;
-          }
+          const double m = reference_score_row(p, b, h, i, qi, kb, s.data(), t.data(), &saw_nan);
           // A fully masked row has out = 0 whatever q, k, v are. (A NaN score makes the
           // whole row NaN below, as it made the forward's row NaN.)
           if (m == kMinusInf && !saw_nan) continue;

@@ -9,6 +9,43 @@
 #include "qkv/threads.h"
 
 namespace qkv::detail {
+
+double reference_score_row(const AttentionProblem& p, std::int64_t b, std::int64_t h,
+                           std::int64_t i, const float* qi, const float* kb, double* s,
+                           double* t, bool* saw_nan) {
+  constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
+  const double slope = p.alibi_slopes.empty() ? 0.0 : p.alibi_slopes[h];
+  const std::int64_t diagonal = p.aligned_query(b, i);
+  double m = kMinusInf;
+  *saw_nan = false;
+  for (std::int64_t j = 0; j < p.Lk; ++j) {
+    double mask_value = 0.0;
+    bool allowed = p.structurally_allowed(b, i, j);
+    if (allowed && p.has_mask) {
+      mask_value = load_as_f32(p.mask_data, p.mask_offset(b, h, i, j), p.mask_dtype);
+      if (p.mask_is_bool) allowed = mask_value != 0.0;
+    }
+    double x = kMinusInf;
+    if (t) t[j] = 0.0;
+    if (allowed) {
+      double dot = 0.0;
+      for (std::int64_t d = 0; d < p.Dk; ++d) dot += double{qi[d]} * double{kb[j * p.Dk + d]};
+      x = p.scale * dot;
+      if (p.has_softcap) {
+        const double tanh_x = std::tanh(x / p.softcap);
+        if (t) t[j] = tanh_x;
+        x = p.softcap * tanh_x;
+      }
+      if (slope != 0.0) x -= slope * static_cast<double>(std::abs(diagonal - j));
+      if (p.has_mask && !p.mask_is_bool) x += mask_value;
+    }
+    s[j] = x;
+    if (std::isnan(x)) *saw_nan = true;
+    else if (x > m) m = x;
+  }
+  return m;
+}
+
 AttentionResult reference_attention(const AttentionProblem& p, const Tensor& q_in,
                                     const Tensor& k_in, const Tensor& v_in,
                                     const AttentionOptions& options) {
@@ -46,32 +83,8 @@ AttentionResult reference_attention(const AttentionProblem& p, const Tensor& q_i
       const float* qi = qd + row * p.Dk;
       const float* kb = kd + (b * p.Hkv + hk) * p.Lk * p.Dk;
       const float* vb = vd + (b * p.Hkv + hk) * p.Lk * p.Dv;
-      const double slope = p.alibi_slopes.empty() ? 0.0 : p.alibi_slopes[h];
-      const std::int64_t diagonal = p.aligned_query(b, i);
-
-      // Scores, in the order attention.h documents. A float mask of −inf masks too.
-      double m = kMinusInf;
       bool saw_nan = false;
-      for (std::int64_t j = 0; j < p.Lk; ++j) {
-        double mask_value = 0.0;
-        bool allowed = p.structurally_allowed(b, i, j);
-        if (allowed && p.has_mask) {
-          mask_value = load_as_f32(p.mask_data, p.mask_offset(b, h, i, j), p.mask_dtype);
-          if (p.mask_is_bool) allowed = mask_value != 0.0;
-        }
-        double x = kMinusInf;
-        if (allowed) {
-          double dot = 0.0;
-          for (std::int64_t d = 0; d < p.Dk; ++d) dot += double{qi[d]} * double{kb[j * p.Dk + d]};
-          x = p.scale * dot;
-          if (p.has_softcap) x = p.softcap * std::tanh(x / p.softcap);
-          if (slope != 0.0) x -= slope * static_cast<double>(std::abs(diagonal - j));
-          if (p.has_mask && !p.mask_is_bool) x += mask_value;
-        }
-        s[j] = x;
-        if (std::isnan(x)) saw_nan = true;
-        else if (x > m) m = x;
-      }
+      const double m = reference_score_row(p, b, h, i, qi, kb, s.data(), nullptr, &saw_nan);
 
       std::fill(acc.begin(), acc.end(), saw_nan ? std::numeric_limits<double>::quiet_NaN() : 0.0);
       if (saw_nan) {  // NaN scores make the whole row NaN, as softmax would

@@ -12,6 +12,16 @@ inline Tensor as_f32_contiguous(const Tensor& t) {
   return t.dtype() == DType::f32 ? t.contiguous() : t.to(DType::f32);
 }
 
+// The scores of query row (b, h, i) against all Lk keys, in double and in the order
+// attention.h documents: s[j] = scale·(q_i·k_j) [softcap] [− ALiBi] [+ float mask], −∞
+// where masked (a float mask of −∞ masks too). qi: (Dk) the query row, kb: (Lk, Dk) the
+// keys of its key/value head. When t is given, t[j] = tanh(scale·(q_i·k_j)/softcap) under
+// a softcap (the backward's chain rule needs it) and 0 otherwise. Returns the largest
+// score that is not NaN (−∞ when none) and sets *saw_nan when any score is NaN.
+double reference_score_row(const AttentionProblem& p, std::int64_t b, std::int64_t h,
+                           std::int64_t i, const float* qi, const float* kb, double* s,
+                           double* t, bool* saw_nan);
+
 AttentionResult reference_attention(const AttentionProblem& problem, const Tensor& q,
                                     const Tensor& k, const Tensor& v,
                                     const AttentionOptions& options);
