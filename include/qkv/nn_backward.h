@@ -145,6 +145,15 @@ struct TransformerAttention {
   std::vector<Tensor> decoder_self;  // (B, H, T, T)
   std::vector<Tensor> cross;         // (B, H, T, S)
 };
+// The two halves of transformer_forward_train, for callers that encode once and decode
+// several times (greedy decoding): memory (B, S, E) fills saved.encoder*, the decoder
+// saved.decoder*; attention, when given, receives the half's probabilities.
+Tensor transformer_encode_train(const Tensor& src, const Transformer& model,
+                                const AttentionMasks& src_masks, TransformerSaved& saved,
+                                TransformerAttention* attention = nullptr);
+Tensor transformer_decode_train(const Tensor& tgt, const Tensor& memory, const Transformer& model,
+                                const AttentionMasks& tgt_masks, const AttentionMasks& memory_masks,
+                                TransformerSaved& saved, TransformerAttention* attention = nullptr);
 Tensor transformer_forward_train(const Tensor& src, const Tensor& tgt, const Transformer& model,
                                  const AttentionMasks& src_masks, const AttentionMasks& tgt_masks,
                                  const AttentionMasks& memory_masks, TransformerSaved& saved,

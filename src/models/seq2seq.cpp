@@ -248,16 +248,25 @@ std::vector<std::vector<std::int64_t>> Seq2Seq::greedy_decode(
     std::copy(s.begin(), s.end(), batch.src.begin() + b * batch.src_len);
     batch.src_lengths.push_back(static_cast<std::int64_t>(s.size()));
   }
-  // Each step re-runs the decoder over the prefix: targets are short (11 tokens for a
-  // date), so a KV cache would save little here.
+  // The source is encoded once; each step re-runs the decoder over the prefix: targets
+  // are short (11 tokens for a date), so a KV cache would save little here. The same
+  // functions as forward(), so every step's logits are forward()'s.
+  const std::int64_t E = config.d_model, V = config.vocab_size;
+  const Tensor pe = nn::sinusoidal_positional_encoding(std::max(batch.src_len, max_new_tokens), E);
+  const auto scale = static_cast<float>(std::sqrt(static_cast<double>(E)));
+  const nn::AttentionMasks src_masks = source_masks(batch);
+  nn::AttentionMasks tgt_masks;
+  tgt_masks.is_causal = true;
+  nn::TransformerSaved scratch;  // activations, unused here
+  const Tensor memory = nn::transformer_encode_train(
+      embed(src_embed, batch.src, B, batch.src_len, scale, pe), transformer, src_masks, scratch);
   std::vector<bool> done(sources.size(), false);
   std::vector<std::int64_t> prefix(static_cast<std::size_t>(B), bos);  // (B, t)
   for (std::int64_t t = 1; t <= max_new_tokens; ++t) {
-    batch.tgt_len = t;
-    batch.tgt_in = prefix;
-    Tensor logits = forward(batch).contiguous();  // (B, t, V)
+    const Tensor h = nn::transformer_decode_train(embed(tgt_embed, prefix, B, t, scale, pe), memory,
+                                                  transformer, tgt_masks, src_masks, scratch);
+    const Tensor logits = nn::linear(h.view({B * t, E}), generator.weight, generator.bias);  // (B·t, V)
     const float* pl = logits.data_as<float>();
-    const std::int64_t V = config.vocab_size;
     std::vector<std::int64_t> next(static_cast<std::size_t>(B * (t + 1)));
     bool all_done = true;
     for (std::int64_t b = 0; b < B; ++b) {

@@ -325,24 +325,30 @@ Tensor decoder_layer_backward(const Tensor& dy, const TransformerDecoderLayer& l
 
 // ---------------------------------------------------------------------------------------
 
-// forward: memory = encoder_norm(encoder(src)); y = decoder_norm(decoder(tgt, memory))
-Tensor transformer_forward_train(const Tensor& src, const Tensor& tgt, const Transformer& model,
-                                 const AttentionMasks& src_masks, const AttentionMasks& tgt_masks,
-                                 const AttentionMasks& memory_masks, TransformerSaved& saved,
-                                 TransformerAttention* attention) {
-  const std::size_t ne = model.encoder_layers.size(), nd = model.decoder_layers.size();
+// forward: memory = encoder_norm(encoder(src))
+Tensor transformer_encode_train(const Tensor& src, const Transformer& model,
+                                const AttentionMasks& src_masks, TransformerSaved& saved,
+                                TransformerAttention* attention) {
+  const std::size_t ne = model.encoder_layers.size();
   saved.encoder.resize(ne);
-  saved.decoder.resize(nd);
-  if (attention) {
-    attention->encoder_self.assign(ne, Tensor());
-    attention->decoder_self.assign(nd, Tensor());
-    attention->cross.assign(nd, Tensor());
-  }
+  if (attention) attention->encoder_self.assign(ne, Tensor());
   Tensor x = src;  // (B, S, E)
   for (std::size_t i = 0; i < ne; ++i)
     x = encoder_layer_forward_train(x, model.encoder_layers[i], src_masks, saved.encoder[i],
                                     attention ? &attention->encoder_self[i] : nullptr);
-  Tensor memory = layer_norm_forward_train(x, model.encoder_norm, saved.encoder_norm);  // (B, S, E)
+  return layer_norm_forward_train(x, model.encoder_norm, saved.encoder_norm);  // (B, S, E)
+}
+
+// forward: y = decoder_norm(decoder(tgt, memory))
+Tensor transformer_decode_train(const Tensor& tgt, const Tensor& memory, const Transformer& model,
+                                const AttentionMasks& tgt_masks, const AttentionMasks& memory_masks,
+                                TransformerSaved& saved, TransformerAttention* attention) {
+  const std::size_t nd = model.decoder_layers.size();
+  saved.decoder.resize(nd);
+  if (attention) {
+    attention->decoder_self.assign(nd, Tensor());
+    attention->cross.assign(nd, Tensor());
+  }
   Tensor y = tgt;  // (B, T, E)
   for (std::size_t i = 0; i < nd; ++i)
     y = decoder_layer_forward_train(y, memory, model.decoder_layers[i], tgt_masks, memory_masks,
@@ -350,6 +356,14 @@ Tensor transformer_forward_train(const Tensor& src, const Tensor& tgt, const Tra
                                     attention ? &attention->decoder_self[i] : nullptr,
                                     attention ? &attention->cross[i] : nullptr);
   return layer_norm_forward_train(y, model.decoder_norm, saved.decoder_norm);  // (B, T, E)
+}
+
+Tensor transformer_forward_train(const Tensor& src, const Tensor& tgt, const Transformer& model,
+                                 const AttentionMasks& src_masks, const AttentionMasks& tgt_masks,
+                                 const AttentionMasks& memory_masks, TransformerSaved& saved,
+                                 TransformerAttention* attention) {
+  const Tensor memory = transformer_encode_train(src, model, src_masks, saved, attention);
+  return transformer_decode_train(tgt, memory, model, tgt_masks, memory_masks, saved, attention);
 }
 
 TransformerInputGradients transformer_backward(const Tensor& dy, const Transformer& model,
