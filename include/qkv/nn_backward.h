@@ -45,6 +45,9 @@ Tensor layer_norm_backward(const Tensor& dy, const LayerNorm& norm, const LayerN
 
 // dx = dy · f'(x) for y = relu(x) / gelu(x) (both GELU forms). x is the forward's input.
 Tensor relu_backward(const Tensor& dy, const Tensor& x);
+// The same in place: dy (contiguous f32, the caller's) becomes dx. Saves a pass over
+// memory where the incoming gradient is not needed afterwards (feed-forward layers).
+void relu_backward_(Tensor& dy, const Tensor& x);
 Tensor gelu_backward(const Tensor& dy, const Tensor& x,
                      GeluApproximation approximate = GeluApproximation::none);
 

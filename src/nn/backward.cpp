@@ -187,6 +187,16 @@ Tensor layer_norm_backward(const Tensor& dy, const LayerNorm& norm, const LayerN
   return dx;
 }
 
+namespace {
+
+// dx = dy·[x > 0], element-wise; dx may be dy (in place).
+void relu_mask(const float* dy, const float* x, float* dx, std::int64_t n) {
+#pragma omp parallel for schedule(static) num_threads(num_threads())
+  for (std::int64_t i = 0; i < n; ++i) dx[i] = x[i] > 0.f ? dy[i] : 0.f;
+}
+
+}  // namespace
+
 // forward: y = x > 0 ? x : 0
 Tensor relu_backward(const Tensor& dy, const Tensor& x) {
   QKV_CHECK(dy.defined() && x.defined() && dy.shape() == x.shape(),
@@ -194,13 +204,17 @@ Tensor relu_backward(const Tensor& dy, const Tensor& x) {
   Tensor g = detail::contiguous_f32(dy, "relu_backward", "dy");
   Tensor xc = detail::contiguous_f32(x, "relu_backward", "x");
   Tensor dx = Tensor::empty(x.shape());
-  const float* pg = g.data_as<float>();
-  const float* px = xc.data_as<float>();
-  float* pd = dx.data_as<float>();
-  const std::int64_t n = dx.numel();
-#pragma omp parallel for schedule(static) num_threads(num_threads())
-  for (std::int64_t i = 0; i < n; ++i) pd[i] = px[i] > 0.f ? pg[i] : 0.f;
+  relu_mask(g.data_as<float>(), xc.data_as<float>(), dx.data_as<float>(), dx.numel());
   return dx;
+}
+
+void relu_backward_(Tensor& dy, const Tensor& x) {
+  QKV_CHECK(dy.defined() && x.defined() && dy.shape() == x.shape(),
+            "relu_backward_: dy and x must have the same shape");
+  QKV_CHECK(dy.dtype() == DType::f32 && dy.is_contiguous(),
+            "relu_backward_: dy must be contiguous f32 (it is overwritten)");
+  Tensor xc = detail::contiguous_f32(x, "relu_backward_", "x");
+  relu_mask(dy.data_as<float>(), xc.data_as<float>(), dy.data_as<float>(), dy.numel());
 }
 
 // forward (none): y = x·Φ(x)            -> dy/dx = Φ(x) + x·φ(x)

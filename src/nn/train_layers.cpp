@@ -92,18 +92,10 @@ Tensor feed_forward_forward_train(const Tensor& x, const FeedForward& ff, FeedFo
 Tensor feed_forward_backward(const Tensor& dy, const FeedForward& ff, const FeedForwardSaved& saved,
                              FeedForward& grads) {
   Tensor dhidden = linear_backward(dy, ff.linear2, saved.linear2, grads.linear2);  // (..., F)
+  // relu' in place: dhidden is ours, and the pass is bound by memory traffic.
   Tensor dpre = dhidden;
-  if (ff.activation == Activation::relu) {
-    // relu'(h) = [h > 0], applied in place: dhidden is ours, and this pass is bound by
-    // memory traffic (one read and one write fewer than relu_backward's fresh output).
-    float* d = dhidden.data_as<float>();
-    const float* h = saved.hidden_pre.data_as<float>();
-    const std::int64_t n = dhidden.numel();
-#pragma omp parallel for schedule(static) num_threads(num_threads())
-    for (std::int64_t i = 0; i < n; ++i) d[i] = h[i] > 0.f ? d[i] : 0.f;
-  } else {
-    dpre = gelu_backward(dhidden, saved.hidden_pre);
-  }
+  if (ff.activation == Activation::relu) relu_backward_(dpre, saved.hidden_pre);
+  else dpre = gelu_backward(dhidden, saved.hidden_pre);
   return linear_backward(dpre, ff.linear1, saved.linear1, grads.linear1);  // (..., E)
 }
 

@@ -204,14 +204,16 @@ Tensor vector_attention_backward(const Tensor& dy, const VectorAttention& layer,
   // logits = attn_mlp2(relu(attn_mlp0(pre)))
   Tensor dra = linear_backward(dlogits, a.ra, layer.attn_mlp2.weight, grads.attn_mlp2.weight,
                                &grads.attn_mlp2.bias);
-  Tensor dpre = linear_backward(relu_backward(dra, a.a0), a.pre, layer.attn_mlp0.weight,
+  relu_backward_(dra, a.a0);
+  Tensor dpre = linear_backward(dra, a.pre, layer.attn_mlp0.weight,
                                 grads.attn_mlp0.weight, &grads.attn_mlp0.bias);
   // δ enters both pre and u
   Tensor ddelta = detail::add(dpre, du, "vector_attention_backward");
   // δ = pos_mlp2(relu(pos_mlp0(rel))); rel = p_i − p_j is an input (no gradient returned)
   Tensor dr0 = linear_backward(ddelta, a.r0, layer.pos_mlp2.weight, grads.pos_mlp2.weight,
                                &grads.pos_mlp2.bias);
-  linear_backward(relu_backward(dr0, a.h0), a.rel, layer.pos_mlp0.weight, grads.pos_mlp0.weight,
+  relu_backward_(dr0, a.h0);
+  linear_backward(dr0, a.rel, layer.pos_mlp0.weight, grads.pos_mlp0.weight,
                   &grads.pos_mlp0.bias);
   // pre = q_i − k_j + δ, u = v_j + δ: gather back into (B, N, 3C) in a fixed order
   Tensor dqkv = Tensor::zeros({B, N, 3 * C});

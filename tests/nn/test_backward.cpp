@@ -122,6 +122,9 @@ TEST(Backward, ActivationsMatchFiniteDifferences) {
   for (std::int64_t i = 0; i < 50; ++i)
     if (std::abs(px[i]) < 0.05f) px[i] = 0.5f;
   check_gradient(x, nn::relu_backward(w, x), [&] { return dot(nn::relu(x), w); }, "relu");
+  Tensor in_place = w.clone();
+  nn::relu_backward_(in_place, x);
+  EXPECT_EQ(in_place.to_vector(), nn::relu_backward(w, x).to_vector());
   check_gradient(x, nn::gelu_backward(w, x), [&] { return dot(nn::gelu(x), w); }, "gelu erf");
   const auto tanh_form = nn::GeluApproximation::tanh;
   check_gradient(x, nn::gelu_backward(w, x, tanh_form),
