@@ -19,12 +19,6 @@ MultiheadAttentionConfig attention_config(const TransformerLayerConfig& c) {
   return m;
 }
 
-void check_input(const Tensor& x, std::int64_t E, const char* fn, const char* name) {
-  QKV_CHECK(x.defined() && x.dim() == 3 && x.size(2) == E,
-            fn << ": " << name << " must be (B, L, d_model = " << E << "), got "
-               << (x.defined() ? x.shape_string() : std::string("undefined")));
-}
-
 // torch's _sa_block / _mha_block without dropout.
 Tensor attend(const MultiheadAttention& mha, const Tensor& x, const Tensor& mem,
               const AttentionMasks& masks) {
@@ -41,7 +35,7 @@ FeedForward::FeedForward(std::int64_t d_model, std::int64_t dim_feedforward, Act
 
 Tensor FeedForward::forward(const Tensor& x) const {
   Tensor h = linear1.forward(x);  // (..., F)
-  h = activation == Activation::relu ? relu(h) : gelu(h);
+  h = detail::activate(h, activation);
   return linear2.forward(h);  // (..., E)
 }
 
@@ -63,7 +57,7 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerConfig& c
 }
 
 Tensor TransformerEncoderLayer::forward(const Tensor& src, const AttentionMasks& masks) const {
-  check_input(src, config.d_model, "TransformerEncoderLayer", "src");
+  detail::check_batch_first(src, config.d_model, "TransformerEncoderLayer", "src");
   Tensor x = src;  // (B, L, E)
   if (config.norm_first) {
     Tensor n1 = norm1.forward(x);
@@ -100,8 +94,8 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerConfig& c
 Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
                                         const AttentionMasks& tgt_masks,
                                         const AttentionMasks& memory_masks) const {
-  check_input(tgt, config.d_model, "TransformerDecoderLayer", "tgt");
-  check_input(memory, config.d_model, "TransformerDecoderLayer", "memory");
+  detail::check_batch_first(tgt, config.d_model, "TransformerDecoderLayer", "tgt");
+  detail::check_batch_first(memory, config.d_model, "TransformerDecoderLayer", "memory");
   const char* fn = "TransformerDecoderLayer";
   Tensor x = tgt;  // (B, T, E)
   if (config.norm_first) {

@@ -37,6 +37,19 @@ void gemm(float* c, const float* a, const float* b, std::int64_t M, std::int64_t
 void resolve_attention_masks(const AttentionMasks& masks, std::int64_t B, std::int64_t H,
                              std::int64_t L, std::int64_t S, AttentionOptions& options);
 
+// Throws naming fn and the argument unless x is batch-first (B, L, width).
+inline void check_batch_first(const Tensor& x, std::int64_t width, const char* fn,
+                              const char* name) {
+  QKV_CHECK(x.defined() && x.dim() == 3 && x.size(2) == width,
+            fn << ": " << name << " must be (B, L, d_model = " << width << "), got "
+               << (x.defined() ? x.shape_string() : std::string("undefined")));
+}
+
+// relu or gelu (erf form), as FeedForward's activation says.
+inline Tensor activate(const Tensor& x, Activation a) {
+  return a == Activation::relu ? relu(x) : gelu(x);
+}
+
 inline std::string join(const std::string& prefix, const char* name) { return prefix + name; }
 
 }  // namespace qkv::nn::detail

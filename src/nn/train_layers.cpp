@@ -57,16 +57,6 @@ Tensor in_bias(const MultiheadAttention& mha, std::int64_t which, std::int64_t n
   return mha.in_proj_bias.slice(0, which * E, (which + n) * E);
 }
 
-void check_input(const Tensor& x, std::int64_t E, const char* fn, const char* name) {
-  QKV_CHECK(x.defined() && x.dim() == 3 && x.size(2) == E,
-            fn << ": " << name << " must be (B, L, " << E << "), got "
-               << (x.defined() ? x.shape_string() : std::string("undefined")));
-}
-
-Tensor activation_forward(const Tensor& x, Activation a) {
-  return a == Activation::relu ? relu(x) : gelu(x);
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
@@ -85,7 +75,7 @@ Tensor linear_backward(const Tensor& dy, const Linear& layer, const LinearSaved&
 // forward: y = linear2(act(linear1(x)))
 Tensor feed_forward_forward_train(const Tensor& x, const FeedForward& ff, FeedForwardSaved& saved) {
   saved.hidden_pre = linear_forward_train(x, ff.linear1, saved.linear1);  // (..., F)
-  Tensor hidden = activation_forward(saved.hidden_pre, ff.activation);    // (..., F)
+  Tensor hidden = detail::activate(saved.hidden_pre, ff.activation);    // (..., F)
   return linear_forward_train(hidden, ff.linear2, saved.linear2);         // (..., E)
 }
 
@@ -108,7 +98,7 @@ Tensor multihead_attention_forward_train(const Tensor& query, const Tensor& memo
                                          MultiheadAttentionSaved& saved, Tensor* probs) {
   const std::int64_t E = mha.config.embed_dim, H = mha.config.num_heads, D = mha.head_dim();
   const char* fn = "MultiheadAttention";
-  check_input(query, E, fn, "query");
+  detail::check_batch_first(query, E, fn, "query");
   const bool self = !memory.defined();
   const std::int64_t B = query.size(0), L = query.size(1);
   saved.query = detail::contiguous_f32(query, fn, "query");  // (B, L, E)
@@ -161,23 +151,20 @@ Tensor multihead_attention_backward(const Tensor& dy, const MultiheadAttention& 
   // o = attention(q, k, v)
   AttentionGradients g = attention_backward(dout, saved.q, saved.k, saved.v, saved.out, saved.lse,
                                             saved.options);
-  auto bias_grad = [&](std::int64_t which, std::int64_t n) -> Tensor {
-    return in_bias(grads, which, n);
-  };
   if (!saved.memory.defined()) {
     // q, k, v = split(x·W_inᵀ + b_in)
     Tensor dqkv = Tensor::empty({B, L, 3 * E});  // (B, L, 3E)
     merge_heads_into(dqkv, 0, g.dq);
     merge_heads_into(dqkv, E, g.dk);
     merge_heads_into(dqkv, 2 * E, g.dv);
-    Tensor db = bias_grad(0, 3);
+    Tensor db = in_bias(grads, 0, 3);
     return linear_backward(dqkv, saved.query, mha.in_proj_weight, grads.in_proj_weight,
                            db.defined() ? &db : nullptr);
   }
   // q = x·W_qᵀ + b_q
   Tensor dq = Tensor::empty({B, L, E});
   merge_heads_into(dq, 0, g.dq);
-  Tensor dwq = in_weight(grads, 0, 1), dbq = bias_grad(0, 1);
+  Tensor dwq = in_weight(grads, 0, 1), dbq = in_bias(grads, 0, 1);
   Tensor dx = linear_backward(dq, saved.query, in_weight(mha, 0, 1), dwq, dbq.defined() ? &dbq : nullptr);
   // k, v = memory·W_{k,v}ᵀ + b_{k,v}
   const std::int64_t S = saved.memory.size(1);
@@ -186,14 +173,14 @@ Tensor multihead_attention_backward(const Tensor& dy, const MultiheadAttention& 
     Tensor dkv = Tensor::empty({B, S, 2 * E});  // (B, S, 2E)
     merge_heads_into(dkv, 0, g.dk);
     merge_heads_into(dkv, E, g.dv);
-    Tensor dw = in_weight(grads, 1, 2), db = bias_grad(1, 2);
+    Tensor dw = in_weight(grads, 1, 2), db = in_bias(grads, 1, 2);
     dmem = linear_backward(dkv, saved.memory, in_weight(mha, 1, 2), dw, db.defined() ? &db : nullptr);
   } else {
     Tensor dk = Tensor::empty({B, S, E}), dv = Tensor::empty({B, S, E});
     merge_heads_into(dk, 0, g.dk);
     merge_heads_into(dv, 0, g.dv);
-    Tensor dwk = in_weight(grads, 1, 1), dbk = bias_grad(1, 1);
-    Tensor dwv = in_weight(grads, 2, 1), dbv = bias_grad(2, 1);
+    Tensor dwk = in_weight(grads, 1, 1), dbk = in_bias(grads, 1, 1);
+    Tensor dwv = in_weight(grads, 2, 1), dbv = in_bias(grads, 2, 1);
     dmem = linear_backward(dk, saved.memory, in_weight(mha, 1, 1), dwk, dbk.defined() ? &dbk : nullptr);
     Tensor dmem_v = linear_backward(dv, saved.memory, in_weight(mha, 2, 1), dwv,
                                     dbv.defined() ? &dbv : nullptr);
@@ -214,7 +201,7 @@ Tensor multihead_attention_backward(const Tensor& dy, const MultiheadAttention& 
 Tensor encoder_layer_forward_train(const Tensor& src, const TransformerEncoderLayer& layer,
                                    const AttentionMasks& masks, TransformerEncoderLayerSaved& s,
                                    Tensor* probs) {
-  check_input(src, layer.config.d_model, "TransformerEncoderLayer", "src");
+  detail::check_batch_first(src, layer.config.d_model, "TransformerEncoderLayer", "src");
   const char* fn = "TransformerEncoderLayer";
   if (layer.config.norm_first) {
     // x1 = x + sa(norm1(x)); y = x1 + ff(norm2(x1))
@@ -259,8 +246,8 @@ Tensor decoder_layer_forward_train(const Tensor& tgt, const Tensor& memory,
                                    TransformerDecoderLayerSaved& s, Tensor* self_probs,
                                    Tensor* cross_probs) {
   const char* fn = "TransformerDecoderLayer";
-  check_input(tgt, layer.config.d_model, fn, "tgt");
-  check_input(memory, layer.config.d_model, fn, "memory");
+  detail::check_batch_first(tgt, layer.config.d_model, fn, "tgt");
+  detail::check_batch_first(memory, layer.config.d_model, fn, "memory");
   if (layer.config.norm_first) {
     // x1 = x + sa(norm1(x)); x2 = x1 + ca(norm2(x1), mem); y = x2 + ff(norm3(x2))
     Tensor n1 = layer_norm_forward_train(tgt, layer.norm1, s.norm1);

@@ -21,6 +21,7 @@
 #include "qkv/nn.h"
 #include "qkv/nn_backward.h"
 #include "qkv/rng.h"
+#include "nn/random.h"
 #include "qkv/seq2seq.h"
 #include "qkv/train.h"
 
@@ -31,13 +32,7 @@ using qkv::Tensor;
 namespace nn = qkv::nn;
 namespace train = qkv::train;
 
-Tensor randn(const Shape& shape, std::uint64_t seed, double scale = 1.0) {
-  qkv::Rng rng(seed);
-  Tensor t = Tensor::empty(shape);
-  float* p = t.data_as<float>();
-  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(scale * rng.normal());
-  return t;
-}
+using qkv::testing::randn;
 
 double dot(const Tensor& a, const Tensor& b) {
   const auto x = a.contiguous().to_vector(), y = b.contiguous().to_vector();

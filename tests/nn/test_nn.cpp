@@ -18,6 +18,7 @@
 #include "qkv/error.h"
 #include "qkv/nn.h"
 #include "qkv/rng.h"
+#include "nn/random.h"
 
 namespace {
 
@@ -27,13 +28,7 @@ namespace nn = qkv::nn;
 
 constexpr double kU = 0x1.0p-24;  // f32 unit roundoff
 
-Tensor randn(const Shape& shape, std::uint64_t seed, double scale = 1.0) {
-  qkv::Rng rng(seed);
-  Tensor t = Tensor::empty(shape);
-  float* p = t.data_as<float>();
-  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(scale * rng.normal());
-  return t;
-}
+using qkv::testing::randn;
 
 // Fails with the max error and where, when |got − want| > tol[i] anywhere.
 void expect_close(const std::vector<float>& got, const std::vector<double>& want,
