@@ -193,8 +193,9 @@ def ensure_openblas():
 
 
 def reexec_with_openblas(args):
-    """The dynamic linker reads LD_LIBRARY_PATH only at start: re-run this script with
-    OpenBLAS first on it (once), before torch is imported."""
+    """The dynamic linker reads LD_LIBRARY_PATH only at start: re-run the running script
+    (this one, bench_models.py or bench_training.py) with OpenBLAS first on it (once),
+    before torch is imported. args: torch_blas, no_torch, threads."""
     if args.torch_blas != "openblas" or args.no_torch or os.environ.get("QKV_BENCH_REEXEC") == "1":
         return
     libdir = ensure_openblas()
@@ -202,7 +203,7 @@ def reexec_with_openblas(args):
         return
     env = dict(os.environ, QKV_BENCH_REEXEC="1", OPENBLAS_NUM_THREADS=str(args.threads))
     env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
-    os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]], env)
+    os.execve(sys.executable, [sys.executable, os.path.abspath(sys.argv[0]), *sys.argv[1:]], env)
 
 
 def loaded_blas():

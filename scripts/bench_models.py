@@ -364,19 +364,6 @@ def ensure_binary(build_dir, rebuild):
     return binary
 
 
-def reexec_with_openblas(args):
-    """As bench_attention.py does: re-run this script once with Debian's OpenBLAS first on
-    LD_LIBRARY_PATH (read by the dynamic linker only at start), before torch is imported."""
-    if args.torch_blas != "openblas" or args.no_torch or os.environ.get("QKV_BENCH_REEXEC") == "1":
-        return
-    libdir = ba.ensure_openblas()
-    if libdir is None:
-        return
-    env = dict(os.environ, QKV_BENCH_REEXEC="1", OPENBLAS_NUM_THREADS=str(args.threads))
-    env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
-    os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]], env)
-
-
 def max_abs_diff(a, b):
     import numpy as np
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
@@ -615,7 +602,7 @@ def main():
     if args.no_torch and not args.no_ort and not args.no_bert:
         parser.error("the ONNX graph is exported from the torch module: --no-torch needs --no-ort")
     ba.ensure_python_peers(args)
-    reexec_with_openblas(args)  # does not return when it re-runs the script
+    ba.reexec_with_openblas(args)  # does not return when it re-runs the script
     ort_modules = ort_version = None
     if not args.no_ort and not args.no_bert:
         ort_modules, ort_version = ba.ensure_ort(args.ort_version)

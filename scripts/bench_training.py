@@ -78,19 +78,6 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
-def reexec_with_openblas(args):
-    """As bench_models.py: re-run this script once with Debian's OpenBLAS first on
-    LD_LIBRARY_PATH (read by the dynamic linker only at start), before torch is imported."""
-    if args.torch_blas != "openblas" or args.no_torch or os.environ.get("QKV_BENCH_REEXEC") == "1":
-        return
-    libdir = ba.ensure_openblas()
-    if libdir is None:
-        return
-    env = dict(os.environ, QKV_BENCH_REEXEC="1", OPENBLAS_NUM_THREADS=str(args.threads))
-    env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
-    os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]], env)
-
-
 # --------------------------------------------------------------------------------------
 # qkv: build/bench/qkv_bench_training, one process per round.
 
@@ -224,7 +211,7 @@ def main():
         parser.error("--steps, --rounds, --threads >= 1, --warmup >= 0")
     if args.d_model % args.nhead or args.vocab <= 4:
         parser.error("--d-model must be a multiple of --nhead, --vocab > 4")
-    reexec_with_openblas(args)  # does not return when it re-runs the script
+    ba.reexec_with_openblas(args)  # does not return when it re-runs the script
 
     failed = []
     binary = None
