@@ -29,7 +29,7 @@ struct DateTrainingOptions {
   std::int64_t steps = 1500;
   std::int64_t batch = 128;          // pairs per step
   double peak_lr = 1e-3;
-  std::int64_t warmup_steps = 200;
+  std::int64_t warmup_steps = 200;  // steps / 10 when it is not below steps
   double min_lr_ratio = 0.02;        // the cosine ends at peak_lr · this
   double weight_decay = 0.01;
   double clip_norm = 1.0;

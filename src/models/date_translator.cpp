@@ -123,7 +123,10 @@ DateTrainingResult train_dates(const DateTrainingOptions& o,
     QKV_CHECK(start <= o.steps, checkpoint << ": is at step " << start << ", past --steps " << o.steps);
   }
 
-  const train::Schedule schedule{o.peak_lr, o.warmup_steps, o.steps, o.min_lr_ratio};
+  // A run shorter than the warm-up (a quick test) warms up over its first tenth instead,
+  // so the learning rate still reaches its peak and decays.
+  const std::int64_t warmup = o.warmup_steps < o.steps ? o.warmup_steps : o.steps / 10;
+  const train::Schedule schedule{o.peak_lr, warmup, o.steps, o.min_lr_ratio};
   DateTrainingResult result;
   result.num_parameters = model.num_parameters();
   const auto t0 = Clock::now();

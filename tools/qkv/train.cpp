@@ -58,7 +58,6 @@ int run_train(const TrainOptions& o, std::ostream& out) {
   t.stop_at = o.stop_at;
   t.eval_size = o.eval_size;
   t.command = o.command_line;
-  if (t.warmup_steps >= t.steps) t.warmup_steps = t.steps / 10;
 
   out << "training the date translator: " << t.model.num_encoder_layers << "+"
       << t.model.num_decoder_layers << " layers, d_model " << t.model.d_model << ", "
