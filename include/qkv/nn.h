@@ -39,8 +39,18 @@ using ParameterList = std::vector<std::pair<std::string, Tensor*>>;
 //   x: (..., in) any strides   weight: (out, in)   bias: (out) or undefined  ->  (..., out)
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 
-// Over the trailing `normalized` dimensions (torch.nn.functional.layer_norm); mean and
-// biased variance accumulated in double.
+// What linear() can apply to x·Wᵀ + b inside oneDNN's product (its post-ops), instead of
+// separate passes over the output:  y = activation(x·Wᵀ + b) + residual.
+enum class LinearActivation { none, relu, gelu_erf, gelu_tanh };
+struct LinearEpilogue {
+  LinearActivation activation = LinearActivation::none;
+  Tensor residual;  // (..., out), the shape of y, any strides; or undefined
+};
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+              const LinearEpilogue& epilogue);
+
+// Over the trailing `normalized` dimensions (torch.nn.functional.layer_norm), through
+// oneDNN's layer normalization (f32, biased variance, as torch).
 //   x: (..., N1..Nk)   weight, bias: (N1..Nk) or undefined  ->  (..., N1..Nk)
 Tensor layer_norm(const Tensor& x, const Shape& normalized, const Tensor& weight,
                   const Tensor& bias, double eps = 1e-5);

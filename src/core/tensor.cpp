@@ -60,6 +60,65 @@ void for_each_offset(const Shape& shape, const Strides& strides, F&& f) {
   }
 }
 
+// The byte range [first, last) an element layout touches.
+std::pair<const std::byte*, const std::byte*> byte_extent(const void* data, const Shape& shape,
+                                                          const Strides& strides,
+                                                          std::size_t element) {
+  std::int64_t low = 0, high = 0;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    const std::int64_t reach = (shape[d] - 1) * strides[d];
+    (reach < 0 ? low : high) += reach;
+  }
+  const auto* base = static_cast<const std::byte*>(data);
+  return {base + low * static_cast<std::int64_t>(element),
+          base + (high + 1) * static_cast<std::int64_t>(element)};
+}
+
+// Whether two non-empty tensors' memory may overlap (their byte ranges intersect).
+bool overlaps(const Tensor& a, const Tensor& b) {
+  const auto [a0, a1] = byte_extent(a.data(), a.shape(), a.strides(), dtype_size(a.dtype()));
+  const auto [b0, b1] = byte_extent(b.data(), b.shape(), b.strides(), dtype_size(b.dtype()));
+  return a0 < b1 && b0 < a1;
+}
+
+// dst = src for two same-dtype, same-shape, non-overlapping tensors, one row of the last
+// dimension at a time: memcpy where both rows are contiguous (a permuted copy such as
+// (B, H, L, D) -> (B, L, H, D) is then one memcpy per D-row), element by element otherwise.
+void copy_rows(const Tensor& src, Tensor& dst) {
+  const Shape& shape = dst.shape();
+  const auto rank = static_cast<std::int64_t>(shape.size());
+  const std::int64_t n = shape.back();
+  const std::int64_t src_step = src.strides().back(), dst_step = dst.strides().back();
+  const std::size_t element = dtype_size(dst.dtype());
+  const auto* from = static_cast<const std::byte*>(src.data());
+  auto* to = static_cast<std::byte*>(dst.data());
+  std::int64_t rows = 1;
+  for (std::int64_t d = 0; d + 1 < rank; ++d) rows *= shape[d];
+  std::vector<std::int64_t> index(static_cast<std::size_t>(rank), 0);
+  std::int64_t src_at = 0, dst_at = 0;  // element offsets of the current row
+  for (std::int64_t r = 0; r < rows; ++r) {
+    if (src_step == 1 && dst_step == 1) {
+      std::memcpy(to + dst_at * static_cast<std::int64_t>(element),
+                  from + src_at * static_cast<std::int64_t>(element),
+                  static_cast<std::size_t>(n) * element);
+    } else {
+      for (std::int64_t c = 0; c < n; ++c)
+        std::memcpy(to + (dst_at + c * dst_step) * static_cast<std::int64_t>(element),
+                    from + (src_at + c * src_step) * static_cast<std::int64_t>(element), element);
+    }
+    for (std::int64_t d = rank - 2; d >= 0; --d) {  // odometer over the leading dimensions
+      if (++index[d] < shape[d]) {
+        src_at += src.strides()[d];
+        dst_at += dst.strides()[d];
+        break;
+      }
+      src_at -= src.strides()[d] * (shape[d] - 1);
+      dst_at -= dst.strides()[d] * (shape[d] - 1);
+      index[d] = 0;
+    }
+  }
+}
+
 }  // namespace
 
 std::string shape_to_string(const Shape& shape) {
@@ -291,7 +350,13 @@ Tensor Tensor::to(DType dtype) const {
 void Tensor::copy_from(const Tensor& src) {
   QKV_CHECK(src.shape_ == shape_, "Tensor::copy_from: shape " << src.shape_string()
                                                               << " does not match " << shape_string());
-  // Gather the source in logical order, then scatter into this tensor's layout.
+  if (numel() == 0) return;
+  if (src.dtype_ == dtype_ && dim() >= 1 && !overlaps(src, *this)) {
+    copy_rows(src, *this);
+    return;
+  }
+  // Gather the source in logical order, then scatter into this tensor's layout (also
+  // right when the two share memory).
   std::vector<float> values = src.to_vector();
   std::int64_t i = 0;
   for_each_offset(shape_, strides_, [&](std::int64_t, std::int64_t offset) {

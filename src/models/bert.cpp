@@ -17,7 +17,8 @@ void add_inplace(Tensor& a, const Tensor& b) {
   const Tensor bc = b.dtype() == DType::f32 ? b.contiguous() : b.to(DType::f32);
   float* pa = a.data_as<float>();
   const float* pb = bc.data_as<float>();
-  for (std::int64_t i = 0; i < a.numel(); ++i) pa[i] += pb[i];
+  const std::int64_t n = a.numel();
+  for (std::int64_t i = 0; i < n; ++i) pa[i] += pb[i];
 }
 
 // Finds HF names in a checkpoint, with or without "bert.", and checks shapes.
@@ -123,12 +124,14 @@ BertWeights BertWeights::load(const BertConfig& c, const SafeTensors& tensors,
   for (std::int64_t n = 0; n < c.num_hidden_layers; ++n) {
     const std::string p = "encoder.layer." + std::to_string(n) + ".";
     BertLayerWeights l;
-    l.query_weight = t.get(p + "attention.self.query.weight", {E, E});
-    l.query_bias = t.get(p + "attention.self.query.bias", {E});
-    l.key_weight = t.get(p + "attention.self.key.weight", {E, E});
-    l.key_bias = t.get(p + "attention.self.key.bias", {E});
-    l.value_weight = t.get(p + "attention.self.value.weight", {E, E});
-    l.value_bias = t.get(p + "attention.self.value.bias", {E});
+    l.qkv_weight = Tensor::empty({3 * E, E});
+    l.qkv_bias = Tensor::empty({3 * E});
+    const char* projections[] = {"query", "key", "value"};
+    for (std::int64_t i = 0; i < 3; ++i) {
+      const std::string name = p + "attention.self." + projections[i];
+      l.qkv_weight.slice(0, i * E, (i + 1) * E).copy_from(t.get(name + ".weight", {E, E}));
+      l.qkv_bias.slice(0, i * E, (i + 1) * E).copy_from(t.get(name + ".bias", {E}));
+    }
     l.attention_output_weight = t.get(p + "attention.output.dense.weight", {E, E});
     l.attention_output_bias = t.get(p + "attention.output.dense.bias", {E});
     l.attention_norm_weight = t.get_norm(p + "attention.output.LayerNorm", true, {E});
@@ -249,24 +252,26 @@ BertOutput BertModel::forward(std::span<const std::int64_t> input_ids, std::int6
                      config.layer_norm_eps);  // (B, L, E)
 
   BertOutput out;
+  const nn::LinearActivation gelu = config.gelu == nn::GeluApproximation::none
+                                        ? nn::LinearActivation::gelu_erf
+                                        : nn::LinearActivation::gelu_tanh;
   for (const BertLayerWeights& l : weights.layers) {
-    // (B, L, E) -> (B, H, L, D) views, no copy.
-    auto heads = [&](const Tensor& y) { return y.view({B, L, H, D}).permute({0, 2, 1, 3}); };
-    const Tensor q = nn::linear(x, l.query_weight, l.query_bias);  // (B, L, E)
-    const Tensor k = nn::linear(x, l.key_weight, l.key_bias);      // (B, L, E)
-    const Tensor v = nn::linear(x, l.value_weight, l.value_bias);  // (B, L, E)
-    AttentionResult r = attention(heads(q), heads(k), heads(v), options);  // (B, H, L, D)
+    // One product for q, k and v; (B, L, 3, H, D) -> three (B, H, L, D) strided views,
+    // which the attention kernel reads in place.
+    const Tensor qkv = nn::linear(x, l.qkv_weight, l.qkv_bias).view({B, L, 3, H, D});
+    auto heads = [&](std::int64_t i) { return qkv.select(2, i).permute({0, 2, 1, 3}); };
+    AttentionResult r = attention(heads(0), heads(1), heads(2), options);  // (B, H, L, D)
     if (output_attentions) out.attentions.push_back(r.probs);             // (B, H, L, L)
     const Tensor context = r.out.permute({0, 2, 1, 3}).contiguous().view({B, L, E});
-    Tensor a = nn::linear(context, l.attention_output_weight, l.attention_output_bias);
-    add_inplace(a, x);
-    x = nn::layer_norm(a, {E}, l.attention_norm_weight, l.attention_norm_bias,
+    // x = LayerNorm(x + context·W_oᵀ + b_o), the residual added inside the product.
+    x = nn::layer_norm(nn::linear(context, l.attention_output_weight, l.attention_output_bias,
+                                  {.residual = x}),
+                       {E}, l.attention_norm_weight, l.attention_norm_bias,
                        config.layer_norm_eps);  // (B, L, E)
-    const Tensor h = nn::gelu(nn::linear(x, l.intermediate_weight, l.intermediate_bias),
-                              config.gelu);  // (B, L, F)
-    Tensor f = nn::linear(h, l.output_weight, l.output_bias);  // (B, L, E)
-    add_inplace(f, x);
-    x = nn::layer_norm(f, {E}, l.output_norm_weight, l.output_norm_bias,
+    const Tensor h = nn::linear(x, l.intermediate_weight, l.intermediate_bias,
+                                {.activation = gelu, .residual = {}});  // (B, L, F)
+    x = nn::layer_norm(nn::linear(h, l.output_weight, l.output_bias, {.residual = x}), {E},
+                       l.output_norm_weight, l.output_norm_bias,
                        config.layer_norm_eps);  // (B, L, E)
   }
   out.last_hidden_state = x;

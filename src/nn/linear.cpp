@@ -52,28 +52,56 @@ dnnl::engine& cpu_engine() {
   return engine;
 }
 
-// (M, K, N, bias) -> the matmul primitive. oneDNN has its own primitive cache, but
+// What a linear() primitive computes besides x·Wᵀ: bias, activation, residual.
+struct LinearKind {
+  bool bias = false;
+  LinearActivation activation = LinearActivation::none;
+  bool residual = false;
+  auto operator<=>(const LinearKind&) const = default;
+};
+
+dnnl::algorithm eltwise_algorithm(LinearActivation a) {
+  switch (a) {
+    case LinearActivation::relu: return dnnl::algorithm::eltwise_relu;
+    case LinearActivation::gelu_erf: return dnnl::algorithm::eltwise_gelu_erf;
+    case LinearActivation::gelu_tanh: return dnnl::algorithm::eltwise_gelu_tanh;
+    case LinearActivation::none: break;
+  }
+  throw Error("linear: no eltwise algorithm for LinearActivation::none");
+}
+
+// (M, K, N, kind) -> the matmul primitive. oneDNN has its own primitive cache, but
 // creating the descriptors still costs microseconds per call; this skips that. Bounded:
 // cleared when it grows past kMaxCached shapes (decoding changes M every step otherwise).
 struct MatmulCache {
   static constexpr std::size_t kMaxCached = 64;
+  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, LinearKind>;
   std::mutex mutex;
-  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, bool>, dnnl::matmul> primitives;
+  std::map<Key, dnnl::matmul> primitives;
 
-  dnnl::matmul get(std::int64_t M, std::int64_t K, std::int64_t N, bool has_bias) {
+  dnnl::matmul get(std::int64_t M, std::int64_t K, std::int64_t N, const LinearKind& kind) {
     std::lock_guard<std::mutex> lock(mutex);
-    const auto key = std::make_tuple(M, K, N, has_bias);
+    const Key key{M, K, N, kind};
     auto it = primitives.find(key);
     if (it != primitives.end()) return it->second;
     using dt = dnnl::memory::data_type;
     const dnnl::memory::desc src({M, K}, dt::f32, dnnl::memory::dims{K, 1});
     const dnnl::memory::desc wei({K, N}, dt::f32, dnnl::memory::dims{1, K});  // Wᵀ of (N, K)
     const dnnl::memory::desc dst({M, N}, dt::f32, dnnl::memory::dims{N, 1});
-    const dnnl::memory::desc bia = has_bias
+    const dnnl::memory::desc bia = kind.bias
         ? dnnl::memory::desc({1, N}, dt::f32, dnnl::memory::dims{N, 1})
         : dnnl::memory::desc();
+    // Post-ops run on each output block while it is still in registers or cache: the
+    // activation first (it applies to x·Wᵀ + b), then the residual (binary add of a
+    // (M, N) row-major tensor).
+    dnnl::post_ops ops;
+    if (kind.activation != LinearActivation::none)
+      ops.append_eltwise(1.f, eltwise_algorithm(kind.activation), 0.f, 0.f);
+    if (kind.residual) ops.append_binary(dnnl::algorithm::binary_add, dst);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(ops);
     const dnnl::matmul::desc desc(src, wei, bia, dst);
-    const dnnl::matmul::primitive_desc pd(desc, cpu_engine());
+    const dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
     if (primitives.size() >= kMaxCached) primitives.clear();
     return primitives.emplace(key, dnnl::matmul(pd)).first->second;
   }
@@ -116,6 +144,38 @@ struct GemmCache {
   }
 };
 
+// (rows, N, eps, scale, shift) -> oneDNN's inference layer normalization over the last
+// dimension of a (rows, N) row-major matrix.
+struct LayerNormCache {
+  static constexpr std::size_t kMaxCached = 64;
+  using Key = std::tuple<std::int64_t, std::int64_t, float, bool, bool>;
+  std::mutex mutex;
+  std::map<Key, dnnl::layer_normalization_forward> primitives;
+
+  dnnl::layer_normalization_forward get(std::int64_t rows, std::int64_t N, float eps,
+                                        bool scale, bool shift) {
+    std::lock_guard<std::mutex> lock(mutex);
+    const Key key{rows, N, eps, scale, shift};
+    auto it = primitives.find(key);
+    if (it != primitives.end()) return it->second;
+    const dnnl::memory::desc data({rows, N}, dnnl::memory::data_type::f32,
+                                  dnnl::memory::dims{N, 1});
+    auto flags = dnnl::normalization_flags::none;
+    if (scale) flags |= dnnl::normalization_flags::use_scale;
+    if (shift) flags |= dnnl::normalization_flags::use_shift;
+    const dnnl::layer_normalization_forward::desc desc(dnnl::prop_kind::forward_inference, data,
+                                                       eps, flags);
+    const dnnl::layer_normalization_forward::primitive_desc pd(desc, cpu_engine());
+    if (primitives.size() >= kMaxCached) primitives.clear();
+    return primitives.emplace(key, dnnl::layer_normalization_forward(pd)).first->second;
+  }
+};
+
+LayerNormCache& layer_norm_cache() {
+  static LayerNormCache cache;
+  return cache;
+}
+
 GemmCache& gemm_cache() {
   static GemmCache cache;
   return cache;
@@ -148,6 +208,11 @@ void gemm(float* c, const float* a, const float* b, std::int64_t M, std::int64_t
 }  // namespace detail
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear(x, weight, bias, LinearEpilogue{});
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+              const LinearEpilogue& epilogue) {
   QKV_CHECK(x.defined() && x.dim() >= 1, "linear: x must have rank >= 1");
   QKV_CHECK(weight.defined() && weight.dim() == 2,
             "linear: weight must be (out_features, in_features), got "
@@ -159,33 +224,50 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (bias.defined())
     QKV_CHECK(bias.dim() == 1 && bias.size(0) == N,
               "linear: bias must be (" << N << "), got " << bias.shape_string());
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
+  const Tensor& residual = epilogue.residual;
+  if (residual.defined())
+    QKV_CHECK(residual.shape() == out_shape,
+              "linear: residual must have the output's shape " << shape_to_string(out_shape)
+                                                               << ", got "
+                                                               << residual.shape_string());
   Tensor x2 = detail::contiguous_f32(x, "linear", "x");  // (..., K)
   Tensor w = detail::contiguous_f32(weight, "linear", "weight");  // (N, K)
   Tensor b = bias.defined() ? detail::contiguous_f32(bias, "linear", "bias") : Tensor();  // (N)
+  Tensor r = residual.defined() ? detail::contiguous_f32(residual, "linear", "residual")
+                                : Tensor();  // (..., N)
   const std::int64_t M = K == 0 ? x.numel() : x.numel() / K;  // rows; K == 0 handled below
-  Shape out_shape = x.shape();
-  out_shape.back() = N;
   Tensor out = Tensor::empty(out_shape);  // (..., N)
   if (out.numel() == 0) return out;
   float* po = out.data_as<float>();
-  if (K == 0) {  // an empty sum: y = b
+  if (K == 0) {  // an empty sum: y = act(b) + residual, in the same order as the post-ops
     for (std::int64_t m = 0; m < out.numel() / N; ++m)
       for (std::int64_t n = 0; n < N; ++n) po[m * N + n] = b.defined() ? b.data_as<float>()[n] : 0.f;
-    return out;
+    if (epilogue.activation == LinearActivation::relu) out = relu(out);
+    if (epilogue.activation == LinearActivation::gelu_erf) out = gelu(out);
+    if (epilogue.activation == LinearActivation::gelu_tanh) out = gelu(out, GeluApproximation::tanh);
+    return r.defined() ? detail::add(out, r, "linear") : out;
   }
-  dnnl::matmul prim = matmul_cache().get(M, K, N, b.defined());
+  const LinearKind kind{b.defined(), epilogue.activation, r.defined()};
+  dnnl::matmul prim = matmul_cache().get(M, K, N, kind);
   using dt = dnnl::memory::data_type;
   dnnl::engine& engine = cpu_engine();
-  dnnl::memory src_mem({{M, K}, dt::f32, dnnl::memory::dims{K, 1}}, engine,
-                       const_cast<void*>(x2.data()));
-  dnnl::memory wei_mem({{K, N}, dt::f32, dnnl::memory::dims{1, K}}, engine,
-                       const_cast<void*>(w.data()));
-  dnnl::memory dst_mem({{M, N}, dt::f32, dnnl::memory::dims{N, 1}}, engine, po);
+  const dnnl::memory::desc rows({M, N}, dt::f32, dnnl::memory::dims{N, 1});
   std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, wei_mem}, {DNNL_ARG_DST, dst_mem}};
+      {DNNL_ARG_SRC, dnnl::memory({{M, K}, dt::f32, dnnl::memory::dims{K, 1}}, engine,
+                                  const_cast<void*>(x2.data()))},
+      {DNNL_ARG_WEIGHTS, dnnl::memory({{K, N}, dt::f32, dnnl::memory::dims{1, K}}, engine,
+                                      const_cast<void*>(w.data()))},
+      {DNNL_ARG_DST, dnnl::memory(rows, engine, po)}};
   if (b.defined())
     args.emplace(DNNL_ARG_BIAS, dnnl::memory({{1, N}, dt::f32, dnnl::memory::dims{N, 1}}, engine,
                                              const_cast<void*>(b.data())));
+  if (r.defined()) {  // the residual is the last post-op
+    const int index = epilogue.activation == LinearActivation::none ? 0 : 1;
+    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1,
+                 dnnl::memory(rows, engine, const_cast<void*>(r.data())));
+  }
   dnnl::stream stream(engine);
   prim.execute(stream, args);
   stream.wait();
@@ -217,27 +299,22 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized, const Tensor& weight
   Tensor out = Tensor::empty(x.shape());  // (..., N)
   if (out.numel() == 0) return out;
   const std::int64_t rows = out.numel() / N;
-  const float* px = xc.data_as<float>();
-  float* po = out.data_as<float>();
-  const float* pw = w.defined() ? w.data_as<float>() : nullptr;
-  const float* pb = b.defined() ? b.data_as<float>() : nullptr;
-#pragma omp parallel for schedule(static) num_threads(num_threads())
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* xr = px + r * N;
-    double mean = 0;
-    for (std::int64_t i = 0; i < N; ++i) mean += xr[i];
-    mean /= static_cast<double>(N);
-    double var = 0;  // biased, as torch
-    for (std::int64_t i = 0; i < N; ++i) var += (xr[i] - mean) * (xr[i] - mean);
-    var /= static_cast<double>(N);
-    const double inv = 1.0 / std::sqrt(var + eps);
-    for (std::int64_t i = 0; i < N; ++i) {
-      double y = (xr[i] - mean) * inv;
-      if (pw) y *= pw[i];
-      if (pb) y += pb[i];
-      po[r * N + i] = static_cast<float>(y);
-    }
-  }
+  dnnl::layer_normalization_forward prim =
+      layer_norm_cache().get(rows, N, static_cast<float>(eps), w.defined(), b.defined());
+  using dt = dnnl::memory::data_type;
+  dnnl::engine& engine = cpu_engine();
+  const dnnl::memory::desc data({rows, N}, dt::f32, dnnl::memory::dims{N, 1});
+  const dnnl::memory::desc param({N}, dt::f32, dnnl::memory::dims{1});
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, dnnl::memory(data, engine, const_cast<void*>(xc.data()))},
+      {DNNL_ARG_DST, dnnl::memory(data, engine, out.data())}};
+  if (w.defined())
+    args.emplace(DNNL_ARG_SCALE, dnnl::memory(param, engine, const_cast<void*>(w.data())));
+  if (b.defined())
+    args.emplace(DNNL_ARG_SHIFT, dnnl::memory(param, engine, const_cast<void*>(b.data())));
+  dnnl::stream stream(engine);
+  prim.execute(stream, args);
+  stream.wait();
   return out;
 }
 

@@ -118,6 +118,59 @@ TEST(NnLinear, StridedBatchedInputAndEdges) {
   }
 }
 
+// linear(x, W, b, {activation, residual}): oneDNN's post-ops against act(naive) + residual.
+TEST(NnLinear, FusedEpilogueMatchesNaive) {
+  using Act = nn::LinearActivation;
+  const auto activate = [](Act a, double v) {
+    switch (a) {
+      case Act::relu: return v > 0 ? v : 0.0;
+      case Act::gelu_erf: return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+      case Act::gelu_tanh:
+        return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+      case Act::none: break;
+    }
+    return v;
+  };
+  for (auto [M, K, N] : std::vector<std::array<std::int64_t, 3>>{
+           {1, 1, 1}, {17, 64, 33}, {128, 129, 65}, {3, 0, 5}}) {
+    for (Act act : {Act::none, Act::relu, Act::gelu_erf, Act::gelu_tanh}) {
+      for (bool with_residual : {false, true}) {
+        nn::Linear lin(K, N, true, 7);
+        Tensor x = randn({M, K}, 11);                                         // (M, K)
+        Tensor residual = randn({N, M}, 12).transpose(0, 1);                 // (M, N) strided
+        nn::LinearEpilogue epilogue{act, with_residual ? residual : Tensor()};
+        Tensor y = nn::linear(x, lin.weight, lin.bias, epilogue);           // (M, N)
+        ASSERT_EQ(y.shape(), (Shape{M, N}));
+        std::vector<double> pre, mag;
+        naive_linear(x.to_vector(), lin.weight.to_vector(), lin.bias.to_vector(), M, K, N, pre,
+                     mag);
+        const std::vector<float> r = residual.to_vector();
+        std::vector<double> want(pre.size()), tol(pre.size());
+        for (std::size_t i = 0; i < pre.size(); ++i) {
+          const double a = activate(act, pre[i]);
+          want[i] = a + (with_residual ? r[i] : 0.0);
+          // The product's bound (as above) through an activation of slope ≤ 1.13; the
+          // activation itself (oneDNN's erf/tanh polynomials) within 8u of |a| + |pre|;
+          // the residual add rounds once more.
+          tol[i] = 1.13 * 2.0 * (K + 1) * kU * mag[i] + 8 * kU * (std::abs(a) + std::abs(pre[i])) +
+                   2 * kU * std::abs(want[i]) + 1e-30;
+        }
+        expect_close(y.to_vector(), want, tol,
+                     "linear epilogue M=" + std::to_string(M) + " K=" + std::to_string(K) +
+                         " act=" + std::to_string(static_cast<int>(act)) +
+                         " residual=" + std::to_string(with_residual));
+      }
+    }
+  }
+  nn::Linear lin(4, 3, true, 1);
+  try {
+    nn::linear(Tensor::zeros({2, 4}), lin.weight, lin.bias, {.residual = Tensor::zeros({3, 2})});
+    FAIL() << "no throw";
+  } catch (const qkv::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("residual"), std::string::npos) << e.what();
+  }
+}
+
 TEST(NnEmbedding, GathersRowsAndChecksRange) {
   nn::Embedding emb(10, 4, 1);
   std::vector<std::int64_t> ids{3, 0, 9, 3, 7, 1};
@@ -144,19 +197,24 @@ TEST(NnLayerNorm, MatchesNaive) {
     Tensor x = randn({3, 5, N}, 9, 3.0);  // (3, 5, N)
     Tensor y = ln.forward(x);
     std::vector<float> xv = x.to_vector(), w = ln.weight.to_vector(), b = ln.bias.to_vector();
-    std::vector<double> want(xv.size());
+    std::vector<double> want(xv.size()), tol(xv.size());
     for (std::size_t r = 0; r < xv.size() / N; ++r) {
-      double mean = 0, var = 0;
+      double mean = 0, var = 0, largest = 0;
       for (std::int64_t i = 0; i < N; ++i) mean += xv[r * N + i];
       mean /= N;
       for (std::int64_t i = 0; i < N; ++i) var += (xv[r * N + i] - mean) * (xv[r * N + i] - mean);
       var /= N;
-      for (std::int64_t i = 0; i < N; ++i)
-        want[r * N + i] = (xv[r * N + i] - mean) / std::sqrt(var + 1e-5) * w[i] + b[i];
+      for (std::int64_t i = 0; i < N; ++i) largest = std::max(largest, std::abs(1.0 * xv[r * N + i]));
+      const double inv = 1 / std::sqrt(var + 1e-5);
+      for (std::int64_t i = 0; i < N; ++i) {
+        const std::size_t at = r * N + i;
+        want[at] = (xv[at] - mean) * inv * w[i] + b[i];
+        // f32 statistics (oneDNN): the mean is off by ≤ N·u·max|x|, 1/σ relatively by
+        // ≤ (N + 4)·u (sum of squares, sqrt, division), then the affine step rounds twice.
+        tol[at] = 2 * (N + 4) * kU * std::abs(w[i]) * (std::abs(xv[at] - mean) + largest) * inv +
+                  2 * kU * (std::abs(want[at]) + std::abs(b[i]));
+      }
     }
-    // Computed in double and rounded once: u·|y| (plus 1e-12 for the double sums).
-    std::vector<double> tol(want.size());
-    for (std::size_t i = 0; i < tol.size(); ++i) tol[i] = 2 * kU * std::abs(want[i]) + 1e-12;
     expect_close(y.to_vector(), want, tol, "LayerNorm N=" + std::to_string(N));
   }
   // No affine parameters; a multi-dimensional normalized shape.
