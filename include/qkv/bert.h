@@ -88,8 +88,10 @@ struct BertOutput {
 
 class BertModel {
  public:
-  BertConfig config;
-  BertWeights weights;
+  // Read-only after construction: the constructor packs the layer products' weights
+  // (nn::PackedWeight) from them, and forward() runs on those packed copies.
+  const BertConfig config;
+  const BertWeights weights;
 
   BertModel(BertConfig config, BertWeights weights);
   // dir/config.json + dir/model.safetensors (or its shards).
@@ -105,6 +107,12 @@ class BertModel {
                      std::int64_t length, std::span<const std::int64_t> token_type_ids = {},
                      std::span<const std::int64_t> attention_mask = {},
                      bool output_attentions = false) const;
+
+ private:
+  struct PackedLayer {
+    nn::PackedWeight qkv, attention_output, intermediate, output;
+  };
+  std::vector<PackedLayer> packed_;  // one per layer, from weights.layers
 };
 
 }  // namespace qkv::models

@@ -83,9 +83,12 @@ struct Gpt2State {
 
 class Gpt2Model {
  public:
-  Gpt2Config config;
-  Gpt2Weights weights;
+  // Read-only after construction: the constructor packs the products' weights
+  // (nn::PackedWeight, the LM head included), and forward() runs on those packed copies.
+  const Gpt2Config config;
+  const Gpt2Weights weights;
 
+  Gpt2Model(Gpt2Config config, Gpt2Weights weights);
   // dir/config.json + dir/model.safetensors (or its shards).
   static Gpt2Model load(const std::string& dir);
   static Gpt2Model from_safetensors(const Gpt2Config& config, const SafeTensors& tensors);
@@ -103,6 +106,17 @@ class Gpt2Model {
   // the reference attention path, as nn::MultiheadAttention's need_weights).
   Tensor forward_full(std::span<const std::int64_t> ids,
                       std::vector<Tensor>* attentions = nullptr) const;
+
+ private:
+  struct PackedBlock {
+    nn::PackedWeight c_attn, c_proj, c_fc, mlp_proj;
+  };
+  std::vector<PackedBlock> packed_;  // one per block, from weights.h
+  nn::PackedWeight lm_head_;         // wte (V, E)
+
+  // Block i on x (1, T, E) -> (1, T, E). With a cache, the T tokens' keys and values are
+  // appended to it and the queries attend over its whole prefix; without, causally over x.
+  Tensor block(std::size_t i, const Tensor& x, nn::KVCache* cache) const;
 };
 
 struct SamplingOptions {

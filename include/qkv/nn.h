@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -48,6 +49,28 @@ struct LinearEpilogue {
 };
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
               const LinearEpilogue& epilogue);
+
+// A linear weight (out, in) reordered once into the blocked layout oneDNN's matmul reads
+// fastest. With a plain (out, in) weight the matmul re-packs W on every call; decoding one
+// row against all of W then reads W twice and writes it once. An owned copy, immutable:
+// changing the tensor it was made from does not change it. Models pack their weights at
+// load (BertModel, Gpt2Model); training keeps plain tensors.
+class PackedWeight {
+ public:
+  struct Impl;
+  PackedWeight() = default;
+  explicit PackedWeight(const Tensor& weight);  // (out, in), any floating dtype and strides
+  bool defined() const { return impl_ != nullptr; }
+  std::int64_t out_features() const;
+  std::int64_t in_features() const;
+  const Impl& impl() const;
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+// linear() with a packed weight: the same result as with the tensor it was made from.
+Tensor linear(const Tensor& x, const PackedWeight& weight, const Tensor& bias = {},
+              const LinearEpilogue& epilogue = {});
 
 // Over the trailing `normalized` dimensions (torch.nn.functional.layer_norm), through
 // oneDNN's layer normalization (f32, biased variance, as torch).

@@ -158,6 +158,9 @@ BertModel::BertModel(BertConfig config_, BertWeights weights_)
   QKV_CHECK(static_cast<std::int64_t>(weights.layers.size()) == config.num_hidden_layers,
             "BertModel: weights have " << weights.layers.size() << " layers, config "
                                        << config.num_hidden_layers);
+  for (const BertLayerWeights& l : weights.layers)
+    packed_.push_back({nn::PackedWeight(l.qkv_weight), nn::PackedWeight(l.attention_output_weight),
+                       nn::PackedWeight(l.intermediate_weight), nn::PackedWeight(l.output_weight)});
 }
 
 BertModel BertModel::load(const std::string& dir) {
@@ -255,22 +258,24 @@ BertOutput BertModel::forward(std::span<const std::int64_t> input_ids, std::int6
   const nn::LinearActivation gelu = config.gelu == nn::GeluApproximation::none
                                         ? nn::LinearActivation::gelu_erf
                                         : nn::LinearActivation::gelu_tanh;
-  for (const BertLayerWeights& l : weights.layers) {
+  for (std::size_t n = 0; n < weights.layers.size(); ++n) {
+    const BertLayerWeights& l = weights.layers[n];
+    const PackedLayer& packed = packed_[n];
     // One product for q, k and v; (B, L, 3, H, D) -> three (B, H, L, D) strided views,
     // which the attention kernel reads in place.
-    const Tensor qkv = nn::linear(x, l.qkv_weight, l.qkv_bias).view({B, L, 3, H, D});
+    const Tensor qkv = nn::linear(x, packed.qkv, l.qkv_bias).view({B, L, 3, H, D});
     auto heads = [&](std::int64_t i) { return qkv.select(2, i).permute({0, 2, 1, 3}); };
     AttentionResult r = attention(heads(0), heads(1), heads(2), options);  // (B, H, L, D)
     if (output_attentions) out.attentions.push_back(r.probs);             // (B, H, L, L)
     const Tensor context = r.out.permute({0, 2, 1, 3}).contiguous().view({B, L, E});
     // x = LayerNorm(x + context·W_oᵀ + b_o), the residual added inside the product.
-    x = nn::layer_norm(nn::linear(context, l.attention_output_weight, l.attention_output_bias,
+    x = nn::layer_norm(nn::linear(context, packed.attention_output, l.attention_output_bias,
                                   {.residual = x}),
                        {E}, l.attention_norm_weight, l.attention_norm_bias,
                        config.layer_norm_eps);  // (B, L, E)
-    const Tensor h = nn::linear(x, l.intermediate_weight, l.intermediate_bias,
+    const Tensor h = nn::linear(x, packed.intermediate, l.intermediate_bias,
                                 {.activation = gelu, .residual = {}});  // (B, L, F)
-    x = nn::layer_norm(nn::linear(h, l.output_weight, l.output_bias, {.residual = x}), {E},
+    x = nn::layer_norm(nn::linear(h, packed.output, l.output_bias, {.residual = x}), {E},
                        l.output_norm_weight, l.output_norm_bias,
                        config.layer_norm_eps);  // (B, L, E)
   }

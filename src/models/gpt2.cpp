@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "qkv/attention.h"
 #include "qkv/error.h"
 
 namespace qkv::models {
@@ -134,9 +135,7 @@ Gpt2Model Gpt2Model::from_safetensors(const Gpt2Config& config, const SafeTensor
   const Loader l(tensors);
   const std::int64_t V = config.vocab_size, P = config.n_positions, E = config.n_embd;
   const std::int64_t F = config.inner();
-  Gpt2Model m;
-  m.config = config;
-  Gpt2Weights& w = m.weights;
+  Gpt2Weights w;
   w.wte.weight = l.get("wte.weight", {V, E});
   w.wpe.weight = l.get("wpe.weight", {P, E});
   w.h.resize(static_cast<std::size_t>(config.n_layer));
@@ -172,7 +171,49 @@ Gpt2Model Gpt2Model::from_safetensors(const Gpt2Config& config, const SafeTensor
                          wte.data_as<float>()),
               "gpt2: lm_head.weight differs from wte.weight; only a tied LM head is supported");
   }
-  return m;
+  return Gpt2Model(config, std::move(w));
+}
+
+Gpt2Model::Gpt2Model(Gpt2Config config_, Gpt2Weights weights_)
+    : config(std::move(config_)), weights(std::move(weights_)) {
+  QKV_CHECK(static_cast<std::int64_t>(weights.h.size()) == config.n_layer,
+            "Gpt2Model: weights have " << weights.h.size() << " blocks, config n_layer "
+                                       << config.n_layer);
+  for (const Gpt2Block& b : weights.h)
+    packed_.push_back({nn::PackedWeight(b.attn.in_proj_weight),
+                       nn::PackedWeight(b.attn.out_proj.weight), nn::PackedWeight(b.c_fc.weight),
+                       nn::PackedWeight(b.mlp_proj.weight)});
+  lm_head_ = nn::PackedWeight(weights.wte.weight);
+}
+
+Tensor Gpt2Model::block(std::size_t i, const Tensor& x, nn::KVCache* cache) const {
+  const Gpt2Block& b = weights.h[i];
+  const PackedBlock& packed = packed_[i];
+  const std::int64_t T = x.size(1), E = config.n_embd, H = config.n_head, D = E / H;
+  // q, k, v from one product: (1, T, 3, H, D) -> three (1, H, T, D) strided views.
+  const Tensor qkv =
+      nn::linear(b.ln_1.forward(x), packed.c_attn, b.attn.in_proj_bias).view({1, T, 3, H, D});
+  auto heads = [&](std::int64_t j) { return qkv.select(2, j).permute({0, 2, 1, 3}); };
+  AttentionOptions options;
+  options.causal = true;
+  Tensor context;  // (1, H, T, D)
+  if (cache != nullptr) {
+    cache->append(heads(1), heads(2));
+    options.alignment = Alignment::bottom_right;  // the T new queries are the last positions
+    context = scaled_dot_product_attention(heads(0), cache->keys(), cache->values(), options);
+  } else {
+    context = scaled_dot_product_attention(heads(0), heads(1), heads(2), options);
+  }
+  const Tensor merged = context.permute({0, 2, 1, 3}).contiguous().view({1, T, E});
+  // x + c_proj(merged), then x + mlp_proj(gelu(c_fc(ln_2(x)))): bias, GELU and the
+  // residual inside the products.
+  const Tensor y = nn::linear(merged, packed.c_proj, b.attn.out_proj.bias, {.residual = x});
+  const nn::LinearActivation gelu = config.activation == nn::GeluApproximation::tanh
+                                        ? nn::LinearActivation::gelu_tanh
+                                        : nn::LinearActivation::gelu_erf;
+  const Tensor h = nn::linear(b.ln_2.forward(y), packed.c_fc, b.c_fc.bias,
+                              {.activation = gelu, .residual = {}});  // (1, T, F)
+  return nn::linear(h, packed.mlp_proj, b.mlp_proj.bias, {.residual = y});  // (1, T, E)
 }
 
 Gpt2State Gpt2Model::make_state() const {
@@ -197,14 +238,9 @@ Tensor Gpt2Model::forward(std::span<const std::int64_t> ids, Gpt2State& state) c
               "Gpt2Model::forward: token id " << id << " is outside [0, " << config.vocab_size << ")");
   Tensor x = weights.wte.forward(ids, {1, T});  // (1, T, E)
   add_inplace(x, weights.wpe.weight.slice(0, offset, offset + T).unsqueeze(0));
-  for (std::size_t i = 0; i < weights.h.size(); ++i) {
-    const Gpt2Block& b = weights.h[i];
-    add_inplace(x, b.attn.forward_incremental(b.ln_1.forward(x), state.caches[i]));
-    add_inplace(x, b.mlp_proj.forward(nn::gelu(b.c_fc.forward(b.ln_2.forward(x)),
-                                               config.activation)));
-  }
+  for (std::size_t i = 0; i < weights.h.size(); ++i) x = block(i, x, &state.caches[i]);
   const Tensor last = weights.ln_f.forward(x.slice(1, T - 1, T));  // (1, 1, E)
-  return nn::linear(last, weights.wte.weight).view({config.vocab_size});  // (V)
+  return nn::linear(last, lm_head_).view({config.vocab_size});  // (V)
 }
 
 Tensor Gpt2Model::forward_full(std::span<const std::int64_t> ids,
@@ -219,21 +255,25 @@ Tensor Gpt2Model::forward_full(std::span<const std::int64_t> ids,
                                                    << config.vocab_size << ")");
   Tensor x = weights.wte.forward(ids, {1, L});  // (1, L, E)
   add_inplace(x, weights.wpe.weight.slice(0, 0, L).unsqueeze(0));
+  if (attentions == nullptr) {
+    for (std::size_t i = 0; i < weights.h.size(); ++i) x = block(i, x, nullptr);
+    return nn::linear(weights.ln_f.forward(x), lm_head_).view({L, config.vocab_size});  // (L, V)
+  }
+  // With the probabilities, attention goes through nn::MultiheadAttention, whose
+  // need_weights takes the reference path.
+  attentions->clear();
   nn::AttentionMasks causal;
   causal.is_causal = true;
-  if (attentions != nullptr) attentions->clear();
   for (const auto& b : weights.h) {
     const Tensor a = b.ln_1.forward(x);  // (1, L, E)
-    nn::MultiheadAttentionOutput o =
-        b.attn.forward(a, a, a, causal, /*need_weights=*/attentions != nullptr,
-                       /*average_attn_weights=*/false);
+    nn::MultiheadAttentionOutput o = b.attn.forward(a, a, a, causal, /*need_weights=*/true,
+                                                    /*average_attn_weights=*/false);
     add_inplace(x, o.out);
-    if (attentions != nullptr) attentions->push_back(std::move(o.weights));  // (1, H, L, L)
+    attentions->push_back(std::move(o.weights));  // (1, H, L, L)
     add_inplace(x, b.mlp_proj.forward(nn::gelu(b.c_fc.forward(b.ln_2.forward(x)),
                                                config.activation)));
   }
-  return nn::linear(weights.ln_f.forward(x), weights.wte.weight)
-      .view({L, config.vocab_size});  // (L, V)
+  return nn::linear(weights.ln_f.forward(x), lm_head_).view({L, config.vocab_size});  // (L, V)
 }
 
 void validate(const SamplingOptions& o) {

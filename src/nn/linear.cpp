@@ -70,23 +70,33 @@ dnnl::algorithm eltwise_algorithm(LinearActivation a) {
   throw Error("linear: no eltwise algorithm for LinearActivation::none");
 }
 
-// (M, K, N, kind) -> the matmul primitive. oneDNN has its own primitive cache, but
+// A matmul primitive and the weights layout it reads.
+struct Matmul {
+  dnnl::matmul primitive;
+  dnnl::memory::desc weights;
+};
+
+// (M, K, N, kind, packed) -> the matmul primitive. oneDNN has its own primitive cache, but
 // creating the descriptors still costs microseconds per call; this skips that. Bounded:
 // cleared when it grows past kMaxCached shapes (decoding changes M every step otherwise).
+// packed: the weights layout is oneDNN's choice (format any), else plain (N, K) rows.
 struct MatmulCache {
   static constexpr std::size_t kMaxCached = 64;
-  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, LinearKind>;
+  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, LinearKind, bool>;
   std::mutex mutex;
-  std::map<Key, dnnl::matmul> primitives;
+  std::map<Key, Matmul> primitives;
 
-  dnnl::matmul get(std::int64_t M, std::int64_t K, std::int64_t N, const LinearKind& kind) {
+  Matmul get(std::int64_t M, std::int64_t K, std::int64_t N, const LinearKind& kind,
+             bool packed) {
     std::lock_guard<std::mutex> lock(mutex);
-    const Key key{M, K, N, kind};
+    const Key key{M, K, N, kind, packed};
     auto it = primitives.find(key);
     if (it != primitives.end()) return it->second;
     using dt = dnnl::memory::data_type;
     const dnnl::memory::desc src({M, K}, dt::f32, dnnl::memory::dims{K, 1});
-    const dnnl::memory::desc wei({K, N}, dt::f32, dnnl::memory::dims{1, K});  // Wᵀ of (N, K)
+    const dnnl::memory::desc wei =
+        packed ? dnnl::memory::desc({K, N}, dt::f32, dnnl::memory::format_tag::any)
+               : dnnl::memory::desc({K, N}, dt::f32, dnnl::memory::dims{1, K});  // Wᵀ of (N, K)
     const dnnl::memory::desc dst({M, N}, dt::f32, dnnl::memory::dims{N, 1});
     const dnnl::memory::desc bia = kind.bias
         ? dnnl::memory::desc({1, N}, dt::f32, dnnl::memory::dims{N, 1})
@@ -103,7 +113,7 @@ struct MatmulCache {
     const dnnl::matmul::desc desc(src, wei, bia, dst);
     const dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
     if (primitives.size() >= kMaxCached) primitives.clear();
-    return primitives.emplace(key, dnnl::matmul(pd)).first->second;
+    return primitives.emplace(key, Matmul{dnnl::matmul(pd), pd.weights_desc()}).first->second;
   }
 };
 
@@ -207,20 +217,54 @@ void gemm(float* c, const float* a, const float* b, std::int64_t M, std::int64_t
 
 }  // namespace detail
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  return linear(x, weight, bias, LinearEpilogue{});
+struct PackedWeight::Impl {
+  std::int64_t out_features = 0, in_features = 0;  // N, K
+  dnnl::memory::desc layout;                        // oneDNN's blocked (K, N)
+  dnnl::memory packed;                              // owns the reordered copy
+};
+
+PackedWeight::PackedWeight(const Tensor& weight) {
+  QKV_CHECK(weight.defined() && weight.dim() == 2,
+            "PackedWeight: weight must be (out_features, in_features), got "
+                << (weight.defined() ? weight.shape_string() : std::string("undefined")));
+  auto impl = std::make_shared<Impl>();
+  impl->out_features = weight.size(0);
+  impl->in_features = weight.size(1);
+  const Tensor w = detail::contiguous_f32(weight, "PackedWeight", "weight");  // (N, K)
+  const std::int64_t N = impl->out_features, K = impl->in_features;
+  if (N > 0 && K > 0) {
+    // The layout oneDNN picks does not depend on M for its brgemm kernels (checked for
+    // M = 1 ... 4096); linear() re-lays the copy out per call should a shape want another.
+    impl->layout = matmul_cache().get(1, K, N, LinearKind{}, /*packed=*/true).weights;
+    impl->packed = dnnl::memory(impl->layout, cpu_engine());
+    dnnl::memory plain({{K, N}, dnnl::memory::data_type::f32, dnnl::memory::dims{1, K}},
+                       cpu_engine(), const_cast<void*>(w.data()));
+    dnnl::stream stream(cpu_engine());
+    dnnl::reorder(plain, impl->packed).execute(stream, plain, impl->packed);
+    stream.wait();
+  }
+  impl_ = std::move(impl);
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
-              const LinearEpilogue& epilogue) {
+std::int64_t PackedWeight::out_features() const { return impl().out_features; }
+std::int64_t PackedWeight::in_features() const { return impl().in_features; }
+
+const PackedWeight::Impl& PackedWeight::impl() const {
+  QKV_CHECK(impl_ != nullptr, "PackedWeight: undefined (default-constructed)");
+  return *impl_;
+}
+
+namespace {
+
+// y = act(x·Wᵀ + b) + residual, W (N, K_w) as plain rows `weight` (contiguous f32) or
+// packed (then `weight` is undefined).
+Tensor run_linear(const Tensor& x, std::int64_t N, std::int64_t K_w, const Tensor& weight,
+                  const PackedWeight::Impl* packed, const Tensor& bias,
+                  const LinearEpilogue& epilogue) {
   QKV_CHECK(x.defined() && x.dim() >= 1, "linear: x must have rank >= 1");
-  QKV_CHECK(weight.defined() && weight.dim() == 2,
-            "linear: weight must be (out_features, in_features), got "
-                << (weight.defined() ? weight.shape_string() : std::string("undefined")));
   const std::int64_t K = x.size(-1);
-  const std::int64_t N = weight.size(0);
-  QKV_CHECK(weight.size(1) == K, "linear: weight.size(1) (in_features) must equal x.size(-1) = "
-                                     << K << ", got weight " << weight.shape_string());
+  QKV_CHECK(K_w == K, "linear: the weight's in_features must equal x.size(-1) = "
+                          << K << ", got weight (" << N << ", " << K_w << ")");
   if (bias.defined())
     QKV_CHECK(bias.dim() == 1 && bias.size(0) == N,
               "linear: bias must be (" << N << "), got " << bias.shape_string());
@@ -233,7 +277,6 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                                                << ", got "
                                                                << residual.shape_string());
   Tensor x2 = detail::contiguous_f32(x, "linear", "x");  // (..., K)
-  Tensor w = detail::contiguous_f32(weight, "linear", "weight");  // (N, K)
   Tensor b = bias.defined() ? detail::contiguous_f32(bias, "linear", "bias") : Tensor();  // (N)
   Tensor r = residual.defined() ? detail::contiguous_f32(residual, "linear", "residual")
                                 : Tensor();  // (..., N)
@@ -250,15 +293,27 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
     return r.defined() ? detail::add(out, r, "linear") : out;
   }
   const LinearKind kind{b.defined(), epilogue.activation, r.defined()};
-  dnnl::matmul prim = matmul_cache().get(M, K, N, kind);
+  Matmul mm = matmul_cache().get(M, K, N, kind, packed != nullptr);
   using dt = dnnl::memory::data_type;
   dnnl::engine& engine = cpu_engine();
+  dnnl::memory weights;
+  if (packed == nullptr) {
+    weights = dnnl::memory({{K, N}, dt::f32, dnnl::memory::dims{1, K}}, engine,
+                           const_cast<void*>(weight.data()));
+  } else if (mm.weights == packed->layout) {
+    weights = packed->packed;
+  } else {  // this shape wants another layout: re-lay the packed copy out for this call
+    dnnl::memory from = packed->packed;  // a handle (oneDNN's execute takes non-const)
+    weights = dnnl::memory(mm.weights, engine);
+    dnnl::stream stream(engine);
+    dnnl::reorder(from, weights).execute(stream, from, weights);
+    stream.wait();
+  }
   const dnnl::memory::desc rows({M, N}, dt::f32, dnnl::memory::dims{N, 1});
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, dnnl::memory({{M, K}, dt::f32, dnnl::memory::dims{K, 1}}, engine,
                                   const_cast<void*>(x2.data()))},
-      {DNNL_ARG_WEIGHTS, dnnl::memory({{K, N}, dt::f32, dnnl::memory::dims{1, K}}, engine,
-                                      const_cast<void*>(w.data()))},
+      {DNNL_ARG_WEIGHTS, weights},
       {DNNL_ARG_DST, dnnl::memory(rows, engine, po)}};
   if (b.defined())
     args.emplace(DNNL_ARG_BIAS, dnnl::memory({{1, N}, dt::f32, dnnl::memory::dims{N, 1}}, engine,
@@ -269,9 +324,30 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
                  dnnl::memory(rows, engine, const_cast<void*>(r.data())));
   }
   dnnl::stream stream(engine);
-  prim.execute(stream, args);
+  mm.primitive.execute(stream, args);
   stream.wait();
   return out;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear(x, weight, bias, LinearEpilogue{});
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+              const LinearEpilogue& epilogue) {
+  QKV_CHECK(weight.defined() && weight.dim() == 2,
+            "linear: weight must be (out_features, in_features), got "
+                << (weight.defined() ? weight.shape_string() : std::string("undefined")));
+  const Tensor w = detail::contiguous_f32(weight, "linear", "weight");  // (N, K)
+  return run_linear(x, w.size(0), w.size(1), w, nullptr, bias, epilogue);
+}
+
+Tensor linear(const Tensor& x, const PackedWeight& weight, const Tensor& bias,
+              const LinearEpilogue& epilogue) {
+  const PackedWeight::Impl& impl = weight.impl();
+  return run_linear(x, impl.out_features, impl.in_features, Tensor(), &impl, bias, epilogue);
 }
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized, const Tensor& weight,

@@ -171,6 +171,46 @@ TEST(NnLinear, FusedEpilogueMatchesNaive) {
   }
 }
 
+// A packed weight gives what its plain tensor gives (M = 1 is the decoding case), keeps
+// its own copy, and names its problems.
+TEST(NnLinear, PackedWeightMatchesNaive) {
+  for (auto [M, K, N] : std::vector<std::array<std::int64_t, 3>>{
+           {1, 1, 1}, {1, 64, 33}, {1, 300, 70}, {17, 64, 33}, {128, 129, 65}, {2, 0, 3}}) {
+    nn::Linear lin(K, N, true, 7);
+    const nn::PackedWeight packed(lin.weight.transpose(0, 1).contiguous().transpose(0, 1));
+    EXPECT_EQ(packed.out_features(), N);
+    EXPECT_EQ(packed.in_features(), K);
+    Tensor x = randn({M, K}, 11);  // (M, K)
+    for (nn::LinearActivation act : {nn::LinearActivation::none, nn::LinearActivation::relu}) {
+      Tensor residual = randn({M, N}, 13);
+      nn::LinearEpilogue epilogue{act, act == nn::LinearActivation::relu ? residual : Tensor()};
+      Tensor y = nn::linear(x, packed, lin.bias, epilogue);  // (M, N)
+      std::vector<double> want, mag;
+      naive_linear(x.to_vector(), lin.weight.to_vector(), lin.bias.to_vector(), M, K, N, want,
+                   mag);
+      const std::vector<float> r = residual.to_vector();
+      std::vector<double> tol(want.size());
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        if (act == nn::LinearActivation::relu) want[i] = std::max(want[i], 0.0) + r[i];
+        tol[i] = 2.0 * (K + 1) * kU * mag[i] + 2 * kU * std::abs(want[i]) + 1e-30;
+      }
+      expect_close(y.to_vector(), want, tol,
+                   "packed M=" + std::to_string(M) + " K=" + std::to_string(K) +
+                       " N=" + std::to_string(N));
+    }
+  }
+  // The packed copy is its own: changing the source afterwards changes nothing.
+  nn::Linear lin(8, 5, false, 3);
+  const nn::PackedWeight packed(lin.weight);
+  Tensor x = randn({2, 8}, 4);
+  const std::vector<float> before = nn::linear(x, packed).to_vector();
+  lin.weight.data_as<float>()[0] += 1.f;
+  EXPECT_EQ(nn::linear(x, packed).to_vector(), before);
+  EXPECT_THROW(nn::linear(randn({2, 7}, 1), packed), qkv::Error);
+  EXPECT_THROW(nn::linear(x, nn::PackedWeight()), qkv::Error);
+  EXPECT_THROW(nn::PackedWeight(Tensor::zeros({3})), qkv::Error);
+}
+
 TEST(NnEmbedding, GathersRowsAndChecksRange) {
   nn::Embedding emb(10, 4, 1);
   std::vector<std::int64_t> ids{3, 0, 9, 3, 7, 1};
