@@ -17,6 +17,9 @@
 //                    then N decode steps of one token each (forward + argmax).
 //                    -> {"ms": the N decode steps, "prefill_ms": x, "ids": [first, N more]}.
 //                    OUT: the prefill's logits (V) as raw float32.
+//   gpt2_bf16 CTX N OUT  the same with the products' weights in bf16
+//                    (Gpt2Model(..., DType::bf16)), loaded from the --gpt2 directory at the
+//                    first such command; {"error": ...} where this CPU has no bf16 matmul.
 //   quit             exits (as does the end of input).
 //
 // A benchmark, not a test: nothing here asserts a time. Errors are answered as
@@ -129,7 +132,7 @@ int main(int argc, char** argv) {
     qkv::retain_freed_memory();
     if (threads > 0) qkv::set_num_threads(threads);
     std::optional<qkv::models::BertModel> bert;
-    std::optional<qkv::models::Gpt2Model> gpt2;
+    std::optional<qkv::models::Gpt2Model> gpt2, gpt2_bf16;
     std::optional<qkv::models::Gpt2State> state;
     if (!bert_dir.empty()) bert.emplace(qkv::models::BertModel::load(bert_dir));
     if (!gpt2_dir.empty()) {
@@ -157,6 +160,10 @@ int main(int argc, char** argv) {
         } else if (command == "gpt2") {
           if (!gpt2) throw std::runtime_error("no --gpt2 model loaded");
           reply = run_gpt2(*gpt2, *state, a, b, out);
+        } else if (command == "gpt2_bf16") {
+          if (gpt2_dir.empty()) throw std::runtime_error("no --gpt2 model loaded");
+          if (!gpt2_bf16) gpt2_bf16.emplace(qkv::models::Gpt2Model::load(gpt2_dir, qkv::DType::bf16));
+          reply = run_gpt2(*gpt2_bf16, *state, a, b, out);
         } else {
           throw std::runtime_error("unknown command '" + command + "'");
         }

@@ -87,11 +87,16 @@ class Gpt2Model {
   // (nn::PackedWeight, the LM head included), and forward() runs on those packed copies.
   const Gpt2Config config;
   const Gpt2Weights weights;
+  // The packed products' dtype: f32 (exact, the default) or bf16 (half the memory traffic
+  // per decoded token; weights and the products' inputs rounded to bf16, see
+  // nn::PackedWeight). Embeddings, LayerNorm, attention and the KV cache stay f32.
+  const DType product_dtype = DType::f32;
 
-  Gpt2Model(Gpt2Config config, Gpt2Weights weights);
+  Gpt2Model(Gpt2Config config, Gpt2Weights weights, DType product_dtype = DType::f32);
   // dir/config.json + dir/model.safetensors (or its shards).
-  static Gpt2Model load(const std::string& dir);
-  static Gpt2Model from_safetensors(const Gpt2Config& config, const SafeTensors& tensors);
+  static Gpt2Model load(const std::string& dir, DType product_dtype = DType::f32);
+  static Gpt2Model from_safetensors(const Gpt2Config& config, const SafeTensors& tensors,
+                                    DType product_dtype = DType::f32);
 
   // Caches for one sequence of up to n_positions tokens, allocated here, once.
   Gpt2State make_state() const;

@@ -55,12 +55,20 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
 // row against all of W then reads W twice and writes it once. An owned copy, immutable:
 // changing the tensor it was made from does not change it. Models pack their weights at
 // load (BertModel, Gpt2Model); training keeps plain tensors.
+//
+// dtype bf16 stores W rounded to bf16 (half the bytes to read, for memory-bound decoding);
+// x is then rounded to bf16 as well, since oneDNN multiplies bf16 by bf16 only, and the
+// products are accumulated and returned in f32. Not exact: about 3 significant digits per
+// factor. Needs oneDNN's bf16 matmul on this CPU (AVX512-BF16 or AMX), else qkv::Error
+// (ErrorKind::type).
 class PackedWeight {
  public:
   struct Impl;
   PackedWeight() = default;
-  explicit PackedWeight(const Tensor& weight);  // (out, in), any floating dtype and strides
+  // weight (out, in), any floating dtype and strides; dtype f32 or bf16.
+  explicit PackedWeight(const Tensor& weight, DType dtype = DType::f32);
   bool defined() const { return impl_ != nullptr; }
+  DType dtype() const;
   std::int64_t out_features() const;
   std::int64_t in_features() const;
   const Impl& impl() const;

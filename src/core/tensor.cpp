@@ -81,6 +81,16 @@ bool overlaps(const Tensor& a, const Tensor& b) {
   return a0 < b1 && b0 < a1;
 }
 
+// n elements of type T (a same-size stand-in for the dtype) from element offset src_at,
+// step src_step, to dst_at, step dst_step.
+template <class T>
+void copy_strided(const std::byte* from, std::int64_t src_at, std::int64_t src_step,
+                  std::byte* to, std::int64_t dst_at, std::int64_t dst_step, std::int64_t n) {
+  const T* s = reinterpret_cast<const T*>(from) + src_at;
+  T* d = reinterpret_cast<T*>(to) + dst_at;
+  for (std::int64_t c = 0; c < n; ++c) d[c * dst_step] = s[c * src_step];
+}
+
 // dst = src for two same-dtype, same-shape, non-overlapping tensors, one row of the last
 // dimension at a time: memcpy where both rows are contiguous (a permuted copy such as
 // (B, H, L, D) -> (B, L, H, D) is then one memcpy per D-row), element by element otherwise.
@@ -101,10 +111,12 @@ void copy_rows(const Tensor& src, Tensor& dst) {
       std::memcpy(to + dst_at * static_cast<std::int64_t>(element),
                   from + src_at * static_cast<std::int64_t>(element),
                   static_cast<std::size_t>(n) * element);
+    } else if (element == 4) {
+      copy_strided<std::uint32_t>(from, src_at, src_step, to, dst_at, dst_step, n);
+    } else if (element == 2) {
+      copy_strided<std::uint16_t>(from, src_at, src_step, to, dst_at, dst_step, n);
     } else {
-      for (std::int64_t c = 0; c < n; ++c)
-        std::memcpy(to + (dst_at + c * dst_step) * static_cast<std::int64_t>(element),
-                    from + (src_at + c * src_step) * static_cast<std::int64_t>(element), element);
+      copy_strided<std::uint8_t>(from, src_at, src_step, to, dst_at, dst_step, n);
     }
     for (std::int64_t d = rank - 2; d >= 0; --d) {  // odometer over the leading dimensions
       if (++index[d] < shape[d]) {

@@ -123,15 +123,16 @@ Gpt2Config Gpt2Config::from_json(const JsonConfig& json) {
   return c;
 }
 
-Gpt2Model Gpt2Model::load(const std::string& dir) {
+Gpt2Model Gpt2Model::load(const std::string& dir, DType product_dtype) {
   const std::filesystem::path config_path = std::filesystem::path(dir) / "config.json";
   QKV_CHECK(std::filesystem::exists(config_path),
             "gpt2: " << config_path.string() << " does not exist");
   const Gpt2Config config = Gpt2Config::from_json(JsonConfig::load(config_path.string()));
-  return from_safetensors(config, SafeTensors::open_model(dir));
+  return from_safetensors(config, SafeTensors::open_model(dir), product_dtype);
 }
 
-Gpt2Model Gpt2Model::from_safetensors(const Gpt2Config& config, const SafeTensors& tensors) {
+Gpt2Model Gpt2Model::from_safetensors(const Gpt2Config& config, const SafeTensors& tensors,
+                                      DType product_dtype) {
   const Loader l(tensors);
   const std::int64_t V = config.vocab_size, P = config.n_positions, E = config.n_embd;
   const std::int64_t F = config.inner();
@@ -171,19 +172,20 @@ Gpt2Model Gpt2Model::from_safetensors(const Gpt2Config& config, const SafeTensor
                          wte.data_as<float>()),
               "gpt2: lm_head.weight differs from wte.weight; only a tied LM head is supported");
   }
-  return Gpt2Model(config, std::move(w));
+  return Gpt2Model(config, std::move(w), product_dtype);
 }
 
-Gpt2Model::Gpt2Model(Gpt2Config config_, Gpt2Weights weights_)
-    : config(std::move(config_)), weights(std::move(weights_)) {
+Gpt2Model::Gpt2Model(Gpt2Config config_, Gpt2Weights weights_, DType product_dtype_)
+    : config(std::move(config_)), weights(std::move(weights_)), product_dtype(product_dtype_) {
   QKV_CHECK(static_cast<std::int64_t>(weights.h.size()) == config.n_layer,
             "Gpt2Model: weights have " << weights.h.size() << " blocks, config n_layer "
                                        << config.n_layer);
+  const DType t = product_dtype;
   for (const Gpt2Block& b : weights.h)
-    packed_.push_back({nn::PackedWeight(b.attn.in_proj_weight),
-                       nn::PackedWeight(b.attn.out_proj.weight), nn::PackedWeight(b.c_fc.weight),
-                       nn::PackedWeight(b.mlp_proj.weight)});
-  lm_head_ = nn::PackedWeight(weights.wte.weight);
+    packed_.push_back({nn::PackedWeight(b.attn.in_proj_weight, t),
+                       nn::PackedWeight(b.attn.out_proj.weight, t),
+                       nn::PackedWeight(b.c_fc.weight, t), nn::PackedWeight(b.mlp_proj.weight, t)});
+  lm_head_ = nn::PackedWeight(weights.wte.weight, t);
 }
 
 Tensor Gpt2Model::block(std::size_t i, const Tensor& x, nn::KVCache* cache) const {

@@ -76,27 +76,37 @@ struct Matmul {
   dnnl::memory::desc weights;
 };
 
-// (M, K, N, kind, packed) -> the matmul primitive. oneDNN has its own primitive cache, but
+// How a product's weights are laid out: plain f32 (N, K) rows, or oneDNN's own blocked
+// layout (format any) in f32 or bf16; with bf16 weights the rows of x go in as bf16 too
+// (oneDNN's matmul takes no f32 × bf16 mix), the output stays f32.
+enum class WeightsKind { plain_f32, packed_f32, packed_bf16 };
+
+WeightsKind weights_kind(DType packed) {
+  return packed == DType::bf16 ? WeightsKind::packed_bf16 : WeightsKind::packed_f32;
+}
+
+// (M, K, N, kind, weights) -> the matmul primitive. oneDNN has its own primitive cache, but
 // creating the descriptors still costs microseconds per call; this skips that. Bounded:
 // cleared when it grows past kMaxCached shapes (decoding changes M every step otherwise).
-// packed: the weights layout is oneDNN's choice (format any), else plain (N, K) rows.
 struct MatmulCache {
   static constexpr std::size_t kMaxCached = 64;
-  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, LinearKind, bool>;
+  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, LinearKind, WeightsKind>;
   std::mutex mutex;
   std::map<Key, Matmul> primitives;
 
   Matmul get(std::int64_t M, std::int64_t K, std::int64_t N, const LinearKind& kind,
-             bool packed) {
+             WeightsKind weights) {
     std::lock_guard<std::mutex> lock(mutex);
-    const Key key{M, K, N, kind, packed};
+    const Key key{M, K, N, kind, weights};
     auto it = primitives.find(key);
     if (it != primitives.end()) return it->second;
     using dt = dnnl::memory::data_type;
-    const dnnl::memory::desc src({M, K}, dt::f32, dnnl::memory::dims{K, 1});
+    const dt in = weights == WeightsKind::packed_bf16 ? dt::bf16 : dt::f32;
+    const dnnl::memory::desc src({M, K}, in, dnnl::memory::dims{K, 1});
     const dnnl::memory::desc wei =
-        packed ? dnnl::memory::desc({K, N}, dt::f32, dnnl::memory::format_tag::any)
-               : dnnl::memory::desc({K, N}, dt::f32, dnnl::memory::dims{1, K});  // Wᵀ of (N, K)
+        weights == WeightsKind::plain_f32
+            ? dnnl::memory::desc({K, N}, dt::f32, dnnl::memory::dims{1, K})  // Wᵀ of (N, K)
+            : dnnl::memory::desc({K, N}, in, dnnl::memory::format_tag::any);
     const dnnl::memory::desc dst({M, N}, dt::f32, dnnl::memory::dims{N, 1});
     const dnnl::memory::desc bia = kind.bias
         ? dnnl::memory::desc({1, N}, dt::f32, dnnl::memory::dims{N, 1})
@@ -111,7 +121,15 @@ struct MatmulCache {
     dnnl::primitive_attr attr;
     attr.set_post_ops(ops);
     const dnnl::matmul::desc desc(src, wei, bia, dst);
-    const dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
+    dnnl::matmul::primitive_desc pd;
+    try {
+      pd = dnnl::matmul::primitive_desc(desc, attr, cpu_engine());
+    } catch (const dnnl::error& e) {
+      QKV_CHECK_TYPE(weights != WeightsKind::packed_bf16,
+                     "linear: this CPU has no oneDNN matmul for bf16 weights (" << e.what()
+                                                                               << ")");
+      throw;
+    }
     if (primitives.size() >= kMaxCached) primitives.clear();
     return primitives.emplace(key, Matmul{dnnl::matmul(pd), pd.weights_desc()}).first->second;
   }
@@ -219,23 +237,27 @@ void gemm(float* c, const float* a, const float* b, std::int64_t M, std::int64_t
 
 struct PackedWeight::Impl {
   std::int64_t out_features = 0, in_features = 0;  // N, K
+  DType dtype = DType::f32;                         // f32 or bf16
   dnnl::memory::desc layout;                        // oneDNN's blocked (K, N)
   dnnl::memory packed;                              // owns the reordered copy
 };
 
-PackedWeight::PackedWeight(const Tensor& weight) {
+PackedWeight::PackedWeight(const Tensor& weight, DType dtype) {
   QKV_CHECK(weight.defined() && weight.dim() == 2,
             "PackedWeight: weight must be (out_features, in_features), got "
                 << (weight.defined() ? weight.shape_string() : std::string("undefined")));
+  QKV_CHECK_TYPE(dtype == DType::f32 || dtype == DType::bf16,
+                 "PackedWeight: dtype must be f32 or bf16, got " << dtype_name(dtype));
   auto impl = std::make_shared<Impl>();
   impl->out_features = weight.size(0);
   impl->in_features = weight.size(1);
+  impl->dtype = dtype;
   const Tensor w = detail::contiguous_f32(weight, "PackedWeight", "weight");  // (N, K)
   const std::int64_t N = impl->out_features, K = impl->in_features;
   if (N > 0 && K > 0) {
     // The layout oneDNN picks does not depend on M for its brgemm kernels (checked for
     // M = 1 ... 4096); linear() re-lays the copy out per call should a shape want another.
-    impl->layout = matmul_cache().get(1, K, N, LinearKind{}, /*packed=*/true).weights;
+    impl->layout = matmul_cache().get(1, K, N, LinearKind{}, weights_kind(dtype)).weights;
     impl->packed = dnnl::memory(impl->layout, cpu_engine());
     dnnl::memory plain({{K, N}, dnnl::memory::data_type::f32, dnnl::memory::dims{1, K}},
                        cpu_engine(), const_cast<void*>(w.data()));
@@ -247,6 +269,7 @@ PackedWeight::PackedWeight(const Tensor& weight) {
 }
 
 std::int64_t PackedWeight::out_features() const { return impl().out_features; }
+DType PackedWeight::dtype() const { return impl().dtype; }
 std::int64_t PackedWeight::in_features() const { return impl().in_features; }
 
 const PackedWeight::Impl& PackedWeight::impl() const {
@@ -293,9 +316,21 @@ Tensor run_linear(const Tensor& x, std::int64_t N, std::int64_t K_w, const Tenso
     return r.defined() ? detail::add(out, r, "linear") : out;
   }
   const LinearKind kind{b.defined(), epilogue.activation, r.defined()};
-  Matmul mm = matmul_cache().get(M, K, N, kind, packed != nullptr);
+  const WeightsKind weights_as = packed ? weights_kind(packed->dtype) : WeightsKind::plain_f32;
+  Matmul mm = matmul_cache().get(M, K, N, kind, weights_as);
   using dt = dnnl::memory::data_type;
   dnnl::engine& engine = cpu_engine();
+  dnnl::memory src({{M, K}, dt::f32, dnnl::memory::dims{K, 1}}, engine,
+                   const_cast<void*>(x2.data()));
+  Tensor x_bf16;  // (M, K) bf16, rounded to nearest even by oneDNN's reorder
+  if (weights_as == WeightsKind::packed_bf16) {
+    x_bf16 = Tensor::empty({M, K}, DType::bf16);
+    dnnl::memory to({{M, K}, dt::bf16, dnnl::memory::dims{K, 1}}, engine, x_bf16.data());
+    dnnl::stream stream(engine);
+    dnnl::reorder(src, to).execute(stream, src, to);
+    stream.wait();
+    src = to;
+  }
   dnnl::memory weights;
   if (packed == nullptr) {
     weights = dnnl::memory({{K, N}, dt::f32, dnnl::memory::dims{1, K}}, engine,
@@ -311,8 +346,7 @@ Tensor run_linear(const Tensor& x, std::int64_t N, std::int64_t K_w, const Tenso
   }
   const dnnl::memory::desc rows({M, N}, dt::f32, dnnl::memory::dims{N, 1});
   std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, dnnl::memory({{M, K}, dt::f32, dnnl::memory::dims{K, 1}}, engine,
-                                  const_cast<void*>(x2.data()))},
+      {DNNL_ARG_SRC, src},
       {DNNL_ARG_WEIGHTS, weights},
       {DNNL_ARG_DST, dnnl::memory(rows, engine, po)}};
   if (b.defined())

@@ -27,6 +27,16 @@ expect_status 0 "greedy text"
 expect_in out "^the cat is in the hat" "text mode starts with the prompt"
 expect_in err "tokens generated" "timings on stderr"
 
+# --weights bf16: the products in bf16 (where this CPU has oneDNN's bf16 matmul).
+run --model "$M" --prompt "the cat is in the hat" --max-new-tokens 4 --weights bf16
+if grep -q "no oneDNN matmul for bf16" "$TMP/err"; then
+  expect_status 1 "bf16 weights on a CPU without a bf16 matmul"
+else
+  expect_status 0 "--weights bf16"
+  expect_in out "^the cat is in the hat" "bf16: text mode starts with the prompt"
+fi
+expect_usage_error --weights --model "$M" --prompt hi --weights f16
+
 # --json: one object, exactly the three keys, generated ids only.
 run --model "$M" --prompt "the cat is in the hat" --max-new-tokens 8 --json
 expect_status 0 "greedy --json"

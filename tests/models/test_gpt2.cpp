@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -139,6 +140,46 @@ TEST(Gpt2, KvCacheMatchesFullRecompute) {
   }
   // The greedy run is not a constant sequence (the test would be weak otherwise).
   EXPECT_GT(std::set<std::int64_t>(generated.begin(), generated.end()).size(), 3u);
+}
+
+// The products in bf16 (Gpt2Model(..., DType::bf16)) against the f32 model. Each product
+// rounds its weights and inputs to bf16 (2^-9 relative each), so it is off by up to 2^-8
+// of Σ|x·w|; the 4·n_layer + 1 products on the way to a logit give a bound of
+// (4·n_layer + 1)·2^-8·(1 + max|logit|) on the logits. KV-cache decoding in bf16 runs the
+// same products as forward_full, so those two agree to f32 rounding (as above).
+TEST(Gpt2, Bf16ProductsStayWithinTheirRounding) {
+  const Named checkpoint = make_checkpoint("");
+  const auto bytes = qkv::serialize_safetensors(checkpoint);
+  const qkv::SafeTensors tensors = qkv::SafeTensors::parse(bytes);
+  std::optional<Gpt2Model> half;
+  try {
+    half.emplace(Gpt2Model::from_safetensors(config(), tensors, qkv::DType::bf16));
+  } catch (const qkv::Error& e) {
+    if (std::string(e.what()).find("no oneDNN matmul for bf16") == std::string::npos) throw;
+    GTEST_SKIP() << e.what();
+  }
+  const Gpt2Model full = model_from(checkpoint);
+  EXPECT_EQ(half->product_dtype, qkv::DType::bf16);
+  const std::vector<float> want = full.forward_full(kPrompt).to_vector();
+  const std::vector<float> got = half->forward_full(kPrompt).to_vector();
+  double max_err = 0, max_mag = 0;
+  for (std::size_t j = 0; j < want.size(); ++j) {
+    max_err = std::max(max_err, std::abs(static_cast<double>(got[j]) - want[j]));
+    max_mag = std::max(max_mag, std::abs(static_cast<double>(want[j])));
+  }
+  const double n_layer = static_cast<double>(config().n_layer);
+  EXPECT_LE(max_err, (4 * n_layer + 1) * std::ldexp(1.0, -8) * (1 + max_mag));
+  EXPECT_GT(max_err, 0.0) << "bf16 products gave the f32 logits exactly: not rounded?";
+
+  qkv::models::Gpt2State state = half->make_state();
+  const std::vector<float> cached = half->forward(kPrompt, state).to_vector();
+  const std::size_t V = static_cast<std::size_t>(kV), last = got.size() - V;
+  double cache_err = 0;
+  for (std::size_t j = 0; j < V; ++j)
+    cache_err = std::max(cache_err, std::abs(static_cast<double>(cached[j]) - got[last + j]));
+  EXPECT_LE(cache_err, 64 * std::sqrt(double(kE)) * std::numeric_limits<float>::epsilon() *
+                           (1 + max_mag));
+  EXPECT_THROW(Gpt2Model::from_safetensors(config(), tensors, qkv::DType::f16), qkv::Error);
 }
 
 TEST(Gpt2, CachedPromptInChunksEqualsOneShot) {

@@ -211,6 +211,33 @@ TEST(NnLinear, PackedWeightMatchesNaive) {
   EXPECT_THROW(nn::PackedWeight(Tensor::zeros({3})), qkv::Error);
 }
 
+// bf16 packing: oneDNN multiplies bf16(x) by bf16(W) and accumulates in f32, so the
+// result is the naive product of the rounded factors up to the f32 accumulation bound.
+TEST(NnLinear, PackedBf16WeightIsTheProductOfRoundedFactors) {
+  const auto round_bf16 = [](const Tensor& t) { return t.to(qkv::DType::bf16).to(qkv::DType::f32); };
+  for (auto [M, K, N] : std::vector<std::array<std::int64_t, 3>>{{1, 64, 33}, {1, 300, 70},
+                                                                 {17, 128, 65}}) {
+    nn::Linear lin(K, N, true, 5);
+    nn::PackedWeight packed;
+    try {
+      packed = nn::PackedWeight(lin.weight, qkv::DType::bf16);
+    } catch (const qkv::Error& e) {
+      if (std::string(e.what()).find("no oneDNN matmul for bf16") == std::string::npos) throw;
+      GTEST_SKIP() << e.what();
+    }
+    EXPECT_EQ(packed.dtype(), qkv::DType::bf16);
+    Tensor x = randn({M, K}, 8);
+    Tensor y = nn::linear(x, packed, lin.bias);  // (M, N) f32
+    std::vector<double> want, mag;
+    naive_linear(round_bf16(x).to_vector(), round_bf16(lin.weight).to_vector(),
+                 lin.bias.to_vector(), M, K, N, want, mag);
+    std::vector<double> tol(mag.size());
+    for (std::size_t i = 0; i < mag.size(); ++i) tol[i] = 2.0 * (K + 1) * kU * mag[i] + 1e-30;
+    expect_close(y.to_vector(), want, tol, "bf16 packed M=" + std::to_string(M));
+  }
+  EXPECT_THROW(nn::PackedWeight(Tensor::zeros({2, 2}), qkv::DType::f16), qkv::Error);
+}
+
 TEST(NnEmbedding, GathersRowsAndChecksRange) {
   nn::Embedding emb(10, 4, 1);
   std::vector<std::int64_t> ids{3, 0, 9, 3, 7, 1};

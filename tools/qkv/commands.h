@@ -92,6 +92,7 @@ struct GenerateOptions {
   std::uint64_t seed = 0;
   bool json = false;
   std::string html;  // attention page of prompt + continuation to write; empty = none
+  std::string weights = "f32";  // the products' weights: "f32" (exact) or "bf16"
 };
 int run_generate(const GenerateOptions& options, std::ostream& out);
 

@@ -48,7 +48,8 @@ int run_generate(const GenerateOptions& options, std::ostream& out) {
     throw UsageError("--max-new-tokens",
                      "must be >= 0, got " + std::to_string(options.max_new_tokens));
 
-  const auto model = qkv::models::Gpt2Model::load(options.model);
+  const auto model = qkv::models::Gpt2Model::load(
+      options.model, options.weights == "bf16" ? qkv::DType::bf16 : qkv::DType::f32);
   const qkv::Tokenizer tokenizer = qkv::Tokenizer::load(options.model);
   const qkv::BpeTokenizer* bpe = tokenizer.bpe();
   if (bpe == nullptr)
