@@ -109,11 +109,17 @@ void register_models(py::module_& m) {
       m, "_Gpt2Model", "qkv::models::Gpt2Model (use qkv.load_model / qkv.GPT2Model).")
       .def_static(
           "load",
-          [](const std::string& dir) {
+          [](const std::string& dir, const std::string& weights) {
+            if (weights != "f32" && weights != "bf16")
+              throw py::value_error("GPT2Model.load: weights must be 'f32' or 'bf16', got '" +
+                                    weights + "'");
             py::gil_scoped_release release;
-            return std::make_shared<models::Gpt2Model>(models::Gpt2Model::load(dir));
+            return std::make_shared<models::Gpt2Model>(models::Gpt2Model::load(
+                dir, weights == "bf16" ? qkv::DType::bf16 : qkv::DType::f32));
           },
-          py::arg("dir"))
+          py::arg("dir"), py::arg("weights") = "f32",
+          "weights: the products' weights, 'f32' (exact) or 'bf16' (Gpt2Model's "
+          "product_dtype). Releases the GIL.")
       .def_property_readonly("config", &gpt2_config)
       .def(
           "forward_full",

@@ -198,6 +198,17 @@ class GPT2Model(_Model):
 
     _native = _qkv._Gpt2Model
 
+    @classmethod
+    def load(cls, directory, weights="f32"):
+        """weights: 'f32' (exact, the default) or 'bf16': the layer and LM-head products
+        read bf16 weights (half the memory per decoded token) and round their inputs to
+        bf16, accumulating in f32; logits move by ~1e-2. bf16 needs oneDNN's bf16 matmul
+        on this CPU (AVX512-BF16 or AMX), else TypeError."""
+        directory = _check_dir(directory, f"{cls.__name__}.load")
+        if weights not in ("f32", "bf16"):
+            raise ValueError(f"{cls.__name__}.load: weights must be 'f32' or 'bf16', got {weights!r}")
+        return cls(cls._native.load(directory, weights), _load_tokenizer(directory))
+
     def __call__(self, input_ids):
         """Logits of every position, no cache, float32.
 
@@ -257,9 +268,10 @@ class GPT2Model(_Model):
 _MODELS = {"bert": BertModel, "gpt2": GPT2Model}
 
 
-def load_model(directory):
+def load_model(directory, weights="f32"):
     """A Hugging Face model directory (config.json + model.safetensors [+ tokenizer
     files]) as a qkv.BertModel or qkv.GPT2Model, chosen by config.json's model_type.
+    weights: 'f32', or 'bf16' for GPT-2's products (see GPT2Model.load).
 
     Raises FileNotFoundError for a missing directory or config.json, ValueError for an
     unknown model_type (naming it) or a bad checkpoint.
@@ -279,6 +291,11 @@ def load_model(directory):
     if cls is None:
         raise ValueError(f"{fn}: unsupported model_type {model_type!r} in '{config_path}'; "
                          f"expected one of {', '.join(repr(k) for k in _MODELS)}")
+    if cls is GPT2Model:
+        return cls.load(directory, weights)
+    if weights != "f32":
+        raise ValueError(f"{fn}: weights={weights!r} is supported for GPT-2 only; "
+                         f"'{directory}' holds a {model_type} model (use 'f32')")
     return cls.load(directory)
 
 

@@ -186,6 +186,30 @@ def test_gpt2_logits_match_torch(gpt2, gpt2_weights):
     np.testing.assert_array_equal(batched[1], got)
 
 
+def test_gpt2_bf16_weights_stay_within_their_rounding(gpt2_dir, gpt2, gpt2_weights):
+    # The products with bf16 weights and inputs: each is off by up to 2^-8 of sum|x*w|; the
+    # 4*layers + 1 products on the way to a logit bound the logits' error (as the C++ test).
+    try:
+        half = qkv.load_model(gpt2_dir, weights="bf16")
+    except TypeError as e:
+        if "no oneDNN matmul for bf16" not in str(e):
+            raise
+        pytest.skip(str(e))
+    ids = gpt2.tokenizer.encode(PROMPT)
+    want = gpt2(ids)
+    err = np.abs(half(ids) - want).max()
+    layers = gpt2.config["n_layer"]
+    assert 0 < err <= (4 * layers + 1) * 2.0 ** -8 * (1 + np.abs(want).max())
+    assert len(half.generate(PROMPT, max_new_tokens=5)) == 5
+    with pytest.raises(ValueError, match="weights"):
+        qkv.load_model(gpt2_dir, weights="f16")
+
+
+def test_bf16_weights_are_gpt2_only(bert_dir):
+    with pytest.raises(ValueError, match="GPT-2 only"):
+        qkv.load_model(bert_dir, weights="bf16")
+
+
 def test_gpt2_torch_in_torch_out(gpt2):
     ids = gpt2.tokenizer.encode("on a boat")
     out = gpt2(torch.tensor([ids]))
