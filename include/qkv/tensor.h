@@ -44,8 +44,9 @@ class Tensor {
   std::int64_t dim() const { return static_cast<std::int64_t>(shape_.size()); }
   const Shape& shape() const { return shape_; }
   const Strides& strides() const { return strides_; }
-  std::int64_t size(std::int64_t d) const;    // negative d counts from the end
-  std::int64_t stride(std::int64_t d) const;  // negative d counts from the end
+  // Negative d counts from the end. Inline: kernels ask for strides in their loops.
+  std::int64_t size(std::int64_t d) const { return shape_[dim_index(d, "Tensor::size")]; }
+  std::int64_t stride(std::int64_t d) const { return strides_[dim_index(d, "Tensor::stride")]; }
   std::int64_t numel() const;
   std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype_); }
   bool is_contiguous() const;
@@ -87,6 +88,13 @@ class Tensor {
   std::string shape_string() const;  // "(2, 3, 4)"
 
  private:
+  // d wrapped into [0, rank); throws qkv::Error naming `what` when out of range.
+  std::size_t dim_index(std::int64_t d, const char* what) const {
+    const auto rank = static_cast<std::int64_t>(shape_.size());
+    if (d < -rank || d >= rank) throw_bad_dim(d, what);
+    return static_cast<std::size_t>(d < 0 ? d + rank : d);
+  }
+  [[noreturn]] void throw_bad_dim(std::int64_t d, const char* what) const;
   std::int64_t offset_of(std::span<const std::int64_t> index, const char* what) const;
 
   std::shared_ptr<void> storage_;  // keeps the allocation alive

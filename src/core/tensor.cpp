@@ -220,9 +220,9 @@ Tensor Tensor::from_blob(void* data, const Shape& shape, const Strides& strides,
   return t;
 }
 
-std::int64_t Tensor::size(std::int64_t d) const { return shape_[wrap_dim(d, dim(), "Tensor::size")]; }
-std::int64_t Tensor::stride(std::int64_t d) const {
-  return strides_[wrap_dim(d, dim(), "Tensor::stride")];
+void Tensor::throw_bad_dim(std::int64_t d, const char* what) const {
+  wrap_dim(d, dim(), what);  // throws: d is out of range
+  throw Error(std::string(what) + ": dimension out of range");  // not reached
 }
 
 std::int64_t Tensor::numel() const {
