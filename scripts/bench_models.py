@@ -40,9 +40,11 @@ What it does:
               where oneDNN has no bf16 matmul for this CPU);
        torch: the published architecture written here in eager torch, with its own
               preallocated KV cache (addmm for the Conv1D layers as HF does, gelu tanh).
+       ORT:   that step as a graph (torch.onnx.export of the same arithmetic with past and
+              present K/V as inputs and outputs, dynamic lengths; decode.onnx beside the
+              checkpoint), run by scripts/bench/ort_gpt2_decode.js, which keeps the cache
+              in its process and feeds present back as past each step.
      Checked: the prefill's logits (max |Δ|) and how many leading greedy ids agree.
-     ONNX Runtime is not run for GPT-2 (optional in the issue; not done: a KV-cache graph
-     export is a job of its own).
   5. Per case: each engine once (outputs compared), W warm-up runs of each, then R rounds
      of qkv, ORT, torch (one run each per round, --gap seconds of idle between two runs),
      medians reported. Ratios are speed ratios (peer time / qkv time: above 1, qkv is
@@ -80,6 +82,7 @@ GPT2 = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size"
         "activation_function": "gelu_new", "bos_token_id": 50256, "eos_token_id": 50256}
 
 TARGETS = {"bert_ort": 1.0, "bert_torch": 2.0, "gpt2_torch": 3.0}
+ORT_GPT2_RUNNER = os.path.join(ROOT, "scripts", "bench", "ort_gpt2_decode.js")
 
 
 def log(message):
@@ -338,6 +341,95 @@ class TorchGpt2:
         return torch.mv(w["wte.weight"], last)  # lm_head tied to wte
 
 
+def torch_gpt2_step(directory):
+    """One GPT-2 step as a graph-friendly torch module (for the ONNX export):
+    ids float32 (1, T), past_k, past_v (n_layer, H, P, D) -> logits of the last token (V),
+    present_k, present_v (n_layer, H, P + T, D). The same arithmetic as TorchGpt2."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    c = GPT2
+    E, H, L = c["n_embd"], c["n_head"], c["n_layer"]
+    D, eps = E // H, c["layer_norm_epsilon"]
+    w = {k: torch.from_numpy(v.copy()) for k, v in read_safetensors(os.path.join(directory, "model.safetensors")).items()}
+
+    class Step(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.ParameterDict({k.replace(".", "_"): nn.Parameter(v, requires_grad=False) for k, v in w.items()})
+
+        def p(self, name):
+            return self.w[name.replace(".", "_")]
+
+        def forward(self, ids, past_k, past_v):
+            ids = ids.long()[0]  # (T)
+            T, P = ids.shape[0], past_k.shape[2]
+            pos_q = torch.arange(P, P + T)  # positions of the new tokens
+            pos_k = torch.arange(0, P + T)
+            blocked = pos_k.unsqueeze(0) > pos_q.unsqueeze(1)  # (T, P + T): causal
+            x = self.p("wte.weight")[ids] + self.p("wpe.weight")[pos_q]  # (T, E)
+            keys, values = [], []
+            for i in range(L):
+                q_ = f"h.{i}."
+                a = F.layer_norm(x, (E,), self.p(q_ + "ln_1.weight"), self.p(q_ + "ln_1.bias"), eps)
+                qkv = torch.addmm(self.p(q_ + "attn.c_attn.bias"), a, self.p(q_ + "attn.c_attn.weight"))
+                q, k, v = (t.reshape(T, H, D).transpose(0, 1) for t in qkv.split(E, dim=1))  # (H, T, D)
+                k = torch.cat([past_k[i], k], dim=1)  # (H, P + T, D)
+                v = torch.cat([past_v[i], v], dim=1)
+                keys.append(k)
+                values.append(v)
+                scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(D)
+                scores = scores.masked_fill(blocked, float("-inf"))
+                o = torch.matmul(torch.softmax(scores, dim=-1), v).transpose(0, 1).reshape(T, E)
+                x = x + torch.addmm(self.p(q_ + "attn.c_proj.bias"), o, self.p(q_ + "attn.c_proj.weight"))
+                m = F.layer_norm(x, (E,), self.p(q_ + "ln_2.weight"), self.p(q_ + "ln_2.bias"), eps)
+                m = F.gelu(torch.addmm(self.p(q_ + "mlp.c_fc.bias"), m, self.p(q_ + "mlp.c_fc.weight")),
+                           approximate="tanh")
+                x = x + torch.addmm(self.p(q_ + "mlp.c_proj.bias"), m, self.p(q_ + "mlp.c_proj.weight"))
+            last = F.layer_norm(x[-1], (E,), self.p("ln_f.weight"), self.p("ln_f.bias"), eps)
+            return torch.mv(self.p("wte.weight"), last), torch.stack(keys), torch.stack(values)
+
+    return Step().eval()
+
+
+def export_gpt2_onnx(directory):
+    """decode.onnx beside the checkpoint (exported once): torch_gpt2_step as a graph with
+    dynamic T and P, the KV cache passed in and out (ORT's usual decoding export)."""
+    import torch
+    path = os.path.join(directory, "decode.onnx")
+    if os.path.isfile(path):
+        return path
+    log("exporting the torch GPT-2 step to ONNX (torch.onnx.export, opset 14)")
+    module = torch_gpt2_step(directory)
+    c = GPT2
+    shape = (c["n_layer"], c["n_head"], 3, c["n_embd"] // c["n_head"])
+    example = (torch.tensor([[11.0, 12.0]]), torch.zeros(shape), torch.zeros(shape))
+    with torch.no_grad():
+        torch.onnx.export(module, example, path + ".tmp", input_names=["input_ids", "past_k", "past_v"],
+                          output_names=["logits", "present_k", "present_v"], opset_version=14,
+                          dynamic_axes={"input_ids": {1: "new"}, "past_k": {2: "past"}, "past_v": {2: "past"},
+                                        "present_k": {2: "total"}, "present_v": {2: "total"}})
+    os.replace(path + ".tmp", path)
+    return path
+
+
+class OrtGpt2(ba.JsonLineServer):
+    """scripts/bench/ort_gpt2_decode.js: greedy decoding on decode.onnx, the KV cache kept
+    in the node process between steps."""
+
+    def __init__(self, node_modules, model, threads):
+        env = dict(os.environ, QKV_ORT_NODE_MODULES=node_modules)
+        env.pop("LD_LIBRARY_PATH", None)  # OpenBLAS is torch's business, not ORT's
+        c = GPT2
+        super().__init__("ort_gpt2_decode",
+                         ["node", ORT_GPT2_RUNNER, "--model", model, "--layers", str(c["n_layer"]),
+                          "--heads", str(c["n_head"]), "--head-dim", str(c["n_embd"] // c["n_head"]),
+                          "--vocab", str(c["vocab_size"]), "--threads", str(threads)], env)
+
+    def decode(self, context, steps, out="-"):
+        return self.request(f"decode {context} {steps} {out}")
+
+
 # --------------------------------------------------------------------------------------
 # qkv: build/bench/qkv_bench_models as a server.
 
@@ -436,7 +528,7 @@ def leading_agreement(a, b):
     return same
 
 
-def run_gpt2_case(context, steps, args, qkv, torch_model):
+def run_gpt2_case(context, steps, args, qkv, torch_model, ort):
     import numpy as np
     import torch
     P = GPT2["n_positions"]
@@ -468,6 +560,21 @@ def run_gpt2_case(context, steps, args, qkv, torch_model):
         engines[name] = run_qkv
     if "qkv_bf16" in logits:
         result["diff_bf16_f32"] = max_abs_diff(logits["qkv_bf16"], logits["qkv"])
+
+    if ort is not None:
+        with tempfile.NamedTemporaryFile(suffix=".bin") as f:
+            first = ort.decode(prompt_length, steps, f.name)
+            result["diff_ort"] = max_abs_diff(np.fromfile(f.name, dtype=np.float32), logits["qkv"])
+        result["ORT_ids"] = first["ids"]
+        result["ids_agree_ort"] = leading_agreement(first["ids"], result["qkv_ids"])  # vs qkv f32
+        result["ORT_prefill_ms"] = []
+
+        def run_ort():
+            reply = ort.decode(prompt_length, steps)
+            result["ORT_prefill_ms"].append(reply["prefill_ms"])
+            return reply["ms"] / 1e3
+
+        engines["ORT"] = run_ort
 
     if torch_model is not None:
         def decode():
@@ -504,8 +611,9 @@ def run_gpt2_case(context, steps, args, qkv, torch_model):
     result.update(interleave(engines, args))
     for name in prefill:
         result[f"{name}_prefill_ms"] = median(result[f"{name}_prefill_ms"])
-    if "torch_prefill_ms" in result:
-        result["torch_prefill_ms"] = median(result["torch_prefill_ms"])
+    for peer in ("torch", "ORT"):
+        if f"{peer}_prefill_ms" in result:
+            result[f"{peer}_prefill_ms"] = median(result[f"{peer}_prefill_ms"])
     for name in list(engines):
         ms = result.get(f"{name}_ms")
         result[f"{name}_tokens_per_s"] = steps / (ms / 1e3) if ms else None
@@ -564,8 +672,8 @@ def print_tables(machine, bert, gpt2, args):
     if gpt2:
         print()
         print("GPT-2-small greedy decoding (12 layers, n_embd 768, 12 heads, vocab 50257; decode steps only)")
-        head = (f"{'case':<31}{'qkv tok/s':>10}{'torch tok/s':>12}{'qkv/torch':>10}{'qkv ms/tok':>11}"
-                f"{'torch ms/tok':>13}{'prefill qkv/torch ms':>22}{'|Δ| logits':>11}{'ids agree':>10}")
+        head = (f"{'case':<31}{'qkv tok/s':>10}{'torch tok/s':>12}{'ORT tok/s':>10}{'qkv/torch':>10}"
+                f"{'qkv/ORT':>8}{'qkv ms/tok':>11}{'prefill qkv/torch ms':>22}{'|Δ| logits':>11}{'ids agree':>10}")
         print(head)
         print("-" * len(head))
         for r in gpt2:
@@ -578,13 +686,17 @@ def print_tables(machine, bert, gpt2, args):
                 pre = f"{fmt(r[name + '_prefill_ms'], '.0f')}/{fmt(r.get('torch_prefill_ms'), '.0f')}"
                 print(f"{case:<31}{fmt(r[name + '_tokens_per_s'], '.1f'):>10}"
                       f"{fmt(r.get('torch_tokens_per_s'), '.1f'):>12}"
+                      f"{fmt(r.get('ORT_tokens_per_s'), '.1f'):>10}"
                       f"{fmt(ratio(r.get('torch_ms'), r[name + '_ms']), '.2f', 'x'):>10}"
-                      f"{fmt(r[name + '_ms'] / n, '.2f'):>11}"
-                      f"{fmt(r['torch_ms'] / n if r.get('torch_ms') else None, '.2f'):>13}{pre:>22}"
+                      f"{fmt(ratio(r.get('ORT_ms'), r[name + '_ms']), '.2f', 'x'):>8}"
+                      f"{fmt(r[name + '_ms'] / n, '.2f'):>11}{pre:>22}"
                       f"{fmt(r.get('diff_torch' + suffix), '.1e'):>11}{agree:>10}")
         print("  bf16: qkv's products with bf16 weights and inputs (Gpt2Model(..., DType::bf16)), f32 accumulation;")
-        print("  torch and the f32 row are f32 throughout. |Δ| logits: the prefill's logits against torch's.")
-        print("  (ORT: not run for GPT-2 decoding; optional in the issue, it needs a KV-cache graph export)")
+        print("  torch, ORT and the f32 row are f32 throughout. |Δ| logits and ids agree: against torch.")
+        for r in gpt2:
+            if "diff_ort" in r:
+                print(f"  ORT ctx {r['context']}: prefill {fmt(r.get('ORT_prefill_ms'), '.0f')} ms, |Δ| logits vs qkv "
+                      f"{r['diff_ort']:.1e}, ids agree with qkv {r['ids_agree_ort']}/{r['new_tokens'] + 1}")
     print()
     print("against the issue's targets (reported, not asserted):")
     for r in bert:
@@ -633,12 +745,12 @@ def main():
         parser.error("--threads, --repeats >= 1, --warmup >= 0, 1 <= --new-tokens < 512")
     build_dir = os.path.abspath(args.build_dir)
 
-    if args.no_torch and not args.no_ort and not args.no_bert:
-        parser.error("the ONNX graph is exported from the torch module: --no-torch needs --no-ort")
+    if args.no_torch and not args.no_ort:
+        parser.error("the ONNX graphs are exported from the torch modules: --no-torch needs --no-ort")
     ba.ensure_python_peers(args)
     ba.reexec_with_openblas(args)  # does not return when it re-runs the script
     ort_modules = ort_version = None
-    if not args.no_ort and not args.no_bert:
+    if not args.no_ort and not (args.no_bert and args.no_gpt2):
         ort_modules, ort_version = ba.ensure_ort(args.ort_version)
     binary = ensure_binary(build_dir, args.rebuild)
 
@@ -652,6 +764,7 @@ def main():
     bert_dir = None if args.no_bert else ensure_checkpoint("bert-base", BERT, bert_weights, args.seed)
     gpt2_dir = None if args.no_gpt2 else ensure_checkpoint("gpt2-small", GPT2, gpt2_weights, args.seed)
     ort_model = export_bert_onnx(bert_dir) if bert_dir and not args.no_ort else None
+    ort_gpt2_model = export_gpt2_onnx(gpt2_dir) if gpt2_dir and not args.no_ort else None
 
     bert_cases = [] if args.no_bert else ([(1, 128), (8, 128)] if args.quick else [(1, 128), (1, 512), (8, 128), (8, 512)])
     gpt2_cases = [] if args.no_gpt2 else ([128] if args.quick else [128, 1024])
@@ -671,9 +784,14 @@ def main():
             del torch_model
         if gpt2_cases:
             torch_model = None if args.no_torch else TorchGpt2(gpt2_dir)
-            for context in gpt2_cases:
-                log(f"GPT-2 ctx {context}")
-                gpt2_results.append(run_gpt2_case(context, args.new_tokens, args, qkv, torch_model))
+            ort = OrtGpt2(ort_modules, ort_gpt2_model, args.threads) if ort_gpt2_model else None
+            try:
+                for context in gpt2_cases:
+                    log(f"GPT-2 ctx {context}")
+                    gpt2_results.append(run_gpt2_case(context, args.new_tokens, args, qkv, torch_model, ort))
+            finally:
+                if ort is not None:
+                    ort.close()
     finally:
         qkv.close()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -692,8 +810,8 @@ def main():
     # Agreement: f32 engines on O(1) layer-normed outputs; 12 layers of f32 rounding.
     mismatch = [f"BERT B={r['batch']} L={r['length']} {k} {r[k]:.1e}" for r in bert_results
                 for k in ("diff_ort", "diff_torch") if r.get(k) is not None and not r[k] < 1e-2]
-    mismatch += [f"GPT-2 ctx {r['context']} logits {r['diff_torch']:.1e}" for r in gpt2_results
-                 if r.get("diff_torch") is not None and not r["diff_torch"] < 1e-2]
+    mismatch += [f"GPT-2 ctx {r['context']} logits {k} {r[k]:.1e}" for r in gpt2_results
+                 for k in ("diff_ort", "diff_torch") if r.get(k) is not None and not r[k] < 1e-2]
     for m in mismatch:
         print(f"MISMATCH: {m}")
     if args.json:
