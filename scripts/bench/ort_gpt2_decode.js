@@ -17,16 +17,13 @@
 //                     -> {"ms": the N steps, "prefill_ms": x, "ids": [first, N more]}.
 //                     OUT: the prefill's logits as raw float32, or "-" for none.
 //   quit              exits (as does the end of input).
-// Session options as ort_runner.js: intra-op threads = T, one inter-op thread,
-// sequential execution, all graph optimizations.
-//
-// ONNX Runtime is loaded from $QKV_ORT_NODE_MODULES (a node_modules directory), else the
-// usual Node.js module resolution.
+// The session: scripts/bench/ort_session.js (as ort_runner.js).
 'use strict';
 
 const fs = require('fs');
-const path = require('path');
 const readline = require('readline');
+
+const { openSession } = require('./ort_session');
 
 function parseArgs(argv) {
   const args = { threads: 1 };
@@ -47,11 +44,6 @@ function parseArgs(argv) {
   return args;
 }
 
-function loadOrt() {
-  const dir = process.env.QKV_ORT_NODE_MODULES;
-  return require(dir ? path.join(dir, 'onnxruntime-node') : 'onnxruntime-node');
-}
-
 function argmax(data) {
   let best = 0;
   for (let i = 1; i < data.length; ++i) if (data[i] > data[best]) best = i;
@@ -60,15 +52,7 @@ function argmax(data) {
 
 async function main() {
   const args = parseArgs(process.argv.slice(2));
-  const ort = loadOrt();
-  const version = (ort.env && ort.env.versions && ort.env.versions.node) || 'unknown';
-  const session = await ort.InferenceSession.create(args.model, {
-    executionProviders: ['cpu'],
-    intraOpNumThreads: args.threads,
-    interOpNumThreads: 1,
-    executionMode: 'sequential',
-    graphOptimizationLevel: 'all',
-  });
+  const { ort, session, version } = await openSession(args.model, args.threads);
   const emptyPast = () => new ort.Tensor('float32', new Float32Array(0),
                                          [args.layers, args.heads, 0, args.headDim]);
 

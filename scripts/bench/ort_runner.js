@@ -25,6 +25,8 @@ const fs = require('fs');
 const path = require('path');
 const readline = require('readline');
 
+const { openSession } = require('./ort_session');
+
 function parseArgs(argv) {
   const args = { threads: 1, warmup: 2, repeats: 7, serve: false };
   for (let i = 0; i < argv.length; ++i) {
@@ -50,11 +52,6 @@ function parseArgs(argv) {
   return args;
 }
 
-function loadOrt() {
-  const dir = process.env.QKV_ORT_NODE_MODULES;
-  return require(dir ? path.join(dir, 'onnxruntime-node') : 'onnxruntime-node');
-}
-
 function median(xs) {
   const s = [...xs].sort((a, b) => a - b);
   const n = s.length;
@@ -63,15 +60,7 @@ function median(xs) {
 
 async function main() {
   const args = parseArgs(process.argv.slice(2));
-  const ort = loadOrt();
-  const version = (ort.env && ort.env.versions && ort.env.versions.node) || 'unknown';
-  const session = await ort.InferenceSession.create(args.model, {
-    executionProviders: ['cpu'],
-    intraOpNumThreads: args.threads,
-    interOpNumThreads: 1,
-    executionMode: 'sequential',
-    graphOptimizationLevel: 'all',
-  });
+  const { ort, session, version } = await openSession(args.model, args.threads);
 
   const feeds = {};
   for (const [name, shape] of Object.entries(args.shapes)) {
