@@ -322,14 +322,17 @@ Tensor run_linear(const Tensor& x, std::int64_t N, std::int64_t K_w, const Tenso
   dnnl::engine& engine = cpu_engine();
   dnnl::memory src({{M, K}, dt::f32, dnnl::memory::dims{K, 1}}, engine,
                    const_cast<void*>(x2.data()));
-  Tensor x_bf16;  // (M, K) bf16, rounded to nearest even by oneDNN's reorder
+  Tensor x_bf16;  // (M, K) bf16, rounded to nearest even
   if (weights_as == WeightsKind::packed_bf16) {
+    // A plain loop, not a oneDNN reorder: creating that primitive on every call cost
+    // more than converting one decoding row.
     x_bf16 = Tensor::empty({M, K}, DType::bf16);
-    dnnl::memory to({{M, K}, dt::bf16, dnnl::memory::dims{K, 1}}, engine, x_bf16.data());
-    dnnl::stream stream(engine);
-    dnnl::reorder(src, to).execute(stream, src, to);
-    stream.wait();
-    src = to;
+    const float* from = x2.data_as<float>();
+    std::uint16_t* to = x_bf16.data_as<std::uint16_t>();
+    const std::int64_t n = M * K;
+#pragma omp parallel for schedule(static) num_threads(num_threads()) if (n >= (1 << 16))
+    for (std::int64_t i = 0; i < n; ++i) to[i] = f32_to_bf16(from[i]);
+    src = dnnl::memory({{M, K}, dt::bf16, dnnl::memory::dims{K, 1}}, engine, x_bf16.data());
   }
   dnnl::memory weights;
   if (packed == nullptr) {
