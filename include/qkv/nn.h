@@ -273,7 +273,9 @@ struct FeedForward {
   FeedForward() = default;
   FeedForward(std::int64_t d_model, std::int64_t dim_feedforward, Activation activation,
               bool bias = true, std::uint64_t seed = 0);
-  Tensor forward(const Tensor& x) const;  // (..., E) -> (..., E)
+  // (..., E) -> (..., E); + residual (same shape) when given, added inside linear2's
+  // product, as the encoder and decoder layers use it.
+  Tensor forward(const Tensor& x, const Tensor& residual = {}) const;
   ParameterList parameters(const std::string& prefix = "");  // linear1.*, linear2.*
 };
 

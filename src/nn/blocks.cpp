@@ -33,10 +33,12 @@ FeedForward::FeedForward(std::int64_t d_model, std::int64_t dim_feedforward, Act
       linear2(dim_feedforward, d_model, bias, seed + 1),
       activation(act) {}
 
-Tensor FeedForward::forward(const Tensor& x) const {
-  Tensor h = linear1.forward(x);  // (..., F)
-  h = detail::activate(h, activation);
-  return linear2.forward(h);  // (..., E)
+Tensor FeedForward::forward(const Tensor& x, const Tensor& residual) const {
+  // The activation and the residual run inside the products (oneDNN post-ops).
+  const LinearActivation act =
+      activation == Activation::relu ? LinearActivation::relu : LinearActivation::gelu_erf;
+  const Tensor h = linear(x, linear1.weight, linear1.bias, {act, Tensor()});  // (..., F)
+  return linear(h, linear2.weight, linear2.bias, {LinearActivation::none, residual});  // (..., E)
 }
 
 ParameterList FeedForward::parameters(const std::string& prefix) {
@@ -62,10 +64,10 @@ Tensor TransformerEncoderLayer::forward(const Tensor& src, const AttentionMasks&
   if (config.norm_first) {
     Tensor n1 = norm1.forward(x);
     x = detail::add(x, attend(self_attn, n1, n1, masks), "TransformerEncoderLayer");
-    x = detail::add(x, ff.forward(norm2.forward(x)), "TransformerEncoderLayer");
+    x = ff.forward(norm2.forward(x), /*residual=*/x);
   } else {
     x = norm1.forward(detail::add(x, attend(self_attn, x, x, masks), "TransformerEncoderLayer"));
-    x = norm2.forward(detail::add(x, ff.forward(x), "TransformerEncoderLayer"));
+    x = norm2.forward(ff.forward(x, /*residual=*/x));
   }
   return x;
 }
@@ -102,11 +104,11 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
     Tensor n1 = norm1.forward(x);
     x = detail::add(x, attend(self_attn, n1, n1, tgt_masks), fn);
     x = detail::add(x, attend(multihead_attn, norm2.forward(x), memory, memory_masks), fn);
-    x = detail::add(x, ff.forward(norm3.forward(x)), fn);
+    x = ff.forward(norm3.forward(x), /*residual=*/x);
   } else {
     x = norm1.forward(detail::add(x, attend(self_attn, x, x, tgt_masks), fn));
     x = norm2.forward(detail::add(x, attend(multihead_attn, x, memory, memory_masks), fn));
-    x = norm3.forward(detail::add(x, ff.forward(x), fn));
+    x = norm3.forward(ff.forward(x, /*residual=*/x));
   }
   return x;
 }

@@ -692,10 +692,14 @@ TEST(NnBlocks, EncoderLayerBothNormOrders) {
       masks.is_causal = true;
       Tensor got = layer.forward(x, masks);
       auto sa = [&](const Tensor& t) { return layer.self_attn.forward(t, t, t, masks).out; };
-      auto ff = [&](const Tensor& t) {
-        Tensor h = nn::linear(t, layer.ff.linear1.weight, layer.ff.linear1.bias);
-        h = act == nn::Activation::relu ? nn::relu(h) : nn::gelu(h);
-        return nn::linear(h, layer.ff.linear2.weight, layer.ff.linear2.bias);
+      // residual + linear2(act(linear1(t))), the activation and the residual as the
+      // products' epilogues (FeedForward's fused form).
+      auto ff_plus = [&](const Tensor& t, const Tensor& residual) {
+        const nn::LinearActivation a = act == nn::Activation::relu ? nn::LinearActivation::relu
+                                                                   : nn::LinearActivation::gelu_erf;
+        Tensor h = nn::linear(t, layer.ff.linear1.weight, layer.ff.linear1.bias, {a, Tensor()});
+        return nn::linear(h, layer.ff.linear2.weight, layer.ff.linear2.bias,
+                          {nn::LinearActivation::none, residual});
       };
       auto add = [](const Tensor& a, const Tensor& b) {
         Tensor o = a.clone();
@@ -705,10 +709,10 @@ TEST(NnBlocks, EncoderLayerBothNormOrders) {
       Tensor want;
       if (norm_first) {
         want = add(x, sa(layer.norm1.forward(x)));
-        want = add(want, ff(layer.norm2.forward(want)));
+        want = ff_plus(layer.norm2.forward(want), want);
       } else {
         want = layer.norm1.forward(add(x, sa(x)));
-        want = layer.norm2.forward(add(want, ff(want)));
+        want = layer.norm2.forward(ff_plus(want, want));
       }
       // The same operations in the same order: bitwise equal.
       EXPECT_EQ(got.to_vector(), want.to_vector()) << "norm_first=" << norm_first;
