@@ -202,7 +202,11 @@ struct KVCache {
   std::int64_t length = 0;  // filled prefix of the capacity axis
 
   KVCache() = default;
-  KVCache(std::int64_t batch, std::int64_t heads, std::int64_t capacity, std::int64_t head_dim);
+  // dtype: f32, or bf16 / f16 to halve the cache's memory (appended keys and values are
+  // rounded to it; forward_incremental then rounds q to it too, as the attention kernel
+  // takes one dtype). Gpt2Model keeps f32: in bf16 mode a bf16 cache measured no faster.
+  KVCache(std::int64_t batch, std::int64_t heads, std::int64_t capacity, std::int64_t head_dim,
+          DType dtype = DType::f32);
   std::int64_t capacity() const { return k.defined() ? k.size(2) : 0; }
   // k_new, v_new: (B, H, T, D) any strides; throws when length + T > capacity.
   void append(const Tensor& k_new, const Tensor& v_new);
@@ -240,7 +244,7 @@ class MultiheadAttention {
   // (bottom-right) over the whole filled prefix. -> (B, T, E). Token-by-token equals the
   // causal forward over the full sequence.
   Tensor forward_incremental(const Tensor& x, KVCache& cache) const;
-  KVCache make_cache(std::int64_t batch, std::int64_t capacity) const;
+  KVCache make_cache(std::int64_t batch, std::int64_t capacity, DType dtype = DType::f32) const;
 
   ParameterList parameters(const std::string& prefix = "");
 

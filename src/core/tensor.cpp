@@ -91,9 +91,30 @@ void copy_strided(const std::byte* from, std::int64_t src_at, std::int64_t src_s
   for (std::int64_t c = 0; c < n; ++c) d[c * dst_step] = s[c * src_step];
 }
 
-// dst = src for two same-dtype, same-shape, non-overlapping tensors, one row of the last
-// dimension at a time: memcpy where both rows are contiguous (a permuted copy such as
-// (B, H, L, D) -> (B, L, H, D) is then one memcpy per D-row), element by element otherwise.
+// n elements from element offset src_at (step src_step) of a `from`-dtype array to dst_at
+// (step dst_step) of a `to`-dtype array, converted (round to nearest even). The common
+// pairs have typed loops; the rest go through f32 element by element.
+void convert_strided(const void* from, DType from_dtype, std::int64_t src_at,
+                     std::int64_t src_step, void* to, DType to_dtype, std::int64_t dst_at,
+                     std::int64_t dst_step, std::int64_t n) {
+  if (from_dtype == DType::f32 && to_dtype == DType::bf16) {
+    const float* s = static_cast<const float*>(from) + src_at;
+    std::uint16_t* d = static_cast<std::uint16_t*>(to) + dst_at;
+    for (std::int64_t c = 0; c < n; ++c) d[c * dst_step] = f32_to_bf16(s[c * src_step]);
+  } else if (from_dtype == DType::bf16 && to_dtype == DType::f32) {
+    const std::uint16_t* s = static_cast<const std::uint16_t*>(from) + src_at;
+    float* d = static_cast<float*>(to) + dst_at;
+    for (std::int64_t c = 0; c < n; ++c) d[c * dst_step] = bf16_to_f32(s[c * src_step]);
+  } else {
+    for (std::int64_t c = 0; c < n; ++c)
+      store_from_f32(to, dst_at + c * dst_step, to_dtype,
+                     load_as_f32(from, src_at + c * src_step, from_dtype));
+  }
+}
+
+// dst = src for two same-shape, non-overlapping tensors, one row of the last dimension at
+// a time: memcpy where the dtypes agree and both rows are contiguous (a permuted copy such
+// as (B, H, L, D) -> (B, L, H, D) is then one memcpy per D-row), typed loops otherwise.
 void copy_rows(const Tensor& src, Tensor& dst) {
   const Shape& shape = dst.shape();
   const auto rank = static_cast<std::int64_t>(shape.size());
@@ -107,7 +128,10 @@ void copy_rows(const Tensor& src, Tensor& dst) {
   std::vector<std::int64_t> index(static_cast<std::size_t>(rank), 0);
   std::int64_t src_at = 0, dst_at = 0;  // element offsets of the current row
   for (std::int64_t r = 0; r < rows; ++r) {
-    if (src_step == 1 && dst_step == 1) {
+    if (src.dtype() != dst.dtype()) {
+      convert_strided(src.data(), src.dtype(), src_at, src_step, dst.data(), dst.dtype(), dst_at,
+                      dst_step, n);
+    } else if (src_step == 1 && dst_step == 1) {
       std::memcpy(to + dst_at * static_cast<std::int64_t>(element),
                   from + src_at * static_cast<std::int64_t>(element),
                   static_cast<std::size_t>(n) * element);
@@ -363,7 +387,7 @@ void Tensor::copy_from(const Tensor& src) {
   QKV_CHECK(src.shape_ == shape_, "Tensor::copy_from: shape " << src.shape_string()
                                                               << " does not match " << shape_string());
   if (numel() == 0) return;
-  if (src.dtype_ == dtype_ && dim() >= 1 && !overlaps(src, *this)) {
+  if (dim() >= 1 && !overlaps(src, *this)) {
     copy_rows(src, *this);
     return;
   }

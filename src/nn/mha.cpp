@@ -109,11 +109,13 @@ void resolve_attention_masks(const AttentionMasks& masks, std::int64_t B, std::i
 }  // namespace detail
 
 KVCache::KVCache(std::int64_t batch, std::int64_t heads, std::int64_t capacity,
-                 std::int64_t head_dim) {
+                 std::int64_t head_dim, DType dtype) {
   QKV_CHECK(batch >= 0 && heads >= 0 && capacity >= 0 && head_dim >= 0,
             "KVCache: sizes must be >= 0");
-  k = Tensor::zeros({batch, heads, capacity, head_dim});
-  v = Tensor::zeros({batch, heads, capacity, head_dim});
+  QKV_CHECK_TYPE(is_floating(dtype), "KVCache: dtype must be f32, bf16 or f16, got "
+                                         << dtype_name(dtype));
+  k = Tensor::zeros({batch, heads, capacity, head_dim}, dtype);
+  v = Tensor::zeros({batch, heads, capacity, head_dim}, dtype);
 }
 
 void KVCache::append(const Tensor& k_new, const Tensor& v_new) {
@@ -251,11 +253,12 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
   return result;
 }
 
-KVCache MultiheadAttention::make_cache(std::int64_t batch, std::int64_t capacity) const {
+KVCache MultiheadAttention::make_cache(std::int64_t batch, std::int64_t capacity,
+                                       DType dtype) const {
   QKV_CHECK(config.kdim == config.embed_dim && config.vdim == config.embed_dim,
             "MultiheadAttention::make_cache: incremental decoding is self-attention; kdim and "
             "vdim must equal embed_dim");
-  return KVCache(batch, config.num_heads, capacity, head_dim());
+  return KVCache(batch, config.num_heads, capacity, head_dim(), dtype);
 }
 
 Tensor MultiheadAttention::forward_incremental(const Tensor& x, KVCache& cache) const {
@@ -270,6 +273,8 @@ Tensor MultiheadAttention::forward_incremental(const Tensor& x, KVCache& cache) 
   Tensor k = project(x, 1);  // (B, H, T, D)
   Tensor v = project(x, 2);  // (B, H, T, D)
   cache.append(k, v);
+  // The kernel takes one dtype for q, k and v: q follows a bf16/f16 cache.
+  if (cache.k.dtype() != q.dtype()) q = q.to(cache.k.dtype());
   AttentionOptions options;
   options.causal = true;
   options.alignment = Alignment::bottom_right;  // the T new queries are the last positions

@@ -87,6 +87,21 @@ TEST(Tensor, DtypeConversionRoundsToNearestEven) {
   Tensor h = t.to(DType::f16);
   EXPECT_EQ(h.get({2}), f16_to_f32(f32_to_f16(0.1f)));
   EXPECT_EQ(h.to(DType::f32).get({2}), h.get({2}));
+  // Strided views convert element by element in logical order, both ways (the row copy's
+  // typed loops) and for a pair without one (bf16 -> f16 through f32).
+  Tensor x = iota({3, 4}).transpose(0, 1);  // (4, 3), strides (1, 4)
+  for (std::int64_t i = 0; i < 4; ++i)
+    for (std::int64_t j = 0; j < 3; ++j) x.set({i, j}, x.get({i, j}) * 1.001f + 0.37f);
+  Tensor xb = x.to(DType::bf16);
+  Tensor xbt = xb.transpose(0, 1).to(DType::f32);  // (3, 4) from a strided bf16 view
+  Tensor xh = xb.to(DType::f16);
+  for (std::int64_t i = 0; i < 4; ++i)
+    for (std::int64_t j = 0; j < 3; ++j) {
+      const float want = bf16_to_f32(f32_to_bf16(x.get({i, j})));
+      EXPECT_EQ(xb.get({i, j}), want);
+      EXPECT_EQ(xbt.get({j, i}), want);
+      EXPECT_EQ(xh.get({i, j}), f16_to_f32(f32_to_f16(want)));
+    }
 }
 
 TEST(Tensor, FromBlobKeepsOwnerAlive) {

@@ -636,6 +636,22 @@ TEST(MultiHeadAttention, KVCacheDecodingEqualsCausalForward) {
                  "kv cache chunk=" + std::to_string(chunk));
     EXPECT_THROW(m.forward_incremental(x.slice(1, 0, 1), cache), qkv::Error);  // full
   }
+  // A bf16 cache: k, v and (to match them) q are rounded to bf16 (2^-9 relative each), and
+  // the kernel rounds P to bf16 for P·V: three roundings per score, one per weight, each
+  // ~2^-9 of the output's magnitude per term of the E-wide out_proj.
+  nn::KVCache half = m.make_cache(B, L, qkv::DType::bf16);
+  EXPECT_EQ(half.k.dtype(), qkv::DType::bf16);
+  std::vector<float> got(static_cast<std::size_t>(B * L * E));
+  for (std::int64_t t = 0; t < L; ++t) {
+    const std::vector<float> step = m.forward_incremental(x.slice(1, t, t + 1), half).to_vector();
+    for (std::int64_t b = 0; b < B; ++b)  // step (B, 1, E) -> rows (b, t) of (B, L, E)
+      std::copy_n(step.begin() + b * E, E, got.begin() + (b * L + t) * E);
+  }
+  double err = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) err = std::max(err, std::abs(got[i] - want[i]));
+  EXPECT_LE(err, 4 * E * std::ldexp(1.0, -9) * (1 + max_abs(want)));
+  EXPECT_GT(err, 0.0) << "a bf16 cache gave the f32 result exactly: not rounded?";
+  EXPECT_THROW(m.make_cache(B, L, qkv::DType::boolean), qkv::Error);
 }
 
 TEST(MultiHeadAttention, ConfigAndStateDictErrors) {
