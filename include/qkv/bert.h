@@ -15,8 +15,8 @@
 // without it (add_pooling_layer=False) load, and pooler_output is then undefined.
 //
 // Config / Weights / Model apart (STYLE.md 2): f32 weights are zero-copy views into the
-// read-only mapping of the checkpoint (they keep it alive), except q/k/v, which are copied
-// into one stacked projection; bf16/f16 weights are converted to f32 once, at load. Errors (qkv::Error) name the file or tensor, the expected shape and
+// read-only mapping of the checkpoint (they keep it alive); bf16/f16 weights are converted
+// to f32 once, at load. Errors (qkv::Error) name the file or tensor, the expected shape and
 // what was found.
 //
 // Differences from HF: a row of attention_mask that is all 0 gives attention output 0 for
@@ -54,9 +54,9 @@ struct BertConfig {
 };
 
 struct BertLayerWeights {
-  // attention.self.query, .key and .value stacked at load (rows [0, E), [E, 2E), [2E, 3E)),
-  // so that one product makes q, k and v (as torch's in_proj_weight).
-  Tensor qkv_weight, qkv_bias;                    // (3E, E), (3E)
+  Tensor query_weight, query_bias;                // (E, E), (E)   attention.self.query
+  Tensor key_weight, key_bias;                    // (E, E), (E)   attention.self.key
+  Tensor value_weight, value_bias;                // (E, E), (E)   attention.self.value
   Tensor attention_output_weight;                 // (E, E)        attention.output.dense
   Tensor attention_output_bias;                   // (E)
   Tensor attention_norm_weight, attention_norm_bias;  // (E), (E)  attention.output.LayerNorm
@@ -110,7 +110,11 @@ class BertModel {
 
  private:
   struct PackedLayer {
-    nn::PackedWeight qkv, attention_output, intermediate, output;
+    // query, key and value stacked (rows [0, E), [E, 2E), [2E, 3E)), so that one product
+    // makes q, k and v, as torch's in_proj_weight.
+    nn::PackedWeight qkv;  // (3E, E)
+    Tensor qkv_bias;       // (3E)
+    nn::PackedWeight attention_output, intermediate, output;
   };
   std::vector<PackedLayer> packed_;  // one per layer, from weights.layers
 };

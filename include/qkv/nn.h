@@ -36,10 +36,6 @@ using ParameterList = std::vector<std::pair<std::string, Tensor*>>;
 // ---------------------------------------------------------------------------------------
 // Functional forms.
 
-// y = x·Wᵀ + b (torch.nn.functional.linear), through oneDNN's f32 matmul.
-//   x: (..., in) any strides   weight: (out, in)   bias: (out) or undefined  ->  (..., out)
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
-
 // What linear() can apply to x·Wᵀ + b inside oneDNN's product (its post-ops), instead of
 // separate passes over the output:  y = activation(x·Wᵀ + b) + residual.
 enum class LinearActivation { none, relu, gelu_erf, gelu_tanh };
@@ -47,8 +43,12 @@ struct LinearEpilogue {
   LinearActivation activation = LinearActivation::none;
   Tensor residual;  // (..., out), the shape of y, any strides; or undefined
 };
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
-              const LinearEpilogue& epilogue);
+
+// y = epilogue(x·Wᵀ + b) (torch.nn.functional.linear without an epilogue), through
+// oneDNN's f32 matmul.
+//   x: (..., in) any strides   weight: (out, in)   bias: (out) or undefined  ->  (..., out)
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
+              const LinearEpilogue& epilogue = {});
 
 // A linear weight (out, in) reordered once into the blocked layout oneDNN's matmul reads
 // fastest. With a plain (out, in) weight the matmul re-packs W on every call; decoding one
@@ -89,6 +89,11 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized, const Tensor& weight
 enum class GeluApproximation { none, tanh };  // torch's approximate="none" | "tanh"
 // none: x·Φ(x) = ½x(1 + erf(x/√2)); tanh: ½x(1 + tanh(√(2/π)(x + 0.044715x³))).
 Tensor gelu(const Tensor& x, GeluApproximation approximate = GeluApproximation::none);
+// The linear() epilogue that applies that form of GELU.
+inline LinearActivation linear_activation(GeluApproximation approximate) {
+  return approximate == GeluApproximation::tanh ? LinearActivation::gelu_tanh
+                                                : LinearActivation::gelu_erf;
+}
 Tensor relu(const Tensor& x);  // max(x, 0); any shape -> same shape, contiguous f32
 
 // ---------------------------------------------------------------------------------------

@@ -32,9 +32,13 @@ Strides row_major_strides(const Shape& shape) {
   return strides;
 }
 
+[[noreturn]] void throw_dim_out_of_range(std::int64_t d, std::int64_t rank, const char* what) {
+  throw Error(std::string(what) + ": dimension " + std::to_string(d) +
+              " is out of range for a tensor of rank " + std::to_string(rank));
+}
+
 std::int64_t wrap_dim(std::int64_t d, std::int64_t rank, const char* what) {
-  QKV_CHECK(d >= -rank && d < rank,
-            what << ": dimension " << d << " is out of range for a tensor of rank " << rank);
+  if (d < -rank || d >= rank) throw_dim_out_of_range(d, rank, what);
   return d < 0 ? d + rank : d;
 }
 
@@ -245,8 +249,7 @@ Tensor Tensor::from_blob(void* data, const Shape& shape, const Strides& strides,
 }
 
 void Tensor::throw_bad_dim(std::int64_t d, const char* what) const {
-  wrap_dim(d, dim(), what);  // throws: d is out of range
-  throw Error(std::string(what) + ": dimension out of range");  // not reached
+  throw_dim_out_of_range(d, dim(), what);
 }
 
 std::int64_t Tensor::numel() const {

@@ -124,14 +124,12 @@ BertWeights BertWeights::load(const BertConfig& c, const SafeTensors& tensors,
   for (std::int64_t n = 0; n < c.num_hidden_layers; ++n) {
     const std::string p = "encoder.layer." + std::to_string(n) + ".";
     BertLayerWeights l;
-    l.qkv_weight = Tensor::empty({3 * E, E});
-    l.qkv_bias = Tensor::empty({3 * E});
-    const char* projections[] = {"query", "key", "value"};
-    for (std::int64_t i = 0; i < 3; ++i) {
-      const std::string name = p + "attention.self." + projections[i];
-      l.qkv_weight.slice(0, i * E, (i + 1) * E).copy_from(t.get(name + ".weight", {E, E}));
-      l.qkv_bias.slice(0, i * E, (i + 1) * E).copy_from(t.get(name + ".bias", {E}));
-    }
+    l.query_weight = t.get(p + "attention.self.query.weight", {E, E});
+    l.query_bias = t.get(p + "attention.self.query.bias", {E});
+    l.key_weight = t.get(p + "attention.self.key.weight", {E, E});
+    l.key_bias = t.get(p + "attention.self.key.bias", {E});
+    l.value_weight = t.get(p + "attention.self.value.weight", {E, E});
+    l.value_bias = t.get(p + "attention.self.value.bias", {E});
     l.attention_output_weight = t.get(p + "attention.output.dense.weight", {E, E});
     l.attention_output_bias = t.get(p + "attention.output.dense.bias", {E});
     l.attention_norm_weight = t.get_norm(p + "attention.output.LayerNorm", true, {E});
@@ -158,9 +156,21 @@ BertModel::BertModel(BertConfig config_, BertWeights weights_)
   QKV_CHECK(static_cast<std::int64_t>(weights.layers.size()) == config.num_hidden_layers,
             "BertModel: weights have " << weights.layers.size() << " layers, config "
                                        << config.num_hidden_layers);
-  for (const BertLayerWeights& l : weights.layers)
-    packed_.push_back({nn::PackedWeight(l.qkv_weight), nn::PackedWeight(l.attention_output_weight),
+  const std::int64_t E = config.hidden_size;
+  for (const BertLayerWeights& l : weights.layers) {
+    // Stacked only to be packed: the (3E, E) f32 copy goes when this scope ends.
+    Tensor qkv_weight = Tensor::empty({3 * E, E}), qkv_bias = Tensor::empty({3 * E});
+    const Tensor* parts[3][2] = {{&l.query_weight, &l.query_bias},
+                                 {&l.key_weight, &l.key_bias},
+                                 {&l.value_weight, &l.value_bias}};
+    for (std::int64_t i = 0; i < 3; ++i) {
+      qkv_weight.slice(0, i * E, (i + 1) * E).copy_from(*parts[i][0]);
+      qkv_bias.slice(0, i * E, (i + 1) * E).copy_from(*parts[i][1]);
+    }
+    packed_.push_back({nn::PackedWeight(qkv_weight), qkv_bias,
+                       nn::PackedWeight(l.attention_output_weight),
                        nn::PackedWeight(l.intermediate_weight), nn::PackedWeight(l.output_weight)});
+  }
 }
 
 BertModel BertModel::load(const std::string& dir) {
@@ -255,15 +265,12 @@ BertOutput BertModel::forward(std::span<const std::int64_t> input_ids, std::int6
                      config.layer_norm_eps);  // (B, L, E)
 
   BertOutput out;
-  const nn::LinearActivation gelu = config.gelu == nn::GeluApproximation::none
-                                        ? nn::LinearActivation::gelu_erf
-                                        : nn::LinearActivation::gelu_tanh;
   for (std::size_t n = 0; n < weights.layers.size(); ++n) {
     const BertLayerWeights& l = weights.layers[n];
     const PackedLayer& packed = packed_[n];
     // One product for q, k and v; (B, L, 3, H, D) -> three (B, H, L, D) strided views,
     // which the attention kernel reads in place.
-    const Tensor qkv = nn::linear(x, packed.qkv, l.qkv_bias).view({B, L, 3, H, D});
+    const Tensor qkv = nn::linear(x, packed.qkv, packed.qkv_bias).view({B, L, 3, H, D});
     auto heads = [&](std::int64_t i) { return qkv.select(2, i).permute({0, 2, 1, 3}); };
     AttentionResult r = attention(heads(0), heads(1), heads(2), options);  // (B, H, L, D)
     if (output_attentions) out.attentions.push_back(r.probs);             // (B, H, L, L)
@@ -274,7 +281,7 @@ BertOutput BertModel::forward(std::span<const std::int64_t> input_ids, std::int6
                        {E}, l.attention_norm_weight, l.attention_norm_bias,
                        config.layer_norm_eps);  // (B, L, E)
     const Tensor h = nn::linear(x, packed.intermediate, l.intermediate_bias,
-                                {.activation = gelu, .residual = {}});  // (B, L, F)
+                                {nn::linear_activation(config.gelu), Tensor()});  // (B, L, F)
     x = nn::layer_norm(nn::linear(h, packed.output, l.output_bias, {.residual = x}), {E},
                        l.output_norm_weight, l.output_norm_bias,
                        config.layer_norm_eps);  // (B, L, E)

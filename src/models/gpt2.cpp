@@ -210,11 +210,8 @@ Tensor Gpt2Model::block(std::size_t i, const Tensor& x, nn::KVCache* cache) cons
   // x + c_proj(merged), then x + mlp_proj(gelu(c_fc(ln_2(x)))): bias, GELU and the
   // residual inside the products.
   const Tensor y = nn::linear(merged, packed.c_proj, b.attn.out_proj.bias, {.residual = x});
-  const nn::LinearActivation gelu = config.activation == nn::GeluApproximation::tanh
-                                        ? nn::LinearActivation::gelu_tanh
-                                        : nn::LinearActivation::gelu_erf;
   const Tensor h = nn::linear(b.ln_2.forward(y), packed.c_fc, b.c_fc.bias,
-                              {.activation = gelu, .residual = {}});  // (1, T, F)
+                              {nn::linear_activation(config.activation), Tensor()});  // (1, T, F)
   return nn::linear(h, packed.mlp_proj, b.mlp_proj.bias, {.residual = y});  // (1, T, E)
 }
 

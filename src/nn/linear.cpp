@@ -368,10 +368,6 @@ Tensor run_linear(const Tensor& x, std::int64_t N, std::int64_t K_w, const Tenso
 
 }  // namespace
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  return linear(x, weight, bias, LinearEpilogue{});
-}
-
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
               const LinearEpilogue& epilogue) {
   QKV_CHECK(weight.defined() && weight.dim() == 2,
