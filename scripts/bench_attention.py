@@ -223,16 +223,24 @@ def loaded_blas():
 # --------------------------------------------------------------------------------------
 # Building qkv (only what is missing, unless --rebuild).
 
+def cmake_build(build_dir, targets, check=True):
+    """Configures build_dir (Release) when it has no CMakeCache.txt (a failure raises),
+    then builds `targets` (the benchmark scripts all build this way). check: a failed build
+    raises too, else -> whether it succeeded."""
+    if not os.path.isfile(os.path.join(build_dir, "CMakeCache.txt")):
+        subprocess.run(["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release"], check=True,
+                       stdout=sys.stderr)
+    built = subprocess.run(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2), "--target", *targets],
+                           check=check, stdout=sys.stderr)
+    return built.returncode == 0
+
+
 def ensure_build(build_dir, rebuild):
     cli = os.path.join(build_dir, "qkv")
     ceilings = os.path.join(build_dir, "bench", "qkv_ceilings")
     module = glob.glob(os.path.join(build_dir, "python", "qkv", "_qkv*.so"))
     if rebuild or not (os.path.isfile(cli) and os.path.isfile(ceilings) and module):
-        if not os.path.isfile(os.path.join(build_dir, "CMakeCache.txt")):
-            subprocess.run(["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release"], check=True,
-                           stdout=sys.stderr)
-        subprocess.run(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2), "--target", "qkv_cli",
-                        "_qkv", "qkv_ceilings"], check=True, stdout=sys.stderr)
+        cmake_build(build_dir, ["qkv_cli", "_qkv", "qkv_ceilings"])
     return cli, ceilings
 
 
@@ -313,17 +321,22 @@ class JsonLineServer:
                 self.proc.wait()
 
 
+def ort_env(node_modules):
+    """The environment of a node process running onnxruntime-node from node_modules."""
+    env = dict(os.environ, QKV_ORT_NODE_MODULES=node_modules)
+    env.pop("LD_LIBRARY_PATH", None)  # OpenBLAS is torch's business, not ORT's
+    return env
+
+
 class OrtRunner(JsonLineServer):
     """scripts/bench/ort_runner.js in --serve mode on one model and its inputs."""
 
     def __init__(self, node_modules, workdir, model, shapes, threads, warmup, tag="model"):
         self.output = os.path.join(workdir, f"ort_output_{tag}.bin")
-        env = dict(os.environ, QKV_ORT_NODE_MODULES=node_modules)
-        env.pop("LD_LIBRARY_PATH", None)  # OpenBLAS is torch's business, not ORT's
         super().__init__("ort_runner",
                          ["node", RUNNER, "--model", model, "--shapes", json.dumps(shapes), "--threads",
                           str(threads), "--warmup", str(warmup), "--inputs", workdir, "--output",
-                          self.output, "--serve"], env)
+                          self.output, "--serve"], ort_env(node_modules))
         self.version = self.hello.get("ort_version")
 
     def run(self):

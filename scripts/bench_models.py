@@ -125,10 +125,10 @@ def read_safetensors(path):
             for name, i in header.items()}
 
 
-def bert_weights(rng):
+def hf_initializer(rng, E):
+    """-> (w, rand, norm): a dict of weights and its two fillers, HF's initializer_range:
+    rand(name, *shape) ~ N(0, 0.02²); norm(name) a LayerNorm of width E, weight 1 + N(0, 0.02²)."""
     import numpy as np
-    c = BERT
-    E, F = c["hidden_size"], c["intermediate_size"]
     w = {}
 
     def rand(name, *shape):
@@ -137,6 +137,14 @@ def bert_weights(rng):
     def norm(name):
         w[name + ".weight"] = 1 + rng.standard_normal(E, dtype=np.float32) * np.float32(0.02)
         rand(name + ".bias", E)
+
+    return w, rand, norm
+
+
+def bert_weights(rng):
+    c = BERT
+    E, F = c["hidden_size"], c["intermediate_size"]
+    w, rand, norm = hf_initializer(rng, E)
 
     rand("embeddings.word_embeddings.weight", c["vocab_size"], E)
     rand("embeddings.position_embeddings.weight", c["max_position_embeddings"], E)
@@ -161,17 +169,9 @@ def bert_weights(rng):
 
 
 def gpt2_weights(rng):
-    import numpy as np
     c = GPT2
     E = c["n_embd"]
-    w = {}
-
-    def rand(name, *shape):
-        w[name] = rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)
-
-    def norm(name):
-        w[name + ".weight"] = 1 + rng.standard_normal(E, dtype=np.float32) * np.float32(0.02)
-        rand(name + ".bias", E)
+    w, rand, norm = hf_initializer(rng, E)
 
     rand("wte.weight", c["vocab_size"], E)
     rand("wpe.weight", c["n_positions"], E)
@@ -418,13 +418,11 @@ class OrtGpt2(ba.JsonLineServer):
     in the node process between steps."""
 
     def __init__(self, node_modules, model, threads):
-        env = dict(os.environ, QKV_ORT_NODE_MODULES=node_modules)
-        env.pop("LD_LIBRARY_PATH", None)  # OpenBLAS is torch's business, not ORT's
         c = GPT2
         super().__init__("ort_gpt2_decode",
                          ["node", ORT_GPT2_RUNNER, "--model", model, "--layers", str(c["n_layer"]),
                           "--heads", str(c["n_head"]), "--head-dim", str(c["n_embd"] // c["n_head"]),
-                          "--vocab", str(c["vocab_size"]), "--threads", str(threads)], env)
+                          "--vocab", str(c["vocab_size"]), "--threads", str(threads)], ba.ort_env(node_modules))
 
     def decode(self, context, steps, out="-"):
         return self.request(f"decode {context} {steps} {out}")
@@ -451,11 +449,7 @@ class QkvServer(ba.JsonLineServer):
 def ensure_binary(build_dir, rebuild):
     binary = os.path.join(build_dir, "bench", "qkv_bench_models")
     if rebuild or not os.path.isfile(binary):
-        if not os.path.isfile(os.path.join(build_dir, "CMakeCache.txt")):
-            subprocess.run(["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release"], check=True,
-                           stdout=sys.stderr)
-        subprocess.run(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2), "--target",
-                        "qkv_bench_models"], check=True, stdout=sys.stderr)
+        ba.cmake_build(build_dir, ["qkv_bench_models"])
     return binary
 
 

@@ -84,12 +84,7 @@ def cpu_model():
 def ensure_binary(build_dir, rebuild):
     binary = os.path.join(build_dir, "bench", "qkv_bench_training")
     if rebuild or not os.path.isfile(binary):
-        if not os.path.isfile(os.path.join(build_dir, "CMakeCache.txt")):
-            subprocess.run(["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release"], check=True,
-                           stdout=sys.stderr)
-        result = subprocess.run(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2), "--target",
-                                 "qkv_bench_training"], stdout=sys.stderr)
-        if result.returncode != 0 or not os.path.isfile(binary):
+        if not ba.cmake_build(build_dir, ["qkv_bench_training"], check=False) or not os.path.isfile(binary):
             return None
     return binary
 
