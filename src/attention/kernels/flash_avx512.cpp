@@ -1,5 +1,6 @@
 // The fused attention kernel built for avx512.
 // Every header comes first; only the kernel body is compiled for the target.
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>

@@ -1,5 +1,6 @@
 // The tiled attention backward built for avx512 (also what avx512_bf16 runs).
 // Every header comes first; only the kernel body is compiled for the target.
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
