@@ -633,6 +633,8 @@ def main():
     parser.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime out")
     parser.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory run")
+    parser.add_argument("--only", action="append", metavar="TEXT",
+                        help="run only the cases whose name contains TEXT (repeatable), e.g. --only 'L=512'")
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)
     if args.threads < 1:
@@ -697,6 +699,8 @@ def main():
 
     results, all_notes = [], []
     for case in cases(args.quick):
+        if args.only and not any(text in case[0] for text in args.only):
+            continue
         log(f"case {case[0]}")
         result, notes = run_case(case, args, ort_info, torch_info)
         results.append(result)
