@@ -130,21 +130,9 @@ constexpr double kFlopsPerIterBf16 = kChains512 * 16 * 4.0;
 // the tile unit, not the loads). UNTESTED on the machines this was written on (AMD EPYC,
 // no AMX): the path is guarded by cpu_features().amx_bf16, which is true only when the
 // CPU has AMX and Linux granted the tile state (arch_prctl, done by qkv's detection).
-struct alignas(64) TileConfig {
-  std::uint8_t palette_id;
-  std::uint8_t start_row;
-  std::uint8_t reserved[14];
-  std::uint16_t colsb[16];
-  std::uint8_t rows[16];
-};
-
 __attribute__((target("amx-tile,amx-bf16"))) double amx_bf16(std::int64_t iters) {
-  TileConfig cfg{};
-  cfg.palette_id = 1;
-  for (int t = 0; t < 8; ++t) {
-    cfg.rows[t] = 16;
-    cfg.colsb[t] = 64;  // 16 f32 or 32 bf16 per row
-  }
+  // Constant, in read-only memory: the intrinsic declares only 8 bytes of it as read.
+  static constexpr qkv::AmxTileConfig kConfig = qkv::amx_uniform_tile_config(16, 64);  // 16 f32 or 32 bf16 per row
   alignas(64) static thread_local std::uint16_t ab[16 * 32];
   alignas(64) static thread_local float c[16 * 16];
   for (auto& x : ab) x = 0x3c00;  // bf16 ~0.0078: bounded sums
@@ -152,7 +140,7 @@ __attribute__((target("amx-tile,amx-bf16"))) double amx_bf16(std::int64_t iters)
   // GCC's tile intrinsics are asm statements that take only a pointer: a memory
   // barrier makes sure the stores above are done before the tiles read them.
   __asm__ volatile("" ::: "memory");
-  _tile_loadconfig(&cfg);
+  _tile_loadconfig(&kConfig);
   _tile_loadd(0, c, 64);
   _tile_loadd(1, c, 64);
   _tile_loadd(2, c, 64);

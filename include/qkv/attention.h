@@ -52,7 +52,8 @@ enum class AttentionImpl {
   automatic,  // fast, except that probabilities (return_probs) come from the reference
   reference,  // the naive double-precision twin every fast path is tested against
   fast,       // the fused tiled kernel (f32 accumulation, never materializes Lq×Lk), ISA
-              // chosen at run time or by QKV_ISA=scalar|avx2|avx512; return_probs falls
+              // chosen at run time or by QKV_ISA (scalar, avx2, avx512, avx512_bf16,
+              // amx, amx_emulated: src/attention/kernels/flash.h); return_probs falls
               // back to the reference
 };
 
@@ -110,8 +111,8 @@ AttentionGradients attention_backward(const Tensor& dout, const Tensor& q, const
 Tensor self_attention_raw(const Tensor& x, std::optional<double> scale = 1.0);
 
 // The instruction set the fast kernel runs with in this process ("scalar", "avx2",
-// "avx512"): the best this CPU supports, or QKV_ISA when set (an unknown or unsupported
-// value throws qkv::Error).
+// "avx512", "avx512_bf16", "amx"): the best this CPU supports, or QKV_ISA when set (an
+// unknown or unsupported value throws qkv::Error).
 const char* fast_kernel_isa();
 
 // Throws qkv::Error naming the argument when the inputs or options are invalid;

@@ -34,7 +34,9 @@ AttentionGradients flash_attention_backward(const AttentionProblem& problem, con
 #if defined(__x86_64__)
     case Isa::avx2: avx2::flash_backward(problem, dout, q, k, v, out, lse, g); break;
     case Isa::avx512:
-    case Isa::avx512_bf16: avx512::flash_backward(problem, dout, q, k, v, out, lse, g); break;
+    case Isa::avx512_bf16:
+    case Isa::amx:  // the backward has no bf16-pair or tile kernel: it works in f32
+    case Isa::amx_emulated: avx512::flash_backward(problem, dout, q, k, v, out, lse, g); break;
 #else
     default: scalar::flash_backward(problem, dout, q, k, v, out, lse, g); break;
 #endif

@@ -186,11 +186,14 @@ test_bench() {
   check_bench_json "bench --impl fast" "d['impl'] == 'fast'" --batch 1 --heads 2 --seq 8 --dim 4 \
     --impl fast
   local isa flag
-  for isa in scalar avx2 avx512 avx512_bf16; do
-    case $isa in scalar) flag= ;; avx2) flag=avx2 ;; avx512) flag=avx512f ;; avx512_bf16) flag=avx512_bf16 ;; esac
+  for isa in scalar avx2 avx512 avx512_bf16 amx amx_emulated; do
+    case $isa in
+      scalar) flag= ;; avx2) flag=avx2 ;; avx512) flag=avx512f ;; avx512_bf16 | amx_emulated) flag=avx512_bf16 ;;
+      amx) flag=amx_bf16 ;;
+    esac
     if [[ -n $flag ]] && ! grep -qw "$flag" /proc/cpuinfo; then continue; fi
     QKV_ISA=$isa check_bench_json "bench --impl fast, QKV_ISA=$isa" "d['impl'] == 'fast' and d['isa'] == '$isa'" \
-      --batch 1 --heads 2 --kv-heads 1 --seq 40 --kv-seq 70 --dim 24 --causal --impl fast
+      --batch 1 --heads 2 --kv-heads 1 --seq 40 --kv-seq 70 --dim 24 --causal --impl fast --dtype bf16
   done
 }
 

@@ -1,7 +1,9 @@
 """Every instruction set the fused kernel is built for and this CPU runs (STYLE.md 9):
-the oracle sweep, the NaN/zero-size edges and the thread-count checks run again in a
-child pytest with QKV_ISA=scalar|avx2|avx512 (the kernel reads QKV_ISA once per process).
-The parent run itself uses the best variant (avx512_bf16 where the CPU has AVX512-BF16).
+the oracle sweep, the NaN/zero-size edges, the bf16/f16 dtype checks and the thread-count
+checks run again in a child pytest with QKV_ISA=scalar|avx2|avx512|amx (the kernel reads
+QKV_ISA once per process), and with amx_emulated, the AMX tile code on a software model of
+the tiles, so that its bf16 results are checked against PyTorch on CPUs without AMX. The
+parent run itself uses the best variant (avx512_bf16 where the CPU has AVX512-BF16).
 """
 
 import os
@@ -18,11 +20,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def _cpu_runs(isa):
     features = set(qkv.cpu_summary().replace(",", " ").split())
     need = {"scalar": set(), "avx2": {"avx2", "fma"},
-            "avx512": {"avx512f", "avx512bw", "avx512vl"}}[isa]
+            "avx512": {"avx512f", "avx512bw", "avx512vl"},
+            "amx": {"amx_tile", "amx_bf16"}, "amx_emulated": {"avx512_bf16"}}[isa]
     return need <= features
 
 
-@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512", "amx", "amx_emulated"])
 def test_suite_under_isa(isa):
     if os.environ.get("QKV_ISA"):
         pytest.skip("already running under a chosen QKV_ISA")
@@ -30,7 +33,8 @@ def test_suite_under_isa(isa):
         pytest.skip(f"this CPU cannot run {isa}: {qkv.cpu_summary()}")
     package_dir = os.path.dirname(os.path.dirname(os.path.abspath(qkv.__file__)))
     env = dict(os.environ, QKV_ISA=isa, PYTHONPATH=package_dir, PYTHONDONTWRITEBYTECODE="1")
-    files = [os.path.join(HERE, f) for f in ("test_sweep.py", "test_edges.py", "test_dropout.py")]
+    files = [os.path.join(HERE, f)
+             for f in ("test_sweep.py", "test_edges.py", "test_dropout.py", "test_dtypes_layouts.py")]
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "--tb=line", "-p", "no:cacheprovider", *files,
          "-k", "not gil and not import_does_not"],

@@ -1,5 +1,6 @@
 // Chooses the ISA variant of the fused kernel at run time: the one mechanism every
-// kernel goes through (STYLE.md 9). QKV_ISA=scalar|avx2|avx512|avx512_bf16 overrides it.
+// kernel goes through (STYLE.md 9). QKV_ISA=scalar|avx2|avx512|avx512_bf16|amx|amx_emulated
+// overrides it.
 #include <atomic>
 #include <cstdlib>
 #include <string>
@@ -19,6 +20,8 @@ bool cpu_runs(Isa isa) {
     case Isa::avx2: return f.avx2 && f.fma;
     case Isa::avx512: return f.avx512f && f.avx512bw && f.avx512vl;
     case Isa::avx512_bf16: return f.avx512f && f.avx512bw && f.avx512vl && f.avx512_bf16;
+    case Isa::amx: return cpu_runs(Isa::avx512_bf16) && f.amx_tile && f.amx_bf16;
+    case Isa::amx_emulated: return cpu_runs(Isa::avx512_bf16);  // the model needs no AMX
   }
   return false;
 #else
@@ -26,11 +29,12 @@ bool cpu_runs(Isa isa) {
 #endif
 }
 
+constexpr Isa kAllIsas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512_bf16, Isa::amx, Isa::amx_emulated};
+
 Isa parse_isa(const std::string& name) {
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512_bf16})
+  for (Isa isa : kAllIsas)
     if (name == isa_name(isa)) return isa;
-  throw Error("QKV_ISA: expected one of scalar, avx2, avx512, avx512_bf16; got '" + name + "'" +
-              (name == "amx" ? " (AMX tile kernels are not built yet)" : ""));
+  throw Error("QKV_ISA: expected one of scalar, avx2, avx512, avx512_bf16, amx, amx_emulated; got '" + name + "'");
 }
 
 Isa checked(Isa isa) {
@@ -50,14 +54,22 @@ const char* isa_name(Isa isa) {
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512";
     case Isa::avx512_bf16: return "avx512_bf16";
+    case Isa::amx: return "amx";
+    case Isa::amx_emulated: return "amx_emulated";
   }
   return "unknown";
 }
 
 std::vector<Isa> supported_isas() {
   std::vector<Isa> isas;
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512_bf16})
-    if (cpu_runs(isa)) isas.push_back(isa);
+  for (Isa isa : kAllIsas)
+    if (isa != Isa::amx_emulated && cpu_runs(isa)) isas.push_back(isa);
+  return isas;
+}
+
+std::vector<Isa> tested_isas() {
+  std::vector<Isa> isas = supported_isas();
+  if (!cpu_runs(Isa::amx) && cpu_runs(Isa::amx_emulated)) isas.push_back(Isa::amx_emulated);
   return isas;
 }
 
@@ -86,6 +98,8 @@ AttentionResult flash_attention(const AttentionProblem& problem, const Tensor& q
     case Isa::avx2: avx2::flash_forward(problem, q, k, v, result.out, lse); break;
     case Isa::avx512: avx512::flash_forward(problem, q, k, v, result.out, lse); break;
     case Isa::avx512_bf16: avx512_bf16::flash_forward(problem, q, k, v, result.out, lse); break;
+    case Isa::amx: amx::flash_forward(problem, q, k, v, result.out, lse); break;
+    case Isa::amx_emulated: amx_emulated::flash_forward(problem, q, k, v, result.out, lse); break;
 #else
     default: break;  // checked() already refused
 #endif
