@@ -327,6 +327,26 @@ TEST(FastAttention, Bf16StaleValuePairsOfAnEarlierTaskAreNeverMultiplied) {
   set_num_threads(before);
 }
 
+// Value pairs packed once per head pair key 2i with 2i + 1. Where the visible keys end on
+// an odd count, the last pair's partner is a masked key, here an infinity, which a zero
+// weight would still turn into NaN (0·inf): such a tile must pair the last key with 0.
+TEST(FastAttention, Bf16MaskedInfinityPairedWithTheLastVisibleKeyIsNeverRead) {
+  Rng rng(40);
+  for (Isa isa : detail::tested_isas()) {
+    Tensor q = random_tensor({1, 2, 70, 32}, rng, 1.0, DType::bf16);  // two query blocks
+    Tensor k = random_tensor({1, 2, 80, 32}, rng, 1.0, DType::bf16);
+    Tensor v = random_tensor({1, 2, 80, 32}, rng, 1.0, DType::bf16);
+    v.set({0, 0, 65, 3}, std::numeric_limits<float>::infinity());
+    AttentionOptions o;
+    o.key_lengths = {65};  // keys 0-64: the last tile holds one key
+    const detail::AttentionProblem problem = detail::make_problem(q, k, v, o);
+    const Tensor out = detail::flash_attention(problem, q, k, v, false, isa).out;
+    for (std::int64_t i = 0; i < 70; ++i)
+      EXPECT_FALSE(std::isnan(out.get({0, 0, i, 3}))) << detail::isa_name(isa) << " row " << i;
+    expect_fast_matches_reference(q, k, v, o, isa, "masked infinity after an odd last key");
+  }
+}
+
 TEST(FastAttention, AutomaticUsesTheKernelAndProbabilitiesStillWork) {
   Rng rng(36);
   Tensor q = random_tensor({1, 2, 20, 16}, rng), k = random_tensor({1, 2, 20, 16}, rng),
