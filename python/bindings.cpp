@@ -281,7 +281,8 @@ PYBIND11_MODULE(_qkv, m) {
         "Results are identical for every thread count.");
   m.def("get_num_threads", &qkv::num_threads,
         "The number of threads qkv's parallel loops use: set_num_threads's value, else "
-        "the environment variable QKV_NUM_THREADS, else OpenMP's default (all cores).");
+        "the environment variable QKV_NUM_THREADS, else OMP_NUM_THREADS, else the CPUs this "
+        "process may run on.");
   register_nn(m);
   register_models(m);
   register_train(m);

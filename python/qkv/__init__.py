@@ -81,7 +81,8 @@ def set_num_threads(n):
 
 def get_num_threads():
     """The number of threads qkv uses: the last ``set_num_threads``, else the environment
-    variable ``QKV_NUM_THREADS``, else OpenMP's default (all cores)."""
+    variable ``QKV_NUM_THREADS``, else ``OMP_NUM_THREADS``, else the CPUs this process may
+    run on. Importing torch first does not change it (torch lowers OpenMP's own default)."""
     return _qkv.get_num_threads()
 
 

@@ -1,10 +1,13 @@
 #include "qkv/threads.h"
 
 #include <omp.h>
+#include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "qkv/error.h"
 
@@ -14,9 +17,33 @@ namespace {
 // 0 = not yet decided; read from QKV_NUM_THREADS or OpenMP on first use.
 std::atomic<int> g_threads{0};
 
+// OMP_NUM_THREADS's first entry ("4" or "4,2") when it is a positive integer, else 0.
+int omp_num_threads_variable() {
+  const char* text = std::getenv("OMP_NUM_THREADS");
+  if (text == nullptr) return 0;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  return end != text && (*end == '\0' || *end == ',') && value >= 1 && value <= 4096 ? static_cast<int>(value) : 0;
+}
+
+// The CPUs this process may run on (its affinity mask, as taskset or a container sets it).
+int available_cpus() {
+#if defined(__linux__)
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+#endif
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// Not omp_get_max_threads(): other libraries in the process set it their own way. Debian's
+// PyTorch 1.13 sets it at import to its count of physical cores, which is 1 on the 2-vCPU
+// machines here, and qkv imported after torch then ran on one thread.
 int threads_from_environment() {
   const char* text = std::getenv("QKV_NUM_THREADS");
-  if (text == nullptr || *text == '\0') return omp_get_max_threads();
+  if (text == nullptr || *text == '\0') {
+    const int omp = omp_num_threads_variable();
+    return omp > 0 ? omp : available_cpus();
+  }
   char* end = nullptr;
   const long value = std::strtol(text, &end, 10);
   QKV_CHECK(*end == '\0' && value >= 1 && value <= 4096,

@@ -202,6 +202,23 @@ def test_import_does_not_import_torch():
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
 
 
+@pytest.mark.parametrize("omp, want", [(None, None), ("3", 3), ("4,2", 4), ("junk", None)])
+def test_default_thread_count_ignores_what_torch_did_to_openmp(omp, want):
+    """torch lowers OpenMP's default at import (1 on a 2-vCPU machine, where it counts one
+    physical core); qkv imported after it must still use QKV_NUM_THREADS, else
+    OMP_NUM_THREADS, else every CPU the process may run on."""
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(qkv.__file__)))
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("QKV_NUM_THREADS", "OMP_NUM_THREADS")}
+    env["PYTHONPATH"] = package_dir
+    if omp is not None:
+        env["OMP_NUM_THREADS"] = omp
+    want = want or len(os.sched_getaffinity(0))
+    code = ("import torch, qkv\n"
+            f"assert qkv.get_num_threads() == {want}, (qkv.get_num_threads(), torch.get_num_threads())\n")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+
+
 def test_module_metadata():
     assert qkv.__version__ == "0.1.0"
     summary = qkv.cpu_summary()

@@ -121,7 +121,7 @@ int run(int argc, char** argv) {
   bench->add_option("--dtype", b.dtype, "Element type of q, k and v")
       ->capture_default_str()
       ->check(one_of({"f32", "bf16", "f16"}));
-  bench->add_option("--threads", b.threads, "Threads (default: QKV_NUM_THREADS or all cores)")
+  bench->add_option("--threads", b.threads, "Threads (default: QKV_NUM_THREADS, else OMP_NUM_THREADS, else all CPUs the process may use)")
       ->check(kPositiveInt);
   bench
       ->add_option("--impl", b.impl,
