@@ -1,6 +1,5 @@
 #include "qkv/threads.h"
 
-#include <omp.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -14,7 +13,7 @@
 namespace qkv {
 namespace {
 
-// 0 = not yet decided; read from QKV_NUM_THREADS or OpenMP on first use.
+// 0 = not yet decided; read from the environment on first use (threads_from_environment).
 std::atomic<int> g_threads{0};
 
 // OMP_NUM_THREADS's first entry ("4" or "4,2") when it is a positive integer, else 0.
