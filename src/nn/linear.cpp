@@ -52,6 +52,18 @@ dnnl::engine& cpu_engine() {
   return engine;
 }
 
+// Runs one primitive on the CPU engine and waits for it: every oneDNN call of this file.
+void run(const dnnl::primitive& primitive, const std::unordered_map<int, dnnl::memory>& args) {
+  dnnl::stream stream(cpu_engine());
+  primitive.execute(stream, args);
+  stream.wait();
+}
+
+// Copies `from` into `to`, converting layout and type.
+void reorder(dnnl::memory from, dnnl::memory to) {
+  run(dnnl::reorder(from, to), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+}
+
 // What a linear() primitive computes besides x·Wᵀ: bias, activation, residual.
 struct LinearKind {
   bool bias = false;
@@ -228,9 +240,7 @@ void gemm(float* c, const float* a, const float* b, std::int64_t M, std::int64_t
   dnnl::memory b_mem({{K, N}, dt::f32, trans_b ? dnnl::memory::dims{1, K} : dnnl::memory::dims{N, 1}},
                      engine, const_cast<float*>(b));
   dnnl::memory c_mem({{M, N}, dt::f32, dnnl::memory::dims{N, 1}}, engine, c);
-  dnnl::stream stream(engine);
-  prim.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
-  stream.wait();
+  run(prim, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
 }
 
 }  // namespace detail
@@ -261,9 +271,7 @@ PackedWeight::PackedWeight(const Tensor& weight, DType dtype) {
     impl->packed = dnnl::memory(impl->layout, cpu_engine());
     dnnl::memory plain({{K, N}, dnnl::memory::data_type::f32, dnnl::memory::dims{1, K}},
                        cpu_engine(), const_cast<void*>(w.data()));
-    dnnl::stream stream(cpu_engine());
-    dnnl::reorder(plain, impl->packed).execute(stream, plain, impl->packed);
-    stream.wait();
+    reorder(plain, impl->packed);
   }
   impl_ = std::move(impl);
 }
@@ -341,11 +349,8 @@ Tensor run_linear(const Tensor& x, std::int64_t N, std::int64_t K_w, const Tenso
   } else if (mm.weights == packed->layout) {
     weights = packed->packed;
   } else {  // this shape wants another layout: re-lay the packed copy out for this call
-    dnnl::memory from = packed->packed;  // a handle (oneDNN's execute takes non-const)
     weights = dnnl::memory(mm.weights, engine);
-    dnnl::stream stream(engine);
-    dnnl::reorder(from, weights).execute(stream, from, weights);
-    stream.wait();
+    reorder(packed->packed, weights);
   }
   const dnnl::memory::desc rows({M, N}, dt::f32, dnnl::memory::dims{N, 1});
   std::unordered_map<int, dnnl::memory> args{
@@ -360,9 +365,7 @@ Tensor run_linear(const Tensor& x, std::int64_t N, std::int64_t K_w, const Tenso
     args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1,
                  dnnl::memory(rows, engine, const_cast<void*>(r.data())));
   }
-  dnnl::stream stream(engine);
-  mm.primitive.execute(stream, args);
-  stream.wait();
+  run(mm.primitive, args);
   return out;
 }
 
@@ -421,9 +424,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized, const Tensor& weight
     args.emplace(DNNL_ARG_SCALE, dnnl::memory(param, engine, const_cast<void*>(w.data())));
   if (b.defined())
     args.emplace(DNNL_ARG_SHIFT, dnnl::memory(param, engine, const_cast<void*>(b.data())));
-  dnnl::stream stream(engine);
-  prim.execute(stream, args);
-  stream.wait();
+  run(prim, args);
   return out;
 }
 
