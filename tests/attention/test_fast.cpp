@@ -302,6 +302,51 @@ TEST(FastAttention, NanStaysInItsRowsAndMaskedNanIsNeverRead) {
   }
 }
 
+// A key of weight 0 is never read (attention.h), so neither a NaN nor an infinity in the
+// value of a masked key reaches the output: multiplied by its zero weight, an infinity
+// would be NaN (0·inf). Whole query blocks, a few queries and split-KV decode; f32 read in
+// place, bf16 as pairs, f16 converted; with and without a causal mask.
+TEST(FastAttention, NonFiniteValuesOfMaskedKeysAreNeverRead) {
+  Rng rng(41);
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  struct Shape {
+    std::int64_t Lq, Lk;
+  };
+  for (Isa isa : detail::tested_isas())
+    for (DType dtype : {DType::f32, DType::bf16, DType::f16})
+      for (Shape s : {Shape{70, 70}, Shape{3, 100}, Shape{1, 1500}})
+        for (bool causal : {false, true}) {
+          const std::string what = std::string(detail::isa_name(isa)) + " " + dtype_name(dtype) + " Lq " +
+                                   std::to_string(s.Lq) + " Lk " + std::to_string(s.Lk) + (causal ? " causal" : "");
+          Tensor q = random_tensor({1, 2, s.Lq, 32}, rng, 1.0, dtype);
+          Tensor k = random_tensor({1, 2, s.Lk, 32}, rng, 1.0, dtype);
+          Tensor clean = random_tensor({1, 2, s.Lk, 32}, rng, 1.0, dtype);
+          Tensor v = clean.clone();
+          Tensor mask = Tensor::full({s.Lq, s.Lk}, 1.0f, DType::boolean);
+          const std::int64_t poisoned[] = {5, s.Lk / 2, s.Lk - 1};
+          const float values[] = {kInf, -kInf, std::numeric_limits<float>::quiet_NaN()};
+          for (int n = 0; n < 3; ++n) {
+            v.set({0, n % 2, poisoned[n], 3 + n}, values[n]);
+            for (std::int64_t i = 0; i < s.Lq; ++i) mask.set({i, poisoned[n]}, 0.0f);
+          }
+          AttentionOptions o;
+          o.mask = mask;
+          o.causal = causal;
+          o.alignment = Alignment::bottom_right;  // every query sees keys: no empty rows
+          const detail::AttentionProblem problem = detail::make_problem(q, k, v, o);
+          const std::vector<float> fast = detail::flash_attention(problem, q, k, v, false, isa).out.to_vector();
+          o.impl = AttentionImpl::reference;
+          const std::vector<float> ref = attention(q, k, clean, o).out.to_vector();
+          const double bound = derive_bounds(q, k, clean, o).out;
+          double worst = 0;
+          for (std::size_t n = 0; n < fast.size(); ++n) {
+            ASSERT_TRUE(std::isfinite(fast[n])) << what << " index " << n << ": " << fast[n];
+            worst = std::max(worst, std::abs(double{fast[n]} - ref[n]));
+          }
+          EXPECT_LE(worst, bound) << what;
+        }
+}
+
 // bf16 pair buffers outlive a task: a NaN value packed for batch 0 (whose rows are NaN,
 // rightly) must not reach batch 1, whose one short key tile leaves those buffer rows
 // stale. On tiles that means zeroing the value pairs past the tile's keys (0·NaN = NaN).
