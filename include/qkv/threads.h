@@ -3,11 +3,12 @@
 // Starts from the environment variable QKV_NUM_THREADS when set (a positive integer),
 // else OMP_NUM_THREADS (its first entry), else the CPUs the process may run on; never
 // from omp_get_max_threads(), which other libraries change (PyTorch does at import).
-// oneDNN's products (nn::Linear, LayerNorm) still follow OpenMP's own setting, not this
-// one: a known gap. Results never depend on the thread count:
-// work is split so that every output element is computed by the same sequence of
-// operations whichever thread computes it, and random numbers (dropout) are a function
-// of the element's index and the seed, not of the thread.
+// oneDNN's products (nn::Linear, LayerNorm, reorders) run on this count too: OpenMP's
+// setting is set to it around each of their calls and restored after.
+// qkv's own kernels never depend on the thread count for their results: work is split so
+// that every output element is computed by the same sequence of operations whichever
+// thread computes it, and random numbers (dropout) are a function of the element's index
+// and the seed, not of the thread. (oneDNN promises no such thing for its products.)
 #pragma once
 
 namespace qkv {

@@ -8,6 +8,8 @@
 #include <tuple>
 #include <unordered_map>
 
+#include <omp.h>
+
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "nn/common.h"
@@ -52,8 +54,30 @@ dnnl::engine& cpu_engine() {
   return engine;
 }
 
+// oneDNN (its OpenMP build) runs on OpenMP's thread count, which other libraries in the
+// process change: importing PyTorch sets it to the physical cores, 1 on a 2-vCPU machine,
+// and a BERT layer then ran at half speed. Within this scope, on this thread, OpenMP's
+// count is qkv's (threads.h); it is restored after. A primitive fixes its split of the
+// work when created, so the scope covers creation too, and the caches are keyed by the
+// count.
+class OmpThreadScope {
+ public:
+  explicit OmpThreadScope(int threads) : before_(omp_get_max_threads()) {
+    if (threads != before_) omp_set_num_threads(threads);
+  }
+  ~OmpThreadScope() {
+    if (omp_get_max_threads() != before_) omp_set_num_threads(before_);
+  }
+  OmpThreadScope(const OmpThreadScope&) = delete;
+  OmpThreadScope& operator=(const OmpThreadScope&) = delete;
+
+ private:
+  int before_;
+};
+
 // Runs one primitive on the CPU engine and waits for it: every oneDNN call of this file.
 void run(const dnnl::primitive& primitive, const std::unordered_map<int, dnnl::memory>& args) {
+  const OmpThreadScope threads(num_threads());
   dnnl::stream stream(cpu_engine());
   primitive.execute(stream, args);
   stream.wait();
@@ -61,6 +85,7 @@ void run(const dnnl::primitive& primitive, const std::unordered_map<int, dnnl::m
 
 // Copies `from` into `to`, converting layout and type.
 void reorder(dnnl::memory from, dnnl::memory to) {
+  const OmpThreadScope threads(num_threads());  // around the primitive's creation too
   run(dnnl::reorder(from, to), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
 }
 
@@ -102,16 +127,18 @@ WeightsKind weights_kind(DType packed) {
 // cleared when it grows past kMaxCached shapes (decoding changes M every step otherwise).
 struct MatmulCache {
   static constexpr std::size_t kMaxCached = 64;
-  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, LinearKind, WeightsKind>;
+  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, LinearKind, WeightsKind, int>;  // .., threads
   std::mutex mutex;
   std::map<Key, Matmul> primitives;
 
   Matmul get(std::int64_t M, std::int64_t K, std::int64_t N, const LinearKind& kind,
              WeightsKind weights) {
     std::lock_guard<std::mutex> lock(mutex);
-    const Key key{M, K, N, kind, weights};
+    const int threads = num_threads();
+    const Key key{M, K, N, kind, weights, threads};
     auto it = primitives.find(key);
     if (it != primitives.end()) return it->second;
+    const OmpThreadScope scope(threads);
     using dt = dnnl::memory::data_type;
     const dt in = weights == WeightsKind::packed_bf16 ? dt::bf16 : dt::f32;
     const dnnl::memory::desc src({M, K}, in, dnnl::memory::dims{K, 1});
@@ -155,7 +182,7 @@ MatmulCache& matmul_cache() {
 // (M, N, K, trans_a, trans_b, accumulate) -> the matmul primitive, for detail::gemm.
 struct GemmCache {
   static constexpr std::size_t kMaxCached = 256;
-  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, bool, bool>;
+  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, bool, bool, int>;  // .., threads
   std::mutex mutex;
   std::map<Key, dnnl::matmul> primitives;
 
@@ -163,7 +190,8 @@ struct GemmCache {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = primitives.find(key);
     if (it != primitives.end()) return it->second;
-    const auto [M, N, K, trans_a, trans_b, accumulate] = key;
+    const auto [M, N, K, trans_a, trans_b, accumulate, threads] = key;
+    const OmpThreadScope scope(threads);
     using dt = dnnl::memory::data_type;
     // A stored (M, K) row-major, or (K, M) when transposed; likewise B (K, N) or (N, K).
     const dnnl::memory::desc a({M, K}, dt::f32,
@@ -188,16 +216,18 @@ struct GemmCache {
 // dimension of a (rows, N) row-major matrix.
 struct LayerNormCache {
   static constexpr std::size_t kMaxCached = 64;
-  using Key = std::tuple<std::int64_t, std::int64_t, float, bool, bool>;
+  using Key = std::tuple<std::int64_t, std::int64_t, float, bool, bool, int>;  // .., threads
   std::mutex mutex;
   std::map<Key, dnnl::layer_normalization_forward> primitives;
 
   dnnl::layer_normalization_forward get(std::int64_t rows, std::int64_t N, float eps,
                                         bool scale, bool shift) {
     std::lock_guard<std::mutex> lock(mutex);
-    const Key key{rows, N, eps, scale, shift};
+    const int threads = num_threads();
+    const Key key{rows, N, eps, scale, shift, threads};
     auto it = primitives.find(key);
     if (it != primitives.end()) return it->second;
+    const OmpThreadScope scope(threads);
     const dnnl::memory::desc data({rows, N}, dnnl::memory::data_type::f32,
                                   dnnl::memory::dims{N, 1});
     auto flags = dnnl::normalization_flags::none;
@@ -232,7 +262,7 @@ void gemm(float* c, const float* a, const float* b, std::int64_t M, std::int64_t
     if (!accumulate) std::fill_n(c, M * N, 0.f);
     return;
   }
-  dnnl::matmul prim = gemm_cache().get({M, N, K, trans_a, trans_b, accumulate});
+  dnnl::matmul prim = gemm_cache().get({M, N, K, trans_a, trans_b, accumulate, num_threads()});
   using dt = dnnl::memory::data_type;
   dnnl::engine& engine = cpu_engine();
   dnnl::memory a_mem({{M, K}, dt::f32, trans_a ? dnnl::memory::dims{1, M} : dnnl::memory::dims{K, 1}},

@@ -219,6 +219,28 @@ def test_default_thread_count_ignores_what_torch_did_to_openmp(omp, want):
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
 
 
+def test_onednn_products_run_on_qkvs_thread_count_not_the_one_torch_set():
+    """qkv's oneDNN products (linear, layer_norm) run on qkv's thread count, not on the
+    OpenMP count that torch sets (1 on a 2-vCPU machine), and leave torch's as it was.
+    OpenMP starts its worker threads at the first region that asks for them and keeps
+    them, so /proc/self/task shows how many the product used."""
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(qkv.__file__)))
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("QKV_NUM_THREADS", "OMP_NUM_THREADS")}
+    env["PYTHONPATH"] = package_dir
+    env["QKV_NUM_THREADS"] = "4"
+    code = ("import os, torch, numpy as np, qkv.nn as qnn\n"
+            "torch.set_num_threads(1)\n"
+            "x = np.ones((1024, 1024), np.float32)\n"
+            "before = len(os.listdir('/proc/self/task'))\n"
+            "qnn.linear(x, x)\n"
+            "qnn.layer_norm(x, 1024)\n"
+            "after = len(os.listdir('/proc/self/task'))\n"
+            "assert after - before >= 2, ('threads before and after', before, after)\n"
+            "assert torch.get_num_threads() == 1, torch.get_num_threads()\n")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+
+
 def test_module_metadata():
     assert qkv.__version__ == "0.1.0"
     summary = qkv.cpu_summary()
