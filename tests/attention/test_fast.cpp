@@ -284,22 +284,24 @@ TEST(FastAttention, ThreadCountDoesNotChangeOneBitInEitherImplementation) {
 
 TEST(FastAttention, NanStaysInItsRowsAndMaskedNanIsNeverRead) {
   Rng rng(35);
-  for (Isa isa : detail::tested_isas()) {
-    Tensor q = random_tensor({1, 2, 70, 8}, rng), k = random_tensor({1, 2, 70, 8}, rng),
-           v = random_tensor({1, 2, 70, 8}, rng);
-    k.set({0, 0, 40, 0}, std::numeric_limits<float>::quiet_NaN());
-    v.set({0, 1, 69, 3}, std::numeric_limits<float>::quiet_NaN());
-    AttentionOptions o;
-    o.causal = true;  // head 0 rows >= 40 read the NaN key; row 69 of head 1 reads v[69]
-    const detail::AttentionProblem problem = detail::make_problem(q, k, v, o);
-    const Tensor out = detail::flash_attention(problem, q, k, v, false, isa).out;
-    for (std::int64_t h = 0; h < 2; ++h)
-      for (std::int64_t i = 0; i < 70; ++i) {
-        const bool nan_row = (h == 0 && i >= 40);
-        EXPECT_EQ(std::isnan(out.get({0, h, i, 1})), nan_row) << detail::isa_name(isa) << " h" << h << " i" << i;
-      }
-    EXPECT_TRUE(std::isnan(out.get({0, 1, 69, 3})));
-  }
+  for (Isa isa : detail::tested_isas())
+    for (DType dtype : {DType::f32, DType::bf16}) {  // bf16: pairs, and AMX tiles
+      Tensor q = random_tensor({1, 2, 70, 8}, rng, 1.0, dtype), k = random_tensor({1, 2, 70, 8}, rng, 1.0, dtype),
+             v = random_tensor({1, 2, 70, 8}, rng, 1.0, dtype);
+      k.set({0, 0, 40, 0}, std::numeric_limits<float>::quiet_NaN());
+      v.set({0, 1, 69, 3}, std::numeric_limits<float>::quiet_NaN());
+      AttentionOptions o;
+      o.causal = true;  // head 0 rows >= 40 read the NaN key; row 69 of head 1 reads v[69]
+      const detail::AttentionProblem problem = detail::make_problem(q, k, v, o);
+      const Tensor out = detail::flash_attention(problem, q, k, v, false, isa).out;
+      for (std::int64_t h = 0; h < 2; ++h)
+        for (std::int64_t i = 0; i < 70; ++i) {
+          const bool nan_row = (h == 0 && i >= 40);
+          EXPECT_EQ(std::isnan(out.get({0, h, i, 1})), nan_row)
+              << detail::isa_name(isa) << " " << dtype_name(dtype) << " h" << h << " i" << i;
+        }
+      EXPECT_TRUE(std::isnan(out.get({0, 1, 69, 3})));
+    }
 }
 
 // A key of weight 0 is never read (attention.h), so neither a NaN nor an infinity in the
