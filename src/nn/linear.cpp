@@ -186,11 +186,12 @@ struct GemmCache {
   std::mutex mutex;
   std::map<Key, dnnl::matmul> primitives;
 
-  dnnl::matmul get(const Key& key) {
+  dnnl::matmul get(std::int64_t M, std::int64_t N, std::int64_t K, bool trans_a, bool trans_b, bool accumulate) {
     std::lock_guard<std::mutex> lock(mutex);
+    const int threads = num_threads();
+    const Key key{M, N, K, trans_a, trans_b, accumulate, threads};
     auto it = primitives.find(key);
     if (it != primitives.end()) return it->second;
-    const auto [M, N, K, trans_a, trans_b, accumulate, threads] = key;
     const OmpThreadScope scope(threads);
     using dt = dnnl::memory::data_type;
     // A stored (M, K) row-major, or (K, M) when transposed; likewise B (K, N) or (N, K).
@@ -262,7 +263,7 @@ void gemm(float* c, const float* a, const float* b, std::int64_t M, std::int64_t
     if (!accumulate) std::fill_n(c, M * N, 0.f);
     return;
   }
-  dnnl::matmul prim = gemm_cache().get({M, N, K, trans_a, trans_b, accumulate, num_threads()});
+  dnnl::matmul prim = gemm_cache().get(M, N, K, trans_a, trans_b, accumulate);
   using dt = dnnl::memory::data_type;
   dnnl::engine& engine = cpu_engine();
   dnnl::memory a_mem({{M, K}, dt::f32, trans_a ? dnnl::memory::dims{1, M} : dnnl::memory::dims{K, 1}},
