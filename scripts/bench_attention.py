@@ -30,15 +30,20 @@ What it does, in order:
      scripts/bench/ort_runner.js on it (intra-op threads = N) and keeps it waiting, then
      runs each engine once and compares the outputs with qkv's (max |diff|: catches a
      wrong head layout or mask), then W warm-up runs of each, then R rounds of
-     qkv, ORT, torch, qkv, ORT, torch, ... one run each per round (interleaved, so that
-     all three see the same state of a noisy machine), and reports medians.
+     qkv, ORT, torch, qkv, ORT, torch, ... (interleaved, so that all three see the same
+     state of a noisy machine), and reports medians in two tables. In each turn an engine
+     runs 1 + --back-to-back times without a pause: the first run comes after idle, with
+     the engine's worker threads asleep (on these VMs a sleeping vCPU took a median 1.8 ms
+     to start a thread after 50 ms idle: the first run pays it), the rest back to back,
+     as a layer's attention runs right after its projections.
      qkv: the Python module, qkv.scaled_dot_product_attention on (B, H, L, D) NumPy
      arrays (torch bf16 tensors for bf16). torch 1.13:
      torch.nn.functional._scaled_dot_product_attention(q, k, v, None, 0.0, False,
      is_causal) on (B, H, L, D) tensors sharing the same memory. ORT: its natural
      (B, L, H*D) layout, the same numbers. Each engine's time includes allocating its
-     output. Between two runs the script sleeps --gap seconds, so that no engine's
-     spinning worker threads (OpenMP, ORT's pool) eat into the next engine's run.
+     output. Between two turns the script sleeps --gap seconds, so that no engine's
+     spinning worker threads eat into the next engine's run (ORT's pool spins for about
+     30 ms after a run; OpenMP's workers much less).
   4. Runs `build/qkv bench --batch 1 --heads 1 --seq 65536 --dim 64 --repeats 1
      --warmup 0 --json` and reports its peak RSS - baseline RSS - bytes of q, k, v and
      the output: the memory the computation needed beyond its inputs and output, against
@@ -345,6 +350,13 @@ class OrtRunner(JsonLineServer):
             raise RuntimeError(f"ort_runner: {reply}")
         return reply["ms"] / 1e3
 
+    def run_burst(self, count):
+        """count runs back to back inside Node.js: their times in seconds."""
+        reply = self.request(f"run {count}")
+        if not isinstance(reply.get("ms"), list) or len(reply["ms"]) != count:
+            raise RuntimeError(f"ort_runner: {reply}")
+        return [ms / 1e3 for ms in reply["ms"]]
+
 
 def probe_ort_causal(node_modules, workdir, causal_mode):
     """Does this ORT honour the causal expression? A tiny causal problem: query row 0 may
@@ -430,6 +442,7 @@ def run_case(case, args, ort_info, torch_info):
         result["kv_bytes"] = 2.0 * b * h * lk * d * 4
 
     engines = {}  # name -> callable returning the output (as NumPy float32 for checking)
+    bursts = {}  # name -> callable(count) timing count runs back to back, where the engine times itself
     outputs = {}
     notes = []
     torch = None
@@ -473,6 +486,7 @@ def run_case(case, args, ort_info, torch_info):
                 out = np.fromfile(runner.output, dtype=np.float32).reshape(b, lq, h, d).transpose(0, 2, 1, 3)
                 outputs[engine] = out
                 engines[engine] = runner.run
+                bursts[engine] = runner.run_burst
             for n in written:
                 os.remove(os.path.join(workdir, f"{n}.bin"))
         elif ort_info is not None:
@@ -517,22 +531,37 @@ def run_case(case, args, ort_info, torch_info):
             for engine in engines.values():
                 engine()
                 time.sleep(args.gap)
-        times = {engine: [] for engine in engines}
+        def burst(engine, count):  # seconds of count runs back to back
+            if engine in bursts:
+                return bursts[engine](count)  # timed inside Node.js around session.run
+            seconds = []
+            for _ in range(count):
+                start = time.perf_counter()
+                out = engines[engine]()
+                seconds.append(time.perf_counter() - start)
+                del out
+            return seconds
+
+        # Per round and engine: its first run after the gap (idle: its threads asleep) and
+        # the median of --back-to-back runs right after it (warm, as inside a model).
+        idle = {engine: [] for engine in engines}
+        warm = {engine: [] for engine in engines}
         for _ in range(args.repeats):  # interleaved rounds
-            for engine, fn in engines.items():
-                if engine.startswith("ORT"):
-                    times[engine].append(fn())  # timed inside Node.js around session.run
-                else:
-                    start = time.perf_counter()
-                    out = fn()
-                    times[engine].append(time.perf_counter() - start)
-                    del out
+            for engine in engines:
+                seconds = burst(engine, 1 + args.back_to_back)
+                idle[engine].append(seconds[0])
+                if args.back_to_back:
+                    warm[engine].append(statistics.median(seconds[1:]))
                 time.sleep(args.gap)
-        result["ms_all"] = {e: [t * 1e3 for t in ts] for e, ts in times.items()}
-        result["ms"] = {e: statistics.median(ts) * 1e3 for e, ts in times.items()}
-        result["gflops"] = {e: result["flops"] / (ms * 1e6) for e, ms in result["ms"].items()}
-        if decode:
-            result["kv_gb_per_s"] = {e: result["kv_bytes"] / (ms * 1e6) for e, ms in result["ms"].items()}
+        for key, times in (("", idle), ("_warm", warm)):
+            if not args.back_to_back and key:
+                continue
+            result["ms_all" + key] = {e: [t * 1e3 for t in ts] for e, ts in times.items()}
+            result["ms" + key] = {e: statistics.median(ts) * 1e3 for e, ts in times.items()}
+            result["gflops" + key] = {e: result["flops"] / (ms * 1e6) for e, ms in result["ms" + key].items()}
+            if decode:
+                result["kv_gb_per_s" + key] = {e: result["kv_bytes"] / (ms * 1e6)
+                                               for e, ms in result["ms" + key].items()}
     finally:
         for runner in runners:
             runner.close()
@@ -549,7 +578,8 @@ def cell(x, spec, suffix=""):
     return "-".rjust(width) if x is None else (format(x, spec) + suffix).rjust(width)
 
 
-def print_table(results, ceilings):
+def print_table(results, ceilings, key=""):
+    """One table of the results' medians: after idle (key "") or back to back (key "_warm")."""
     peak = (ceilings.get("f32_fma") or {}).get("gflops")
     bf16_peak = (ceilings.get("bf16_avx512_dpbf16ps") or {}).get("gflops")
     bandwidth = (ceilings.get("mem_read") or {}).get("gb_per_s")
@@ -559,31 +589,31 @@ def print_table(results, ceilings):
     print(header)
     print("-" * len(header))
     for r in results:
-        ms = r.get("ms", {})
-        gf = r.get("gflops", {})
+        ms = r.get("ms" + key, {})
+        gf = r.get("gflops" + key, {})
         diff = r.get("max_abs_diff", {})
         q = ms.get("qkv")
         ratio_ort = ms["ORT"] / q if q and "ORT" in ms else None
         ratio_torch = ms["torch"] / q if q and "torch" in ms else None
         pct_peak = 100 * gf["qkv"] / peak if peak and "qkv" in gf else None
-        pct_bw = 100 * r["kv_gb_per_s"]["qkv"] / bandwidth if bandwidth and "kv_gb_per_s" in r else None
+        pct_bw = 100 * r["kv_gb_per_s" + key]["qkv"] / bandwidth if bandwidth and "kv_gb_per_s" + key in r else None
         print(f"{r['case']:<27}{cell(q, '9.2f')}{cell(ms.get('ORT'), '9.2f')}{cell(ms.get('torch'), '10.2f')}"
               f"{cell(gf.get('qkv'), '10.1f')}{cell(gf.get('ORT'), '10.1f')}{cell(gf.get('torch'), '11.1f')}"
               f"{cell(ratio_ort, '8.2f', 'x')}{cell(ratio_torch, '9.2f', 'x')}"
               f"{cell(pct_peak, '8.1f', '%')}{cell(pct_bw, '8.1f', '%')}"
               f"{cell(diff.get('ORT'), '10.1e')}{cell(diff.get('torch'), '10.1e')}")
     for r in results:
-        for engine, ms in r.get("ms", {}).items():
-            if engine.startswith("ORT ") and "qkv" in r["ms"]:
+        for engine, ms in r.get("ms" + key, {}).items():
+            if engine.startswith("ORT ") and "qkv" in r["ms" + key]:
                 print(f"  {r['case']}: {engine} (causal as {CAUSAL_EXPRESSIONS[engine[4:]]}): {ms:.2f} ms, "
-                      f"{r['gflops'][engine]:.1f} GFLOP/s, qkv/{engine.replace(' ', '-')} "
-                      f"{ms / r['ms']['qkv']:.2f}x, |diff| {r['max_abs_diff'].get(engine, math.nan):.1e}")
-        if "kv_gb_per_s" in r:
+                      f"{r['gflops' + key][engine]:.1f} GFLOP/s, qkv/{engine.replace(' ', '-')} "
+                      f"{ms / r['ms' + key]['qkv']:.2f}x, |diff| {r['max_abs_diff'].get(engine, math.nan):.1e}")
+        if "kv_gb_per_s" + key in r:
             rates = ", ".join(f"{e} {x:.1f} GB/s" + (f" ({100 * x / bandwidth:.0f}%)" if bandwidth else "")
-                              for e, x in r["kv_gb_per_s"].items())
+                              for e, x in r["kv_gb_per_s" + key].items())
             print(f"  {r['case']}: K+V read rate {rates} (of {r['kv_bytes'] / 2**20:.0f} MiB per call)")
-        if r["dtype"] == "bf16" and bf16_peak and "gflops" in r:
-            print(f"  {r['case']}: qkv at {100 * r['gflops']['qkv'] / bf16_peak:.1f}% of the measured "
+        if r["dtype"] == "bf16" and bf16_peak and "gflops" + key in r:
+            print(f"  {r['case']}: qkv at {100 * r['gflops' + key]['qkv'] / bf16_peak:.1f}% of the measured "
                   f"vdpbf16ps peak ({bf16_peak:.0f} GFLOP/s)")
 
 
@@ -628,7 +658,12 @@ def main():
                              "graph is timed beside it and reported in a note)")
     parser.add_argument("--torch-blas", choices=("openblas", "system"), default="openblas",
                         help="BLAS under torch: Debian's OpenBLAS for this process (default) or the system's")
-    parser.add_argument("--gap", type=float, default=0.02, help="seconds of idle between two runs (default 0.02)")
+    parser.add_argument("--gap", type=float, default=0.05,
+                        help="seconds of idle between two engines' turns (default 0.05: ONNX Runtime's threads spin "
+                             "for about 30 ms after a run)")
+    parser.add_argument("--back-to-back", type=int, default=3, metavar="N",
+                        help="runs each engine makes right after its first run in a turn, timed as 'back to back' "
+                             "(default 3; 0: only the runs after idle)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime out")
     parser.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
@@ -641,8 +676,8 @@ def main():
         parser.error("--threads must be >= 1")
     args.repeats = args.repeats or (5 if args.quick else 7)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
-    if args.repeats < 1 or args.warmup < 0:
-        parser.error("--repeats must be >= 1 and --warmup >= 0")
+    if args.repeats < 1 or args.warmup < 0 or args.back_to_back < 0 or args.gap < 0:
+        parser.error("--repeats must be >= 1, and --warmup, --back-to-back and --gap >= 0")
     build_dir = os.path.abspath(args.build_dir)
 
     ensure_python_peers(args)
@@ -737,7 +772,12 @@ def main():
           f"medians of {args.repeats} interleaved rounds after {args.warmup} warm-up; "
           f"ratios = peer time / qkv time")
     print()
+    print(f"first run after {args.gap * 1e3:.0f} ms idle (worker threads asleep):")
     print_table(results, ceilings)
+    if args.back_to_back:
+        print()
+        print(f"back to back (median of the {args.back_to_back} runs right after it, in the same turn):")
+        print_table(results, ceilings, "_warm")
     for note in all_notes:
         print(f"  note: {note}")
     if memory:
@@ -754,6 +794,7 @@ def main():
             json.dump({"machine": machine, "ceilings": ceilings, "cases": results, "memory": memory,
                        "notes": all_notes, "ort": {k: v for k, v in (ort_info or {}).items() if k != "node_modules"},
                        "settings": {"repeats": args.repeats, "warmup": args.warmup, "gap_s": args.gap,
+                                    "back_to_back": args.back_to_back,
                                     "seed": args.seed, "quick": args.quick}}, f, indent=2)
     return 1 if any(r.get("mismatch") for r in results) else 0
 

@@ -724,7 +724,9 @@ def main():
     parser.add_argument("--ort-version", default=ba.ORT_VERSION, help=f"onnxruntime-node version (default {ba.ORT_VERSION})")
     parser.add_argument("--torch-blas", choices=("openblas", "system"), default="openblas",
                         help="BLAS under torch: Debian's OpenBLAS for this process (default) or the system's")
-    parser.add_argument("--gap", type=float, default=0.02, help="seconds of idle between two runs (default 0.02)")
+    parser.add_argument("--gap", type=float, default=0.05,
+                        help="seconds of idle between two runs (default 0.05: ONNX Runtime's threads spin for "
+                             "about 30 ms after a run)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     parser.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime out")
     parser.add_argument("--no-torch", action="store_true", help="leave PyTorch out")

@@ -13,8 +13,8 @@
 // Standalone: W warm-up runs, then R timed runs; prints one JSON line
 //   {"ort_version": ..., "threads": N, "ms": [...], "ms_median": x, "ms_min": y}.
 // --serve: after the warm-up, prints {"ready": true, "ort_version": ...} and then, for each
-// line "run" read on stdin, times one run and prints {"ms": x}; "quit" (or end of input)
-// exits. The caller interleaves these runs with other engines' runs, so that all of them
+// line "run" read on stdin, times one run and prints {"ms": x}; for "run N", N runs back to
+// back, printing {"ms": [x1, ..., xN]}; "quit" (or end of input) exits. The caller interleaves these runs with other engines' runs, so that all of them
 // see the same state of a noisy machine.
 //
 // ONNX Runtime is loaded from $QKV_ORT_NODE_MODULES (a node_modules directory), else the
@@ -108,8 +108,13 @@ async function main() {
   const lines = readline.createInterface({ input: process.stdin, terminal: false });
   for await (const line of lines) {
     const command = line.trim();
+    const burst = /^run (\d+)$/.exec(command);
     if (command === 'run') {
       console.log(JSON.stringify({ ms: (await runOnce()).ms }));
+    } else if (burst && parseInt(burst[1], 10) >= 1) {
+      const ms = [];
+      for (let i = 0; i < parseInt(burst[1], 10); ++i) ms.push((await runOnce()).ms);
+      console.log(JSON.stringify({ ms }));
     } else if (command === 'quit') {
       break;
     } else if (command !== '') {
