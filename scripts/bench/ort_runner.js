@@ -14,8 +14,9 @@
 //   {"ort_version": ..., "threads": N, "ms": [...], "ms_median": x, "ms_min": y}.
 // --serve: after the warm-up, prints {"ready": true, "ort_version": ...} and then, for each
 // line "run" read on stdin, times one run and prints {"ms": x}; for "run N", N runs back to
-// back, printing {"ms": [x1, ..., xN]}; "quit" (or end of input) exits. The caller interleaves these runs with other engines' runs, so that all of them
-// see the same state of a noisy machine.
+// back, printing {"ms": [x1, ..., xN]}; "quit" (or end of input) exits. The caller
+// interleaves these runs with other engines' runs, so that all of them see the same state
+// of a noisy machine.
 //
 // ONNX Runtime is loaded from $QKV_ORT_NODE_MODULES (a node_modules directory), else the
 // usual Node.js module resolution.
@@ -109,11 +110,12 @@ async function main() {
   for await (const line of lines) {
     const command = line.trim();
     const burst = /^run (\d+)$/.exec(command);
+    const count = burst ? parseInt(burst[1], 10) : 0;
     if (command === 'run') {
       console.log(JSON.stringify({ ms: (await runOnce()).ms }));
-    } else if (burst && parseInt(burst[1], 10) >= 1) {
+    } else if (count >= 1) {
       const ms = [];
-      for (let i = 0; i < parseInt(burst[1], 10); ++i) ms.push((await runOnce()).ms);
+      for (let i = 0; i < count; ++i) ms.push((await runOnce()).ms);
       console.log(JSON.stringify({ ms }));
     } else if (command === 'quit') {
       break;

@@ -191,15 +191,25 @@ def test_concurrent_calls_from_python_threads_agree():
         assert_equal(g, want, "concurrent call")
 
 
+def _run_in_new_interpreter(code, **variables):
+    """Runs `code` in a new Python process that imports this qkv; `variables` set
+    environment variables for it (None: unset)."""
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(qkv.__file__))))
+    for name, value in variables.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+
+
 def test_import_does_not_import_torch():
-    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(qkv.__file__)))
-    env = dict(os.environ, PYTHONPATH=package_dir)
     code = ("import sys, qkv, numpy as np\n"
             "assert 'torch' not in sys.modules, 'import qkv imported torch'\n"
             "x = np.ones((1, 1, 2, 4), np.float32)\n"
             "qkv.scaled_dot_product_attention(x, x, x)\n"
             "assert 'torch' not in sys.modules, 'a NumPy call imported torch'\n")
-    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    _run_in_new_interpreter(code)
 
 
 @pytest.mark.parametrize("omp, want", [(None, None), ("3", 3), ("4,2", 4), ("junk", None)])
@@ -207,16 +217,10 @@ def test_default_thread_count_ignores_what_torch_did_to_openmp(omp, want):
     """torch lowers OpenMP's default at import (1 on a 2-vCPU machine, where it counts one
     physical core); qkv imported after it must still use QKV_NUM_THREADS, else
     OMP_NUM_THREADS, else every CPU the process may run on."""
-    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(qkv.__file__)))
-    env = {name: value for name, value in os.environ.items()
-           if name not in ("QKV_NUM_THREADS", "OMP_NUM_THREADS")}
-    env["PYTHONPATH"] = package_dir
-    if omp is not None:
-        env["OMP_NUM_THREADS"] = omp
     want = want or len(os.sched_getaffinity(0))
     code = ("import torch, qkv\n"
             f"assert qkv.get_num_threads() == {want}, (qkv.get_num_threads(), torch.get_num_threads())\n")
-    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    _run_in_new_interpreter(code, QKV_NUM_THREADS=None, OMP_NUM_THREADS=omp)
 
 
 def test_onednn_products_run_on_qkvs_thread_count_not_the_one_torch_set():
@@ -224,11 +228,6 @@ def test_onednn_products_run_on_qkvs_thread_count_not_the_one_torch_set():
     OpenMP count that torch sets (1 on a 2-vCPU machine), and leave torch's as it was.
     OpenMP starts its worker threads at the first region that asks for them and keeps
     them, so /proc/self/task shows how many the product used."""
-    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(qkv.__file__)))
-    env = {name: value for name, value in os.environ.items()
-           if name not in ("QKV_NUM_THREADS", "OMP_NUM_THREADS")}
-    env["PYTHONPATH"] = package_dir
-    env["QKV_NUM_THREADS"] = "4"
     code = ("import os, torch, numpy as np, qkv.nn as qnn\n"
             "torch.set_num_threads(1)\n"
             "x = np.ones((1024, 1024), np.float32)\n"
@@ -238,7 +237,7 @@ def test_onednn_products_run_on_qkvs_thread_count_not_the_one_torch_set():
             "after = len(os.listdir('/proc/self/task'))\n"
             "assert after - before >= 2, ('threads before and after', before, after)\n"
             "assert torch.get_num_threads() == 1, torch.get_num_threads()\n")
-    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    _run_in_new_interpreter(code, QKV_NUM_THREADS="4", OMP_NUM_THREADS=None)
 
 
 def test_module_metadata():

@@ -32,9 +32,12 @@ bool cpu_runs(Isa isa) {
 constexpr Isa kAllIsas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512_bf16, Isa::amx, Isa::amx_emulated};
 
 Isa parse_isa(const std::string& name) {
-  for (Isa isa : kAllIsas)
+  std::string names;  // for the error: every name, from the same list
+  for (Isa isa : kAllIsas) {
     if (name == isa_name(isa)) return isa;
-  throw Error("QKV_ISA: expected one of scalar, avx2, avx512, avx512_bf16, amx, amx_emulated; got '" + name + "'");
+    names += (names.empty() ? "" : ", ") + std::string(isa_name(isa));
+  }
+  throw Error("QKV_ISA: expected one of " + names + "; got '" + name + "'");
 }
 
 Isa checked(Isa isa) {
