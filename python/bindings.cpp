@@ -283,6 +283,10 @@ PYBIND11_MODULE(_qkv, m) {
         "The number of threads qkv's parallel loops use: set_num_threads's value, else "
         "the environment variable QKV_NUM_THREADS, else OMP_NUM_THREADS, else the CPUs this "
         "process may run on.");
+  m.def("_storage_cache_limit", &qkv::storage_cache_limit);
+  m.def("_set_storage_cache_limit", &qkv::set_storage_cache_limit, py::arg("nbytes"));
+  m.def("_cached_storage_bytes", &qkv::cached_storage_bytes);
+  m.def("_release_cached_storage", &qkv::release_cached_storage);
   register_nn(m);
   register_models(m);
   register_train(m);

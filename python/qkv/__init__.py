@@ -49,6 +49,10 @@ __all__ = [
     "cpu_summary",
     "set_num_threads",
     "get_num_threads",
+    "storage_cache_limit",
+    "set_storage_cache_limit",
+    "cached_storage_bytes",
+    "release_cached_storage",
     "__version__",
     "MultiheadAttention",
     "TransformerEncoderLayer",
@@ -84,6 +88,38 @@ def get_num_threads():
     variable ``QKV_NUM_THREADS``, else ``OMP_NUM_THREADS``, else the CPUs this process may
     run on. Importing torch first does not change it (torch lowers OpenMP's own default)."""
     return _qkv.get_num_threads()
+
+
+def storage_cache_limit():
+    """How many bytes of freed tensor memory qkv keeps for reuse (256 MiB unless the
+    environment variable ``QKV_STORAGE_CACHE_MB`` or ``set_storage_cache_limit`` says
+    otherwise). Blocks of 128 KiB and more that qkv's results free (when their arrays are
+    deleted) are kept and handed to the next result of about the same size, so that a
+    loop of calls does not fault the same pages in again, as glibc's malloc would make it."""
+    return _qkv._storage_cache_limit()
+
+
+def set_storage_cache_limit(nbytes):
+    """Set the cache's capacity in bytes (0 turns it off); cached blocks beyond it are
+    freed now. ValueError for a negative size, TypeError for a non-integer."""
+    try:
+        n = operator.index(nbytes)
+    except TypeError:
+        raise TypeError(f"set_storage_cache_limit: nbytes must be an int, got {nbytes!r}") from None
+    if n < 0:
+        raise ValueError(f"set_storage_cache_limit: nbytes must be >= 0, got {n}")
+    _qkv._set_storage_cache_limit(n)
+
+
+def cached_storage_bytes():
+    """Bytes of freed tensor memory the cache holds now (no array uses them)."""
+    return _qkv._cached_storage_bytes()
+
+
+def release_cached_storage():
+    """Give every cached block back to the system allocator, as
+    ``torch.cuda.empty_cache()`` does for PyTorch's GPU cache."""
+    _qkv._release_cached_storage()
 
 
 # --------------------------------------------------------------------------------------

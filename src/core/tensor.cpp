@@ -1,12 +1,12 @@
 #include "qkv/tensor.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <sstream>
 
 #include "qkv/error.h"
+#include "qkv/memory.h"
 
 namespace qkv {
 namespace {
@@ -191,16 +191,11 @@ void store_from_f32(void* base, std::int64_t offset, DType dtype, float value) {
 
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
   const std::int64_t n = checked_numel(shape, "Tensor::empty");
-  // Round up to whole cache lines; aligned_alloc needs a multiple of the alignment.
-  std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(dtype);
-  bytes = std::max<std::size_t>((bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment,
-                                kTensorAlignment);
-  void* memory = std::aligned_alloc(kTensorAlignment, bytes);
-  if (memory == nullptr) throw Error("Tensor::empty: out of memory allocating " +
-                                     std::to_string(bytes) + " bytes");
+  std::shared_ptr<void> storage =
+      allocate_storage(static_cast<std::size_t>(n) * dtype_size(dtype), "Tensor::empty");
   Tensor t;
-  t.storage_ = std::shared_ptr<void>(memory, [](void* p) { std::free(p); });
-  t.data_ = memory;
+  t.data_ = storage.get();
+  t.storage_ = std::move(storage);
   t.shape_ = shape;
   t.strides_ = row_major_strides(shape);
   t.dtype_ = dtype;

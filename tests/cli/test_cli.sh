@@ -235,6 +235,12 @@ test_errors() {
   QKV_NUM_THREADS=abc run version
   if [[ $status -eq 1 ]]; then pass; else fail "QKV_NUM_THREADS=abc: exit status $status, expected 1"; fi
   expect_in err "^qkv: error: .*QKV_NUM_THREADS" "QKV_NUM_THREADS=abc names the variable"
+  # Read at the first tensor large enough for the storage cache (1 MiB of output here).
+  QKV_STORAGE_CACHE_MB=-1 run bench --batch 1 --heads 4 --seq 1024 --dim 64 --repeats 1
+  if [[ $status -eq 1 ]]; then pass; else fail "QKV_STORAGE_CACHE_MB=-1: exit status $status, expected 1"; fi
+  expect_in err "^qkv: error: .*QKV_STORAGE_CACHE_MB" "QKV_STORAGE_CACHE_MB=-1 names the variable"
+  QKV_STORAGE_CACHE_MB=0 run bench --batch 1 --heads 4 --seq 1024 --dim 64 --repeats 1
+  if [[ $status -eq 0 ]]; then pass; else fail "QKV_STORAGE_CACHE_MB=0 (cache off): exit status $status"; fi
 }
 
 case "$GROUP" in

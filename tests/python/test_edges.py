@@ -247,7 +247,8 @@ def test_module_metadata():
     assert qkv.get_num_threads() >= 1
     for fn in (qkv.scaled_dot_product_attention, qkv.attention_weights,
                qkv.self_attention_raw, qkv.cpu_summary, qkv.set_num_threads,
-               qkv.get_num_threads):
+               qkv.get_num_threads, qkv.storage_cache_limit, qkv.set_storage_cache_limit,
+               qkv.cached_storage_bytes, qkv.release_cached_storage):
         assert fn.__doc__ and len(fn.__doc__) > 40, fn.__name__
     assert qkv.__doc__
 
@@ -268,3 +269,46 @@ def test_no_leak_of_inputs_or_results():
         del out
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     assert after - before < 64 * 1024, f"peak RSS grew by {(after - before) / 1024:.0f} MiB"
+
+
+def test_freed_results_are_reused_not_faulted_in_again():
+    """A result's block (1 MiB here) goes to qkv's storage cache when its array is
+    deleted, and the next result of that size takes it: a loop of calls makes no page
+    faults for its outputs. Without the cache, glibc unmaps or trims such blocks: 526
+    faults in these 50 calls when measured, 193 per call for an L = 512 output.
+    Off (limit 0), nothing is kept."""
+    import resource
+
+    saved = qkv.storage_cache_limit()
+    q = np.ones((1, 1, 4096, 64), np.float32)  # 1 MiB out; one key: cheap
+    kv = np.ones((1, 1, 1, 64), np.float32)
+    try:
+        qkv.set_storage_cache_limit(64 << 20)
+        qkv.release_cached_storage()
+        out = qkv.scaled_dot_product_attention(q, kv, kv)
+        address = out.ctypes.data
+        del out
+        assert qkv.cached_storage_bytes() >= 1 << 20
+        again = qkv.scaled_dot_product_attention(q, kv, kv)
+        assert again.ctypes.data == address
+        np.testing.assert_array_equal(again, np.ones_like(q))  # reused memory, fresh result
+        del again
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(50):
+            qkv.scaled_dot_product_attention(q, kv, kv)
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+        assert faults < 50, f"{faults} page faults in 50 calls"
+
+        qkv.release_cached_storage()
+        assert qkv.cached_storage_bytes() == 0
+        qkv.set_storage_cache_limit(0)
+        qkv.scaled_dot_product_attention(q, kv, kv)
+        assert qkv.cached_storage_bytes() == 0
+    finally:
+        qkv.set_storage_cache_limit(saved)
+
+
+@pytest.mark.parametrize("bad, error", [(-1, ValueError), (1.5, TypeError), ("8", TypeError)])
+def test_storage_cache_limit_rejects_bad_sizes(bad, error):
+    with pytest.raises(error, match="set_storage_cache_limit: nbytes"):
+        qkv.set_storage_cache_limit(bad)

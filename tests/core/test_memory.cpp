@@ -1,0 +1,152 @@
+// The tensor storage cache (qkv/memory.h): freed blocks come back for like sizes only,
+// within the limit, oldest evicted first, and never to two owners at once.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "qkv/memory.h"
+#include "qkv/tensor.h"
+
+namespace qkv {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+// Each test starts from an empty cache of a known limit and leaves the process's limit
+// as it found it (other tests in the same process allocate through the cache too).
+class StorageCache : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    saved_limit_ = storage_cache_limit();
+    set_storage_cache_limit(64 * kMiB);
+    release_cached_storage();
+  }
+  void TearDown() override {
+    release_cached_storage();
+    set_storage_cache_limit(saved_limit_);
+  }
+
+ private:
+  std::size_t saved_limit_ = 0;
+};
+
+TEST_F(StorageCache, AFreedBlockServesTheNextLikeRequest) {
+  void* first = nullptr;
+  {
+    std::shared_ptr<void> block = allocate_storage(kMiB, "test");
+    first = block.get();
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(first) % kTensorAlignment, 0u);
+    EXPECT_EQ(cached_storage_bytes(), 0u);
+  }
+  EXPECT_EQ(cached_storage_bytes(), kMiB);
+  std::shared_ptr<void> again = allocate_storage(kMiB - 100, "test");  // same pages
+  EXPECT_EQ(again.get(), first);
+  EXPECT_EQ(cached_storage_bytes(), 0u);
+  // Taken: a second request cannot get the same block.
+  std::shared_ptr<void> other = allocate_storage(kMiB, "test");
+  EXPECT_NE(other.get(), first);
+}
+
+TEST_F(StorageCache, OnlyBlocksAtMostAQuarterLargerAreReused) {
+  void* block_1mib = allocate_storage(kMiB, "test").get();  // freed at once: cached
+  ASSERT_EQ(cached_storage_bytes(), kMiB);
+  // 1 MiB for a 512 KiB request wastes half: a new block.
+  std::shared_ptr<void> half = allocate_storage(kMiB / 2, "test");
+  EXPECT_NE(half.get(), block_1mib);
+  EXPECT_EQ(cached_storage_bytes(), kMiB);
+  // 1 MiB for 0.8 MiB wastes a fifth: reused. The block keeps its capacity.
+  std::shared_ptr<void> most = allocate_storage(kMiB * 4 / 5, "test");
+  EXPECT_EQ(most.get(), block_1mib);
+  most.reset();
+  EXPECT_EQ(cached_storage_bytes(), kMiB);
+  // Larger than the block: never.
+  std::shared_ptr<void> larger = allocate_storage(kMiB + 1, "test");
+  EXPECT_NE(larger.get(), block_1mib);
+}
+
+TEST_F(StorageCache, SmallBlocksAreNotCached) {
+  { std::shared_ptr<void> small = allocate_storage(kCachedStorageMin - kTensorAlignment, "test"); }
+  EXPECT_EQ(cached_storage_bytes(), 0u);
+  { std::shared_ptr<void> large = allocate_storage(kCachedStorageMin, "test"); }
+  EXPECT_EQ(cached_storage_bytes(), kCachedStorageMin);
+}
+
+TEST_F(StorageCache, TheLimitEvictsTheOldestBlocks) {
+  set_storage_cache_limit(2 * kMiB);
+  std::vector<std::shared_ptr<void>> blocks;
+  for (int i = 0; i < 3; ++i) blocks.push_back(allocate_storage(kMiB, "test"));
+  void* newest = blocks[2].get();
+  void* middle = blocks[1].get();
+  blocks.clear();  // freed in order 0, 1, 2: block 0 goes when 2 arrives
+  EXPECT_EQ(cached_storage_bytes(), 2 * kMiB);
+  std::set<void*> reused;
+  std::vector<std::shared_ptr<void>> taken;
+  for (int i = 0; i < 2; ++i) {
+    taken.push_back(allocate_storage(kMiB, "test"));
+    reused.insert(taken.back().get());
+  }
+  EXPECT_EQ(reused, (std::set<void*>{newest, middle}));
+  EXPECT_EQ(cached_storage_bytes(), 0u);
+  taken.clear();
+  set_storage_cache_limit(kMiB);  // lowering the limit evicts down to it
+  EXPECT_EQ(cached_storage_bytes(), kMiB);
+  { std::shared_ptr<void> too_big = allocate_storage(2 * kMiB, "test"); }  // over the limit: freed
+  EXPECT_EQ(cached_storage_bytes(), kMiB);
+  set_storage_cache_limit(0);  // off
+  EXPECT_EQ(cached_storage_bytes(), 0u);
+  { std::shared_ptr<void> block = allocate_storage(kMiB, "test"); }
+  EXPECT_EQ(cached_storage_bytes(), 0u);
+}
+
+TEST_F(StorageCache, ReleaseEmptiesIt) {
+  { std::shared_ptr<void> a = allocate_storage(kMiB, "test"), b = allocate_storage(3 * kMiB, "test"); }
+  EXPECT_EQ(cached_storage_bytes(), 4 * kMiB);
+  release_cached_storage();
+  EXPECT_EQ(cached_storage_bytes(), 0u);
+}
+
+// Tensors of the same size, allocated and freed from several threads: no block is ever
+// owned twice (each owner writes its id over its block and reads it back), and the
+// accounting ends within the limit.
+TEST_F(StorageCache, ThreadsNeverShareABlock) {
+  set_storage_cache_limit(8 * kMiB);
+  constexpr int kThreads = 4, kRounds = 300;
+  std::vector<std::thread> threads;
+  std::vector<int> failures(kThreads, 0);
+  for (int id = 0; id < kThreads; ++id)
+    threads.emplace_back([id, &failures] {
+      for (int round = 0; round < kRounds; ++round) {
+        Tensor t = Tensor::empty({static_cast<std::int64_t>(kMiB / 4 + (round % 3) * 1024)}, DType::f32);
+        auto* words = t.data_as<std::int32_t>();
+        const std::int64_t n = t.numel();
+        for (std::int64_t i = 0; i < n; i += 1024) words[i] = id;
+        std::this_thread::yield();
+        for (std::int64_t i = 0; i < n; i += 1024) failures[id] += words[i] != id;
+      }
+    });
+  for (std::thread& thread : threads) thread.join();
+  for (int id = 0; id < kThreads; ++id) EXPECT_EQ(failures[id], 0) << "thread " << id;
+  EXPECT_LE(cached_storage_bytes(), 8 * kMiB);
+  EXPECT_GT(cached_storage_bytes(), 0u);
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+// A pointer kept past its tensor's life still trips AddressSanitizer: cached blocks are
+// poisoned while no tensor owns them.
+TEST_F(StorageCache, CachedBlocksArePoisoned) {
+  float* dangling = nullptr;
+  {
+    Tensor t = Tensor::zeros({static_cast<std::int64_t>(kMiB / 4)});
+    dangling = t.data_as<float>();
+  }
+  ASSERT_EQ(cached_storage_bytes(), kMiB);
+  EXPECT_DEATH({ [[maybe_unused]] volatile float x = dangling[100]; }, "use-after-poison");
+}
+#endif
+
+}  // namespace
+}  // namespace qkv
