@@ -74,12 +74,12 @@ class StorageCache {
 
   // Keeps the block (evicting the oldest ones to stay within the limit) or frees it.
   void give(void* memory, std::size_t bytes) {
-    std::vector<void*> evicted;
+    std::vector<Block> evicted;
     {
       const std::lock_guard lock(mutex_);
       const std::size_t limit = limit_known_ ? limit_ : 0;  // known: take() came first
       if (bytes > limit) {
-        evicted.push_back(memory);
+        evicted.push_back({memory, bytes});
       } else {
         evict_to(limit - bytes, kMaxBlocks - 1, evicted);
         QKV_POISON(memory, bytes);
@@ -109,7 +109,7 @@ class StorageCache {
   }
 
   void set_limit(std::size_t bytes) {
-    std::vector<void*> evicted;
+    std::vector<Block> evicted;
     {
       const std::lock_guard lock(mutex_);
       limit_ = bytes;
@@ -120,7 +120,7 @@ class StorageCache {
   }
 
   void release() {
-    std::vector<void*> evicted;
+    std::vector<Block> evicted;
     {
       const std::lock_guard lock(mutex_);
       evict_to(0, 0, evicted);
@@ -130,20 +130,20 @@ class StorageCache {
 
  private:
   // Removes the oldest blocks until at most `bytes` and `count` remain held.
-  void evict_to(std::size_t bytes, std::size_t count, std::vector<void*>& evicted) {
+  void evict_to(std::size_t bytes, std::size_t count, std::vector<Block>& evicted) {
     std::size_t drop = 0;
     for (std::size_t held = held_; drop < blocks_.size() && (held > bytes || blocks_.size() - drop > count); ++drop) {
       held -= blocks_[drop].bytes;
-      evicted.push_back(blocks_[drop].memory);
+      evicted.push_back(blocks_[drop]);
     }
     for (std::size_t i = 0; i < drop; ++i) held_ -= blocks_[i].bytes;
     blocks_.erase(blocks_.begin(), blocks_.begin() + static_cast<std::ptrdiff_t>(drop));
   }
 
-  static void free_all(const std::vector<void*>& memory) {
-    for (void* p : memory) {
-      QKV_UNPOISON(p, 1);  // free() reads no block contents; unpoisoned for its own checks
-      std::free(p);
+  static void free_all(const std::vector<Block>& blocks) {
+    for (const Block& block : blocks) {
+      QKV_UNPOISON(block.memory, block.bytes);  // back to the allocator as it gave it
+      std::free(block.memory);
     }
   }
 
