@@ -255,6 +255,36 @@ TEST(FastAttention, HalfPrecisionAndStridedInputs) {
     }
 }
 
+// bf16 and f16 are widened to f32 exactly (vectors of them with vcvtph2ps or a shift,
+// the rest of a row one by one): every bit pattern, as the value of a lone key, comes
+// back unchanged through the kernel (weight e / sum e = 1 up to an f32 rounding, which
+// rounding to 16 bits undoes), NaN as a NaN. Dv = 255: whole vectors and a tail.
+// (Before vcvtph2ps, every f16 went through f16_to_f32; this pins the vector path to it.)
+TEST(FastAttention, EveryHalfPrecisionValueConvertsExactly) {
+  constexpr std::int64_t H = 258, Dv = 255;  // 258 · 255 >= 65536 patterns
+  for (Isa isa : detail::tested_isas())
+    for (DType dtype : {DType::bf16, DType::f16}) {
+      Tensor q = Tensor::zeros({1, H, 1, 8}, dtype), k = Tensor::zeros({1, H, 1, 8}, dtype);
+      Tensor v = Tensor::zeros({1, H, 1, Dv}, dtype);
+      auto* bits = v.data_as<std::uint16_t>();
+      for (std::int64_t n = 0; n < 65536; ++n) bits[n] = static_cast<std::uint16_t>(n);
+      const detail::AttentionProblem problem = detail::make_problem(q, k, v, AttentionOptions{});
+      const Tensor out = detail::flash_attention(problem, q, k, v, false, isa).out;
+      const auto* got = out.data_as<std::uint16_t>();
+      int wrong = 0;
+      for (std::int64_t n = 0; n < 65536 && wrong < 5; ++n) {
+        // Each output element is e·v / e of its own value alone: NaN stays NaN, ±inf stay
+        // (the careful path), and −0 may come back +0 (0 + e·(−0)), which compares equal.
+        const float want = load_as_f32(bits, n, dtype), have = load_as_f32(got, n, dtype);
+        if (std::isnan(want) ? !std::isnan(have) : have != want) {
+          ++wrong;
+          ADD_FAILURE() << detail::isa_name(isa) << " " << dtype_name(dtype) << " bits 0x" << std::hex << bits[n]
+                        << " came back as 0x" << got[n];
+        }
+      }
+    }
+}
+
 // Both implementations: every row is computed by the same operations whichever thread
 // takes it, and dropout draws from (seed, index), so no bit may change.
 TEST(FastAttention, ThreadCountDoesNotChangeOneBitInEitherImplementation) {

@@ -1,5 +1,6 @@
 // The tiled attention backward built for avx2.
 // Every header comes first; only the kernel body is compiled for the target.
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -15,7 +16,8 @@
 #include "qkv/threads.h"
 
 #if defined(__x86_64__)
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
+#define QKV_F16C 1  // vcvtph2ps: every AVX2 CPU has F16C, and dispatch checks it
 #define QKV_VEC_BYTES 32  // 16 ymm registers: 8 accumulators + 2 loads + 1 broadcast
 #define QKV_BWD_ROWS 4
 #define QKV_BWD_VECS 2
