@@ -81,7 +81,7 @@ TEST_F(StorageCache, TheLimitEvictsTheOldestBlocks) {
   for (int i = 0; i < 3; ++i) blocks.push_back(allocate_storage(kMiB, "test"));
   void* newest = blocks[2].get();
   void* middle = blocks[1].get();
-  blocks.clear();  // freed in order 0, 1, 2: block 0 goes when 2 arrives
+  for (std::shared_ptr<void>& block : blocks) block.reset();  // freed 0, 1, 2: 0 goes when 2 arrives
   EXPECT_EQ(cached_storage_bytes(), 2 * kMiB);
   std::set<void*> reused;
   std::vector<std::shared_ptr<void>> taken;
