@@ -1,6 +1,7 @@
 #include "qkv/memory.h"
 
 #include <malloc.h>
+#include <pthread.h>
 
 #include <cstdlib>
 #include <mutex>
@@ -147,6 +148,9 @@ class StorageCache {
     }
   }
 
+  friend void lock_for_fork();
+  friend void unlock_after_fork();
+
   std::mutex mutex_;
   std::vector<Block> blocks_;  // oldest first
   std::size_t held_ = 0;
@@ -154,9 +158,22 @@ class StorageCache {
   bool limit_known_ = false;
 };
 
+StorageCache& cache();
+
+// fork() copies only the calling thread: had another thread held the lock then, the
+// child's first large tensor would wait for it forever (Python's multiprocessing forks
+// by default on Linux). The lock is taken across the fork and released on both sides,
+// as glibc does for malloc's own locks.
+void lock_for_fork() { cache().mutex_.lock(); }
+void unlock_after_fork() { cache().mutex_.unlock(); }
+
 // Never destroyed: tensors in static storage may be freed after any static destructor.
 StorageCache& cache() {
-  static StorageCache* const instance = new StorageCache;
+  static StorageCache* const instance = [] {
+    auto* created = new StorageCache;
+    pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
+    return created;
+  }();
   return *instance;
 }
 
