@@ -1,5 +1,6 @@
 #include "qkv/threads.h"
 
+#include <pthread.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -49,6 +50,15 @@ int threads_from_environment() {
             "QKV_NUM_THREADS must be a positive integer (at most 4096), got '" << text << "'");
   return static_cast<int>(value);
 }
+
+// libgomp's thread pool does not survive fork(): a child of a process that had run a
+// parallel region hangs in its first region of more than one thread (seen with Python's
+// multiprocessing, which forks by default on Linux). A forked child therefore runs qkv on
+// one thread, as PyTorch's does; set_num_threads there would bring the hang back.
+void one_thread_after_fork() { g_threads.store(1, std::memory_order_relaxed); }
+[[maybe_unused]] const bool g_fork_handler_registered = [] {
+  return pthread_atfork(nullptr, nullptr, one_thread_after_fork) == 0;
+}();
 
 }  // namespace
 

@@ -312,3 +312,19 @@ def test_freed_results_are_reused_not_faulted_in_again():
 def test_storage_cache_limit_rejects_bad_sizes(bad, error):
     with pytest.raises(error, match="set_storage_cache_limit: nbytes"):
         qkv.set_storage_cache_limit(bad)
+
+
+def test_a_forked_child_runs_qkv_after_its_parent_did():
+    """libgomp's thread pool does not survive fork(): without qkv's fork handler, a
+    multiprocessing child of a process that had run qkv hung in its first call (seen:
+    the pool below never returned). The child runs on one thread instead."""
+    code = ("import multiprocessing as mp, numpy as np, qkv\n"
+            "x = np.ones((1, 2, 300, 16), np.float32)\n"
+            "want = qkv.scaled_dot_product_attention(x, x, x)\n"
+            "def child(_):\n"
+            "    return qkv.get_num_threads(), qkv.scaled_dot_product_attention(x, x, x)\n"
+            "with mp.get_context('fork').Pool(2) as pool:\n"
+            "    for threads, got in pool.map(child, range(4)):\n"
+            "        assert threads == 1, threads\n"
+            "        np.testing.assert_array_equal(got, want)\n")
+    _run_in_new_interpreter(code, QKV_NUM_THREADS="2")
