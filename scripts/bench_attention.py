@@ -52,7 +52,7 @@ What it does, in order:
 FLOPs: 4*B*H*Lq*Lk*D, halved for a causal square problem. Ratios are speed ratios:
 qkv/ORT = ORT's median time / qkv's median time (above 1: qkv is faster). % peak: qkv's
 GFLOP/s over the measured f32 FMA peak at the same thread count. For decode, the K+V read
-rate 2*B*Hkv*Lk*D*4 bytes / time, over the measured memory read bandwidth.
+rate 2*B*Hkv*Lk*D*(4 for f32, 2 for bf16) bytes / time, over the measured memory read bandwidth.
 
 Benchmarks only: nothing here asserts a time. A mismatch between engines is reported
 (and makes the exit status 1), never hidden.
@@ -409,6 +409,7 @@ def cases(quick):
         ("f32 L=512 causal", 1, 12, 512, 512, 64, True, "f32", False),
         ("bf16 L=2048", 1, 12, 2048, 2048, 64, False, "bf16", False),
         ("decode Lk=8192 H=32 D=128", 1, 32, 1, 8192, 128, False, "f32", True),
+        ("decode bf16 Lk=8192 H=32 D=128", 1, 32, 1, 8192, 128, False, "bf16", True),
     ]
 
 
@@ -439,7 +440,7 @@ def run_case(case, args, ort_info, torch_info):
     result = {"case": name, "batch": b, "heads": h, "seq_q": lq, "seq_k": lk, "dim": d, "causal": causal,
               "dtype": dtype, "flops": attention_flops(b, h, lq, lk, d, causal)}
     if decode:
-        result["kv_bytes"] = 2.0 * b * h * lk * d * 4
+        result["kv_bytes"] = 2.0 * b * h * lk * d * (4 if dtype == "f32" else 2)
 
     engines = {}  # name -> callable returning the output (as NumPy float32 for checking)
     bursts = {}  # name -> callable(count) timing count runs back to back, where the engine times itself
