@@ -213,6 +213,56 @@ TEST(FastAttention, SplitKvDecodeMatchesReference) {
   }
 }
 
+// Few queries with nothing per element but the scale (decode from a KV cache) are scored a
+// vector of keys at a time with the softmax along the keys (attend_few_queries); anything
+// it does not take, or a non-finite score or output, goes through attend() instead. Key
+// counts straddle the vectors (4, 8, 16 lanes), the 64-key tiles and the split-KV chunks;
+// Dk = 40 is a whole number of vectors only below 16 lanes; K/V are views into a cache.
+TEST(FastAttention, FewQueriesScoredAlongKeysMatchReference) {
+  Rng rng(43);
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  for (Isa isa : detail::tested_isas()) {
+    int n = 0;
+    for (DType dtype : {DType::f32, DType::bf16, DType::f16})
+      for (std::int64_t Lq : {1, 2, 4})
+        for (std::int64_t Lk : {1, 7, 16, 17, 63, 64, 65, 200, 1100})
+          for (std::int64_t D : {16, 40, 128}) {
+            if ((n++ + Lk) % 3 != 0 && Lk > 65) continue;  // a sample of the long ones
+            const std::int64_t Hkv = 2, group = n % 2 ? 2 : 1, capacity = Lk + 9;
+            Tensor k = random_tensor({1, Hkv, capacity, D}, rng, 1.0, dtype).slice(2, 0, Lk);
+            Tensor v = random_tensor({1, Hkv, capacity, D}, rng, 1.0, dtype).slice(2, 0, Lk);
+            Tensor q = random_tensor({1, Hkv * group, Lq, D}, rng, 1.0, dtype);
+            AttentionOptions o;
+            o.causal = n % 4 == 1;  // bottom-right with Lq > 1: the first queries see fewer keys
+            o.alignment = Alignment::bottom_right;
+            if (n % 5 == 2) o.key_lengths = {Lk / 2 + 1};
+            expect_fast_matches_reference(q, k, v, o, isa,
+                                          std::string(dtype_name(dtype)) + " Lq " + std::to_string(Lq) + " Lk " +
+                                              std::to_string(Lk) + " D " + std::to_string(D));
+          }
+    // An infinite value of an attended key: the output turns infinite (or NaN where +inf
+    // meets -inf) exactly as the reference's, through the fallback.
+    for (std::int64_t Lk : {40, 1500}) {
+      Tensor q = random_tensor({1, 1, 1, 32}, rng), k = random_tensor({1, 1, Lk, 32}, rng);
+      Tensor v = random_tensor({1, 1, Lk, 32}, rng);
+      v.set({0, 0, Lk - 3, 2}, kInf);
+      v.set({0, 0, 5, 4}, -kInf);
+      v.set({0, 0, 6, 4}, kInf);
+      AttentionOptions o;
+      const detail::AttentionProblem problem = detail::make_problem(q, k, v, o);
+      const std::vector<float> fast = detail::flash_attention(problem, q, k, v, false, isa).out.to_vector();
+      o.impl = AttentionImpl::reference;
+      const std::vector<float> ref = attention(q, k, v, o).out.to_vector();
+      for (std::size_t d = 0; d < fast.size(); ++d) {
+        if (std::isfinite(ref[d])) continue;
+        EXPECT_EQ(std::isnan(fast[d]), std::isnan(ref[d])) << detail::isa_name(isa) << " Lk " << Lk << " d " << d;
+        if (std::isinf(ref[d])) EXPECT_EQ(fast[d], ref[d]) << detail::isa_name(isa) << " Lk " << Lk << " d " << d;
+      }
+      EXPECT_TRUE(std::isinf(fast[2]) && std::isnan(fast[4]) && std::isfinite(fast[0])) << detail::isa_name(isa);
+    }
+  }
+}
+
 // bf16 inputs: on AVX512-BF16 they multiply as bf16 pairs, so odd Dk (a half-empty last
 // pair), odd key counts (a half-empty last key pair) and every option must hold there.
 TEST(FastAttention, Bf16AcrossShapesAndOptions) {
