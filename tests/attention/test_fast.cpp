@@ -217,7 +217,8 @@ TEST(FastAttention, SplitKvDecodeMatchesReference) {
 // vector of keys at a time with the softmax along the keys (attend_few_queries); anything
 // it does not take, or a non-finite score or output, goes through attend() instead. Key
 // counts straddle the vectors (4, 8, 16 lanes), the 64-key tiles and the split-KV chunks;
-// Dk = 40 is a whole number of vectors only below 16 lanes; K/V are views into a cache.
+// Dk = 40 is a whole number of vectors only below 16 lanes; D = 64 and 80 take the
+// narrower P·V microtiles on AVX-512; K/V are views into a cache.
 TEST(FastAttention, FewQueriesScoredAlongKeysMatchReference) {
   Rng rng(43);
   constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -226,7 +227,7 @@ TEST(FastAttention, FewQueriesScoredAlongKeysMatchReference) {
     for (DType dtype : {DType::f32, DType::bf16, DType::f16})
       for (std::int64_t Lq : {1, 2, 4})
         for (std::int64_t Lk : {1, 7, 16, 17, 63, 64, 65, 200, 1100})
-          for (std::int64_t D : {16, 40, 128}) {
+          for (std::int64_t D : {16, 40, 64, 80, 128}) {
             if ((n++ + Lk) % 3 != 0 && Lk > 65) continue;  // a sample of the long ones
             const std::int64_t Hkv = 2, group = n % 2 ? 2 : 1, capacity = Lk + 9;
             Tensor k = random_tensor({1, Hkv, capacity, D}, rng, 1.0, dtype).slice(2, 0, Lk);
