@@ -213,9 +213,10 @@ TEST(FastAttention, SplitKvDecodeMatchesReference) {
   }
 }
 
-// Few queries with nothing per element but the scale (decode from a KV cache) are scored a
-// vector of keys at a time with the softmax along the keys (attend_few_queries); anything
-// it does not take, or a non-finite score or output, goes through attend() instead. Key
+// Few queries without a mask tensor, softcap or dropout (decode from a KV cache; causal,
+// windows and ALiBi included) are scored a vector of keys at a time with the softmax along
+// the keys (attend_few_queries); anything it does not take, or a non-finite score or
+// output, goes through attend() instead. Key
 // counts straddle the vectors (4, 8, 16 lanes), the 64-key tiles and the split-KV chunks;
 // Dk = 40 is a whole number of vectors only below 16 lanes; D = 64 and 80 take the
 // narrower P·V microtiles on AVX-512; K/V are views into a cache.
@@ -235,8 +236,11 @@ TEST(FastAttention, FewQueriesScoredAlongKeysMatchReference) {
             Tensor q = random_tensor({1, Hkv * group, Lq, D}, rng, 1.0, dtype);
             AttentionOptions o;
             o.causal = n % 4 == 1;  // bottom-right with Lq > 1: the first queries see fewer keys
-            o.alignment = Alignment::bottom_right;
+            o.alignment = n % 8 == 7 ? Alignment::top_left : Alignment::bottom_right;
             if (n % 5 == 2) o.key_lengths = {Lk / 2 + 1};
+            if (n % 6 == 3) o.window = n % 12 == 3 ? Window{30, 0} : Window{-1, 2};
+            if (n % 7 == 5)
+              for (std::int64_t h = 0; h < Hkv * group; ++h) o.alibi_slopes.push_back(0.25f / float(h + 1));
             expect_fast_matches_reference(q, k, v, o, isa,
                                           std::string(dtype_name(dtype)) + " Lq " + std::to_string(Lq) + " Lk " +
                                               std::to_string(Lk) + " D " + std::to_string(D));
@@ -249,6 +253,21 @@ TEST(FastAttention, FewQueriesScoredAlongKeysMatchReference) {
                                       random_tensor({1, 1, 40, 16}, rng, 1.0, dtype),
                                       Tensor::zeros({1, 1, 40, 0}, dtype), AttentionOptions{}, isa,
                                       std::string("Dv 0 ") + dtype_name(dtype) + " Lq " + std::to_string(Lq));
+    // An infinite value of a key outside the window: weight 0, never read (attention.h).
+    {
+      Tensor q = random_tensor({1, 1, 1, 32}, rng), k = random_tensor({1, 1, 300, 32}, rng);
+      Tensor clean = random_tensor({1, 1, 300, 32}, rng), v = clean.clone();
+      v.set({0, 0, 10, 1}, kInf);
+      AttentionOptions o;
+      o.window = Window{50, 0};
+      o.alignment = Alignment::bottom_right;
+      const detail::AttentionProblem problem = detail::make_problem(q, k, v, o);
+      const std::vector<float> fast = detail::flash_attention(problem, q, k, v, false, isa).out.to_vector();
+      o.impl = AttentionImpl::reference;
+      const std::vector<float> ref = attention(q, k, clean, o).out.to_vector();
+      for (std::size_t d = 0; d < fast.size(); ++d)
+        EXPECT_NEAR(fast[d], ref[d], 1e-5) << detail::isa_name(isa) << " window, d " << d;
+    }
     // An infinite value of an attended key: the output turns infinite (or NaN where +inf
     // meets -inf) exactly as the reference's, through the fallback.
     for (std::int64_t Lk : {40, 1500}) {
