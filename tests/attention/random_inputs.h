@@ -19,6 +19,13 @@ inline Tensor random_tensor(const Shape& shape, Rng& rng, double scale = 1.0,
   return dtype == DType::f32 ? t : t.to(dtype);
 }
 
+// A bool mask whose entries are true (attend) with probability `keep`.
+inline Tensor random_bool_mask(const Shape& shape, Rng& rng, double keep) {
+  Tensor m = Tensor::empty(shape, DType::boolean);
+  for (std::int64_t n = 0; n < m.numel(); ++n) m.data_as<std::uint8_t>()[n] = rng.uniform() < keep;
+  return m;
+}
+
 inline double max_abs(const Tensor& t) {
   double m = 0;
   for (float x : t.to_vector()) m = std::max(m, double{std::abs(x)});

@@ -25,6 +25,7 @@ namespace {
 using detail::Isa;
 using testing::max_abs;
 using testing::max_row_norm;
+using testing::random_bool_mask;
 using testing::random_tensor;
 
 constexpr double u = 0x1p-24;  // f32 unit roundoff
@@ -245,9 +246,7 @@ TEST(AttentionBackward, FastMatchesReferenceAcrossTheOptionMatrix) {
       std::string what;
       switch (variant % 8) {
         case 1: {
-          Tensor m = Tensor::empty({Lq, Lk}, DType::boolean);
-          for (std::int64_t n = 0; n < m.numel(); ++n) m.data_as<std::uint8_t>()[n] = rng.uniform() < 0.6;
-          o.mask = m;
+          o.mask = random_bool_mask({Lq, Lk}, rng, 0.6);
           what = "bool mask";
           break;
         }

@@ -18,6 +18,7 @@ namespace {
 
 using testing::max_abs;
 using testing::max_row_norm;
+using testing::random_bool_mask;
 using testing::random_tensor;
 
 using detail::Isa;
@@ -130,12 +131,7 @@ TEST(FastAttention, MatchesReferenceAcrossTheOptionMatrix) {
       o.alignment = (variant & 2) ? Alignment::bottom_right : Alignment::top_left;
       if (variant % 7 == 3) o.scale = 0.2;
       switch (variant % 6) {
-        case 1: {
-          Tensor m = Tensor::empty({Lq, Lk}, DType::boolean);
-          for (std::int64_t n = 0; n < m.numel(); ++n) m.data_as<std::uint8_t>()[n] = rng.uniform() < 0.6;
-          o.mask = m;
-          break;
-        }
+        case 1: o.mask = random_bool_mask({Lq, Lk}, rng, 0.6); break;
         case 2: {
           Tensor m = random_tensor({B, 1, Lq, Lk}, rng);
           for (std::int64_t n = 0; n < m.numel(); ++n)
@@ -187,9 +183,7 @@ TEST(FastAttention, SplitKvDecodeMatchesReference) {
           case 3: {
             o.dropout_p = 0.1;
             o.seed = 3;
-            Tensor m = Tensor::empty({Lq, Lk}, DType::boolean);
-            for (std::int64_t e = 0; e < m.numel(); ++e) m.data_as<std::uint8_t>()[e] = rng.uniform() < 0.9;
-            o.mask = m;
+            o.mask = random_bool_mask({Lq, Lk}, rng, 0.9);
             break;
           }
           case 4: o.key_lengths = {0, Lk}; break;  // batch 0 fully masked
@@ -241,6 +235,21 @@ TEST(FastAttention, FewQueriesScoredAlongKeysMatchReference) {
             if (n % 6 == 3) o.window = n % 12 == 3 ? Window{30, 0} : Window{-1, 2};
             if (n % 7 == 5)
               for (std::int64_t h = 0; h < Hkv * group; ++h) o.alibi_slopes.push_back(0.25f / float(h + 1));
+            // Mask tensors: bool broadcast over heads and queries (a padding mask), bool
+            // per query, float per head and query with −inf holes, float in the inputs'
+            // dtype broadcast over keys (stride 0), each beside the options above.
+            switch (n % 5) {
+              case 1: o.mask = random_bool_mask({1, 1, 1, Lk}, rng, 0.8); break;
+              case 2: o.mask = random_bool_mask({Lq, Lk}, rng, 0.5); break;
+              case 3: {
+                Tensor mask = random_tensor({1, Hkv * group, Lq, Lk}, rng, 2.0);
+                for (std::int64_t j = 0; j < Lk; j += 3) mask.set({0, 0, Lq - 1, j}, -kInf);
+                o.mask = mask;
+                break;
+              }
+              case 4: o.mask = random_tensor({1, 1, Lq, 1}, rng, 2.0, dtype); break;
+              default: break;
+            }
             expect_fast_matches_reference(q, k, v, o, isa,
                                           std::string(dtype_name(dtype)) + " Lq " + std::to_string(Lq) + " Lk " +
                                               std::to_string(Lk) + " D " + std::to_string(D));
@@ -287,6 +296,28 @@ TEST(FastAttention, FewQueriesScoredAlongKeysMatchReference) {
         if (std::isinf(ref[d])) EXPECT_EQ(fast[d], ref[d]) << detail::isa_name(isa) << " Lk " << Lk << " d " << d;
       }
       EXPECT_TRUE(std::isinf(fast[2]) && std::isnan(fast[4]) && std::isfinite(fast[0])) << detail::isa_name(isa);
+    }
+    // A NaN or +inf in a float mask: that query's row comes out NaN as the reference's
+    // (softmax with +inf takes exp(inf − inf)), the other query's row as it was; on the
+    // decode path through the fallback (Lq 2), and in attend() itself (Lq 70), which gave
+    // +inf's row zeros until this test.
+    for (std::int64_t Lq : {2, 70}) {
+      for (float odd : {std::numeric_limits<float>::quiet_NaN(), kInf}) {
+        Tensor q = random_tensor({1, 1, Lq, 32}, rng), k = random_tensor({1, 1, 100, 32}, rng);
+        Tensor v = random_tensor({1, 1, 100, 32}, rng), mask = random_tensor({1, 1, Lq, 100}, rng);
+        mask.set({0, 0, 0, 70}, odd);
+        AttentionOptions o;
+        o.mask = mask;
+        const detail::AttentionProblem problem = detail::make_problem(q, k, v, o);
+        const std::vector<float> fast = detail::flash_attention(problem, q, k, v, false, isa).out.to_vector();
+        o.impl = AttentionImpl::reference;
+        const std::vector<float> ref = attention(q, k, v, o).out.to_vector();
+        for (std::size_t d = 0; d < fast.size(); ++d) {
+          EXPECT_EQ(std::isnan(fast[d]), std::isnan(ref[d])) << detail::isa_name(isa) << " mask " << odd << " d " << d;
+          if (!std::isnan(ref[d])) EXPECT_NEAR(fast[d], ref[d], 1e-5) << detail::isa_name(isa) << " mask " << odd;
+        }
+        EXPECT_TRUE(std::isnan(fast[0]) && std::isfinite(fast[32])) << detail::isa_name(isa) << " mask " << odd;
+      }
     }
   }
 }

@@ -18,6 +18,7 @@ namespace qkv {
 namespace {
 
 using testing::max_abs;
+using testing::random_bool_mask;
 using testing::random_tensor;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -141,12 +142,9 @@ TEST(ReferenceAttention, MatchesNaiveTwinAcrossOptionMatrix) {
       o.alignment = (variant & 2) ? Alignment::bottom_right : Alignment::top_left;
       if (variant % 3 == 1) o.scale = 0.37;
       switch (variant % 6) {
-        case 1: {  // bool mask (Lq, Lk)
-          Tensor m = Tensor::empty({c.Lq, c.Lk}, DType::boolean);
-          for (std::int64_t n = 0; n < m.numel(); ++n) m.data_as<std::uint8_t>()[n] = rng.uniform() < 0.7;
-          o.mask = m;
+        case 1:  // bool mask (Lq, Lk)
+          o.mask = random_bool_mask({c.Lq, c.Lk}, rng, 0.7);
           break;
-        }
         case 2: {  // float mask (B, 1, Lq, Lk) with some −inf
           Tensor m = random_tensor({c.B, 1, c.Lq, c.Lk}, rng);
           for (std::int64_t n = 0; n < m.numel(); ++n)
@@ -155,9 +153,7 @@ TEST(ReferenceAttention, MatchesNaiveTwinAcrossOptionMatrix) {
           break;
         }
         case 3: {  // per-head bool mask (1, Hq, Lq, Lk) and key lengths
-          Tensor m = Tensor::empty({1, c.Hq, c.Lq, c.Lk}, DType::boolean);
-          for (std::int64_t n = 0; n < m.numel(); ++n) m.data_as<std::uint8_t>()[n] = rng.uniform() < 0.8;
-          o.mask = m;
+          o.mask = random_bool_mask({1, c.Hq, c.Lq, c.Lk}, rng, 0.8);
           for (std::int64_t b = 0; b < c.B; ++b) o.key_lengths.push_back(static_cast<std::int64_t>(rng.uniform() * (c.Lk + 1)));
           break;
         }

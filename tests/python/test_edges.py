@@ -47,6 +47,25 @@ def test_nan_in_a_query_stays_in_its_row(impl):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("Lq", [1, 70])
+@pytest.mark.parametrize("odd", [np.inf, np.nan])
+def test_inf_or_nan_in_a_float_mask_makes_its_row_nan_as_torch(impl, Lq, odd):
+    """torch's softmax takes exp(+inf − +inf) = NaN, so a +inf (or NaN) mask value makes
+    its row NaN; the fast path gave +inf's row zeros (Lq = 1: the decode path)."""
+    q, k, v = _qkv(1, 2, Lq, 40, 16, seed=3)
+    mask = np.random.default_rng(4).standard_normal((1, 2, Lq, 40)).astype(np.float32)
+    mask[0, 1, Lq - 1, 17] = odd
+    out = qkv.scaled_dot_product_attention(q, k, v, attn_mask=mask, impl=impl)
+    want = torch.nn.functional.softmax(
+        torch.from_numpy(q) @ torch.from_numpy(k).transpose(-1, -2) / 4.0 + torch.from_numpy(mask), -1
+    ) @ torch.from_numpy(v)
+    assert np.isnan(want[0, 1, Lq - 1]).all() and np.isnan(out[0, 1, Lq - 1]).all()
+    rows = np.ones(out.shape[:3], bool)
+    rows[0, 1, Lq - 1] = False
+    np.testing.assert_allclose(out[rows], want.numpy()[rows], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 def test_nan_in_masked_keys_is_never_read(impl):
     q, k, v = _qkv(2, 2, 6, 10, 8)
     k[0, :, 7] = np.nan  # beyond key_lengths[0] = 6
