@@ -66,6 +66,17 @@ def test_inf_or_nan_in_a_float_mask_makes_its_row_nan_as_torch(impl, Lq, odd):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("Lq", [1, 70])
+def test_a_key_scoring_plus_inf_makes_the_rows_that_read_it_nan_as_torch(impl, Lq):
+    q, k, v = _qkv(1, 1, Lq, 100, 32, seed=5)
+    q = np.abs(q)
+    k[0, 0, 50, 3] = np.inf  # q·k = +inf for every query
+    out = qkv.scaled_dot_product_attention(q, k, v, impl=impl)
+    want = torch.softmax(torch.from_numpy(q) @ torch.from_numpy(k).transpose(-1, -2), -1) @ torch.from_numpy(v)
+    assert np.isnan(want.numpy()).all() and np.isnan(out).all()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 def test_nan_in_masked_keys_is_never_read(impl):
     q, k, v = _qkv(2, 2, 6, 10, 8)
     k[0, :, 7] = np.nan  # beyond key_lengths[0] = 6
