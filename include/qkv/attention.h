@@ -29,8 +29,9 @@
 // - lse (B, Hq, Lq), f32: log Σ_j exp(s_ij) over unmasked keys, before dropout.
 // - probs (B, Hq, Lq, Lk), f32: the softmax before dropout (what a heatmap shows).
 // - NaN in q, k or v reaches only the output rows whose computation reads it: a NaN
-//   score makes its row NaN; a key that is masked or dropped for a row is never read by
-//   that row, so a NaN in its value cannot leak in.
+//   score makes its row NaN, and so does a +inf score (from the inputs or a float mask),
+//   as in PyTorch, whose softmax takes exp(+inf − +inf); a key that is masked or dropped
+//   for a row is never read by that row, so a NaN in its value cannot leak in.
 #pragma once
 
 #include <cstdint>
