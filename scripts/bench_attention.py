@@ -39,7 +39,9 @@ What it does, in order:
      qkv: the Python module, qkv.scaled_dot_product_attention on (B, H, L, D) NumPy
      arrays (torch bf16 tensors for bf16). torch 1.13:
      torch.nn.functional._scaled_dot_product_attention(q, k, v, None, 0.0, False,
-     is_causal) on (B, H, L, D) tensors sharing the same memory. ORT: its natural
+     is_causal) on (B, H, L, D) tensors sharing the same memory; for the softcap case
+     (which 1.13's SDPA lacks) matmul, c·tanh(s/c), softmax, matmul, as its users would
+     write it, and no ORT (MultiHeadAttention has no softcap). ORT: its natural
      (B, L, H*D) layout, the same numbers. Each engine's time includes allocating its
      output. Between two turns the script sleeps --gap seconds, so that no engine's
      spinning worker threads eat into the next engine's run (ORT's pool spins for about
@@ -394,23 +396,34 @@ def causal_bias(lq, lk):
 # Cases.
 
 def cases(quick):
-    # (name, B, H, Lq, Lk, D, causal, dtype, decode)
+    # (name, B, H, Lq, Lk, D, causal, dtype, decode, softcap)
     if quick:
         return [
-            ("f32 L=512", 1, 12, 512, 512, 64, False, "f32", False),
-            ("f32 L=512 causal", 1, 12, 512, 512, 64, True, "f32", False),
-            ("bf16 L=512", 1, 12, 512, 512, 64, False, "bf16", False),
-            ("decode Lk=2048 H=32 D=128", 1, 32, 1, 2048, 128, False, "f32", True),
+            ("f32 L=512", 1, 12, 512, 512, 64, False, "f32", False, None),
+            ("f32 L=512 causal", 1, 12, 512, 512, 64, True, "f32", False, None),
+            ("bf16 L=512", 1, 12, 512, 512, 64, False, "bf16", False, None),
+            ("decode Lk=2048 H=32 D=128", 1, 32, 1, 2048, 128, False, "f32", True, None),
         ]
     return [
-        ("f32 L=2048", 1, 12, 2048, 2048, 64, False, "f32", False),
-        ("f32 L=2048 causal", 1, 12, 2048, 2048, 64, True, "f32", False),
-        ("f32 L=512", 1, 12, 512, 512, 64, False, "f32", False),
-        ("f32 L=512 causal", 1, 12, 512, 512, 64, True, "f32", False),
-        ("bf16 L=2048", 1, 12, 2048, 2048, 64, False, "bf16", False),
-        ("decode Lk=8192 H=32 D=128", 1, 32, 1, 8192, 128, False, "f32", True),
-        ("decode bf16 Lk=8192 H=32 D=128", 1, 32, 1, 8192, 128, False, "bf16", True),
+        ("f32 L=2048", 1, 12, 2048, 2048, 64, False, "f32", False, None),
+        ("f32 L=2048 causal", 1, 12, 2048, 2048, 64, True, "f32", False, None),
+        ("f32 L=512", 1, 12, 512, 512, 64, False, "f32", False, None),
+        ("f32 L=512 causal", 1, 12, 512, 512, 64, True, "f32", False, None),
+        # Gemma 2's attention softcap (c = 50): ORT's MultiHeadAttention has none; torch
+        # computes it as its users write it, c·tanh(s/c) on the materialized scores.
+        ("f32 L=2048 softcap 50", 1, 12, 2048, 2048, 64, False, "f32", False, 50.0),
+        ("bf16 L=2048", 1, 12, 2048, 2048, 64, False, "bf16", False, None),
+        ("decode Lk=8192 H=32 D=128", 1, 32, 1, 8192, 128, False, "f32", True, None),
+        ("decode bf16 Lk=8192 H=32 D=128", 1, 32, 1, 8192, 128, False, "bf16", True, None),
     ]
+
+
+def torch_softcapped_attention(q, k, v, softcap):
+    """softmax(c·tanh(q·kᵀ/(√D·c)))·v in PyTorch operations, for a peer without softcap."""
+    import torch
+
+    scores = torch.matmul(q, k.transpose(-2, -1)) * (q.shape[-1] ** -0.5)
+    return torch.matmul(torch.softmax(softcap * torch.tanh(scores / softcap), dim=-1), v)
 
 
 def attention_flops(b, h, lq, lk, d, causal):
@@ -432,7 +445,7 @@ def run_case(case, args, ort_info, torch_info):
     import numpy as np
     import qkv
 
-    name, b, h, lq, lk, d, causal, dtype, decode = case
+    name, b, h, lq, lk, d, causal, dtype, decode, softcap = case
     rng = np.random.default_rng(args.seed)
     q = rng.standard_normal((b, h, lq, d), dtype=np.float32)
     k = rng.standard_normal((b, h, lk, d), dtype=np.float32)
@@ -451,7 +464,7 @@ def run_case(case, args, ort_info, torch_info):
         import torch
         import torch.nn.functional as F
     if dtype == "f32":
-        engines["qkv"] = lambda: qkv.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        engines["qkv"] = lambda: qkv.scaled_dot_product_attention(q, k, v, is_causal=causal, softcap=softcap)
     else:  # bf16: NumPy has no bfloat16; qkv reads torch bf16 tensors in place
         if torch is None:
             notes.append("bf16 needs torch tensors as input: skipped")
@@ -462,7 +475,9 @@ def run_case(case, args, ort_info, torch_info):
     runners = []
     workdir = tempfile.mkdtemp(prefix="qkv-bench-")
     try:
-        if ort_info is not None and dtype == "f32":
+        if ort_info is not None and softcap is not None:
+            notes.append("ORT: not run (its MultiHeadAttention has no softcap)")
+        elif ort_info is not None and dtype == "f32":
             # The primary causal expression gives the "ORT" column; in causal cases the other
             # one (when asked for) is timed too, as "ORT <mode>", reported in a note.
             modes = [("ORT", ort_info["causal_mode"])]
@@ -498,7 +513,9 @@ def run_case(case, args, ort_info, torch_info):
                 qt, kt, vt = (torch.from_numpy(x) for x in (q, k, v))
             else:
                 qt, kt, vt = qb, kb, vb
-            if causal and not torch_info["is_causal_ok"]:
+            if softcap is not None:
+                engines["torch"] = lambda: torch_softcapped_attention(qt, kt, vt, softcap)
+            elif causal and not torch_info["is_causal_ok"]:
                 mask = torch.ones(lq, lk, dtype=torch.bool).tril()
                 engines["torch"] = lambda: F._scaled_dot_product_attention(qt, kt, vt, mask, 0.0, False, False)[0]
             else:

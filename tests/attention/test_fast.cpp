@@ -26,7 +26,8 @@ constexpr double u = 0x1p-24;  // f32 unit roundoff
 
 // Forward error of the f32 kernel against the double reference, derived term by term:
 // - a score is an f32 dot product of length Dk (q pre-scaled): |δs| <= (Dk + 2)·u·scale·‖q‖·‖k‖
-//   (Higham's γ_n bound with Cauchy–Schwarz); softcap adds tanhf's few ulps of c; ALiBi
+//   (Higham's γ_n bound with Cauchy–Schwarz); softcap adds ≤ 6u·c (s·(1/c) rounds twice,
+//   the kernel's tanh <= 2.2 ulp (measured: vector.inc), ·c once); ALiBi
 //   and float masks add one rounding of their magnitude;
 // - a weight exp(s − m)/l then has relative error <= 2·max|δs| (numerator and the max/sum)
 //   plus the kernel's exp (<= 7.2u relative, measured: flash_body.inc) in numerator and
@@ -43,7 +44,7 @@ Bounds derive_bounds(const Tensor& q, const Tensor& k, const Tensor& v, const At
   const double scale = o.scale.value_or(1.0 / std::sqrt(double(std::max<std::int64_t>(Dk, 1))));
   const double score_mag = std::abs(scale) * max_row_norm(q) * max_row_norm(k);
   double ds = (Dk + 2) * u * score_mag;
-  if (o.softcap) ds += 4 * u * *o.softcap;
+  if (o.softcap) ds += 6 * u * *o.softcap;
   double extra_mag = 0;
   for (float s : o.alibi_slopes) extra_mag = std::max(extra_mag, std::abs(s) * double(q.size(2) + Lk));
   if (o.mask.defined() && o.mask.dtype() != DType::boolean) extra_mag += max_abs(o.mask);
@@ -207,8 +208,66 @@ TEST(FastAttention, SplitKvDecodeMatchesReference) {
   }
 }
 
-// Few queries without a mask tensor, softcap or dropout (decode from a KV cache; causal,
-// windows and ALiBi included) are scored a vector of keys at a time with the softmax along
+// Softcap's tanh, score by score: one key k = e_0 and queries q_i = x_i·e_0 with scale 1
+// make each row's lse exactly the row's capped score c·tanh(x_i/c) (lse = m + log l, l = 1
+// up to exp's rounding), compared with double tanh. x/c sweeps 1e-7 to 1e4 in both signs
+// (both of the kernel tanh's branches and its cut at 0.55), ±0, ±inf (c·tanh = ±c) and NaN,
+// through few queries (the decode path, Lq = 1 per batch) and whole tiles (Lq = 300).
+// The error allowed: s·(1/c) rounds twice, tanh <= 2.2 ulp, ·c and the lse's m + log l
+// once each: 6u relative, plus log l <= 2u absolute.
+TEST(FastAttention, SoftcapScoresMatchDoubleTanh) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const double c = 3.0;
+  std::vector<float> xs = {0.0f, -0.0f, kInf, -kInf, std::numeric_limits<float>::quiet_NaN(), 0.55f * 3.0f,
+                           std::nextafter(0.55f * 3.0f, 0.0f)};
+  for (double t = 1e-7; t < 1e4; t *= 1.1) {
+    xs.push_back(static_cast<float>(t * c));
+    xs.push_back(static_cast<float>(-t * c));
+  }
+  const auto n = static_cast<std::int64_t>(xs.size());
+  constexpr std::int64_t D = 16;  // whole vectors on every path: few queries take it
+  for (Isa isa : detail::tested_isas())
+    for (bool few : {true, false}) {
+      // few: (n, 1, 1, D) queries, one per batch; else (1, 1, n, D), tiles of 64 queries.
+      const std::int64_t B = few ? n : 1, Lq = few ? 1 : n;
+      Tensor q = Tensor::zeros({B, 1, Lq, D}), k = Tensor::zeros({B, 1, 1, D}), v = Tensor::zeros({B, 1, 1, D});
+      for (std::int64_t i = 0; i < n; ++i) q.data_as<float>()[i * D] = xs[i];
+      for (std::int64_t b = 0; b < B; ++b) k.data_as<float>()[b * D] = 1.0f;
+      AttentionOptions o;
+      o.scale = 1.0;
+      o.softcap = c;
+      const detail::AttentionProblem problem = detail::make_problem(q, k, v, o);
+      const std::vector<float> lse = detail::flash_attention(problem, q, k, v, true, isa).lse.to_vector();
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::string what = std::string(detail::isa_name(isa)) + (few ? " few queries" : " tiles") +
+                                 ": x = " + std::to_string(xs[i]);
+        if (std::isnan(xs[i])) {
+          EXPECT_TRUE(std::isnan(lse[i])) << what;
+          continue;
+        }
+        const double expected = c * std::tanh(double{xs[i]} / c);
+        EXPECT_NEAR(lse[i], expected, 6 * u * std::abs(expected) + 2 * u) << what;
+      }
+    }
+}
+
+// A cap too small for 1/c in f32 (1e-40): every score ±c or 0, so the weights are
+// uniform and finite, as the reference's (s = 0 must not become 0·inf = NaN).
+TEST(FastAttention, TinySoftcapGivesUniformWeights) {
+  Rng rng(45);
+  for (Isa isa : detail::tested_isas())
+    for (std::int64_t Lq : {1, 70}) {
+      Tensor q = random_tensor({1, 2, Lq, 16}, rng), k = random_tensor({1, 2, 33, 16}, rng),
+             v = random_tensor({1, 2, 33, 16}, rng);
+      for (std::int64_t d = 0; d < 16; ++d) k.set({0, 0, 5, d}, 0.0f);  // scores exactly 0
+      AttentionOptions o;
+      o.softcap = 1e-40;
+      expect_fast_matches_reference(q, k, v, o, isa, "softcap 1e-40, Lq " + std::to_string(Lq));
+    }
+}
+
+// Few queries without dropout (decode from a KV cache; causal, windows, ALiBi, softcap
+// and mask tensors included) are scored a vector of keys at a time with the softmax along
 // the keys (attend_few_queries); anything it does not take, or a non-finite score or
 // output, goes through attend() instead. Key
 // counts straddle the vectors (4, 8, 16 lanes), the 64-key tiles and the split-KV chunks;
@@ -235,6 +294,7 @@ TEST(FastAttention, FewQueriesScoredAlongKeysMatchReference) {
             if (n % 6 == 3) o.window = n % 12 == 3 ? Window{30, 0} : Window{-1, 2};
             if (n % 7 == 5)
               for (std::int64_t h = 0; h < Hkv * group; ++h) o.alibi_slopes.push_back(0.25f / float(h + 1));
+            if (n % 3 == 1) o.softcap = 1.5;  // scores ~N(0, 1): both of tanh's branches
             // Mask tensors: bool broadcast over heads and queries (a padding mask), bool
             // per query, float per head and query with −inf holes, float in the inputs'
             // dtype broadcast over keys (stride 0), each beside the options above.
