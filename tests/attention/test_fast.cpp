@@ -208,6 +208,58 @@ TEST(FastAttention, SplitKvDecodeMatchesReference) {
   }
 }
 
+// Mask tensors on whole tiles (more than 4 queries) in each layout the kernel reads
+// differently: broadcast over the queries (a padding mask, one value per key), over the
+// keys (one per query), by query with unit key stride (transposed kLanes × kLanes in
+// registers), and a transposed view (key stride Lq). Lengths straddle the 64-query tasks,
+// the 64-key tiles and the vectors; ALiBi and causal ride along (terms before and after).
+TEST(FastAttention, MaskLayoutsOnTilesMatchReference) {
+  Rng rng(47);
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  for (Isa isa : detail::tested_isas()) {
+    int n = 0;
+    for (std::int64_t Lq : {5, 70, 129})
+      for (std::int64_t Lk : {33, 130}) {
+        const std::int64_t B = 2, H = 2, D = 24;
+        Tensor q = random_tensor({B, H, Lq, D}, rng), k = random_tensor({B, H, Lk, D}, rng),
+               v = random_tensor({B, H, Lk, D}, rng);
+        for (int layout = 0; layout < 4; ++layout, ++n) {
+          AttentionOptions o;
+          o.causal = n % 3 == 1;
+          o.alignment = Alignment::bottom_right;
+          if (n % 4 == 2) o.alibi_slopes = {0.5f, 0.125f};
+          std::string what;
+          switch (layout) {
+            case 0:
+              o.mask = random_bool_mask({B, 1, 1, Lk}, rng, 0.7);
+              what = "bool (B, 1, 1, Lk)";
+              break;
+            case 1: {
+              Tensor m = random_tensor({B, H, Lq, 1}, rng, 3.0);
+              m.set({1, 0, Lq / 2, 0}, -kInf);  // a query that sees nothing
+              o.mask = m;
+              what = "float (B, H, Lq, 1)";
+              break;
+            }
+            case 2: {
+              Tensor m = random_tensor({1, H, Lq, Lk}, rng, 2.0, n % 2 ? DType::f16 : DType::f32);
+              for (std::int64_t j = 0; j < Lk; j += 4) m.set({0, 1, Lq - 1, j}, -kInf);
+              o.mask = m;
+              what = "float (1, H, Lq, Lk)";
+              break;
+            }
+            default:
+              o.mask = random_bool_mask({Lk, Lq}, rng, 0.6).transpose(0, 1);
+              what = "bool (Lk, Lq) transposed";
+              break;
+          }
+          expect_fast_matches_reference(q, k, v, o, isa,
+                                        what + " Lq " + std::to_string(Lq) + " Lk " + std::to_string(Lk));
+        }
+      }
+  }
+}
+
 // Softcap's tanh, score by score: one key k = e_0 and queries q_i = x_i·e_0 with scale 1
 // make each row's lse exactly the row's capped score c·tanh(x_i/c) (lse = m + log l, l = 1
 // up to exp's rounding), compared with double tanh. x/c sweeps 1e-7 to 1e4 in both signs
