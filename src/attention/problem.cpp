@@ -47,6 +47,8 @@ bool AttentionProblem::dropout_keeps(std::int64_t b, std::int64_t h, std::int64_
   return counter_uniform(seed, counter) >= dropout_p;
 }
 
+std::uint64_t dropout_threshold(double p) { return static_cast<std::uint64_t>(std::ceil(p * 0x1.0p53)); }
+
 AttentionProblem make_problem(const Tensor& q, const Tensor& k, const Tensor& v,
                               const AttentionOptions& o) {
   check_rank4(q, "q", "(B, Hq, Lq, Dk)");
@@ -132,7 +134,9 @@ AttentionProblem make_problem(const Tensor& q, const Tensor& k, const Tensor& v,
   QKV_CHECK(o.dropout_p >= 0.0 && o.dropout_p <= 1.0,
             kWhere << "dropout_p must be in [0, 1], got " << o.dropout_p);
   p.dropout_p = o.dropout_p;
+  p.dropout_threshold = dropout_threshold(o.dropout_p);
   p.seed = o.seed;
+  p.dropout_key = counter_key(o.seed);
 
   if (o.mask.defined()) resolve_mask(o.mask, p);
   return p;

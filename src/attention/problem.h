@@ -28,6 +28,9 @@ struct AttentionProblem {
   double softcap = 0.0;
   double dropout_p = 0.0;
   std::uint64_t seed = 0;
+  // dropout_keeps as integers, for the kernels: keep iff
+  // counter_bits(dropout_key, counter) >= dropout_threshold (see dropout_threshold).
+  std::uint64_t dropout_key = 0, dropout_threshold = 0;
 
   // The mask as a 4-d (B, Hq, Lq, Lk) broadcast view: strides 0 where broadcast.
   bool has_mask = false;
@@ -62,6 +65,11 @@ struct AttentionProblem {
   // the index, so results do not depend on threads or tiling.
   bool dropout_keeps(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const;
 };
+
+// The least 53-bit integer x with x·2^-53 >= p, for p in [0, 1]: counter_uniform's value
+// is its 53 bits x times 2^-53 (exact in double), so u >= p exactly when x >= ceil(p·2^53)
+// (p·2^53 is exact too: a power-of-two scaling). p = 1 gives 2^53, which no x reaches.
+std::uint64_t dropout_threshold(double p);
 
 // Validates (throws qkv::Error naming the argument) and resolves.
 AttentionProblem make_problem(const Tensor& q, const Tensor& k, const Tensor& v,

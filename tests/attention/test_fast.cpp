@@ -208,6 +208,44 @@ TEST(FastAttention, SplitKvDecodeMatchesReference) {
   }
 }
 
+// The kernels decide dropout on integers (counter_bits >= dropout_threshold(p)), the
+// references on doubles (counter_uniform >= p): the same decision for every 53-bit value.
+// Checked at the threshold and on either side of it, for p on and between multiples of
+// 2^-53, and for the keeps of a real problem's counters.
+TEST(FastAttention, DropoutThresholdDecidesAsTheUniformDoes) {
+  Rng rng(48);
+  std::vector<double> ps = {0.0, 1.0, 0.5, 0.1, 1.0 / 3, 0x1p-53, 3 * 0x1p-53, 1 - 0x1p-53};
+  for (int n = 0; n < 2000; ++n) ps.push_back(rng.uniform());
+  for (std::size_t n = 0, count = ps.size(); n < count; ++n) {
+    ps.push_back(std::nextafter(ps[n], 0.0));
+    ps.push_back(std::nextafter(ps[n], 1.0));
+  }
+  constexpr std::int64_t kTop = std::int64_t{1} << 53;  // 53-bit values lie in [0, kTop)
+  for (double p : ps) {
+    if (p < 0 || p > 1) continue;
+    const auto threshold = static_cast<std::int64_t>(detail::dropout_threshold(p));
+    for (std::int64_t x = threshold - 2; x <= threshold + 2; ++x)
+      if (x >= 0 && x < kTop)
+        ASSERT_EQ(x >= threshold, static_cast<double>(x) * 0x1p-53 >= p) << "p " << p << " x " << x;
+  }
+  Tensor q = random_tensor({2, 3, 40, 8}, rng), k = random_tensor({2, 3, 50, 8}, rng);
+  AttentionOptions o;
+  o.dropout_p = 0.3;
+  o.seed = 77;
+  const detail::AttentionProblem p = detail::make_problem(q, k, k, o);
+  int kept = 0;
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int64_t h = 0; h < 3; ++h)
+      for (std::int64_t i = 0; i < 40; ++i)
+        for (std::int64_t j = 0; j < 50; ++j) {
+          const auto counter = static_cast<std::uint64_t>(((b * 3 + h) * 40 + i) * 50 + j);
+          const bool keeps = counter_bits(p.dropout_key, counter) >= p.dropout_threshold;
+          ASSERT_EQ(keeps, p.dropout_keeps(b, h, i, j)) << b << " " << h << " " << i << " " << j;
+          kept += keeps;
+        }
+  EXPECT_NEAR(kept / 12000.0, 0.7, 0.03);
+}
+
 // Mask tensors on whole tiles (more than 4 queries) in each layout the kernel reads
 // differently: broadcast over the queries (a padding mask, one value per key), over the
 // keys (one per query), by query with unit key stride (transposed kLanes × kLanes in
