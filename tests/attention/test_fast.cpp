@@ -474,29 +474,32 @@ TEST(FastAttention, FewQueriesScoredAlongKeysMatchReference) {
 
 // bf16 inputs: on AVX512-BF16 they multiply as bf16 pairs, so odd Dk (a half-empty last
 // pair), odd key counts (a half-empty last key pair) and every option must hold there.
-TEST(FastAttention, Bf16AcrossShapesAndOptions) {
+TEST(FastAttention, HalfPrecisionAcrossShapesAndOptions) {
   Rng rng(38);
-  for (Isa isa : detail::tested_isas()) {
-    int n = 0;
-    for (std::int64_t L : {5, 17, 64, 65, 130})
-      for (std::int64_t D : {1, 7, 64, 100}) {
-        Tensor q = random_tensor({1, 4, L, D}, rng, 1.0, DType::bf16);
-        Tensor k = random_tensor({1, 2, L + 3, D}, rng, 1.0, DType::bf16);
-        Tensor v = random_tensor({1, 2, L + 3, D + 16}, rng, 1.0, DType::bf16);
-        AttentionOptions o;
-        o.causal = n % 2 == 1;
-        if (n % 4 == 2) {
-          o.dropout_p = 0.2;
-          o.seed = 9;
-          o.key_lengths = {L - 1};
+  for (Isa isa : detail::tested_isas())
+    for (DType dtype : {DType::bf16, DType::f16}) {
+      int n = 0;
+      for (std::int64_t L : {5, 17, 64, 65, 130})
+        for (std::int64_t D : {1, 7, 64, 100}) {
+          Tensor q = random_tensor({1, 4, L, D}, rng, 1.0, dtype);
+          Tensor k = random_tensor({1, 2, L + 3, D}, rng, 1.0, dtype);
+          Tensor v = random_tensor({1, 2, L + 3, D + 16}, rng, 1.0, dtype);
+          AttentionOptions o;
+          o.causal = n % 2 == 1;
+          if (n % 4 == 2) {
+            o.dropout_p = 0.2;
+            o.seed = 9;
+            o.key_lengths = {L - 1};
+          }
+          if (n % 5 == 3) o.mask = random_tensor({L, L + 3}, rng);
+          if (n % 7 == 4) v.set({0, 1, 2, 0}, std::numeric_limits<float>::quiet_NaN());  // read: NaN rows
+          if (n % 9 == 5) k.set({0, 0, 1, 0}, std::numeric_limits<float>::infinity());  // NaN or ±inf scores
+          expect_fast_matches_reference(q, k, v, o, isa,
+                                        std::string(dtype_name(dtype)) + " L " + std::to_string(L) + " D " +
+                                            std::to_string(D));
+          ++n;
         }
-        if (n % 5 == 3) o.mask = random_tensor({L, L + 3}, rng);
-        if (n % 7 == 4) v.set({0, 1, 2, 0}, std::numeric_limits<float>::quiet_NaN());  // read: NaN rows
-        expect_fast_matches_reference(q, k, v, o, isa,
-                                      "bf16 L " + std::to_string(L) + " D " + std::to_string(D));
-        ++n;
-      }
-  }
+    }
 }
 
 TEST(FastAttention, HalfPrecisionAndStridedInputs) {
