@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "qkv/attention.h"
+#include "qkv/rng.h"  // dropout_key, dropout_threshold: counter_uniform in integers
 
 namespace qkv::detail {
 
