@@ -15,6 +15,7 @@ struct CpuFeatures {
   bool avx512f = false;
   bool avx512bw = false;
   bool avx512vl = false;
+  bool avx512dq = false;  // 64-bit lane multiplies (vpmullq): dropout's counter hash
   bool avx512_bf16 = false;
   bool avx512_fp16 = false;
   bool amx_tile = false;  // tiles usable: cpuid bit and OS permission granted

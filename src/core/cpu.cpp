@@ -55,6 +55,7 @@ CpuFeatures detect() {
     f.avx512f = os_avx512 && (b & (1u << 16));
     f.avx512bw = os_avx512 && (b & (1u << 30));
     f.avx512vl = os_avx512 && (b & (1u << 31));
+    f.avx512dq = os_avx512 && (b & (1u << 17));
     f.avx512_fp16 = os_avx512 && (d & (1u << 23));
     const bool amx_bf16 = d & (1u << 22);
     const bool amx_tile = d & (1u << 24);
@@ -96,7 +97,7 @@ std::string cpu_summary() {
   out << (f.brand.empty() ? "unknown CPU" : f.brand) << ':';
   const std::pair<bool, const char*> names[] = {
       {f.avx2, "avx2"},         {f.fma, "fma"},           {f.f16c, "f16c"},
-      {f.avx512f, "avx512f"},   {f.avx512bw, "avx512bw"}, {f.avx512vl, "avx512vl"},
+      {f.avx512f, "avx512f"},   {f.avx512bw, "avx512bw"}, {f.avx512vl, "avx512vl"}, {f.avx512dq, "avx512dq"},
       {f.avx512_bf16, "avx512_bf16"}, {f.avx512_fp16, "avx512_fp16"},
       {f.amx_tile, "amx_tile"}, {f.amx_bf16, "amx_bf16"}};
   bool any = false;

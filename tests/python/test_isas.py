@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def _cpu_runs(isa):
     features = set(qkv.cpu_summary().replace(",", " ").split())
     need = {"scalar": set(), "avx2": {"avx2", "fma"},
-            "avx512": {"avx512f", "avx512bw", "avx512vl"},
+            "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"},
             "amx": {"amx_tile", "amx_bf16"}, "amx_emulated": {"avx512_bf16"}}[isa]
     return need <= features
 

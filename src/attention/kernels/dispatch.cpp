@@ -18,8 +18,8 @@ bool cpu_runs(Isa isa) {
   switch (isa) {
     case Isa::scalar: return true;
     case Isa::avx2: return f.avx2 && f.fma && f.f16c;
-    case Isa::avx512: return f.avx512f && f.avx512bw && f.avx512vl;
-    case Isa::avx512_bf16: return f.avx512f && f.avx512bw && f.avx512vl && f.avx512_bf16;
+    case Isa::avx512: return f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
+    case Isa::avx512_bf16: return cpu_runs(Isa::avx512) && f.avx512_bf16;
     case Isa::amx: return cpu_runs(Isa::avx512_bf16) && f.amx_tile && f.amx_bf16;
     case Isa::amx_emulated: return cpu_runs(Isa::avx512_bf16);  // the model needs no AMX
   }

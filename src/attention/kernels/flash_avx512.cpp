@@ -17,7 +17,7 @@
 #include "qkv/threads.h"
 
 #if defined(__x86_64__)
-#pragma GCC target("avx512f,avx512bw,avx512vl,prefer-vector-width=512")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=512")
 #define QKV_VEC_BYTES 64  // 32 zmm registers: 16 accumulators + loads + broadcasts
 #define QKV_QK_KEYS 8
 #define QKV_QK_VECS 2

@@ -32,10 +32,10 @@
 
 #if defined(__x86_64__)
 #if defined(QKV_AMX_TILES) && !defined(QKV_AMX_EMULATED)
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16,prefer-vector-width=512")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16,prefer-vector-width=512")
 #define QKV_BF16_VARIANT amx
 #else
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16,prefer-vector-width=512")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,prefer-vector-width=512")
 #if defined(QKV_AMX_TILES)
 #define QKV_BF16_VARIANT amx_emulated
 #else
