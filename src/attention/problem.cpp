@@ -43,8 +43,7 @@ void resolve_mask(const Tensor& mask, AttentionProblem& p) {
 
 bool AttentionProblem::dropout_keeps(std::int64_t b, std::int64_t h, std::int64_t i,
                                      std::int64_t j) const {
-  const auto counter = static_cast<std::uint64_t>(((b * Hq + h) * Lq + i) * Lk + j);
-  return counter_uniform(seed, counter) >= dropout_p;
+  return counter_uniform(seed, dropout_counter(b, h, i, j)) >= dropout_p;
 }
 
 std::uint64_t dropout_threshold(double p) { return static_cast<std::uint64_t>(std::ceil(p * 0x1.0p53)); }

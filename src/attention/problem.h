@@ -62,6 +62,12 @@ struct AttentionProblem {
     return b * mask_stride[0] + h * mask_stride[1] + i * mask_stride[2] + j * mask_stride[3];
   }
 
+  // Dropout's counter for probability (b, h, i, j): its flat index in (B, Hq, Lq, Lk).
+  // Consecutive keys have consecutive counters, consecutive queries counters Lk apart.
+  std::uint64_t dropout_counter(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
+    return static_cast<std::uint64_t>(((b * Hq + h) * Lq + i) * Lk + j);
+  }
+
   // Whether dropout keeps probability (b, h, i, j): a pure function of the seed and
   // the index, so results do not depend on threads or tiling.
   bool dropout_keeps(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const;

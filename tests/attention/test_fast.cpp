@@ -238,8 +238,7 @@ TEST(FastAttention, DropoutThresholdDecidesAsTheUniformDoes) {
     for (std::int64_t h = 0; h < 3; ++h)
       for (std::int64_t i = 0; i < 40; ++i)
         for (std::int64_t j = 0; j < 50; ++j) {
-          const auto counter = static_cast<std::uint64_t>(((b * 3 + h) * 40 + i) * 50 + j);
-          const bool keeps = counter_bits(p.dropout_key, counter) >= p.dropout_threshold;
+          const bool keeps = counter_bits(p.dropout_key, p.dropout_counter(b, h, i, j)) >= p.dropout_threshold;
           ASSERT_EQ(keeps, p.dropout_keeps(b, h, i, j)) << b << " " << h << " " << i << " " << j;
           kept += keeps;
         }
