@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "qkv/rng.h"
@@ -23,6 +24,15 @@ inline Tensor random_tensor(const Shape& shape, Rng& rng, double scale = 1.0,
 inline Tensor random_bool_mask(const Shape& shape, Rng& rng, double keep) {
   Tensor m = Tensor::empty(shape, DType::boolean);
   for (std::int64_t n = 0; n < m.numel(); ++n) m.data_as<std::uint8_t>()[n] = rng.uniform() < keep;
+  return m;
+}
+
+// A float mask: standard normal values, each replaced by −inf (masked) with probability
+// `holes`.
+inline Tensor random_float_mask(const Shape& shape, Rng& rng, double holes) {
+  Tensor m = random_tensor(shape, rng);
+  for (std::int64_t n = 0; n < m.numel(); ++n)
+    if (rng.uniform() < holes) m.data_as<float>()[n] = -std::numeric_limits<float>::infinity();
   return m;
 }
 

@@ -26,6 +26,7 @@ using detail::Isa;
 using testing::max_abs;
 using testing::max_row_norm;
 using testing::random_bool_mask;
+using testing::random_float_mask;
 using testing::random_tensor;
 
 constexpr double u = 0x1p-24;  // f32 unit roundoff
@@ -230,7 +231,6 @@ TEST(AttentionBackward, FastMatchesReferenceAcrossTileBoundariesAndHeadDims) {
 
 TEST(AttentionBackward, FastMatchesReferenceAcrossTheOptionMatrix) {
   Rng rng(42);
-  constexpr float kInf = std::numeric_limits<float>::infinity();
   for (Isa isa : detail::supported_isas()) {
     for (int variant = 0; variant < 40; ++variant) {
       // group 1, 2, 4: Hq = 2, 4 (Hkv = 2), 4 (Hkv = 1: MQA).
@@ -251,10 +251,7 @@ TEST(AttentionBackward, FastMatchesReferenceAcrossTheOptionMatrix) {
           break;
         }
         case 2: {
-          Tensor m = random_tensor({B, 1, Lq, Lk}, rng);
-          for (std::int64_t n = 0; n < m.numel(); ++n)
-            if (rng.uniform() < 0.3) m.data_as<float>()[n] = -kInf;
-          o.mask = m;
+          o.mask = random_float_mask({B, 1, Lq, Lk}, rng, 0.3);
           o.key_lengths = {Lk - 5, 3};
           what = "float mask, key lengths";
           break;

@@ -19,6 +19,7 @@ namespace {
 
 using testing::max_abs;
 using testing::random_bool_mask;
+using testing::random_float_mask;
 using testing::random_tensor;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -145,13 +146,9 @@ TEST(ReferenceAttention, MatchesNaiveTwinAcrossOptionMatrix) {
         case 1:  // bool mask (Lq, Lk)
           o.mask = random_bool_mask({c.Lq, c.Lk}, rng, 0.7);
           break;
-        case 2: {  // float mask (B, 1, Lq, Lk) with some −inf
-          Tensor m = random_tensor({c.B, 1, c.Lq, c.Lk}, rng);
-          for (std::int64_t n = 0; n < m.numel(); ++n)
-            if (rng.uniform() < 0.2) m.data_as<float>()[n] = -std::numeric_limits<float>::infinity();
-          o.mask = m;
+        case 2:  // float mask (B, 1, Lq, Lk) with some −inf
+          o.mask = random_float_mask({c.B, 1, c.Lq, c.Lk}, rng, 0.2);
           break;
-        }
         case 3: {  // per-head bool mask (1, Hq, Lq, Lk) and key lengths
           o.mask = random_bool_mask({1, c.Hq, c.Lq, c.Lk}, rng, 0.8);
           for (std::int64_t b = 0; b < c.B; ++b) o.key_lengths.push_back(static_cast<std::int64_t>(rng.uniform() * (c.Lk + 1)));
