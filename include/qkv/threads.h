@@ -9,11 +9,16 @@
 // that every output element is computed by the same sequence of operations whichever
 // thread computes it, and random numbers (dropout) are a function of the element's index
 // and the seed, not of the thread. (oneDNN promises no such thing for its products.)
+// Placement: when the count equals the CPUs the process may run on (the default), the
+// first call from a thread (and the first after the count changes) pins the workers of its
+// OpenMP team one per CPU, never the calling thread itself; QKV_BIND_THREADS=0, or any of
+// OMP_PROC_BIND, OMP_PLACES, GOMP_CPU_AFFINITY, leaves placement to the scheduler or to
+// OpenMP. Pinned workers start on time after idle (see src/core/threads.cpp).
 #pragma once
 
 namespace qkv {
 
-int num_threads();              // throws qkv::Error when QKV_NUM_THREADS is malformed
+int num_threads();              // throws qkv::Error when QKV_NUM_THREADS or QKV_BIND_THREADS is malformed
 void set_num_threads(int count);  // count >= 1, else qkv::Error
 
 }  // namespace qkv

@@ -1,7 +1,11 @@
 #include <gtest/gtest.h>
+#include <omp.h>
+#include <sched.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <set>
+#include <vector>
 
 #include "qkv/cpu.h"
 #include "qkv/error.h"
@@ -19,6 +23,46 @@ TEST(Threads, SetAndGet) {
   set_num_threads(before);
   EXPECT_THROW(set_num_threads(0), Error);
   EXPECT_THROW(set_num_threads(-3), Error);
+}
+
+// The one CPU a thread may run on, or -1 where it may run on several.
+int pinned_cpu() {
+  cpu_set_t mine;
+  if (sched_getaffinity(0, sizeof mine, &mine) != 0 || CPU_COUNT(&mine) != 1) return -1;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &mine)) return cpu;
+  return -1;
+}
+
+// With one thread per CPU the process may use (the default count), the workers of the
+// calling thread's team run pinned, each to a different one of those CPUs, and the calling
+// thread keeps the mask it had (threads.h).
+TEST(Threads, WorkersArePinnedOnePerCpuButNotTheCaller) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  const int cpus = CPU_COUNT(&allowed);
+  if (cpus < 2) GTEST_SKIP() << "one CPU: a team has no workers";
+  for (const char* name : {"QKV_BIND_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"})
+    if (std::getenv(name) != nullptr) GTEST_SKIP() << name << " is set: placement is not qkv's";
+  const int before = num_threads();
+  set_num_threads(cpus);
+  const int n = num_threads();
+  std::vector<int> pinned(n, -2);
+#pragma omp parallel num_threads(n)
+  pinned[omp_get_thread_num()] = pinned_cpu();
+  set_num_threads(before);
+
+  EXPECT_EQ(pinned[0], -1) << "the calling thread was pinned";
+  cpu_set_t caller;
+  ASSERT_EQ(sched_getaffinity(0, sizeof caller, &caller), 0);
+  EXPECT_TRUE(CPU_EQUAL(&caller, &allowed));
+  std::set<int> distinct;
+  for (int t = 1; t < n; ++t) {
+    ASSERT_GE(pinned[t], 0) << "worker " << t << " runs unpinned";
+    EXPECT_TRUE(CPU_ISSET(pinned[t], &allowed)) << "worker " << t << " on CPU " << pinned[t];
+    distinct.insert(pinned[t]);
+  }
+  EXPECT_EQ(static_cast<int>(distinct.size()), n - 1) << "two workers share a CPU";
 }
 
 TEST(Rng, DeterministicAndPlausiblyDistributed) {

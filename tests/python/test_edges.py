@@ -270,6 +270,50 @@ def test_onednn_products_run_on_qkvs_thread_count_not_the_one_torch_set():
     _run_in_new_interpreter(code, QKV_NUM_THREADS="4", OMP_NUM_THREADS=None)
 
 
+_PINNED_THREADS = (
+    "import os, numpy as np, qkv\n"
+    "x = np.ones((1, 4, 256, 64), np.float32)\n"
+    "qkv.scaled_dot_product_attention(x, x, x)\n"
+    "def cpus(task):\n"
+    "    with open(f'/proc/self/task/{task}/status') as status:\n"
+    "        line = next(l for l in status if l.startswith('Cpus_allowed_list:'))\n"
+    "    return line.split()[1]\n"
+    "main = cpus(os.getpid())\n"
+    "single = [c for t in os.listdir('/proc/self/task') if t != str(os.getpid())\n"
+    "          for c in [cpus(t)] if c.isdigit()]\n"
+    "assert not main.isdigit(), ('the calling thread was pinned', main)\n"
+    "assert len(single) == len(set(single)) == WANT, single\n")
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: no worker threads")
+@pytest.mark.parametrize("variables, pinned", [
+    ({}, True),
+    ({"QKV_BIND_THREADS": "0"}, False),
+    ({"OMP_PROC_BIND": "false"}, False),
+])
+def test_worker_threads_pinned_one_per_cpu_unless_told_otherwise(variables, pinned):
+    """With one thread per CPU (the default count) qkv pins OpenMP's workers, one per
+    CPU, and never the calling thread; QKV_BIND_THREADS=0 or an OpenMP binding variable
+    leaves every thread free. /proc/self/task shows each thread's CPUs."""
+    cpus = len(os.sched_getaffinity(0))
+    env = {"QKV_NUM_THREADS": None, "OMP_NUM_THREADS": None, "QKV_BIND_THREADS": None,
+           "OMP_PROC_BIND": None, "OMP_PLACES": None, "GOMP_CPU_AFFINITY": None}
+    env.update(variables)
+    _run_in_new_interpreter(_PINNED_THREADS.replace("WANT", str(cpus - 1 if pinned else 0)), **env)
+
+
+def test_malformed_bind_variable_is_a_value_error():
+    code = ("import numpy as np, qkv\n"
+            "x = np.ones((1, 1, 2, 4), np.float32)\n"
+            "try:\n"
+            "    qkv.scaled_dot_product_attention(x, x, x)\n"
+            "except ValueError as e:\n"
+            "    assert 'QKV_BIND_THREADS' in str(e), e\n"
+            "else:\n"
+            "    raise AssertionError('QKV_BIND_THREADS=yes was accepted')\n")
+    _run_in_new_interpreter(code, QKV_BIND_THREADS="yes", QKV_NUM_THREADS=None, OMP_NUM_THREADS=None)
+
+
 def test_module_metadata():
     assert qkv.__version__ == "0.1.0"
     summary = qkv.cpu_summary()
