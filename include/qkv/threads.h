@@ -11,7 +11,8 @@
 // and the seed, not of the thread. (oneDNN promises no such thing for its products.)
 // Placement: when the count equals the CPUs the process may run on (the default), the
 // first call from a thread (and the first after the count changes) pins the workers of its
-// OpenMP team one per CPU, never the calling thread itself; QKV_BIND_THREADS=0, or any of
+// OpenMP team one per CPU, never the calling thread itself, and every call moves a worker
+// off the CPU the caller is on; QKV_BIND_THREADS=0, or any of
 // OMP_PROC_BIND, OMP_PLACES, GOMP_CPU_AFFINITY, leaves placement to the scheduler or to
 // OpenMP. Pinned workers start on time after idle (see src/core/threads.cpp).
 #pragma once

@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -79,38 +80,75 @@ bool binding_wanted() {
   return wanted;
 }
 
-// Pins worker t (1 ≤ t < n) of the calling thread's OpenMP team to the t-th CPU the process
-// may run on, when the team has one thread per such CPU; the calling thread itself is never
-// pinned (it is the application's), as ONNX Runtime does with its default intra-op pool.
-// Why: on the 2-vCPU VMs here, a worker woken after ~50 ms idle was often queued on the
-// CPU of the calling thread, which was busy with its share and then spun at the region's
-// end until the scheduler moved one of them: Lq = Lk = 512, H = 12, D = 64, f32, calls
-// 50 ms apart, median 4.2-10 ms (2.5 ms back to back); with the worker pinned 2.8-3.1 ms,
-// as with OMP_PROC_BIND=true, and no change back to back.
-// libgomp keeps one pool of workers per calling thread and reuses it for teams of the same
-// size, so this runs once per calling thread and team size (a region of n threads that
-// does nothing else); workers created later (a larger team) stay unpinned.
+// Where the calling thread's OpenMP workers are pinned (bind_workers). libgomp keeps one
+// pool of workers per calling thread and reuses it for teams of the same size, so this is
+// per calling thread too.
+struct Placement {
+  int team = 0;               // the team size placed for; 0: none yet
+  std::vector<int> cpus;      // the CPUs the process may run on, ascending
+  std::vector<pid_t> worker;  // worker t's thread id, t ≥ 1 (0: none); empty: nothing pinned
+  std::vector<int> cpu_of;    // the CPU worker t is pinned to
+};
+thread_local Placement t_placement;
+
+void pin(pid_t thread, int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  sched_setaffinity(thread, sizeof one, &one);  // a failure leaves it where it was
+}
+
+// When the team has one thread per CPU the process may run on, pins its workers one per
+// CPU and leaves the calling thread free (it is the application's), as ONNX Runtime does
+// with its default intra-op pool; then, on every call, moves a worker off the CPU the
+// calling thread is on. Why: on the 2-vCPU VMs here a worker woken after ~50 ms idle was
+// often queued on the caller's CPU, behind the caller's own share of the work and its spin
+// at the region's end, until the scheduler moved one of them. Lq = Lk = 512, H = 12, D = 64,
+// f32, calls 50 ms apart, median 4.2-10 ms (2.5 ms back to back). Workers pinned once:
+// 2.8-3.1 ms, except calls the caller began on a worker's CPU (after starting a process,
+// say): 9-19 ms each, and ~3 ms once the worker moves away. Workers created later (a larger
+// team) stay unpinned.
 void bind_workers(int n) {
-  thread_local int bound_for = 0;  // the team size this thread's workers were placed for
-  if (n == bound_for || omp_in_parallel()) return;
-  const bool wanted = binding_wanted();  // first: a malformed QKV_BIND_THREADS throws on every call
-  bound_for = n;
-  if (n < 2 || !wanted) return;
+  if (omp_in_parallel()) return;
+  Placement& placed = t_placement;
+  if (n != placed.team) {
+    const bool wanted = binding_wanted();  // first: a malformed QKV_BIND_THREADS throws on every call
+    placed = Placement{};
+    placed.team = n;
 #if defined(__linux__)
-  cpu_set_t allowed;
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) != n) return;
-  std::vector<int> cpus;  // the allowed CPUs, ascending
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-    if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
+    cpu_set_t allowed;
+    if (n < 2 || !wanted || sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) != n) return;
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+      if (CPU_ISSET(cpu, &allowed)) placed.cpus.push_back(cpu);
+    placed.worker.assign(n, 0);
+    placed.cpu_of.assign(n, -1);
+    Placement* shared = &placed;  // the workers' own t_placement is another object
 #pragma omp parallel num_threads(n)
-  {
-    const int t = omp_get_thread_num();
-    if (t > 0 && t < static_cast<int>(cpus.size())) {
-      cpu_set_t one;
-      CPU_ZERO(&one);
-      CPU_SET(cpus[t], &one);
-      pthread_setaffinity_np(pthread_self(), sizeof one, &one);  // a failure leaves it unpinned
+    {
+      const int t = omp_get_thread_num();
+      if (t > 0) {
+        shared->worker[t] = gettid();
+        shared->cpu_of[t] = shared->cpus[t];
+        pin(0, shared->cpus[t]);
+      }
     }
+#else
+    (void)wanted;
+#endif
+  }
+#if defined(__linux__)
+  if (placed.worker.empty()) return;
+  const int here = sched_getcpu();
+  for (int t = 1; t < n; ++t) {
+    if (placed.cpu_of[t] != here || placed.worker[t] == 0) continue;
+    // The CPU no worker is pinned to: there is one, as the team has a thread per CPU.
+    for (int cpu : placed.cpus)
+      if (std::find(placed.cpu_of.begin(), placed.cpu_of.end(), cpu) == placed.cpu_of.end()) {
+        pin(placed.worker[t], cpu);
+        placed.cpu_of[t] = cpu;
+        break;
+      }
+    break;
   }
 #endif
 }

@@ -65,6 +65,40 @@ TEST(Threads, WorkersArePinnedOnePerCpuButNotTheCaller) {
   EXPECT_EQ(static_cast<int>(distinct.size()), n - 1) << "two workers share a CPU";
 }
 
+// Wherever the calling thread runs, no worker is pinned to its CPU when a region starts:
+// a worker there would wait behind the caller (threads.cpp).
+TEST(Threads, NoWorkerSharesTheCallersCpu) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  const int cpus = CPU_COUNT(&allowed);
+  if (cpus < 2) GTEST_SKIP() << "one CPU: a team has no workers";
+  for (const char* name : {"QKV_BIND_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"})
+    if (std::getenv(name) != nullptr) GTEST_SKIP() << name << " is set: placement is not qkv's";
+  const int before = num_threads();
+  set_num_threads(cpus);
+  num_threads();  // places the workers while the caller is free
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed)) continue;
+    cpu_set_t here;
+    CPU_ZERO(&here);
+    CPU_SET(cpu, &here);
+    ASSERT_EQ(sched_setaffinity(0, sizeof here, &here), 0);  // the caller now runs on `cpu`
+    const int n = num_threads();
+    std::vector<int> pinned(n, -2);
+#pragma omp parallel num_threads(n)
+    pinned[omp_get_thread_num()] = pinned_cpu();
+    ASSERT_EQ(sched_setaffinity(0, sizeof allowed, &allowed), 0);
+    std::set<int> distinct;
+    for (int t = 1; t < n; ++t) {
+      EXPECT_GE(pinned[t], 0) << "worker " << t << " runs unpinned";
+      EXPECT_NE(pinned[t], cpu) << "worker " << t << " shares CPU " << cpu << " with the caller";
+      distinct.insert(pinned[t]);
+    }
+    EXPECT_EQ(static_cast<int>(distinct.size()), n - 1) << "two workers share a CPU";
+  }
+  set_num_threads(before);
+}
+
 TEST(Rng, DeterministicAndPlausiblyDistributed) {
   Rng a(42), b(42), c(43);
   for (int i = 0; i < 10; ++i) EXPECT_EQ(a.next_u64(), b.next_u64());
