@@ -34,6 +34,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -233,6 +234,8 @@ struct Options {
   int repeats = 7;
   std::int64_t mem_mib = 1024;
   double seconds = 0.25;  // target length of one compute run (calibrated)
+  std::set<std::string> only;  // the ceilings asked for (--only); empty: all of them
+  bool wants(const char* ceiling) const { return only.empty() || only.count(ceiling) > 0; }
 };
 
 double median(std::vector<double> x) {
@@ -344,13 +347,16 @@ Json memory_ceiling(const Options& o) {
 [[noreturn]] void usage(const char* message) {
   if (message != nullptr) std::fprintf(stderr, "qkv_ceilings: %s\n", message);
   std::fprintf(message ? stderr : stdout,
-               "usage: qkv_ceilings [--threads N] [--repeats R] [--mem-mib M] [--seconds S]\n"
+               "usage: qkv_ceilings [--threads N] [--repeats R] [--mem-mib M] [--seconds S] [--only LIST]\n"
                "  Measures the f32 FMA peak (widest ISA and AVX2), the AVX512-BF16 and AMX bf16\n"
                "  peaks where present, and the memory read bandwidth; prints JSON.\n"
                "  --threads N   threads (default: qkv::num_threads(), QKV_NUM_THREADS)\n"
                "  --repeats R   timed runs per ceiling, best and median reported (default 7)\n"
                "  --mem-mib M   buffer for the bandwidth run, MiB (default 1024)\n"
-               "  --seconds S   length of one compute run (default 0.25)\n");
+               "  --seconds S   length of one compute run (default 0.25)\n"
+               "  --only LIST   some of fma,bf16,amx,mem (comma-separated): only those, as a\n"
+               "                benchmark samples a ceiling beside its runs (fma: the widest ISA\n"
+               "                on --threads only)\n");
   std::exit(message ? 2 : 0);
 }
 
@@ -381,6 +387,16 @@ int main(int argc, char** argv) {
     } else if (arg == "--seconds") {
       o.seconds = std::atof(argv[++i]);
       if (!(o.seconds > 0)) usage("--seconds must be positive");
+    } else if (arg == "--only") {
+      const std::string list = argv[++i];
+      for (std::size_t at = 0; at <= list.size();) {
+        const std::size_t comma = std::min(list.find(',', at), list.size());
+        const std::string name = list.substr(at, comma - at);
+        if (name != "fma" && name != "bf16" && name != "amx" && name != "mem")
+          usage(("--only takes fma, bf16, amx, mem; got '" + name + "'").c_str());
+        o.only.insert(name);
+        at = comma + 1;
+      }
     } else {
       usage(("unknown option " + arg).c_str());
     }
@@ -400,18 +416,21 @@ int main(int argc, char** argv) {
   out["statistic"] = "best of repeats (median beside it)";
 
   std::optional<Json> avx512, avx2;
-  if (f.avx512f) avx512 = compute_ceiling(o, fma_avx512, kFlopsPerIter512, "avx512", "vfmadd (zmm), 16 chains");
-  if (f.avx2 && f.fma) avx2 = compute_ceiling(o, fma_avx2, kFlopsPerIter256, "avx2", "vfmadd (ymm), 12 chains");
+  if (f.avx512f && o.wants("fma"))
+    avx512 = compute_ceiling(o, fma_avx512, kFlopsPerIter512, "avx512", "vfmadd (zmm), 16 chains");
+  if (f.avx2 && f.fma && (o.only.empty() || (!f.avx512f && o.wants("fma"))))
+    avx2 = compute_ceiling(o, fma_avx2, kFlopsPerIter256, "avx2", "vfmadd (ymm), 12 chains");
   out["f32_fma_avx512"] = avx512 ? *avx512 : Json();
-  if (!avx512) out["f32_fma_avx512_reason"] = "CPU or OS lacks AVX-512F";
+  if (!avx512) out["f32_fma_avx512_reason"] = !f.avx512f ? "CPU or OS lacks AVX-512F" : "not asked for (--only)";
   out["f32_fma_avx2"] = avx2 ? *avx2 : Json();
-  if (!avx2) out["f32_fma_avx2_reason"] = "CPU or OS lacks AVX2+FMA";
+  if (!avx2) out["f32_fma_avx2_reason"] = !(f.avx2 && f.fma) ? "CPU or OS lacks AVX2+FMA" : "not asked for (--only)";
   // The f32 peak: the widest ISA the CPU runs (what the fast kernel dispatches to).
   out["f32_fma"] = avx512 ? *avx512 : avx2 ? *avx2 : Json();
-  if (!avx512 && !avx2) out["f32_fma_reason"] = "no AVX2+FMA: no vector FMA peak measured";
+  if (!avx512 && !avx2)
+    out["f32_fma_reason"] = o.wants("fma") ? "no AVX2+FMA: no vector FMA peak measured" : "not asked for (--only)";
   // The same loop on one thread: says whether the threads really add FMA units (on a VM
   // two vCPUs may be SMT siblings of one core and share them).
-  if (o.threads > 1 && (avx512 || avx2)) {
+  if (o.threads > 1 && (avx512 || avx2) && o.only.empty()) {
     Options one = o;
     one.threads = 1;
     out["f32_fma_1_thread"] = avx512 ? compute_ceiling(one, fma_avx512, kFlopsPerIter512, "avx512", "vfmadd (zmm), 16 chains")
@@ -420,14 +439,20 @@ int main(int argc, char** argv) {
     out["f32_fma_1_thread"] = out["f32_fma"];
   }
 
-  if (f.avx512_bf16 && f.avx512f) {
+  if (!o.wants("bf16")) {
+    out["bf16_avx512_dpbf16ps"] = Json();
+    out["bf16_avx512_dpbf16ps_reason"] = "not asked for (--only)";
+  } else if (f.avx512_bf16 && f.avx512f) {
     out["bf16_avx512_dpbf16ps"] = compute_ceiling(o, dpbf16_avx512, kFlopsPerIterBf16, "avx512_bf16",
                                                   "vdpbf16ps (zmm), 16 chains, 4 FLOPs per f32 lane");
   } else {
     out["bf16_avx512_dpbf16ps"] = Json();
     out["bf16_avx512_dpbf16ps_reason"] = "CPU or OS lacks AVX512-BF16";
   }
-  if (f.amx_bf16) {
+  if (!o.wants("amx")) {
+    out["bf16_amx"] = Json();
+    out["bf16_amx_reason"] = "not asked for (--only)";
+  } else if (f.amx_bf16) {
     out["bf16_amx"] = compute_ceiling(o, amx_bf16, kFlopsPerIterAmx, "amx_bf16",
                                       "tdpbf16ps, 2x2 blocked 16x16 f32 tiles");
     out["bf16_amx"]["note"] = "path written without AMX hardware to test it on";
@@ -436,9 +461,9 @@ int main(int argc, char** argv) {
     out["bf16_amx_reason"] = f.amx_tile ? "CPU has AMX tiles but not AMX-BF16"
                                         : "CPU has no AMX (or Linux did not grant the AMX tile state)";
   }
-  Json mem = memory_ceiling(o);
+  Json mem = o.wants("mem") ? memory_ceiling(o) : Json();
   out["mem_read"] = mem;
-  if (mem.is_null()) out["mem_read_reason"] = "could not allocate the buffer";
+  if (mem.is_null()) out["mem_read_reason"] = o.wants("mem") ? "could not allocate the buffer" : "not asked for (--only)";
   out["checksum"] = static_cast<double>(g_sink);
   std::printf("%s\n", out.dump(2).c_str());
   return 0;

@@ -20,7 +20,11 @@ What it does, in order:
      put first on LD_LIBRARY_PATH for this process only: nothing on the system changes).
      --torch-blas system keeps the system's BLAS.
   2. Measures the ceilings with build/bench/qkv_ceilings (f32 FMA peak, AVX512-BF16 and
-     AMX peaks where present, memory read bandwidth).
+     AMX peaks where present, memory read bandwidth). The host's ceilings drift within
+     minutes (memory reads 38-70 GB/s in one session), so each round of a case also
+     samples the ceiling that case is held against (qkv_ceilings --only: the f32 FMA peak
+     for f32 cases, vdpbf16ps for bf16, the read bandwidth over a buffer of the case's K+V
+     size for decode), and the % columns divide by the median of those samples.
   3. For each case, builds an ONNX graph of ONE com.microsoft MultiHeadAttention node
      (query/key/value as (B, L, H*D) float32, num_heads = H; causal through the node's
      `unidirectional` = 1 attribute, checked at start on a tiny problem, with an additive
@@ -53,8 +57,9 @@ What it does, in order:
 
 FLOPs: 4*B*H*Lq*Lk*D, halved for a causal square problem. Ratios are speed ratios:
 qkv/ORT = ORT's median time / qkv's median time (above 1: qkv is faster). % peak: qkv's
-GFLOP/s over the measured f32 FMA peak at the same thread count. For decode, the K+V read
-rate 2*B*Hkv*Lk*D*(4 for f32, 2 for bf16) bytes / time, over the measured memory read bandwidth.
+GFLOP/s over the f32 FMA peak at the same thread count, sampled in the case's rounds. For
+decode, the K+V read rate 2*B*Hkv*Lk*D*(4 for f32, 2 for bf16) bytes / time, over the
+memory read bandwidth sampled in the case's rounds.
 
 Benchmarks only: nothing here asserts a time. A mismatch between engines is reported
 (and makes the exit status 1), never hidden.
@@ -441,7 +446,29 @@ def max_abs_diff(a, b):
     return float(np.abs(a - b).max())
 
 
-def run_case(case, args, ort_info, torch_info):
+def ceiling_kind(dtype, decode):
+    """The ceiling a case is held against: memory reads (decode), vdpbf16ps (bf16), f32 FMA."""
+    return "mem" if decode else "bf16" if dtype == "bf16" else "fma"
+
+
+def sample_ceiling(ceilings_bin, kind, threads, kv_bytes=None):
+    """One short measurement of a ceiling now, beside a case's runs: GFLOP/s or GB/s (best of
+    two runs), or None where the CPU lacks it."""
+    cmd = [ceilings_bin, "--only", kind, "--threads", str(threads), "--repeats", "2"]
+    if kind == "mem":
+        cmd += ["--mem-mib", str(max(64, round(kv_bytes / 2**20)))]
+    else:
+        cmd += ["--seconds", "0.05"]
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:  # a qkv_ceilings built before --only (see --rebuild): no sample
+        return None
+    c = json.loads(done.stdout)
+    key, field = {"mem": ("mem_read", "gb_per_s"), "bf16": ("bf16_avx512_dpbf16ps", "gflops"),
+                  "fma": ("f32_fma", "gflops")}[kind]
+    return (c.get(key) or {}).get(field)
+
+
+def run_case(case, args, ort_info, torch_info, ceilings_bin):
     import numpy as np
     import qkv
 
@@ -564,6 +591,8 @@ def run_case(case, args, ort_info, torch_info):
         # the median of --back-to-back runs right after it (warm, as inside a model).
         idle = {engine: [] for engine in engines}
         warm = {engine: [] for engine in engines}
+        kind = ceiling_kind(dtype, decode)
+        samples = []  # the case's ceiling, once per round
         for _ in range(args.repeats):  # interleaved rounds
             for engine in engines:
                 seconds = burst(engine, 1 + args.back_to_back)
@@ -571,6 +600,12 @@ def run_case(case, args, ort_info, torch_info):
                 if args.back_to_back:
                     warm[engine].append(statistics.median(seconds[1:]))
                 time.sleep(args.gap)
+            sample = sample_ceiling(ceilings_bin, kind, args.threads, result.get("kv_bytes"))
+            if sample is not None:
+                samples.append(sample)
+            time.sleep(args.gap)
+        if samples:
+            result["round_ceiling"] = {"kind": kind, "samples": samples, "median": statistics.median(samples)}
         for key, times in (("", idle), ("_warm", warm)):
             if not args.back_to_back and key:
                 continue
@@ -596,6 +631,19 @@ def cell(x, spec, suffix=""):
     return "-".rjust(width) if x is None else (format(x, spec) + suffix).rjust(width)
 
 
+def case_ceilings(r, peak, bf16_peak, bandwidth):
+    """(f32 FMA peak, read bandwidth, vdpbf16ps peak) to hold case r against: the median of
+    the samples from its own rounds where it has them, else the start-of-run ceilings."""
+    rc = r.get("round_ceiling")
+    if rc and rc["kind"] == "fma":
+        peak = rc["median"]
+    elif rc and rc["kind"] == "mem":
+        bandwidth = rc["median"]
+    elif rc and rc["kind"] == "bf16":
+        bf16_peak = rc["median"]
+    return peak, bandwidth, bf16_peak
+
+
 def print_table(results, ceilings, key=""):
     """One table of the results' medians: after idle (key "") or back to back (key "_warm")."""
     peak = (ceilings.get("f32_fma") or {}).get("gflops")
@@ -613,26 +661,34 @@ def print_table(results, ceilings, key=""):
         q = ms.get("qkv")
         ratio_ort = ms["ORT"] / q if q and "ORT" in ms else None
         ratio_torch = ms["torch"] / q if q and "torch" in ms else None
-        pct_peak = 100 * gf["qkv"] / peak if peak and "qkv" in gf else None
-        pct_bw = 100 * r["kv_gb_per_s" + key]["qkv"] / bandwidth if bandwidth and "kv_gb_per_s" + key in r else None
+        peak_r, bandwidth_r, _ = case_ceilings(r, peak, bf16_peak, bandwidth)
+        pct_peak = 100 * gf["qkv"] / peak_r if peak_r and "qkv" in gf else None
+        pct_bw = 100 * r["kv_gb_per_s" + key]["qkv"] / bandwidth_r if bandwidth_r and "kv_gb_per_s" + key in r else None
         print(f"{r['case']:<27}{cell(q, '9.2f')}{cell(ms.get('ORT'), '9.2f')}{cell(ms.get('torch'), '10.2f')}"
               f"{cell(gf.get('qkv'), '10.1f')}{cell(gf.get('ORT'), '10.1f')}{cell(gf.get('torch'), '11.1f')}"
               f"{cell(ratio_ort, '8.2f', 'x')}{cell(ratio_torch, '9.2f', 'x')}"
               f"{cell(pct_peak, '8.1f', '%')}{cell(pct_bw, '8.1f', '%')}"
               f"{cell(diff.get('ORT'), '10.1e')}{cell(diff.get('torch'), '10.1e')}")
     for r in results:
+        peak_r, bandwidth_r, bf16_peak_r = case_ceilings(r, peak, bf16_peak, bandwidth)
+        rc = r.get("round_ceiling")
+        if rc and not key:  # the same samples serve both tables: named once
+            unit = "GB/s" if rc["kind"] == "mem" else "GFLOP/s"
+            what = {"mem": "memory read", "bf16": "vdpbf16ps", "fma": "f32 FMA"}[rc["kind"]]
+            print(f"  {r['case']}: {what} ceiling sampled in its {len(rc['samples'])} rounds: median "
+                  f"{rc['median']:.1f} {unit} (range {min(rc['samples']):.1f}-{max(rc['samples']):.1f})")
         for engine, ms in r.get("ms" + key, {}).items():
             if engine.startswith("ORT ") and "qkv" in r["ms" + key]:
                 print(f"  {r['case']}: {engine} (causal as {CAUSAL_EXPRESSIONS[engine[4:]]}): {ms:.2f} ms, "
                       f"{r['gflops' + key][engine]:.1f} GFLOP/s, qkv/{engine.replace(' ', '-')} "
                       f"{ms / r['ms' + key]['qkv']:.2f}x, |diff| {r['max_abs_diff'].get(engine, math.nan):.1e}")
         if "kv_gb_per_s" + key in r:
-            rates = ", ".join(f"{e} {x:.1f} GB/s" + (f" ({100 * x / bandwidth:.0f}%)" if bandwidth else "")
+            rates = ", ".join(f"{e} {x:.1f} GB/s" + (f" ({100 * x / bandwidth_r:.0f}%)" if bandwidth_r else "")
                               for e, x in r["kv_gb_per_s" + key].items())
             print(f"  {r['case']}: K+V read rate {rates} (of {r['kv_bytes'] / 2**20:.0f} MiB per call)")
-        if r["dtype"] == "bf16" and bf16_peak and "gflops" + key in r:
-            print(f"  {r['case']}: qkv at {100 * r['gflops' + key]['qkv'] / bf16_peak:.1f}% of the measured "
-                  f"vdpbf16ps peak ({bf16_peak:.0f} GFLOP/s)")
+        if r["dtype"] == "bf16" and bf16_peak_r and "gflops" + key in r:
+            print(f"  {r['case']}: qkv at {100 * r['gflops' + key]['qkv'] / bf16_peak_r:.1f}% of the measured "
+                  f"vdpbf16ps peak ({bf16_peak_r:.0f} GFLOP/s)")
 
 
 def ceilings_line(c):
@@ -755,7 +811,7 @@ def main():
         if args.only and not any(text in case[0] for text in args.only):
             continue
         log(f"case {case[0]}")
-        result, notes = run_case(case, args, ort_info, torch_info)
+        result, notes = run_case(case, args, ort_info, torch_info, ceilings_bin)
         results.append(result)
         all_notes += [f"{case[0]}: {n}" for n in notes]
 
