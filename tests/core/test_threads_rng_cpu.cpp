@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "qkv/cpu.h"
@@ -34,35 +35,53 @@ int pinned_cpu() {
   return -1;
 }
 
+// Why qkv's placement of workers cannot be seen here ("" where it can): one CPU, or a
+// variable that turns it off or hands it to OpenMP.
+std::string placement_not_testable(const cpu_set_t& allowed) {
+  if (CPU_COUNT(&allowed) < 2) return "one CPU: a team has no workers";
+  for (const char* name : {"QKV_BIND_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"})
+    if (std::getenv(name) != nullptr) return std::string(name) + " is set: placement is not qkv's";
+  return "";
+}
+
+// pinned_cpu() of every thread of a team of n, by thread number.
+std::vector<int> pinned_cpus_of_team(int n) {
+  std::vector<int> pinned(n, -2);
+#pragma omp parallel num_threads(n)
+  pinned[omp_get_thread_num()] = pinned_cpu();
+  return pinned;
+}
+
+// Workers 1 … n − 1 each pinned to an allowed CPU, no two to the same, none to caller_cpu.
+void expect_workers_placed(const std::vector<int>& pinned, const cpu_set_t& allowed, int caller_cpu) {
+  std::set<int> distinct;
+  for (std::size_t t = 1; t < pinned.size(); ++t) {
+    EXPECT_GE(pinned[t], 0) << "worker " << t << " runs unpinned";
+    if (pinned[t] < 0) continue;
+    EXPECT_TRUE(CPU_ISSET(pinned[t], &allowed)) << "worker " << t << " on CPU " << pinned[t];
+    EXPECT_NE(pinned[t], caller_cpu) << "worker " << t << " shares CPU " << caller_cpu << " with the caller";
+    distinct.insert(pinned[t]);
+  }
+  EXPECT_EQ(distinct.size() + 1, pinned.size()) << "two workers share a CPU";
+}
+
 // With one thread per CPU the process may use (the default count), the workers of the
 // calling thread's team run pinned, each to a different one of those CPUs, and the calling
 // thread keeps the mask it had (threads.h).
 TEST(Threads, WorkersArePinnedOnePerCpuButNotTheCaller) {
   cpu_set_t allowed;
   ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
-  const int cpus = CPU_COUNT(&allowed);
-  if (cpus < 2) GTEST_SKIP() << "one CPU: a team has no workers";
-  for (const char* name : {"QKV_BIND_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"})
-    if (std::getenv(name) != nullptr) GTEST_SKIP() << name << " is set: placement is not qkv's";
+  if (const std::string why = placement_not_testable(allowed); !why.empty()) GTEST_SKIP() << why;
   const int before = num_threads();
-  set_num_threads(cpus);
-  const int n = num_threads();
-  std::vector<int> pinned(n, -2);
-#pragma omp parallel num_threads(n)
-  pinned[omp_get_thread_num()] = pinned_cpu();
+  set_num_threads(CPU_COUNT(&allowed));
+  const std::vector<int> pinned = pinned_cpus_of_team(num_threads());
   set_num_threads(before);
 
   EXPECT_EQ(pinned[0], -1) << "the calling thread was pinned";
   cpu_set_t caller;
   ASSERT_EQ(sched_getaffinity(0, sizeof caller, &caller), 0);
   EXPECT_TRUE(CPU_EQUAL(&caller, &allowed));
-  std::set<int> distinct;
-  for (int t = 1; t < n; ++t) {
-    ASSERT_GE(pinned[t], 0) << "worker " << t << " runs unpinned";
-    EXPECT_TRUE(CPU_ISSET(pinned[t], &allowed)) << "worker " << t << " on CPU " << pinned[t];
-    distinct.insert(pinned[t]);
-  }
-  EXPECT_EQ(static_cast<int>(distinct.size()), n - 1) << "two workers share a CPU";
+  expect_workers_placed(pinned, allowed, -1);
 }
 
 // Wherever the calling thread runs, no worker is pinned to its CPU when a region starts:
@@ -70,31 +89,20 @@ TEST(Threads, WorkersArePinnedOnePerCpuButNotTheCaller) {
 TEST(Threads, NoWorkerSharesTheCallersCpu) {
   cpu_set_t allowed;
   ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
-  const int cpus = CPU_COUNT(&allowed);
-  if (cpus < 2) GTEST_SKIP() << "one CPU: a team has no workers";
-  for (const char* name : {"QKV_BIND_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"})
-    if (std::getenv(name) != nullptr) GTEST_SKIP() << name << " is set: placement is not qkv's";
+  if (const std::string why = placement_not_testable(allowed); !why.empty()) GTEST_SKIP() << why;
   const int before = num_threads();
-  set_num_threads(cpus);
+  set_num_threads(CPU_COUNT(&allowed));
   num_threads();  // places the workers while the caller is free
   for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
     if (!CPU_ISSET(cpu, &allowed)) continue;
     cpu_set_t here;
     CPU_ZERO(&here);
     CPU_SET(cpu, &here);
-    ASSERT_EQ(sched_setaffinity(0, sizeof here, &here), 0);  // the caller now runs on `cpu`
-    const int n = num_threads();
-    std::vector<int> pinned(n, -2);
-#pragma omp parallel num_threads(n)
-    pinned[omp_get_thread_num()] = pinned_cpu();
-    ASSERT_EQ(sched_setaffinity(0, sizeof allowed, &allowed), 0);
-    std::set<int> distinct;
-    for (int t = 1; t < n; ++t) {
-      EXPECT_GE(pinned[t], 0) << "worker " << t << " runs unpinned";
-      EXPECT_NE(pinned[t], cpu) << "worker " << t << " shares CPU " << cpu << " with the caller";
-      distinct.insert(pinned[t]);
-    }
-    EXPECT_EQ(static_cast<int>(distinct.size()), n - 1) << "two workers share a CPU";
+    const bool held = sched_setaffinity(0, sizeof here, &here) == 0;  // the caller now runs on `cpu`
+    const std::vector<int> pinned = held ? pinned_cpus_of_team(num_threads()) : std::vector<int>{};
+    sched_setaffinity(0, sizeof allowed, &allowed);
+    ASSERT_TRUE(held) << "could not hold the calling thread on CPU " << cpu;
+    expect_workers_placed(pinned, allowed, cpu);
   }
   set_num_threads(before);
 }
