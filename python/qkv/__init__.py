@@ -86,7 +86,10 @@ def set_num_threads(n):
 def get_num_threads():
     """The number of threads qkv uses: the last ``set_num_threads``, else the environment
     variable ``QKV_NUM_THREADS``, else ``OMP_NUM_THREADS``, else the CPUs this process may
-    run on. Importing torch first does not change it (torch lowers OpenMP's own default)."""
+    run on. Importing torch first does not change it (torch lowers OpenMP's own default).
+    With one thread per CPU (the default), OpenMP's worker threads are pinned one per CPU,
+    never the calling thread; ``QKV_BIND_THREADS=0`` or an OpenMP binding variable
+    (``OMP_PROC_BIND``, ``OMP_PLACES``) turns that off."""
     return _qkv.get_num_threads()
 
 
