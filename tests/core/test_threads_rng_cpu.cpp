@@ -35,10 +35,12 @@ int pinned_cpu() {
   return -1;
 }
 
-// Why qkv's placement of workers cannot be seen here ("" where it can): one CPU, or a
-// variable that turns it off or hands it to OpenMP.
+// Why qkv's placement of workers cannot be seen here ("" where it can): one CPU, a sandbox
+// that refuses sched_setaffinity (qkv then leaves threads where they are), or a variable
+// that turns placement off or hands it to OpenMP.
 std::string placement_not_testable(const cpu_set_t& allowed) {
   if (CPU_COUNT(&allowed) < 2) return "one CPU: a team has no workers";
+  if (sched_setaffinity(0, sizeof allowed, &allowed) != 0) return "this sandbox does not let threads set their CPUs";
   for (const char* name : {"QKV_BIND_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"})
     if (std::getenv(name) != nullptr) return std::string(name) + " is set: placement is not qkv's";
   return "";
