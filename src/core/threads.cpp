@@ -30,13 +30,23 @@ int omp_num_threads_variable() {
   return end != text && (*end == '\0' || *end == ',') && value >= 1 && value <= 4096 ? static_cast<int>(value) : 0;
 }
 
-// The CPUs this process may run on (its affinity mask, as taskset or a container sets it).
-int available_cpus() {
+// The CPUs this process may run on (its affinity mask, as taskset or a container sets it),
+// ascending; empty where the mask cannot be read.
+std::vector<int> allowed_cpus() {
+  std::vector<int> cpus;
 #if defined(__linux__)
   cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+      if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
 #endif
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return cpus;
+}
+
+// How many CPUs this process may run on (allowed_cpus), else the hardware's count.
+int available_cpus() {
+  const auto allowed = static_cast<int>(allowed_cpus().size());
+  return allowed > 0 ? allowed : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 // Not omp_get_max_threads(): other libraries in the process set it their own way. Debian's
@@ -85,7 +95,7 @@ bool binding_wanted() {
 // per calling thread too.
 struct Placement {
   int team = 0;               // the team size placed for; 0: none yet
-  std::vector<int> cpus;      // the CPUs the process may run on, ascending
+  std::vector<int> cpus;      // the CPUs the process may run on (allowed_cpus)
   std::vector<pid_t> worker;  // worker t's thread id, t ≥ 1 (0: none); empty: nothing pinned
   std::vector<int> cpu_of;    // the CPU worker t is pinned to
 };
@@ -116,10 +126,9 @@ void bind_workers(int n) {
     placed = Placement{};
     placed.team = n;
 #if defined(__linux__)
-    cpu_set_t allowed;
-    if (n < 2 || !wanted || sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) != n) return;
-    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-      if (CPU_ISSET(cpu, &allowed)) placed.cpus.push_back(cpu);
+    if (n < 2 || !wanted) return;
+    placed.cpus = allowed_cpus();
+    if (static_cast<int>(placed.cpus.size()) != n) return;
     placed.worker.assign(n, 0);
     placed.cpu_of.assign(n, -1);
     Placement* shared = &placed;  // the workers' own t_placement is another object

@@ -67,46 +67,49 @@ void expect_workers_placed(const std::vector<int>& pinned, const cpu_set_t& allo
   EXPECT_EQ(distinct.size() + 1, pinned.size()) << "two workers share a CPU";
 }
 
-// With one thread per CPU the process may use (the default count), the workers of the
-// calling thread's team run pinned, each to a different one of those CPUs, and the calling
-// thread keeps the mask it had (threads.h).
-TEST(Threads, WorkersArePinnedOnePerCpuButNotTheCaller) {
-  cpu_set_t allowed;
-  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
-  if (const std::string why = placement_not_testable(allowed); !why.empty()) GTEST_SKIP() << why;
-  const int before = num_threads();
-  set_num_threads(CPU_COUNT(&allowed));
-  const std::vector<int> pinned = pinned_cpus_of_team(num_threads());
-  set_num_threads(before);
+// Placement tests run with one thread per CPU the process may use (the default count),
+// skip where placement cannot be seen, and give the thread count back however they end.
+class ThreadPlacement : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(sched_getaffinity(0, sizeof allowed_, &allowed_), 0);
+    if (const std::string why = placement_not_testable(allowed_); !why.empty()) GTEST_SKIP() << why;
+    before_ = num_threads();
+    set_num_threads(CPU_COUNT(&allowed_));
+  }
+  void TearDown() override {
+    if (before_ > 0) set_num_threads(before_);
+  }
+  cpu_set_t allowed_;
+  int before_ = 0;  // 0: skipped before the count was changed
+};
 
+// The workers of the calling thread's team run pinned, each to a different one of the
+// allowed CPUs, and the calling thread keeps the mask it had (threads.h).
+TEST_F(ThreadPlacement, WorkersArePinnedOnePerCpuButNotTheCaller) {
+  const std::vector<int> pinned = pinned_cpus_of_team(num_threads());
   EXPECT_EQ(pinned[0], -1) << "the calling thread was pinned";
   cpu_set_t caller;
   ASSERT_EQ(sched_getaffinity(0, sizeof caller, &caller), 0);
-  EXPECT_TRUE(CPU_EQUAL(&caller, &allowed));
-  expect_workers_placed(pinned, allowed, -1);
+  EXPECT_TRUE(CPU_EQUAL(&caller, &allowed_));
+  expect_workers_placed(pinned, allowed_, -1);
 }
 
 // Wherever the calling thread runs, no worker is pinned to its CPU when a region starts:
 // a worker there would wait behind the caller (threads.cpp).
-TEST(Threads, NoWorkerSharesTheCallersCpu) {
-  cpu_set_t allowed;
-  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
-  if (const std::string why = placement_not_testable(allowed); !why.empty()) GTEST_SKIP() << why;
-  const int before = num_threads();
-  set_num_threads(CPU_COUNT(&allowed));
+TEST_F(ThreadPlacement, NoWorkerSharesTheCallersCpu) {
   num_threads();  // places the workers while the caller is free
   for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (!CPU_ISSET(cpu, &allowed)) continue;
+    if (!CPU_ISSET(cpu, &allowed_)) continue;
     cpu_set_t here;
     CPU_ZERO(&here);
     CPU_SET(cpu, &here);
     const bool held = sched_setaffinity(0, sizeof here, &here) == 0;  // the caller now runs on `cpu`
     const std::vector<int> pinned = held ? pinned_cpus_of_team(num_threads()) : std::vector<int>{};
-    sched_setaffinity(0, sizeof allowed, &allowed);
+    sched_setaffinity(0, sizeof allowed_, &allowed_);
     ASSERT_TRUE(held) << "could not hold the calling thread on CPU " << cpu;
-    expect_workers_placed(pinned, allowed, cpu);
+    expect_workers_placed(pinned, allowed_, cpu);
   }
-  set_num_threads(before);
 }
 
 TEST(Rng, DeterministicAndPlausiblyDistributed) {
