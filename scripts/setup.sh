@@ -8,8 +8,10 @@ set -euo pipefail
 build_packages=(cmake g++ make libgtest-dev nlohmann-json3-dev libcli11-dev libdnnl-dev libicu-dev
                 pybind11-dev python3-dev python3-numpy)
 # clang + its runtimes: libFuzzer targets; npm: test vocabularies from npm packages;
-# chromium: headless, draws the attention page in tests/viz/test_browser.sh.
-test_packages=(python3-torch python3-pytest clang libclang-rt-14-dev chromium)
+# chromium: headless, draws the attention page in tests/viz/test_browser.sh;
+# g++-aarch64-linux-gnu + qemu-user-static: the portable kernel on aarch64 (tests/cross).
+test_packages=(python3-torch python3-pytest clang libclang-rt-14-dev chromium g++-aarch64-linux-gnu
+               qemu-user-static)
 
 case "${1:-build}" in
   build) wanted=("${build_packages[@]}") ;;

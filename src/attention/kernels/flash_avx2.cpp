@@ -1,6 +1,8 @@
 // The fused attention kernel built for avx2.
 // Every header comes first; only the kernel body is compiled for the target.
+#if defined(__x86_64__)  // as the kernel below: other CPUs build only the scalar variant
 #include <immintrin.h>
+#endif
 #include <omp.h>
 
 #include <algorithm>

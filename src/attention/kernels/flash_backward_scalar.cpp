@@ -1,4 +1,5 @@
-// The tiled attention backward built for scalar (the compiler's baseline: SSE2 on x86-64).
+// The tiled attention backward built for scalar (the compiler's baseline: SSE2 on x86-64,
+// NEON on aarch64).
 // Every header comes first; only the kernel body is compiled for the target.
 #include <omp.h>
 

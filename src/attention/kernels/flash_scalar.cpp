@@ -1,4 +1,5 @@
-// The fused attention kernel built for scalar (the compiler's baseline: SSE2 on x86-64).
+// The fused attention kernel built for scalar (the compiler's baseline: SSE2 on x86-64,
+// NEON on aarch64, where it is the only variant: tests/cross runs its tests there).
 // Every header comes first; only the kernel body is compiled for the target.
 #include <omp.h>
 
@@ -17,7 +18,7 @@
 
 
 
-#define QKV_VEC_BYTES 16  // SSE2 on x86-64: 16 registers
+#define QKV_VEC_BYTES 16  // SSE2 on x86-64 (16 registers), NEON on aarch64 (32)
 #define QKV_QK_KEYS 4
 #define QKV_QK_VECS 2
 #define QKV_PV_ROWS 4
