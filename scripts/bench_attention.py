@@ -50,6 +50,13 @@ What it does, in order:
      output. Between two turns the script sleeps --gap seconds, so that no engine's
      spinning worker threads eat into the next engine's run (ORT's pool spins for about
      30 ms after a run; OpenMP's workers much less).
+     Beside them, in the same rounds (f32 cases without a mask or softcap): the two matrix
+     products alone, S = Q·Kᵀ written to memory and then S·V, in oneDNN's batched matmul
+     (build/bench/qkv_bench_products, which checks 64 entries of each against double sums
+     first). That is a lower bound for any unfused attention built on a tuned matrix
+     library, and it says how close qkv's whole attention (products, softmax and all) runs
+     to pure matrix-product speed. Reported in a note: its time, GFLOP/s and
+     products time / qkv time.
   4. Runs `build/qkv bench --batch 1 --heads 1 --seq 65536 --dim 64 --repeats 1
      --warmup 0 --json` and reports its peak RSS - baseline RSS - bytes of q, k, v and
      the output: the memory the computation needed beyond its inputs and output, against
@@ -248,12 +255,14 @@ def cmake_build(build_dir, targets, check=True):
 
 
 def ensure_build(build_dir, rebuild):
+    """The programs this script runs: (build/qkv, qkv_ceilings, qkv_bench_products)."""
     cli = os.path.join(build_dir, "qkv")
     ceilings = os.path.join(build_dir, "bench", "qkv_ceilings")
+    products = os.path.join(build_dir, "bench", "qkv_bench_products")
     module = glob.glob(os.path.join(build_dir, "python", "qkv", "_qkv*.so"))
-    if rebuild or not (os.path.isfile(cli) and os.path.isfile(ceilings) and module):
-        cmake_build(build_dir, ["qkv_cli", "_qkv", "qkv_ceilings"])
-    return cli, ceilings
+    if rebuild or not (all(os.path.isfile(f) for f in (cli, ceilings, products)) and module):
+        cmake_build(build_dir, ["qkv_cli", "_qkv", "qkv_ceilings", "qkv_bench_products"])
+    return cli, ceilings, products
 
 
 # --------------------------------------------------------------------------------------
@@ -338,6 +347,29 @@ def ort_env(node_modules):
     env = dict(os.environ, QKV_ORT_NODE_MODULES=node_modules)
     env.pop("LD_LIBRARY_PATH", None)  # OpenBLAS is torch's business, not ORT's
     return env
+
+
+class ProductsRunner(JsonLineServer):
+    """build/bench/qkv_bench_products in one shape: attention's two matrix products alone
+    in oneDNN (S = Q·Kᵀ written to memory, then S·V; no softmax)."""
+
+    def __init__(self, binary, heads, lq, lk, d, threads):
+        env = dict(os.environ)
+        env.pop("LD_LIBRARY_PATH", None)  # OpenBLAS is torch's business
+        super().__init__("qkv_bench_products",
+                         [binary, "--heads", str(heads), "--seq-q", str(lq), "--seq-k", str(lk), "--dim", str(d),
+                          "--threads", str(threads)], env)
+        self.impl = self.hello.get("impl")
+
+    def run(self):
+        return self.run_burst(1)[0]
+
+    def run_burst(self, count):
+        """count runs back to back: their times in seconds."""
+        reply = self.request(f"run {count}")
+        if not isinstance(reply.get("ms"), list) or len(reply["ms"]) != count:
+            raise RuntimeError(f"qkv_bench_products: {reply}")
+        return [ms / 1e3 for ms in reply["ms"]]
 
 
 class OrtRunner(JsonLineServer):
@@ -468,7 +500,7 @@ def sample_ceiling(ceilings_bin, kind, threads, kv_bytes=None):
     return (c.get(key) or {}).get(field)
 
 
-def run_case(case, args, ort_info, torch_info, ceilings_bin):
+def run_case(case, args, ort_info, torch_info, ceilings_bin, products_bin):
     import numpy as np
     import qkv
 
@@ -534,6 +566,15 @@ def run_case(case, args, ort_info, torch_info, ceilings_bin):
                 os.remove(os.path.join(workdir, f"{n}.bin"))
         elif ort_info is not None:
             notes.append("ORT: not run for bf16 (the MultiHeadAttention graph here is float32)")
+
+        # The products alone where they are the whole of the difference: full f32 attention
+        # without a mask (oneDNN has no triangular product; softcap adds only elementwise work).
+        if products_bin and dtype == "f32" and not causal and not decode and softcap is None:
+            products = ProductsRunner(products_bin, b * h, lq, lk, d, args.threads)
+            runners.append(products)
+            result["products_impl"] = products.impl
+            engines["products"] = products.run
+            bursts["products"] = products.run_burst
 
         if torch_info is not None:
             if dtype == "f32":
@@ -682,6 +723,12 @@ def print_table(results, ceilings, key=""):
                 print(f"  {r['case']}: {engine} (causal as {CAUSAL_EXPRESSIONS[engine[4:]]}): {ms:.2f} ms, "
                       f"{r['gflops' + key][engine]:.1f} GFLOP/s, qkv/{engine.replace(' ', '-')} "
                       f"{ms / r['ms' + key]['qkv']:.2f}x, |diff| {r['max_abs_diff'].get(engine, math.nan):.1e}")
+        products = r.get("ms" + key, {}).get("products")
+        if products and "qkv" in r["ms" + key]:
+            print(f"  {r['case']}: oneDNN's two products alone (Q·Kᵀ to memory, then ·V; no softmax; "
+                  f"{'/'.join(r.get('products_impl') or [])}): {products:.2f} ms, "
+                  f"{r['gflops' + key]['products']:.1f} GFLOP/s; qkv's whole attention is "
+                  f"{products / r['ms' + key]['qkv']:.2f}x their speed")
         if "kv_gb_per_s" + key in r:
             rates = ", ".join(f"{e} {x:.1f} GB/s" + (f" ({100 * x / bandwidth_r:.0f}%)" if bandwidth_r else "")
                               for e, x in r["kv_gb_per_s" + key].items())
@@ -741,6 +788,8 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime out")
     parser.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
+    parser.add_argument("--no-products", action="store_true",
+                        help="leave out oneDNN's two products alone (the matrix-product reference)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory run")
     parser.add_argument("--only", action="append", metavar="TEXT",
                         help="run only the cases whose name contains TEXT (repeatable), e.g. --only 'L=512'")
@@ -759,7 +808,9 @@ def main():
     ort_modules = ort_version = None
     if not args.no_ort:
         ort_modules, ort_version = ensure_ort(args.ort_version)
-    cli, ceilings_bin = ensure_build(build_dir, args.rebuild)
+    cli, ceilings_bin, products_bin = ensure_build(build_dir, args.rebuild)
+    if args.no_products:
+        products_bin = None
 
     sys.path.insert(0, os.path.join(build_dir, "python"))
     import numpy as np
@@ -811,7 +862,7 @@ def main():
         if args.only and not any(text in case[0] for text in args.only):
             continue
         log(f"case {case[0]}")
-        result, notes = run_case(case, args, ort_info, torch_info, ceilings_bin)
+        result, notes = run_case(case, args, ort_info, torch_info, ceilings_bin, products_bin)
         results.append(result)
         all_notes += [f"{case[0]}: {n}" for n in notes]
 
