@@ -24,7 +24,9 @@ What it does, in order:
      minutes (memory reads 38-70 GB/s in one session), so each round of a case also
      samples the ceiling that case is held against (qkv_ceilings --only: the f32 FMA peak
      for f32 cases, vdpbf16ps for bf16, the read bandwidth over a buffer of the case's K+V
-     size for decode), and the % columns divide by the median of those samples.
+     size for decode). qkv's rate in each round is divided by the sample taken right
+     after that round, and the % columns show the median of those percentages (a ratio
+     of two medians misreads a run whose ceiling shifts between rounds).
   3. For each case, builds an ONNX graph of ONE com.microsoft MultiHeadAttention node
      (query/key/value as (B, L, H*D) float32, num_heads = H; causal through the node's
      `unidirectional` = 1 attribute, checked at start on a tiny problem, with an additive
@@ -64,9 +66,10 @@ What it does, in order:
 
 FLOPs: 4*B*H*Lq*Lk*D, halved for a causal square problem. Ratios are speed ratios:
 qkv/ORT = ORT's median time / qkv's median time (above 1: qkv is faster). % peak: qkv's
-GFLOP/s over the f32 FMA peak at the same thread count, sampled in the case's rounds. For
-decode, the K+V read rate 2*B*Hkv*Lk*D*(4 for f32, 2 for bf16) bytes / time, over the
-memory read bandwidth sampled in the case's rounds.
+GFLOP/s over the f32 FMA peak at the same thread count, round by round against the sample
+taken after it, median over the rounds. For decode, the K+V read rate
+2*B*Hkv*Lk*D*(4 for f32, 2 for bf16) bytes / time over the memory read bandwidth, paired
+by round the same way.
 
 Benchmarks only: nothing here asserts a time. A mismatch between engines is reported
 (and makes the exit status 1), never hidden.
@@ -633,7 +636,7 @@ def run_case(case, args, ort_info, torch_info, ceilings_bin, products_bin):
         idle = {engine: [] for engine in engines}
         warm = {engine: [] for engine in engines}
         kind = ceiling_kind(dtype, decode)
-        samples = []  # the case's ceiling, once per round
+        samples = []  # the case's ceiling sampled after each round (None: no sample)
         for _ in range(args.repeats):  # interleaved rounds
             for engine in engines:
                 seconds = burst(engine, 1 + args.back_to_back)
@@ -641,12 +644,11 @@ def run_case(case, args, ort_info, torch_info, ceilings_bin, products_bin):
                 if args.back_to_back:
                     warm[engine].append(statistics.median(seconds[1:]))
                 time.sleep(args.gap)
-            sample = sample_ceiling(ceilings_bin, kind, args.threads, result.get("kv_bytes"))
-            if sample is not None:
-                samples.append(sample)
+            samples.append(sample_ceiling(ceilings_bin, kind, args.threads, result.get("kv_bytes")))
             time.sleep(args.gap)
-        if samples:
-            result["round_ceiling"] = {"kind": kind, "samples": samples, "median": statistics.median(samples)}
+        measured = [x for x in samples if x is not None]
+        if measured:
+            result["round_ceiling"] = {"kind": kind, "samples": measured, "median": statistics.median(measured)}
         for key, times in (("", idle), ("_warm", warm)):
             if not args.back_to_back and key:
                 continue
@@ -656,6 +658,19 @@ def run_case(case, args, ort_info, torch_info, ceilings_bin, products_bin):
             if decode:
                 result["kv_gb_per_s" + key] = {e: result["kv_bytes"] / (ms * 1e6)
                                                for e, ms in result["ms" + key].items()}
+            # qkv's rate in each round over the ceiling sampled right after that round, then
+            # the median: the host's ceilings can shift within a case (memory reads from
+            # ~41 to ~70 GB/s between two rounds of one run), and a ratio of two medians
+            # taken on either side of such a shift reads far too low (54% against 69%
+            # paired, that run).
+            work = result["kv_bytes"] if decode else result["flops"]
+            pct = {}
+            for e, ts in times.items():
+                paired = [100 * work / (t * 1e9) / x for t, x in zip(ts, samples) if x]
+                if paired:
+                    pct[e] = {"median": statistics.median(paired), "min": min(paired), "max": max(paired)}
+            if pct:
+                result["pct_of_ceiling" + key] = {"kind": kind, "engines": pct}
     finally:
         for runner in runners:
             runner.close()
@@ -685,6 +700,23 @@ def case_ceilings(r, peak, bf16_peak, bandwidth):
     return peak, bandwidth, bf16_peak
 
 
+def pct_of_ceilings(r, key, peak, bf16_peak, bandwidth, engine="qkv"):
+    """The engine's percentage of (the f32 FMA peak, the read bandwidth, the vdpbf16ps
+    peak), None where it does not apply. For the ceiling the case sampled each round, the
+    median of the per-round percentages; for the others, the engine's median rate over
+    case_ceilings()."""
+    peak_r, bandwidth_r, bf16_peak_r = case_ceilings(r, peak, bf16_peak, bandwidth)
+    gf = r.get("gflops" + key, {})
+    rates = r.get("kv_gb_per_s" + key, {})
+    pct = {"fma": 100 * gf[engine] / peak_r if peak_r and engine in gf else None,
+           "mem": 100 * rates[engine] / bandwidth_r if bandwidth_r and engine in rates else None,
+           "bf16": 100 * gf[engine] / bf16_peak_r if bf16_peak_r and engine in gf and r["dtype"] == "bf16" else None}
+    paired = r.get("pct_of_ceiling" + key)
+    if paired and engine in paired["engines"]:
+        pct[paired["kind"]] = paired["engines"][engine]["median"]
+    return pct["fma"], pct["mem"], pct["bf16"]
+
+
 def print_table(results, ceilings, key=""):
     """One table of the results' medians: after idle (key "") or back to back (key "_warm")."""
     peak = (ceilings.get("f32_fma") or {}).get("gflops")
@@ -702,9 +734,7 @@ def print_table(results, ceilings, key=""):
         q = ms.get("qkv")
         ratio_ort = ms["ORT"] / q if q and "ORT" in ms else None
         ratio_torch = ms["torch"] / q if q and "torch" in ms else None
-        peak_r, bandwidth_r, _ = case_ceilings(r, peak, bf16_peak, bandwidth)
-        pct_peak = 100 * gf["qkv"] / peak_r if peak_r and "qkv" in gf else None
-        pct_bw = 100 * r["kv_gb_per_s" + key]["qkv"] / bandwidth_r if bandwidth_r and "kv_gb_per_s" + key in r else None
+        pct_peak, pct_bw, _ = pct_of_ceilings(r, key, peak, bf16_peak, bandwidth)
         print(f"{r['case']:<27}{cell(q, '9.2f')}{cell(ms.get('ORT'), '9.2f')}{cell(ms.get('torch'), '10.2f')}"
               f"{cell(gf.get('qkv'), '10.1f')}{cell(gf.get('ORT'), '10.1f')}{cell(gf.get('torch'), '11.1f')}"
               f"{cell(ratio_ort, '8.2f', 'x')}{cell(ratio_torch, '9.2f', 'x')}"
@@ -730,12 +760,16 @@ def print_table(results, ceilings, key=""):
                   f"{r['gflops' + key]['products']:.1f} GFLOP/s; qkv's whole attention is "
                   f"{products / r['ms' + key]['qkv']:.2f}x their speed")
         if "kv_gb_per_s" + key in r:
-            rates = ", ".join(f"{e} {x:.1f} GB/s" + (f" ({100 * x / bandwidth_r:.0f}%)" if bandwidth_r else "")
-                              for e, x in r["kv_gb_per_s" + key].items())
+            def share(e):
+                pct = pct_of_ceilings(r, key, peak, bf16_peak, bandwidth, e)[1]
+                return "" if pct is None else f" ({pct:.0f}%)"
+
+            rates = ", ".join(f"{e} {x:.1f} GB/s{share(e)}" for e, x in r["kv_gb_per_s" + key].items())
             print(f"  {r['case']}: K+V read rate {rates} (of {r['kv_bytes'] / 2**20:.0f} MiB per call)")
-        if r["dtype"] == "bf16" and bf16_peak_r and "gflops" + key in r:
-            print(f"  {r['case']}: qkv at {100 * r['gflops' + key]['qkv'] / bf16_peak_r:.1f}% of the measured "
-                  f"vdpbf16ps peak ({bf16_peak_r:.0f} GFLOP/s)")
+        pct_bf16 = pct_of_ceilings(r, key, peak, bf16_peak, bandwidth)[2]
+        if r["dtype"] == "bf16" and pct_bf16 is not None:
+            print(f"  {r['case']}: qkv at {pct_bf16:.1f}% of the measured vdpbf16ps peak "
+                  f"({bf16_peak_r:.0f} GFLOP/s)")
 
 
 def ceilings_line(c):
