@@ -40,7 +40,6 @@ namespace {
 
 using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
-using Dims = dnnl::memory::dims;
 using Tag = dnnl::memory::format_tag;
 constexpr auto kF32 = dnnl::memory::data_type::f32;
 
@@ -50,15 +49,15 @@ struct Shape {
 
 class Products {
  public:
-  explicit Products(const Shape& s)
+  explicit Products(const Shape& shape)
       : engine_(dnnl::engine::kind::cpu, 0),
         stream_(engine_),
         // Kᵀ (BH, D, Lk) is K (BH, Lk, D) as stored, read with its last two axes swapped.
-        q_(dnnl::memory::desc({s.heads, s.seq_q, s.dim}, kF32, Tag::abc), engine_),
-        kt_(dnnl::memory::desc({s.heads, s.dim, s.seq_k}, kF32, Tag::acb), engine_),
-        s_(dnnl::memory::desc({s.heads, s.seq_q, s.seq_k}, kF32, Tag::abc), engine_),
-        v_(dnnl::memory::desc({s.heads, s.seq_k, s.dim}, kF32, Tag::abc), engine_),
-        o_(dnnl::memory::desc({s.heads, s.seq_q, s.dim}, kF32, Tag::abc), engine_),
+        q_(dnnl::memory::desc({shape.heads, shape.seq_q, shape.dim}, kF32, Tag::abc), engine_),
+        kt_(dnnl::memory::desc({shape.heads, shape.dim, shape.seq_k}, kF32, Tag::acb), engine_),
+        s_(dnnl::memory::desc({shape.heads, shape.seq_q, shape.seq_k}, kF32, Tag::abc), engine_),
+        v_(dnnl::memory::desc({shape.heads, shape.seq_k, shape.dim}, kF32, Tag::abc), engine_),
+        o_(dnnl::memory::desc({shape.heads, shape.seq_q, shape.dim}, kF32, Tag::abc), engine_),
         scores_pd_(dnnl::matmul::desc(q_.get_desc(), kt_.get_desc(), s_.get_desc()), engine_),
         output_pd_(dnnl::matmul::desc(s_.get_desc(), v_.get_desc(), o_.get_desc()), engine_),
         scores_(scores_pd_),
