@@ -570,8 +570,8 @@ def run_case(case, args, ort_info, torch_info, ceilings_bin, products_bin):
         elif ort_info is not None:
             notes.append("ORT: not run for bf16 (the MultiHeadAttention graph here is float32)")
 
-        # The products alone where they are the whole of the difference: full f32 attention
-        # without a mask (oneDNN has no triangular product; softcap adds only elementwise work).
+        # oneDNN's two products alone, as a reference, where they are all of the work but the
+        # softmax: f32 attention without a mask (oneDNN has no triangular product) or softcap.
         if products_bin and dtype == "f32" and not causal and not decode and softcap is None:
             products = ProductsRunner(products_bin, b * h, lq, lk, d, args.threads)
             runners.append(products)
