@@ -50,7 +50,8 @@ struct Shape {
 class Products {
  public:
   explicit Products(const Shape& shape)
-      : engine_(dnnl::engine::kind::cpu, 0),
+      : shape_(shape),
+        engine_(dnnl::engine::kind::cpu, 0),
         stream_(engine_),
         // Kᵀ (BH, D, Lk) is K (BH, Lk, D) as stored, read with its last two axes swapped.
         q_(dnnl::memory::desc({shape.heads, shape.seq_q, shape.dim}, kF32, Tag::abc), engine_),
@@ -74,8 +75,9 @@ class Products {
   }
 
   // Largest relative error of 64 entries of S and 64 of O (each from the S computed) against
-  // double sums, after run(); relative to the sum of |terms|, so cancellation cannot inflate it.
-  double check(const Shape& sh) const {
+  // double sums, after run().
+  double check() const {
+    const Shape& sh = shape_;
     const float* q = data(q_);
     const float* k = data(kt_);  // (BH, Lk, D) in memory
     const float* s = data(s_);
@@ -87,20 +89,11 @@ class Products {
         return static_cast<std::int64_t>(qkv::counter_uniform(salt, i) * static_cast<double>(n));
       };
       const std::int64_t h = pick(sh.heads, 10), r = pick(sh.seq_q, 11), c = pick(sh.seq_k, 12), d = pick(sh.dim, 13);
-      double sum = 0.0, magnitude = 0.0;
-      for (std::int64_t e = 0; e < sh.dim; ++e) {
-        const double term = double{q[(h * sh.seq_q + r) * sh.dim + e]} * k[(h * sh.seq_k + c) * sh.dim + e];
-        sum += term;
-        magnitude += std::abs(term);
-      }
-      worst = std::max(worst, std::abs(sum - s[(h * sh.seq_q + r) * sh.seq_k + c]) / std::max(magnitude, 1e-30));
-      sum = magnitude = 0.0;
-      for (std::int64_t j = 0; j < sh.seq_k; ++j) {
-        const double term = double{s[(h * sh.seq_q + r) * sh.seq_k + j]} * v[(h * sh.seq_k + j) * sh.dim + d];
-        sum += term;
-        magnitude += std::abs(term);
-      }
-      worst = std::max(worst, std::abs(sum - o[(h * sh.seq_q + r) * sh.dim + d]) / std::max(magnitude, 1e-30));
+      const float* s_row = s + (h * sh.seq_q + r) * sh.seq_k;
+      worst = std::max(worst, dot_error(q + (h * sh.seq_q + r) * sh.dim, k + (h * sh.seq_k + c) * sh.dim, 1, sh.dim,
+                                        s_row[c]));
+      worst = std::max(worst, dot_error(s_row, v + h * sh.seq_k * sh.dim + d, sh.dim, sh.seq_k,
+                                        o[(h * sh.seq_q + r) * sh.dim + d]));
     }
     return worst;
   }
@@ -110,12 +103,25 @@ class Products {
  private:
   static float* data(const dnnl::memory& m) { return static_cast<float*>(m.get_data_handle()); }
 
+  // |Σ_e a[e]·b[e·ldb] − got| over n terms, in double, relative to Σ |terms| (so that
+  // cancellation cannot inflate it).
+  static double dot_error(const float* a, const float* b, std::int64_t ldb, std::int64_t n, float got) {
+    double sum = 0.0, magnitude = 0.0;
+    for (std::int64_t e = 0; e < n; ++e) {
+      const double term = double{a[e]} * b[e * ldb];
+      sum += term;
+      magnitude += std::abs(term);
+    }
+    return std::abs(sum - got) / std::max(magnitude, 1e-30);
+  }
+
   static void fill(dnnl::memory& m, std::uint64_t seed) {
     float* p = data(m);
     const std::size_t n = m.get_desc().get_size() / sizeof(float);
     for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<float>(qkv::counter_uniform(seed, i) * 2.0 - 1.0);
   }
 
+  Shape shape_;
   dnnl::engine engine_;
   dnnl::stream stream_;
   dnnl::memory q_, kt_, s_, v_, o_;
@@ -160,7 +166,7 @@ int main(int argc, char** argv) {
     if (threads > 0) qkv::set_num_threads(static_cast<int>(threads));
     Products products(shape);
     products.run();
-    const double error = products.check(shape);
+    const double error = products.check();
     // f32 sums of up to max(D, Lk) terms: far below this unless the layout is wrong.
     if (!(error < 1e-4)) throw std::runtime_error("the products disagree with double sums: " + std::to_string(error));
     std::cout << Json{{"ready", true}, {"impl", products.impl()}, {"threads", qkv::num_threads()},

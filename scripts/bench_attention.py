@@ -741,7 +741,7 @@ def print_table(results, ceilings, key=""):
               f"{cell(pct_peak, '8.1f', '%')}{cell(pct_bw, '8.1f', '%')}"
               f"{cell(diff.get('ORT'), '10.1e')}{cell(diff.get('torch'), '10.1e')}")
     for r in results:
-        peak_r, bandwidth_r, bf16_peak_r = case_ceilings(r, peak, bf16_peak, bandwidth)
+        bf16_peak_r = case_ceilings(r, peak, bf16_peak, bandwidth)[2]
         rc = r.get("round_ceiling")
         if rc and not key:  # the same samples serve both tables: named once
             unit = "GB/s" if rc["kind"] == "mem" else "GFLOP/s"
