@@ -120,19 +120,20 @@ void register_nn(py::module_& m) {
               const qkv::Tensor& v, std::optional<qkv::Tensor> key_padding_mask,
               bool need_weights, std::optional<qkv::Tensor> attn_mask,
               bool average_attn_weights, bool is_causal) {
-             nn::MultiheadAttentionOutput r;
+             qkv::Tensor out, probs;  // (B, L, E), (B, H, L, S)
              {
                py::gil_scoped_release release;
-               r = self.forward(q, k, v, masks(attn_mask, key_padding_mask, is_causal),
-                                need_weights, average_attn_weights);
+               out = self.forward(q, k, v, masks(attn_mask, key_padding_mask, is_causal), {},
+                                  nullptr, need_weights ? &probs : nullptr);
+               if (need_weights && average_attn_weights) probs = nn::average_heads(probs);
              }
-             return std::make_pair(r.out, r.weights.defined() ? std::optional<qkv::Tensor>(r.weights)
-                                                              : std::nullopt);
+             return std::make_pair(out, need_weights ? std::optional<qkv::Tensor>(probs)
+                                                     : std::nullopt);
            },
            py::arg("query"), py::arg("key"), py::arg("value"), py::arg("key_padding_mask"),
            py::arg("need_weights"), py::arg("attn_mask"), py::arg("average_attn_weights"),
            py::arg("is_causal"))
-      .def_property_readonly("packed", &nn::MultiheadAttention::packed);
+      .def_property_readonly("packed", &nn::MultiheadAttention::joint_in_proj);
   add_state_methods<nn::MultiheadAttention>(mha);
 
   py::class_<nn::TransformerEncoderLayer> enc(m, "_nn_TransformerEncoderLayer");

@@ -88,8 +88,8 @@ struct BertOutput {
 
 class BertModel {
  public:
-  // Read-only after construction: the constructor packs the layer products' weights
-  // (nn::PackedWeight) from them, and forward() runs on those packed copies.
+  // Read-only after construction: the constructor builds the layers from them (packing the
+  // products' weights, nn::Linear::pack), and forward() runs on those.
   const BertConfig config;
   const BertWeights weights;
 
@@ -109,14 +109,16 @@ class BertModel {
                      bool output_attentions = false) const;
 
  private:
-  struct PackedLayer {
-    // query, key and value stacked (rows [0, E), [E, 2E), [2E, 3E)), so that one product
-    // makes q, k and v, as torch's in_proj_weight.
-    nn::PackedWeight qkv;  // (3E, E)
-    Tensor qkv_bias;       // (3E)
-    nn::PackedWeight attention_output, intermediate, output;
-  };
-  std::vector<PackedLayer> packed_;  // one per layer, from weights.layers
+  // Each layer is a post-norm nn::TransformerEncoderLayer with GELU, built from
+  // weights.layers: query, key and value stacked into self_attn.in_proj (rows [0, E),
+  // [E, 2E), [2E, 3E), so one product makes q, k and v), attention.output.dense =
+  // self_attn.out_proj, attention.output.LayerNorm = norm1, intermediate.dense =
+  // ff.linear1, output.dense = ff.linear2, output.LayerNorm = norm2. Every Linear is
+  // packed; the stacked in_proj keeps only its packed copy (the plain rows are the
+  // checkpoint's).
+  std::vector<nn::TransformerEncoderLayer> layers_;
+  nn::LayerNorm embeddings_norm_;  // views of weights.embeddings_norm_*
+  nn::Linear pooler_;              // views of weights.pooler_*, packed; undefined without a pooler
 };
 
 }  // namespace qkv::models

@@ -56,20 +56,16 @@ struct Gpt2Config {
   std::int64_t inner() const { return n_inner > 0 ? n_inner : 4 * n_embd; }
 };
 
-struct Gpt2Block {
-  nn::LayerNorm ln_1;             // weight, bias (E)
-  nn::MultiheadAttention attn;    // in_proj_weight (3E, E) = c_attn.weightᵀ, in_proj_bias (3E);
-                                  // out_proj (E, E) = c_proj.weightᵀ
-  nn::LayerNorm ln_2;             // weight, bias (E)
-  nn::Linear c_fc;                // weight (F, E) = mlp.c_fc.weightᵀ, bias (F)
-  nn::Linear mlp_proj;            // weight (E, F) = mlp.c_proj.weightᵀ, bias (E)
-};
-
+// Each block h.i is a pre-norm (norm_first) nn::TransformerEncoderLayer with GELU (tanh
+// form by default) whose self-attention is causal:
+//   ln_1 = norm1 (E), attn.c_attn = self_attn.in_proj (3E, E) (weight transposed),
+//   attn.c_proj = self_attn.out_proj (E, E), ln_2 = norm2 (E),
+//   mlp.c_fc = ff.linear1 (F, E), mlp.c_proj = ff.linear2 (E, F).
 struct Gpt2Weights {
-  nn::Embedding wte;              // (V, E); also the lm_head (tied)
-  nn::Embedding wpe;              // (P, E)
-  std::vector<Gpt2Block> h;       // n_layer blocks
-  nn::LayerNorm ln_f;             // weight, bias (E)
+  nn::Embedding wte;                             // (V, E); also the lm_head (tied)
+  nn::Embedding wpe;                             // (P, E)
+  std::vector<nn::TransformerEncoderLayer> h;    // n_layer blocks
+  nn::LayerNorm ln_f;                            // weight, bias (E)
 };
 
 // What one generation run mutates: the KV cache of every layer.
@@ -84,7 +80,7 @@ struct Gpt2State {
 class Gpt2Model {
  public:
   // Read-only after construction: the constructor packs the products' weights
-  // (nn::PackedWeight, the LM head included), and forward() runs on those packed copies.
+  // (nn::Linear::pack, the LM head included), and forward() runs on those packed copies.
   const Gpt2Config config;
   const Gpt2Weights weights;
   // The packed products' dtype: f32 (exact, the default) or bf16 (half the memory traffic
@@ -108,20 +104,17 @@ class Gpt2Model {
   // The whole sequence at once, no cache (causal attention over all of it).
   // -> (L, V): the logits of every position. When `attentions` is given, it is replaced by
   // every layer's causal self-attention probabilities, n_layer × (1, H, L, L) (computed by
-  // the reference attention path, as nn::MultiheadAttention's need_weights).
+  // the reference attention path, as nn::MultiheadAttention's probs).
   Tensor forward_full(std::span<const std::int64_t> ids,
                       std::vector<Tensor>* attentions = nullptr) const;
 
  private:
-  struct PackedBlock {
-    nn::PackedWeight c_attn, c_proj, c_fc, mlp_proj;
-  };
-  std::vector<PackedBlock> packed_;  // one per block, from weights.h
-  nn::PackedWeight lm_head_;         // wte (V, E)
+  nn::Linear lm_head_;  // weight: wte (V, E), packed; no bias
 
-  // Block i on x (1, T, E) -> (1, T, E). With a cache, the T tokens' keys and values are
-  // appended to it and the queries attend over its whole prefix; without, causally over x.
-  Tensor block(std::size_t i, const Tensor& x, nn::KVCache* cache) const;
+  // x (1, T, E) at positions [offset, offset + T) through every block (with the caches when
+  // given, appending the T tokens) -> the final hidden states (1, T, E) after ln_f.
+  Tensor run(std::span<const std::int64_t> ids, std::int64_t offset, Gpt2State* state,
+             std::vector<Tensor>* attentions) const;
 };
 
 struct SamplingOptions {

@@ -11,7 +11,6 @@
 #include "qkv/gpt2.h"
 #include "qkv/memory.h"
 #include "qkv/nn.h"
-#include "qkv/nn_backward.h"
 #include "qkv/rng.h"
 #include "qkv/safetensors.h"
 #include "qkv/seq2seq.h"

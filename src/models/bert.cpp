@@ -4,22 +4,13 @@
 #include <cmath>
 #include <filesystem>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
-#include "qkv/attention.h"
 #include "qkv/error.h"
 
 namespace qkv::models {
 namespace {
-
-// a += b elementwise; a contiguous f32 that we own, b any layout of the same shape.
-void add_inplace(Tensor& a, const Tensor& b) {
-  const Tensor bc = b.dtype() == DType::f32 ? b.contiguous() : b.to(DType::f32);
-  float* pa = a.data_as<float>();
-  const float* pb = bc.data_as<float>();
-  const std::int64_t n = a.numel();
-  for (std::int64_t i = 0; i < n; ++i) pa[i] += pb[i];
-}
 
 // Finds HF names in a checkpoint, with or without "bert.", and checks shapes.
 class Lookup {
@@ -151,25 +142,70 @@ BertWeights BertWeights::load(const BertConfig& c, const SafeTensors& tensors,
   return w;
 }
 
+namespace {
+
+// Layer n of the model as an nn::TransformerEncoderLayer (post-norm, GELU) on the
+// checkpoint's tensors, its products packed. Filled, not constructed: no random
+// initialisation to discard.
+nn::TransformerEncoderLayer encoder_layer(const BertConfig& c, const BertLayerWeights& l) {
+  const std::int64_t E = c.hidden_size;
+  nn::TransformerEncoderLayer layer;
+  layer.config = {.d_model = E,
+                  .nhead = c.num_attention_heads,
+                  .dim_feedforward = c.intermediate_size,
+                  .activation = c.gelu == nn::GeluApproximation::tanh ? nn::Activation::gelu_tanh
+                                                                      : nn::Activation::gelu,
+                  .layer_norm_eps = c.layer_norm_eps,
+                  .norm_first = false,
+                  .bias = true};
+  nn::MultiheadAttention& sa = layer.self_attn;
+  sa.config = {.embed_dim = E, .num_heads = c.num_attention_heads, .bias = true, .kdim = E, .vdim = E};
+  // Stacked only to be packed: the (3E, E) f32 copy goes when the packed one exists.
+  Tensor qkv_weight = Tensor::empty({3 * E, E}), qkv_bias = Tensor::empty({3 * E});
+  const Tensor* parts[3][2] = {{&l.query_weight, &l.query_bias},
+                               {&l.key_weight, &l.key_bias},
+                               {&l.value_weight, &l.value_bias}};
+  for (std::int64_t i = 0; i < 3; ++i) {
+    qkv_weight.slice(0, i * E, (i + 1) * E).copy_from(*parts[i][0]);
+    qkv_bias.slice(0, i * E, (i + 1) * E).copy_from(*parts[i][1]);
+  }
+  sa.in_proj.weight = qkv_weight;
+  sa.in_proj.bias = qkv_bias;
+  sa.out_proj.weight = l.attention_output_weight;
+  sa.out_proj.bias = l.attention_output_bias;
+  layer.ff.activation = layer.config.activation;
+  layer.ff.linear1.weight = l.intermediate_weight;
+  layer.ff.linear1.bias = l.intermediate_bias;
+  layer.ff.linear2.weight = l.output_weight;
+  layer.ff.linear2.bias = l.output_bias;
+  for (auto [norm, weight, bias] : {std::tuple{&layer.norm1, &l.attention_norm_weight, &l.attention_norm_bias},
+                                    std::tuple{&layer.norm2, &l.output_norm_weight, &l.output_norm_bias}}) {
+    norm->normalized_shape = {E};
+    norm->eps = c.layer_norm_eps;
+    norm->weight = *weight;
+    norm->bias = *bias;
+  }
+  layer.pack(DType::f32);
+  sa.in_proj.weight = Tensor();  // the packed copy serves inference; the checkpoint has the rows
+  return layer;
+}
+
+}  // namespace
+
 BertModel::BertModel(BertConfig config_, BertWeights weights_)
     : config(std::move(config_)), weights(std::move(weights_)) {
   QKV_CHECK(static_cast<std::int64_t>(weights.layers.size()) == config.num_hidden_layers,
             "BertModel: weights have " << weights.layers.size() << " layers, config "
                                        << config.num_hidden_layers);
-  const std::int64_t E = config.hidden_size;
-  for (const BertLayerWeights& l : weights.layers) {
-    // Stacked only to be packed: the (3E, E) f32 copy goes when this scope ends.
-    Tensor qkv_weight = Tensor::empty({3 * E, E}), qkv_bias = Tensor::empty({3 * E});
-    const Tensor* parts[3][2] = {{&l.query_weight, &l.query_bias},
-                                 {&l.key_weight, &l.key_bias},
-                                 {&l.value_weight, &l.value_bias}};
-    for (std::int64_t i = 0; i < 3; ++i) {
-      qkv_weight.slice(0, i * E, (i + 1) * E).copy_from(*parts[i][0]);
-      qkv_bias.slice(0, i * E, (i + 1) * E).copy_from(*parts[i][1]);
-    }
-    packed_.push_back({nn::PackedWeight(qkv_weight), qkv_bias,
-                       nn::PackedWeight(l.attention_output_weight),
-                       nn::PackedWeight(l.intermediate_weight), nn::PackedWeight(l.output_weight)});
+  for (const BertLayerWeights& l : weights.layers) layers_.push_back(encoder_layer(config, l));
+  embeddings_norm_.normalized_shape = {config.hidden_size};
+  embeddings_norm_.eps = config.layer_norm_eps;
+  embeddings_norm_.weight = weights.embeddings_norm_weight;
+  embeddings_norm_.bias = weights.embeddings_norm_bias;
+  if (weights.pooler_weight.defined()) {
+    pooler_.weight = weights.pooler_weight;
+    pooler_.bias = weights.pooler_bias;
+    pooler_.pack(DType::f32);
   }
 }
 
@@ -191,7 +227,6 @@ BertOutput BertModel::forward(std::span<const std::int64_t> input_ids, std::int6
                               std::span<const std::int64_t> attention_mask,
                               bool output_attentions) const {
   const std::int64_t B = batch, L = length, E = config.hidden_size;
-  const std::int64_t H = config.num_attention_heads, D = config.head_dim();
   QKV_CHECK(B >= 1, "BertModel: batch must be >= 1, got " << B);
   QKV_CHECK(L >= 1 && L <= config.max_position_embeddings,
             "BertModel: input length must be in [1, max_position_embeddings = "
@@ -218,9 +253,8 @@ BertOutput BertModel::forward(std::span<const std::int64_t> input_ids, std::int6
 
   // Padding: HF adds finfo.min to the scores of masked keys; here masked keys are −∞
   // (identical probabilities unless a whole row is masked). A suffix of zeros per row is
-  // key_lengths (the fast kernel skips the padding); anything else is a bool mask.
-  AttentionOptions options;
-  options.return_probs = output_attentions;
+  // key_lengths (the fast kernel skips the padding); anything else a (B, L) padding mask.
+  nn::AttentionMasks masks;
   if (!attention_mask.empty()) {
     bool suffix = true;
     std::vector<std::int64_t> lengths(static_cast<std::size_t>(B), L);
@@ -241,55 +275,34 @@ BertOutput BertModel::forward(std::span<const std::int64_t> input_ids, std::int6
       lengths[static_cast<std::size_t>(b)] = kept;
     }
     if (suffix) {
-      options.key_lengths = std::move(lengths);
+      masks.key_lengths = std::move(lengths);
     } else {
-      Tensor mask = Tensor::empty({B, 1, 1, L}, DType::boolean);  // (B, 1, 1, L) true = attend
+      masks.key_padding_mask = Tensor::empty({B, L}, DType::boolean);  // (B, L) true = ignore
       for (std::int64_t i = 0; i < B * L; ++i)
-        mask.set({i / L, 0, 0, i % L}, attention_mask[static_cast<std::size_t>(i)] ? 1.f : 0.f);
-      options.mask = mask;
+        masks.key_padding_mask.data_as<bool>()[i] = attention_mask[static_cast<std::size_t>(i)] == 0;
     }
   }
 
-  // Embeddings.
+  // Embeddings: word + token type + position, then LayerNorm.
   nn::Embedding word, type;  // views of the weights, no copy
   word.weight = weights.word_embeddings;
   type.weight = weights.token_type_embeddings;
   Tensor x = word.forward(input_ids, {B, L});  // (B, L, E), owned
   const std::vector<std::int64_t> zeros(token_type_ids.empty() ? count : 0, 0);
-  add_inplace(x, type.forward(token_type_ids.empty() ? std::span<const std::int64_t>(zeros)
-                                                     : token_type_ids,
-                              {B, L}));
+  nn::add_(x, type.forward(token_type_ids.empty() ? std::span<const std::int64_t>(zeros)
+                                                  : token_type_ids,
+                           {B, L}));
   const Tensor positions = weights.position_embeddings.slice(0, 0, L);  // (L, E)
-  add_inplace(x, positions.unsqueeze(0).expand({B, L, E}));
-  x = nn::layer_norm(x, {E}, weights.embeddings_norm_weight, weights.embeddings_norm_bias,
-                     config.layer_norm_eps);  // (B, L, E)
+  nn::add_(x, positions.unsqueeze(0).expand({B, L, E}));
+  x = embeddings_norm_.forward(x);  // (B, L, E)
 
   BertOutput out;
-  for (std::size_t n = 0; n < weights.layers.size(); ++n) {
-    const BertLayerWeights& l = weights.layers[n];
-    const PackedLayer& packed = packed_[n];
-    // One product for q, k and v; (B, L, 3, H, D) -> three (B, H, L, D) strided views,
-    // which the attention kernel reads in place.
-    const Tensor qkv = nn::linear(x, packed.qkv, packed.qkv_bias).view({B, L, 3, H, D});
-    auto heads = [&](std::int64_t i) { return qkv.select(2, i).permute({0, 2, 1, 3}); };
-    AttentionResult r = attention(heads(0), heads(1), heads(2), options);  // (B, H, L, D)
-    if (output_attentions) out.attentions.push_back(r.probs);             // (B, H, L, L)
-    const Tensor context = r.out.permute({0, 2, 1, 3}).contiguous().view({B, L, E});
-    // x = LayerNorm(x + context·W_oᵀ + b_o), the residual added inside the product.
-    x = nn::layer_norm(nn::linear(context, packed.attention_output, l.attention_output_bias,
-                                  {.residual = x}),
-                       {E}, l.attention_norm_weight, l.attention_norm_bias,
-                       config.layer_norm_eps);  // (B, L, E)
-    const Tensor h = nn::linear(x, packed.intermediate, l.intermediate_bias,
-                                {nn::linear_activation(config.gelu), Tensor()});  // (B, L, F)
-    x = nn::layer_norm(nn::linear(h, packed.output, l.output_bias, {.residual = x}), {E},
-                       l.output_norm_weight, l.output_norm_bias,
-                       config.layer_norm_eps);  // (B, L, E)
-  }
+  if (output_attentions) out.attentions.assign(layers_.size(), Tensor());
+  for (std::size_t n = 0; n < layers_.size(); ++n)
+    x = layers_[n].forward(x, masks, nullptr, output_attentions ? &out.attentions[n] : nullptr);
   out.last_hidden_state = x;
-  if (weights.pooler_weight.defined()) {
-    const Tensor cls = x.select(1, 0);  // (B, E)
-    Tensor pooled = nn::linear(cls, weights.pooler_weight, weights.pooler_bias);  // (B, E)
+  if (pooler_.packed.defined()) {
+    Tensor pooled = pooler_.forward(x.select(1, 0));  // (B, E) from [CLS]
     float* p = pooled.data_as<float>();
     for (std::int64_t i = 0; i < pooled.numel(); ++i) p[i] = std::tanh(p[i]);
     out.pooler_output = pooled;

@@ -8,23 +8,11 @@
 #include <filesystem>
 #include <numeric>
 
-#include "qkv/attention.h"
 #include "qkv/error.h"
 
 namespace qkv::models {
 
 namespace {
-
-// x += y, elementwise; x contiguous f32 (1, T, E) owned by the forward pass.
-void add_inplace(Tensor& x, const Tensor& y) {
-  QKV_CHECK(x.shape() == y.shape(), "gpt2: cannot add " << y.shape_string() << " to "
-                                                        << x.shape_string());
-  const Tensor yc = y.contiguous();
-  float* px = x.data_as<float>();
-  const float* py = yc.data_as<float>();
-  const std::int64_t n = x.numel();
-  for (std::int64_t i = 0; i < n; ++i) px[i] += py[i];
-}
 
 // Looks tensors up by their GPT2Model name, with or without the "transformer." prefix.
 class Loader {
@@ -139,24 +127,30 @@ Gpt2Model Gpt2Model::from_safetensors(const Gpt2Config& config, const SafeTensor
   Gpt2Weights w;
   w.wte.weight = l.get("wte.weight", {V, E});
   w.wpe.weight = l.get("wpe.weight", {P, E});
-  w.h.resize(static_cast<std::size_t>(config.n_layer));
+  nn::TransformerLayerConfig layer;
+  layer.d_model = E;
+  layer.nhead = config.n_head;
+  layer.dim_feedforward = F;
+  layer.activation = config.activation == nn::GeluApproximation::tanh ? nn::Activation::gelu_tanh
+                                                                       : nn::Activation::gelu;
+  layer.layer_norm_eps = config.layer_norm_epsilon;
+  layer.norm_first = true;
   for (std::int64_t i = 0; i < config.n_layer; ++i) {
     const std::string p = "h." + std::to_string(i) + ".";
-    Gpt2Block& b = w.h[static_cast<std::size_t>(i)];
-    b.ln_1 = load_layer_norm(l, p + "ln_1", E, config.layer_norm_epsilon);
-    b.ln_2 = load_layer_norm(l, p + "ln_2", E, config.layer_norm_epsilon);
+    // Filled from the checkpoint, not constructed (no random initialisation to discard).
+    nn::TransformerEncoderLayer b;
+    b.config = layer;
+    b.norm1 = load_layer_norm(l, p + "ln_1", E, config.layer_norm_epsilon);
+    b.norm2 = load_layer_norm(l, p + "ln_2", E, config.layer_norm_epsilon);
     // c_attn's output columns are [q | k | v] (GPT2Attention splits at E, 2E), which is
-    // exactly MultiheadAttention's packed [W_q; W_k; W_v] once transposed.
-    b.attn.config.embed_dim = E;
-    b.attn.config.num_heads = config.n_head;
-    b.attn.config.bias = true;
-    b.attn.config.kdim = E;
-    b.attn.config.vdim = E;
-    b.attn.in_proj_weight = l.get_conv1d(p + "attn.c_attn.weight", E, 3 * E);  // (3E, E)
-    b.attn.in_proj_bias = l.get(p + "attn.c_attn.bias", {3 * E});             // (3E)
-    b.attn.out_proj = load_conv1d(l, p + "attn.c_proj", E, E);
-    b.c_fc = load_conv1d(l, p + "mlp.c_fc", E, F);
-    b.mlp_proj = load_conv1d(l, p + "mlp.c_proj", F, E);
+    // exactly MultiheadAttention's joint [W_q; W_k; W_v] once transposed.
+    b.self_attn.config = {.embed_dim = E, .num_heads = config.n_head, .bias = true, .kdim = E, .vdim = E};
+    b.self_attn.in_proj = load_conv1d(l, p + "attn.c_attn", E, 3 * E);  // (3E, E), (3E)
+    b.self_attn.out_proj = load_conv1d(l, p + "attn.c_proj", E, E);
+    b.ff.activation = layer.activation;
+    b.ff.linear1 = load_conv1d(l, p + "mlp.c_fc", E, F);
+    b.ff.linear2 = load_conv1d(l, p + "mlp.c_proj", F, E);
+    w.h.push_back(std::move(b));
   }
   w.ln_f = load_layer_norm(l, "ln_f", E, config.layer_norm_epsilon);
   // The LM head is tied to wte (GPT2LMHeadModel._tied_weights_keys); a stored copy must
@@ -175,51 +169,46 @@ Gpt2Model Gpt2Model::from_safetensors(const Gpt2Config& config, const SafeTensor
   return Gpt2Model(config, std::move(w), product_dtype);
 }
 
+namespace {
+
+// The weights with every product's weight packed (nn::Linear::pack).
+Gpt2Weights packed(Gpt2Weights w, DType dtype) {
+  for (nn::TransformerEncoderLayer& b : w.h) b.pack(dtype);
+  return w;
+}
+
+}  // namespace
+
 Gpt2Model::Gpt2Model(Gpt2Config config_, Gpt2Weights weights_, DType product_dtype_)
-    : config(std::move(config_)), weights(std::move(weights_)), product_dtype(product_dtype_) {
+    : config(std::move(config_)),
+      weights(packed(std::move(weights_), product_dtype_)),
+      product_dtype(product_dtype_) {
   QKV_CHECK(static_cast<std::int64_t>(weights.h.size()) == config.n_layer,
             "Gpt2Model: weights have " << weights.h.size() << " blocks, config n_layer "
                                        << config.n_layer);
-  const DType t = product_dtype;
-  for (const Gpt2Block& b : weights.h)
-    packed_.push_back({nn::PackedWeight(b.attn.in_proj_weight, t),
-                       nn::PackedWeight(b.attn.out_proj.weight, t),
-                       nn::PackedWeight(b.c_fc.weight, t), nn::PackedWeight(b.mlp_proj.weight, t)});
-  lm_head_ = nn::PackedWeight(weights.wte.weight, t);
-}
-
-Tensor Gpt2Model::block(std::size_t i, const Tensor& x, nn::KVCache* cache) const {
-  const Gpt2Block& b = weights.h[i];
-  const PackedBlock& packed = packed_[i];
-  const std::int64_t T = x.size(1), E = config.n_embd, H = config.n_head, D = E / H;
-  // q, k, v from one product: (1, T, 3, H, D) -> three (1, H, T, D) strided views.
-  const Tensor qkv =
-      nn::linear(b.ln_1.forward(x), packed.c_attn, b.attn.in_proj_bias).view({1, T, 3, H, D});
-  auto heads = [&](std::int64_t j) { return qkv.select(2, j).permute({0, 2, 1, 3}); };
-  AttentionOptions options;
-  options.causal = true;
-  Tensor context;  // (1, H, T, D)
-  if (cache != nullptr) {
-    cache->append(heads(1), heads(2));
-    options.alignment = Alignment::bottom_right;  // the T new queries are the last positions
-    context = scaled_dot_product_attention(heads(0), cache->keys(), cache->values(), options);
-  } else {
-    context = scaled_dot_product_attention(heads(0), heads(1), heads(2), options);
-  }
-  const Tensor merged = context.permute({0, 2, 1, 3}).contiguous().view({1, T, E});
-  // x + c_proj(merged), then x + mlp_proj(gelu(c_fc(ln_2(x)))): bias, GELU and the
-  // residual inside the products.
-  const Tensor y = nn::linear(merged, packed.c_proj, b.attn.out_proj.bias, {.residual = x});
-  const Tensor h = nn::linear(b.ln_2.forward(y), packed.c_fc, b.c_fc.bias,
-                              {nn::linear_activation(config.activation), Tensor()});  // (1, T, F)
-  return nn::linear(h, packed.mlp_proj, b.mlp_proj.bias, {.residual = y});  // (1, T, E)
+  lm_head_.weight = weights.wte.weight;  // tied: a view, no copy
+  lm_head_.pack(product_dtype);
 }
 
 Gpt2State Gpt2Model::make_state() const {
   Gpt2State s;
   s.caches.reserve(weights.h.size());
-  for (const auto& b : weights.h) s.caches.push_back(b.attn.make_cache(1, config.n_positions));
+  for (const auto& b : weights.h) s.caches.push_back(b.self_attn.make_cache(1, config.n_positions));
   return s;
+}
+
+Tensor Gpt2Model::run(std::span<const std::int64_t> ids, std::int64_t offset, Gpt2State* state,
+                      std::vector<Tensor>* attentions) const {
+  const auto T = static_cast<std::int64_t>(ids.size());
+  Tensor x = weights.wte.forward(ids, {1, T});  // (1, T, E)
+  nn::add_(x, weights.wpe.weight.slice(0, offset, offset + T).unsqueeze(0));
+  nn::AttentionMasks causal;
+  causal.is_causal = true;
+  if (attentions) attentions->assign(weights.h.size(), Tensor());
+  for (std::size_t i = 0; i < weights.h.size(); ++i)
+    x = weights.h[i].forward(x, causal, state ? &state->caches[i] : nullptr,
+                             attentions ? &(*attentions)[i] : nullptr);
+  return x;
 }
 
 Tensor Gpt2Model::forward(std::span<const std::int64_t> ids, Gpt2State& state) const {
@@ -235,11 +224,9 @@ Tensor Gpt2Model::forward(std::span<const std::int64_t> ids, Gpt2State& state) c
   for (const auto id : ids)
     QKV_CHECK(id >= 0 && id < config.vocab_size,
               "Gpt2Model::forward: token id " << id << " is outside [0, " << config.vocab_size << ")");
-  Tensor x = weights.wte.forward(ids, {1, T});  // (1, T, E)
-  add_inplace(x, weights.wpe.weight.slice(0, offset, offset + T).unsqueeze(0));
-  for (std::size_t i = 0; i < weights.h.size(); ++i) x = block(i, x, &state.caches[i]);
+  const Tensor x = run(ids, offset, &state, nullptr);              // (1, T, E)
   const Tensor last = weights.ln_f.forward(x.slice(1, T - 1, T));  // (1, 1, E)
-  return nn::linear(last, lm_head_).view({config.vocab_size});  // (V)
+  return lm_head_.forward(last).view({config.vocab_size});         // (V)
 }
 
 Tensor Gpt2Model::forward_full(std::span<const std::int64_t> ids,
@@ -252,27 +239,8 @@ Tensor Gpt2Model::forward_full(std::span<const std::int64_t> ids,
     QKV_CHECK(id >= 0 && id < config.vocab_size,
               "Gpt2Model::forward_full: token id " << id << " is outside [0, "
                                                    << config.vocab_size << ")");
-  Tensor x = weights.wte.forward(ids, {1, L});  // (1, L, E)
-  add_inplace(x, weights.wpe.weight.slice(0, 0, L).unsqueeze(0));
-  if (attentions == nullptr) {
-    for (std::size_t i = 0; i < weights.h.size(); ++i) x = block(i, x, nullptr);
-    return nn::linear(weights.ln_f.forward(x), lm_head_).view({L, config.vocab_size});  // (L, V)
-  }
-  // With the probabilities, attention goes through nn::MultiheadAttention, whose
-  // need_weights takes the reference path.
-  attentions->clear();
-  nn::AttentionMasks causal;
-  causal.is_causal = true;
-  for (const auto& b : weights.h) {
-    const Tensor a = b.ln_1.forward(x);  // (1, L, E)
-    nn::MultiheadAttentionOutput o = b.attn.forward(a, a, a, causal, /*need_weights=*/true,
-                                                    /*average_attn_weights=*/false);
-    add_inplace(x, o.out);
-    attentions->push_back(std::move(o.weights));  // (1, H, L, L)
-    add_inplace(x, b.mlp_proj.forward(nn::gelu(b.c_fc.forward(b.ln_2.forward(x)),
-                                               config.activation)));
-  }
-  return nn::linear(weights.ln_f.forward(x), lm_head_).view({L, config.vocab_size});  // (L, V)
+  const Tensor x = run(ids, 0, nullptr, attentions);  // (1, L, E)
+  return lm_head_.forward(weights.ln_f.forward(x)).view({L, config.vocab_size});  // (L, V)
 }
 
 void validate(const SamplingOptions& o) {

@@ -1,5 +1,6 @@
-// The encoder–decoder Transformer of include/qkv/seq2seq.h: forward, backward through
-// every layer (nn_backward.h), greedy decoding, and its files.
+// The encoder–decoder Transformer of include/qkv/seq2seq.h: its forward (one path for
+// training, evaluation and decoding: nn::Transformer's), backward, greedy decoding with KV
+// caches, and its files.
 
 #include "qkv/seq2seq.h"
 
@@ -12,7 +13,6 @@
 #include <nlohmann/json.hpp>
 
 #include "qkv/error.h"
-#include "qkv/nn_backward.h"
 #include "qkv/threads.h"
 
 namespace qkv::models {
@@ -42,25 +42,14 @@ void check_config(const Seq2SeqConfig& c) {
             "Seq2Seq: dim_feedforward and max_len must be >= 1, num_decoder_layers >= 1");
 }
 
-// x[b, l] = weight[ids[b, l]]·scale + pe[l]      ids (B, L) -> (B, L, E)
+// x[b, l] = table[ids[b, l]]·scale + pe[offset + l]      ids (B, L) -> (B, L, E)
 Tensor embed(const nn::Embedding& table, std::span<const std::int64_t> ids, std::int64_t B,
-             std::int64_t L, float scale, const Tensor& pe) {
-  const std::int64_t V = table.weight.size(0), E = table.weight.size(1);
-  Tensor out = Tensor::empty({B, L, E});  // (B, L, E)
-  const float* w = table.weight.data_as<float>();
-  const float* p = pe.data_as<float>();
-  float* o = out.data_as<float>();
-  for (std::int64_t r = 0; r < B * L; ++r) {
-    const std::int64_t id = ids[static_cast<std::size_t>(r)];
-    QKV_CHECK(id >= 0 && id < V, "Seq2Seq: token id " << id << " at (" << r / L << ", " << r % L
-                                                      << ") is out of range [0, " << V << ")");
-  }
-#pragma omp parallel for schedule(static) num_threads(num_threads())
-  for (std::int64_t r = 0; r < B * L; ++r) {
-    const std::int64_t id = ids[static_cast<std::size_t>(r)], l = r % L;
-    for (std::int64_t e = 0; e < E; ++e) o[r * E + e] = w[id * E + e] * scale + p[l * E + e];
-  }
-  return out;
+             std::int64_t L, std::int64_t offset, float scale, const Tensor& pe,
+             nn::Embedding::Record* record) {
+  Tensor x = table.forward(ids, {B, L}, record);  // (B, L, E), ours
+  nn::scale_(x, scale);
+  nn::add_(x, pe.slice(0, offset, offset + L).unsqueeze(0).expand({B, L, x.size(2)}));
+  return x;
 }
 
 void check_batch(const Seq2SeqBatch& b, const Seq2SeqConfig& c, bool need_targets) {
@@ -94,10 +83,11 @@ nn::AttentionMasks source_masks(const Seq2SeqBatch& b) {
   return m;
 }
 
-struct Activations {
-  Tensor src_x, tgt_x;  // (B, S, E), (B, T, E)
-  nn::TransformerSaved transformer;
-  nn::LinearSaved generator;
+// What the backward needs of one forward.
+struct Record {
+  nn::Embedding::Record src_embed, tgt_embed;
+  nn::Transformer::Record transformer;
+  nn::Linear::Record generator;
 };
 
 }  // namespace
@@ -171,21 +161,24 @@ std::int64_t Seq2Seq::num_parameters() {
 
 namespace {
 
-// The shared forward: logits (B·T, V), keeping what the backward needs.
-Tensor run_forward(const Seq2Seq& m, const Seq2SeqBatch& batch, Activations& a,
-                   nn::TransformerAttention* attention) {
+// The forward: logits (B·T, V); with a record, keeping what the backward needs.
+Tensor run_forward(const Seq2Seq& m, const Seq2SeqBatch& batch, Record* record,
+                   nn::TransformerAttention* probs) {
   const Seq2SeqConfig& c = m.config;
   const std::int64_t B = batch.batch, S = batch.src_len, T = batch.tgt_len, E = c.d_model;
   const Tensor pe = nn::sinusoidal_positional_encoding(std::max(S, T), E);  // (max(S, T), E)
   const auto scale = static_cast<float>(std::sqrt(static_cast<double>(E)));
-  a.src_x = embed(m.src_embed, batch.src, B, S, scale, pe);     // (B, S, E)
-  a.tgt_x = embed(m.tgt_embed, batch.tgt_in, B, T, scale, pe);  // (B, T, E)
+  const Tensor src_x = embed(m.src_embed, batch.src, B, S, 0, scale, pe,
+                             record ? &record->src_embed : nullptr);  // (B, S, E)
+  const Tensor tgt_x = embed(m.tgt_embed, batch.tgt_in, B, T, 0, scale, pe,
+                             record ? &record->tgt_embed : nullptr);  // (B, T, E)
   const nn::AttentionMasks src_masks = source_masks(batch);
   nn::AttentionMasks tgt_masks;
   tgt_masks.is_causal = true;
-  Tensor h = nn::transformer_forward_train(a.src_x, a.tgt_x, m.transformer, src_masks, tgt_masks,
-                                           src_masks, a.transformer, attention);  // (B, T, E)
-  return nn::linear_forward_train(h.view({B * T, E}), m.generator, a.generator);  // (B·T, V)
+  const Tensor h = m.transformer.forward(src_x, tgt_x, src_masks, tgt_masks, src_masks, probs,
+                                         record ? &record->transformer : nullptr);  // (B, T, E)
+  return m.generator.forward(h.view({B * T, E}), {},
+                             record ? &record->generator : nullptr);  // (B·T, V)
 }
 
 }  // namespace
@@ -193,30 +186,30 @@ Tensor run_forward(const Seq2Seq& m, const Seq2SeqBatch& batch, Activations& a,
 train::CrossEntropyResult Seq2Seq::forward_backward(const Seq2SeqBatch& batch, Seq2Seq& grads,
                                                     double label_smoothing) const {
   check_batch(batch, config, true);
-  QKV_CHECK(grads.config.vocab_size == config.vocab_size && grads.config.d_model == config.d_model,
+  QKV_CHECK(grads.config.to_json() == config.to_json(),
             "Seq2Seq::forward_backward: grads must be a Seq2Seq of the same config");
-  Activations a;
-  Tensor logits = run_forward(*this, batch, a, nullptr);  // (B·T, V)
+  Record record;
+  const Tensor logits = run_forward(*this, batch, &record, nullptr);  // (B·T, V)
   Tensor dlogits;
   train::CrossEntropyResult r =
       train::cross_entropy(logits, batch.tgt_out, &dlogits, label_smoothing, -100);
   const std::int64_t B = batch.batch, T = batch.tgt_len, E = config.d_model;
   // logits = generator(h)
-  Tensor dh = nn::linear_backward(dlogits, generator, a.generator, grads.generator).view({B, T, E});
-  nn::TransformerInputGradients d = nn::transformer_backward(dh, transformer, a.transformer,
-                                                             grads.transformer);
+  const Tensor dh = generator.backward(dlogits, record.generator, grads.generator).view({B, T, E});
+  nn::Transformer::Gradients d = transformer.backward(dh, record.transformer, grads.transformer);
   // x = embed[ids]·√E + pe
   const auto scale = static_cast<float>(std::sqrt(static_cast<double>(E)));
-  nn::embedding_backward(d.dsrc, batch.src, grads.src_embed.weight, scale);
-  nn::embedding_backward(d.dtgt, batch.tgt_in, grads.tgt_embed.weight, scale);
+  nn::scale_(d.src, scale);
+  nn::scale_(d.tgt, scale);
+  src_embed.backward(d.src, record.src_embed, grads.src_embed);
+  tgt_embed.backward(d.tgt, record.tgt_embed, grads.tgt_embed);
   return r;
 }
 
 Tensor Seq2Seq::forward(const Seq2SeqBatch& batch, Seq2SeqAttention* attention) const {
   check_batch(batch, config, false);
-  Activations a;
   nn::TransformerAttention probs;
-  Tensor logits = run_forward(*this, batch, a, attention ? &probs : nullptr);
+  const Tensor logits = run_forward(*this, batch, nullptr, attention ? &probs : nullptr);
   if (attention) {
     attention->encoder_self = std::move(probs.encoder_self);
     attention->decoder_self = std::move(probs.decoder_self);
@@ -242,46 +235,45 @@ std::vector<std::vector<std::int64_t>> Seq2Seq::greedy_decode(
                                                      << config.max_len);
     batch.src_len = std::max<std::int64_t>(batch.src_len, static_cast<std::int64_t>(s.size()));
   }
+  if (max_new_tokens == 0) return out;
   batch.src.assign(static_cast<std::size_t>(B * batch.src_len), 0);
   for (std::int64_t b = 0; b < B; ++b) {
     const auto& s = sources[static_cast<std::size_t>(b)];
     std::copy(s.begin(), s.end(), batch.src.begin() + b * batch.src_len);
     batch.src_lengths.push_back(static_cast<std::int64_t>(s.size()));
   }
-  // The source is encoded once; each step re-runs the decoder over the prefix: targets
-  // are short (11 tokens for a date), so a KV cache would save little here. The same
-  // functions as forward(), so every step's logits are forward()'s.
-  const std::int64_t E = config.d_model, V = config.vocab_size;
-  const Tensor pe = nn::sinusoidal_positional_encoding(std::max(batch.src_len, max_new_tokens), E);
+  // The source is encoded once; each step feeds the newest token of every row through the
+  // decoder, whose caches hold the keys and values of the earlier ones (self-attention)
+  // and of the memory (cross-attention). The same layers as forward(): token by token,
+  // the same logits up to rounding.
+  const std::int64_t E = config.d_model, V = config.vocab_size, S = batch.src_len;
+  const Tensor pe = nn::sinusoidal_positional_encoding(std::max(S, max_new_tokens), E);
   const auto scale = static_cast<float>(std::sqrt(static_cast<double>(E)));
   const nn::AttentionMasks src_masks = source_masks(batch);
   nn::AttentionMasks tgt_masks;
   tgt_masks.is_causal = true;
-  nn::TransformerSaved scratch;  // activations, unused here
-  const Tensor memory = nn::transformer_encode_train(
-      embed(src_embed, batch.src, B, batch.src_len, scale, pe), transformer, src_masks, scratch);
+  const Tensor memory =
+      transformer.encode(embed(src_embed, batch.src, B, S, 0, scale, pe, nullptr), src_masks);
+  nn::Transformer::Cache cache = transformer.make_cache(B, max_new_tokens, S);  // allocated once
   std::vector<bool> done(sources.size(), false);
-  std::vector<std::int64_t> prefix(static_cast<std::size_t>(B), bos);  // (B, t)
-  for (std::int64_t t = 1; t <= max_new_tokens; ++t) {
-    const Tensor h = nn::transformer_decode_train(embed(tgt_embed, prefix, B, t, scale, pe), memory,
-                                                  transformer, tgt_masks, src_masks, scratch);
-    const Tensor logits = nn::linear(h.view({B * t, E}), generator.weight, generator.bias);  // (B·t, V)
+  std::vector<std::int64_t> last(static_cast<std::size_t>(B), bos);  // (B): each row's newest token
+  for (std::int64_t t = 0; t < max_new_tokens; ++t) {
+    const Tensor x = embed(tgt_embed, last, B, 1, t, scale, pe, nullptr);             // (B, 1, E)
+    const Tensor h = transformer.decode(x, memory, tgt_masks, src_masks, &cache);      // (B, 1, E)
+    const Tensor logits = generator.forward(h.view({B, E}));                          // (B, V)
     const float* pl = logits.data_as<float>();
-    std::vector<std::int64_t> next(static_cast<std::size_t>(B * (t + 1)));
     bool all_done = true;
     for (std::int64_t b = 0; b < B; ++b) {
-      const float* row = pl + (b * t + t - 1) * V;
+      const float* row = pl + b * V;
       const std::int64_t id = std::max_element(row, row + V) - row;
-      std::copy_n(prefix.begin() + b * t, t, next.begin() + b * (t + 1));
-      next[static_cast<std::size_t>(b * (t + 1) + t)] = id;
-      auto bi = static_cast<std::size_t>(b);
+      const auto bi = static_cast<std::size_t>(b);
+      last[bi] = id;
       if (!done[bi]) {
         if (id == eos) done[bi] = true;
         else out[bi].push_back(id);
       }
       all_done = all_done && done[bi];
     }
-    prefix = std::move(next);
     if (all_done) break;
   }
   return out;

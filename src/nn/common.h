@@ -20,22 +20,17 @@ inline Tensor contiguous_f32(const Tensor& x, const char* fn, const char* name) 
   return t.contiguous();
 }
 
-// a + b elementwise, same shape. -> contiguous f32
-Tensor add(const Tensor& a, const Tensor& b, const char* fn);
+// A gradient buffer the caller owns: written in place, so it must be contiguous f32 of
+// the expected shape.
+inline void check_grad(const Tensor& g, const Shape& shape, const char* fn, const char* name) {
+  QKV_CHECK(g.defined() && g.dtype() == DType::f32 && g.is_contiguous() && g.shape() == shape,
+            fn << ": " << name << " must be a contiguous f32 tensor of shape "
+               << shape_to_string(shape) << ", got "
+               << (g.defined() ? g.shape_string() : std::string("undefined")));
+}
 
 // Deterministic U(−bound, bound) fill of a contiguous f32 tensor.
 void fill_uniform(Tensor& t, double bound, std::uint64_t seed);
-
-// C (M, N) = [C +] op(A)·op(B), f32 row-major, through oneDNN's matmul (primitives cached
-// per shape). op(A) is (M, K): A stored (M, K), or (K, M) when trans_a; op(B) is (K, N):
-// B stored (K, N), or (N, K) when trans_b. accumulate adds into C instead of overwriting.
-void gemm(float* c, const float* a, const float* b, std::int64_t M, std::int64_t N,
-          std::int64_t K, bool trans_a, bool trans_b, bool accumulate);
-
-// torch.nn.MultiheadAttention's masks (true = NOT allowed) as AttentionOptions wants them
-// (causal, key_lengths for suffix padding, or a mask broadcast to (B, H, L, S)).
-void resolve_attention_masks(const AttentionMasks& masks, std::int64_t B, std::int64_t H,
-                             std::int64_t L, std::int64_t S, AttentionOptions& options);
 
 // Throws naming fn and the argument unless x is batch-first (B, L, width).
 inline void check_batch_first(const Tensor& x, std::int64_t width, const char* fn,
@@ -45,11 +40,12 @@ inline void check_batch_first(const Tensor& x, std::int64_t width, const char* f
                << (x.defined() ? x.shape_string() : std::string("undefined")));
 }
 
-// relu or gelu (erf form), as FeedForward's activation says.
-inline Tensor activate(const Tensor& x, Activation a) {
-  return a == Activation::relu ? relu(x) : gelu(x);
-}
+// The attention config of a Transformer layer's attentions (encoder_layer.cpp).
+MultiheadAttentionConfig attention_config(const TransformerLayerConfig& c);
 
-inline std::string join(const std::string& prefix, const char* name) { return prefix + name; }
+// Appends `more` to `list` (parameters of a child module).
+inline void append(ParameterList& list, ParameterList more) {
+  for (auto& p : more) list.push_back(std::move(p));
+}
 
 }  // namespace qkv::nn::detail

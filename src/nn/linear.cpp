@@ -1,93 +1,20 @@
-// Linear (oneDNN matmul), Embedding, LayerNorm, activations, state dicts.
+// Linear: linear() through oneDNN's matmul (bias, activation and residual as post-ops),
+// packed weights, the Linear module, and the backward.
 
 #include <algorithm>
 #include <cmath>
-#include <map>
-#include <mutex>
-#include <set>
 #include <tuple>
 #include <unordered_map>
 
-#include <omp.h>
-
-#include <oneapi/dnnl/dnnl.hpp>
-
 #include "nn/common.h"
-#include "qkv/rng.h"
+#include "nn/onednn.h"
 #include "qkv/threads.h"
 
 namespace qkv::nn {
 
-namespace detail {
-
-Tensor add(const Tensor& a, const Tensor& b, const char* fn) {
-  QKV_CHECK(a.shape() == b.shape(), fn << ": cannot add " << a.shape_string() << " and "
-                                       << b.shape_string());
-  Tensor x = contiguous_f32(a, fn, "a");
-  Tensor y = contiguous_f32(b, fn, "b");
-  Tensor out = Tensor::empty(a.shape());  // same shape as a
-  const float* px = x.data_as<float>();
-  const float* py = y.data_as<float>();
-  float* po = out.data_as<float>();
-  const std::int64_t n = out.numel();
-#pragma omp parallel for schedule(static) num_threads(num_threads())
-  for (std::int64_t i = 0; i < n; ++i) po[i] = px[i] + py[i];
-  return out;
-}
-
-void fill_uniform(Tensor& t, double bound, std::uint64_t seed) {
-  Rng rng(seed);
-  float* p = t.data_as<float>();
-  for (std::int64_t i = 0; i < t.numel(); ++i)
-    p[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
-}
-
-}  // namespace detail
-
 namespace {
 
-// One CPU engine for the process. oneDNN primitives may be executed from several threads
-// at once (oneDNN's documented thread-safety of execute()), so one cached primitive per
-// shape serves every caller.
-dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-// oneDNN (its OpenMP build) runs on OpenMP's thread count, which other libraries in the
-// process change: importing PyTorch sets it to the physical cores, 1 on a 2-vCPU machine,
-// and a BERT layer then ran at half speed. Within this scope, on this thread, OpenMP's
-// count is qkv's (threads.h); it is restored after. A primitive fixes its split of the
-// work when created, so the scope covers creation too, and the caches are keyed by the
-// count.
-class OmpThreadScope {
- public:
-  explicit OmpThreadScope(int threads) : before_(omp_get_max_threads()) {
-    if (threads != before_) omp_set_num_threads(threads);
-  }
-  ~OmpThreadScope() {
-    if (omp_get_max_threads() != before_) omp_set_num_threads(before_);
-  }
-  OmpThreadScope(const OmpThreadScope&) = delete;
-  OmpThreadScope& operator=(const OmpThreadScope&) = delete;
-
- private:
-  int before_;
-};
-
-// Runs one primitive on the CPU engine and waits for it: every oneDNN call of this file.
-void run(const dnnl::primitive& primitive, const std::unordered_map<int, dnnl::memory>& args) {
-  const OmpThreadScope threads(num_threads());
-  dnnl::stream stream(cpu_engine());
-  primitive.execute(stream, args);
-  stream.wait();
-}
-
-// Copies `from` into `to`, converting layout and type.
-void reorder(dnnl::memory from, dnnl::memory to) {
-  const OmpThreadScope threads(num_threads());  // around the primitive's creation too
-  run(dnnl::reorder(from, to), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
-}
+using detail::cpu_engine;
 
 // What a linear() primitive computes besides x·Wᵀ: bias, activation, residual.
 struct LinearKind {
@@ -122,23 +49,12 @@ WeightsKind weights_kind(DType packed) {
   return packed == DType::bf16 ? WeightsKind::packed_bf16 : WeightsKind::packed_f32;
 }
 
-// (M, K, N, kind, weights) -> the matmul primitive. oneDNN has its own primitive cache, but
-// creating the descriptors still costs microseconds per call; this skips that. Bounded:
-// cleared when it grows past kMaxCached shapes (decoding changes M every step otherwise).
-struct MatmulCache {
-  static constexpr std::size_t kMaxCached = 64;
-  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, LinearKind, WeightsKind, int>;  // .., threads
-  std::mutex mutex;
-  std::map<Key, Matmul> primitives;
-
-  Matmul get(std::int64_t M, std::int64_t K, std::int64_t N, const LinearKind& kind,
-             WeightsKind weights) {
-    std::lock_guard<std::mutex> lock(mutex);
-    const int threads = num_threads();
-    const Key key{M, K, N, kind, weights, threads};
-    auto it = primitives.find(key);
-    if (it != primitives.end()) return it->second;
-    const OmpThreadScope scope(threads);
+// (M, K, N, kind, weights) -> the matmul primitive.
+Matmul matmul(std::int64_t M, std::int64_t K, std::int64_t N, const LinearKind& kind,
+              WeightsKind weights) {
+  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, LinearKind, WeightsKind>;
+  static detail::PrimitiveCache<Key, Matmul> cache(64);
+  return cache.get({M, K, N, kind, weights}, [&] {
     using dt = dnnl::memory::data_type;
     const dt in = weights == WeightsKind::packed_bf16 ? dt::bf16 : dt::f32;
     const dnnl::memory::desc src({M, K}, in, dnnl::memory::dims{K, 1});
@@ -169,112 +85,11 @@ struct MatmulCache {
                                                                                << ")");
       throw;
     }
-    if (primitives.size() >= kMaxCached) primitives.clear();
-    return primitives.emplace(key, Matmul{dnnl::matmul(pd), pd.weights_desc()}).first->second;
-  }
-};
-
-MatmulCache& matmul_cache() {
-  static MatmulCache cache;
-  return cache;
-}
-
-// (M, N, K, trans_a, trans_b, accumulate) -> the matmul primitive, for detail::gemm.
-struct GemmCache {
-  static constexpr std::size_t kMaxCached = 256;
-  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, bool, bool, int>;  // .., threads
-  std::mutex mutex;
-  std::map<Key, dnnl::matmul> primitives;
-
-  dnnl::matmul get(std::int64_t M, std::int64_t N, std::int64_t K, bool trans_a, bool trans_b, bool accumulate) {
-    std::lock_guard<std::mutex> lock(mutex);
-    const int threads = num_threads();
-    const Key key{M, N, K, trans_a, trans_b, accumulate, threads};
-    auto it = primitives.find(key);
-    if (it != primitives.end()) return it->second;
-    const OmpThreadScope scope(threads);
-    using dt = dnnl::memory::data_type;
-    // A stored (M, K) row-major, or (K, M) when transposed; likewise B (K, N) or (N, K).
-    const dnnl::memory::desc a({M, K}, dt::f32,
-                               trans_a ? dnnl::memory::dims{1, M} : dnnl::memory::dims{K, 1});
-    const dnnl::memory::desc b({K, N}, dt::f32,
-                               trans_b ? dnnl::memory::dims{1, K} : dnnl::memory::dims{N, 1});
-    const dnnl::memory::desc c({M, N}, dt::f32, dnnl::memory::dims{N, 1});
-    dnnl::primitive_attr attr;
-    if (accumulate) {  // C = 1·C + A·B: oneDNN's sum post-op
-      dnnl::post_ops ops;
-      ops.append_sum(1.f);
-      attr.set_post_ops(ops);
-    }
-    const dnnl::matmul::desc desc(a, b, c);
-    const dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
-    if (primitives.size() >= kMaxCached) primitives.clear();
-    return primitives.emplace(key, dnnl::matmul(pd)).first->second;
-  }
-};
-
-// (rows, N, eps, scale, shift) -> oneDNN's inference layer normalization over the last
-// dimension of a (rows, N) row-major matrix.
-struct LayerNormCache {
-  static constexpr std::size_t kMaxCached = 64;
-  using Key = std::tuple<std::int64_t, std::int64_t, float, bool, bool, int>;  // .., threads
-  std::mutex mutex;
-  std::map<Key, dnnl::layer_normalization_forward> primitives;
-
-  dnnl::layer_normalization_forward get(std::int64_t rows, std::int64_t N, float eps,
-                                        bool scale, bool shift) {
-    std::lock_guard<std::mutex> lock(mutex);
-    const int threads = num_threads();
-    const Key key{rows, N, eps, scale, shift, threads};
-    auto it = primitives.find(key);
-    if (it != primitives.end()) return it->second;
-    const OmpThreadScope scope(threads);
-    const dnnl::memory::desc data({rows, N}, dnnl::memory::data_type::f32,
-                                  dnnl::memory::dims{N, 1});
-    auto flags = dnnl::normalization_flags::none;
-    if (scale) flags |= dnnl::normalization_flags::use_scale;
-    if (shift) flags |= dnnl::normalization_flags::use_shift;
-    const dnnl::layer_normalization_forward::desc desc(dnnl::prop_kind::forward_inference, data,
-                                                       eps, flags);
-    const dnnl::layer_normalization_forward::primitive_desc pd(desc, cpu_engine());
-    if (primitives.size() >= kMaxCached) primitives.clear();
-    return primitives.emplace(key, dnnl::layer_normalization_forward(pd)).first->second;
-  }
-};
-
-LayerNormCache& layer_norm_cache() {
-  static LayerNormCache cache;
-  return cache;
-}
-
-GemmCache& gemm_cache() {
-  static GemmCache cache;
-  return cache;
+    return Matmul{dnnl::matmul(pd), pd.weights_desc()};
+  });
 }
 
 }  // namespace
-
-namespace detail {
-
-void gemm(float* c, const float* a, const float* b, std::int64_t M, std::int64_t N,
-          std::int64_t K, bool trans_a, bool trans_b, bool accumulate) {
-  if (M == 0 || N == 0) return;
-  if (K == 0) {  // an empty sum
-    if (!accumulate) std::fill_n(c, M * N, 0.f);
-    return;
-  }
-  dnnl::matmul prim = gemm_cache().get(M, N, K, trans_a, trans_b, accumulate);
-  using dt = dnnl::memory::data_type;
-  dnnl::engine& engine = cpu_engine();
-  dnnl::memory a_mem({{M, K}, dt::f32, trans_a ? dnnl::memory::dims{1, M} : dnnl::memory::dims{K, 1}},
-                     engine, const_cast<float*>(a));
-  dnnl::memory b_mem({{K, N}, dt::f32, trans_b ? dnnl::memory::dims{1, K} : dnnl::memory::dims{N, 1}},
-                     engine, const_cast<float*>(b));
-  dnnl::memory c_mem({{M, N}, dt::f32, dnnl::memory::dims{N, 1}}, engine, c);
-  run(prim, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
-}
-
-}  // namespace detail
 
 struct PackedWeight::Impl {
   std::int64_t out_features = 0, in_features = 0;  // N, K
@@ -298,11 +113,11 @@ PackedWeight::PackedWeight(const Tensor& weight, DType dtype) {
   if (N > 0 && K > 0) {
     // The layout oneDNN picks does not depend on M for its brgemm kernels (checked for
     // M = 1 ... 4096); linear() re-lays the copy out per call should a shape want another.
-    impl->layout = matmul_cache().get(1, K, N, LinearKind{}, weights_kind(dtype)).weights;
+    impl->layout = matmul(1, K, N, LinearKind{}, weights_kind(dtype)).weights;
     impl->packed = dnnl::memory(impl->layout, cpu_engine());
     dnnl::memory plain({{K, N}, dnnl::memory::data_type::f32, dnnl::memory::dims{1, K}},
                        cpu_engine(), const_cast<void*>(w.data()));
-    reorder(plain, impl->packed);
+    detail::reorder(plain, impl->packed);
   }
   impl_ = std::move(impl);
 }
@@ -352,11 +167,12 @@ Tensor run_linear(const Tensor& x, std::int64_t N, std::int64_t K_w, const Tenso
     if (epilogue.activation == LinearActivation::relu) out = relu(out);
     if (epilogue.activation == LinearActivation::gelu_erf) out = gelu(out);
     if (epilogue.activation == LinearActivation::gelu_tanh) out = gelu(out, GeluApproximation::tanh);
-    return r.defined() ? detail::add(out, r, "linear") : out;
+    if (r.defined()) add_(out, r);
+    return out;
   }
   const LinearKind kind{b.defined(), epilogue.activation, r.defined()};
   const WeightsKind weights_as = packed ? weights_kind(packed->dtype) : WeightsKind::plain_f32;
-  Matmul mm = matmul_cache().get(M, K, N, kind, weights_as);
+  Matmul mm = matmul(M, K, N, kind, weights_as);
   using dt = dnnl::memory::data_type;
   dnnl::engine& engine = cpu_engine();
   dnnl::memory src({{M, K}, dt::f32, dnnl::memory::dims{K, 1}}, engine,
@@ -381,7 +197,7 @@ Tensor run_linear(const Tensor& x, std::int64_t N, std::int64_t K_w, const Tenso
     weights = packed->packed;
   } else {  // this shape wants another layout: re-lay the packed copy out for this call
     weights = dnnl::memory(mm.weights, engine);
-    reorder(packed->packed, weights);
+    detail::reorder(packed->packed, weights);
   }
   const dnnl::memory::desc rows({M, N}, dt::f32, dnnl::memory::dims{N, 1});
   std::unordered_map<int, dnnl::memory> args{
@@ -396,7 +212,7 @@ Tensor run_linear(const Tensor& x, std::int64_t N, std::int64_t K_w, const Tenso
     args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1,
                  dnnl::memory(rows, engine, const_cast<void*>(r.data())));
   }
-  run(mm.primitive, args);
+  detail::run(mm.primitive, args);
   return out;
 }
 
@@ -417,217 +233,101 @@ Tensor linear(const Tensor& x, const PackedWeight& weight, const Tensor& bias,
   return run_linear(x, impl.out_features, impl.in_features, Tensor(), &impl, bias, epilogue);
 }
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized, const Tensor& weight,
-                  const Tensor& bias, double eps) {
-  const auto k = static_cast<std::int64_t>(normalized.size());
-  QKV_CHECK(k >= 1 && x.dim() >= k, "layer_norm: x " << x.shape_string()
-                                                     << " must end in normalized_shape "
-                                                     << shape_to_string(normalized));
-  for (std::int64_t d = 0; d < k; ++d)
-    QKV_CHECK(x.size(x.dim() - k + d) == normalized[d],
-              "layer_norm: x " << x.shape_string() << " must end in normalized_shape "
-                               << shape_to_string(normalized));
-  QKV_CHECK(!weight.defined() || weight.shape() == normalized,
-            "layer_norm: weight must be " << shape_to_string(normalized) << ", got "
-                                          << weight.shape_string());
-  QKV_CHECK(!bias.defined() || bias.shape() == normalized,
-            "layer_norm: bias must be " << shape_to_string(normalized) << ", got "
-                                        << bias.shape_string());
-  QKV_CHECK(eps >= 0 && std::isfinite(eps), "layer_norm: eps must be finite and >= 0, got " << eps);
-  Tensor xc = detail::contiguous_f32(x, "layer_norm", "x");  // (..., N)
-  Tensor w = weight.defined() ? detail::contiguous_f32(weight, "layer_norm", "weight") : Tensor();
-  Tensor b = bias.defined() ? detail::contiguous_f32(bias, "layer_norm", "bias") : Tensor();
-  std::int64_t N = 1;
-  for (auto n : normalized) N *= n;
-  Tensor out = Tensor::empty(x.shape());  // (..., N)
-  if (out.numel() == 0) return out;
-  const std::int64_t rows = out.numel() / N;
-  dnnl::layer_normalization_forward prim =
-      layer_norm_cache().get(rows, N, static_cast<float>(eps), w.defined(), b.defined());
-  using dt = dnnl::memory::data_type;
-  dnnl::engine& engine = cpu_engine();
-  const dnnl::memory::desc data({rows, N}, dt::f32, dnnl::memory::dims{N, 1});
-  const dnnl::memory::desc param({N}, dt::f32, dnnl::memory::dims{1});
-  std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, dnnl::memory(data, engine, const_cast<void*>(xc.data()))},
-      {DNNL_ARG_DST, dnnl::memory(data, engine, out.data())}};
-  if (w.defined())
-    args.emplace(DNNL_ARG_SCALE, dnnl::memory(param, engine, const_cast<void*>(w.data())));
-  if (b.defined())
-    args.emplace(DNNL_ARG_SHIFT, dnnl::memory(param, engine, const_cast<void*>(b.data())));
-  run(prim, args);
-  return out;
-}
-
-Tensor gelu(const Tensor& x, GeluApproximation approximate) {
-  Tensor xc = detail::contiguous_f32(x, "gelu", "x");
-  Tensor out = Tensor::empty(x.shape());  // same shape as x
-  const float* px = xc.data_as<float>();
-  float* po = out.data_as<float>();
-  const std::int64_t n = out.numel();
-  // Elementwise, so splitting across threads changes no bit of the result.
-  if (approximate == GeluApproximation::none) {
-#pragma omp parallel for schedule(static) num_threads(num_threads())
-    for (std::int64_t i = 0; i < n; ++i)
-      po[i] = static_cast<float>(0.5 * px[i] * (1.0 + std::erf(px[i] * M_SQRT1_2)));
-  } else {
-    const double c = std::sqrt(2.0 / M_PI);
-#pragma omp parallel for schedule(static) num_threads(num_threads())
-    for (std::int64_t i = 0; i < n; ++i) {
-      const double v = px[i];
-      po[i] = static_cast<float>(0.5 * v * (1.0 + std::tanh(c * (v + 0.044715 * v * v * v))));
+// forward: y = x·Wᵀ + b
+Tensor linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, Tensor& dweight,
+                       Tensor* dbias) {
+  QKV_CHECK(weight.defined() && weight.dim() == 2, "linear_backward: weight must be (out, in)");
+  const std::int64_t N = weight.size(0), K = weight.size(1);
+  QKV_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == K,
+            "linear_backward: x must be (..., " << K << ")");
+  Shape dy_shape = x.shape();
+  dy_shape.back() = N;
+  QKV_CHECK(dy.defined() && dy.shape() == dy_shape,
+            "linear_backward: dy must be " << shape_to_string(dy_shape) << ", got "
+                                           << (dy.defined() ? dy.shape_string() : "undefined"));
+  detail::check_grad(dweight, weight.shape(), "linear_backward", "dweight");
+  const bool with_bias = dbias != nullptr && dbias->defined();
+  if (with_bias) detail::check_grad(*dbias, {N}, "linear_backward", "dbias");
+  Tensor g = detail::contiguous_f32(dy, "linear_backward", "dy");      // (M, N)
+  Tensor xc = detail::contiguous_f32(x, "linear_backward", "x");       // (M, K)
+  Tensor w = detail::contiguous_f32(weight, "linear_backward", "weight");  // (N, K)
+  const std::int64_t M = g.numel() / std::max<std::int64_t>(N, 1);
+  Tensor dx = Tensor::empty(x.shape());  // (..., K)
+  if (dx.numel() == 0) return dx;
+  const float* pg = g.data_as<float>();
+  // dx (M, K) = dy (M, N) · W (N, K)
+  detail::gemm(dx.data_as<float>(), pg, w.data_as<float>(), M, K, N, false, false, false);
+  // dW (N, K) += dyᵀ (N, M) · x (M, K)
+  detail::gemm(dweight.data_as<float>(), pg, xc.data_as<float>(), N, K, M, true, false, true);
+  if (with_bias) {
+    // db (N) += Σ_m dy[m]: each thread owns a range of columns, so the sum order is fixed.
+    float* pb = dbias->data_as<float>();
+    const int threads = static_cast<int>(std::min<std::int64_t>(num_threads(), (N + 15) / 16));
+#pragma omp parallel num_threads(std::max(threads, 1))
+    {
+      const int t = omp_get_thread_num(), T = omp_get_num_threads();
+      const std::int64_t n0 = N * t / T, n1 = N * (t + 1) / T;
+      for (std::int64_t m = 0; m < M; ++m)
+        for (std::int64_t n = n0; n < n1; ++n) pb[n] += pg[m * N + n];
     }
   }
-  return out;
-}
-
-Tensor relu(const Tensor& x) {
-  Tensor xc = detail::contiguous_f32(x, "relu", "x");
-  Tensor out = Tensor::empty(x.shape());  // same shape as x
-  const float* px = xc.data_as<float>();
-  float* po = out.data_as<float>();
-  // x > 0 ? x : 0 keeps NaN as torch does (std::max(x, 0) would give 0).
-  const std::int64_t n = out.numel();
-#pragma omp parallel for schedule(static) num_threads(num_threads())
-  for (std::int64_t i = 0; i < n; ++i) po[i] = px[i] < 0.f ? 0.f : px[i];
-  return out;
+  return dx;
 }
 
 // ---------------------------------------------------------------------------------------
 
-Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool with_bias,
-               std::uint64_t seed) {
-  QKV_CHECK(in_features >= 0 && out_features >= 0,
-            "Linear: in_features and out_features must be >= 0, got " << in_features << ", "
-                                                                      << out_features);
-  weight = Tensor::empty({out_features, in_features});
+Linear::Linear(std::int64_t in, std::int64_t out, bool with_bias, std::uint64_t seed) {
+  QKV_CHECK(in >= 0 && out >= 0,
+            "Linear: in_features and out_features must be >= 0, got " << in << ", " << out);
+  weight = Tensor::empty({out, in});
   // torch: kaiming_uniform_(a=√5) = U(±1/√in), bias U(±1/√in).
-  const double bound = in_features > 0 ? 1.0 / std::sqrt(static_cast<double>(in_features)) : 0.0;
+  const double bound = in > 0 ? 1.0 / std::sqrt(static_cast<double>(in)) : 0.0;
   detail::fill_uniform(weight, bound, seed);
   if (with_bias) {
-    bias = Tensor::empty({out_features});
+    bias = Tensor::empty({out});
     detail::fill_uniform(bias, bound, seed ^ 0x5bd1e995ull);
   }
 }
 
-Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); }
+std::int64_t Linear::in_features() const {
+  return weight.defined() ? weight.size(1) : packed.in_features();
+}
+std::int64_t Linear::out_features() const {
+  return weight.defined() ? weight.size(0) : packed.out_features();
+}
+
+void Linear::pack(DType dtype) {
+  QKV_CHECK(weight.defined(), "Linear::pack: the weight is undefined");
+  packed = PackedWeight(weight, dtype);
+}
+
+Tensor Linear::forward(const Tensor& x, const LinearEpilogue& epilogue, Record* record) const {
+  if (record == nullptr) {
+    if (packed.defined()) return linear(x, packed, bias, epilogue);
+    return linear(x, weight, bias, epilogue);
+  }
+  QKV_CHECK(epilogue.activation == LinearActivation::none,
+            "Linear: a forward that records for the backward takes no fused activation "
+            "(the backward needs the activation's input)");
+  QKV_CHECK(weight.defined(), "Linear: training needs the plain weight; this layer keeps only "
+                              "its packed copy");
+  record->x = detail::contiguous_f32(x, "Linear", "x");
+  return linear(record->x, weight, bias, epilogue);
+}
+
+// forward: y = x·Wᵀ + b
+Tensor Linear::backward(const Tensor& dy, const Record& record, Linear& grads) const {
+  QKV_CHECK(grads.bias.defined() == bias.defined(),
+            "Linear::backward: grads must be a Linear of the same shape, with a bias exactly "
+            "when this one has one");
+  return linear_backward(dy, record.x, weight, grads.weight,
+                         grads.bias.defined() ? &grads.bias : nullptr);
+}
 
 ParameterList Linear::parameters(const std::string& prefix) {
   ParameterList list{{prefix + "weight", &weight}};
   if (bias.defined()) list.emplace_back(prefix + "bias", &bias);
   return list;
-}
-
-Embedding::Embedding(std::int64_t num_embeddings, std::int64_t embedding_dim, std::uint64_t seed) {
-  QKV_CHECK(num_embeddings >= 0 && embedding_dim >= 0,
-            "Embedding: num_embeddings and embedding_dim must be >= 0, got "
-                << num_embeddings << ", " << embedding_dim);
-  weight = Tensor::empty({num_embeddings, embedding_dim});
-  Rng rng(seed);  // torch: N(0, 1)
-  float* p = weight.data_as<float>();
-  for (std::int64_t i = 0; i < weight.numel(); ++i) p[i] = static_cast<float>(rng.normal());
-}
-
-Tensor Embedding::forward(std::span<const std::int64_t> ids, const Shape& shape) const {
-  std::int64_t count = 1;
-  for (auto s : shape) {
-    QKV_CHECK(s >= 0, "Embedding: shape " << shape_to_string(shape) << " has a negative size");
-    count *= s;
-  }
-  QKV_CHECK(static_cast<std::int64_t>(ids.size()) == count,
-            "Embedding: ids has " << ids.size() << " entries, shape " << shape_to_string(shape)
-                                  << " needs " << count);
-  const std::int64_t V = weight.size(0), E = weight.size(1);
-  Tensor w = detail::contiguous_f32(weight, "Embedding", "weight");  // (V, E)
-  Shape out_shape = shape;
-  out_shape.push_back(E);
-  Tensor out = Tensor::empty(out_shape);  // (shape..., E)
-  float* po = out.data_as<float>();
-  for (std::int64_t i = 0; i < count; ++i) {
-    const std::int64_t id = ids[static_cast<std::size_t>(i)];
-    QKV_CHECK(id >= 0 && id < V, "Embedding: ids[" << i << "] = " << id
-                                                   << " is out of range [0, " << V << ")");
-    std::copy_n(w.data_as<float>() + id * E, E, po + i * E);
-  }
-  return out;
-}
-
-ParameterList Embedding::parameters(const std::string& prefix) {
-  return {{prefix + "weight", &weight}};
-}
-
-LearnedPositionalEmbedding::LearnedPositionalEmbedding(std::int64_t max_positions,
-                                                       std::int64_t dim, std::uint64_t seed)
-    : table(max_positions, dim, seed) {}
-
-Tensor LearnedPositionalEmbedding::forward(std::int64_t length, std::int64_t offset) const {
-  QKV_CHECK(length >= 0 && offset >= 0 && offset + length <= table.weight.size(0),
-            "LearnedPositionalEmbedding: positions [" << offset << ", " << offset + length
-                                                      << ") exceed max_positions "
-                                                      << table.weight.size(0));
-  std::vector<std::int64_t> ids(static_cast<std::size_t>(length));
-  for (std::int64_t i = 0; i < length; ++i) ids[static_cast<std::size_t>(i)] = offset + i;
-  return table.forward(ids, {length});
-}
-
-ParameterList LearnedPositionalEmbedding::parameters(const std::string& prefix) {
-  return table.parameters(prefix);
-}
-
-LayerNorm::LayerNorm(Shape shape, double eps_, bool elementwise_affine)
-    : normalized_shape(std::move(shape)), eps(eps_) {
-  QKV_CHECK(!normalized_shape.empty(), "LayerNorm: normalized_shape must not be empty");
-  if (elementwise_affine) {
-    weight = Tensor::full(normalized_shape, 1.f);
-    bias = Tensor::zeros(normalized_shape);
-  }
-}
-
-Tensor LayerNorm::forward(const Tensor& x) const {
-  return layer_norm(x, normalized_shape, weight, bias, eps);
-}
-
-ParameterList LayerNorm::parameters(const std::string& prefix) {
-  ParameterList list;
-  if (weight.defined()) list.emplace_back(prefix + "weight", &weight);
-  if (bias.defined()) list.emplace_back(prefix + "bias", &bias);
-  return list;
-}
-
-// ---------------------------------------------------------------------------------------
-
-void load_state_dict(const ParameterList& parameters, const StateDict& state, bool strict) {
-  std::set<std::string> used;
-  for (const auto& [name, param] : parameters) {
-    auto it = state.find(name);
-    QKV_CHECK(it != state.end(), "load_state_dict: missing parameter '" << name << "' of shape "
-                                                                       << param->shape_string());
-    const Tensor& src = it->second;
-    QKV_CHECK(src.defined(), "load_state_dict: parameter '" << name << "' is undefined");
-    QKV_CHECK_TYPE(src.dtype() != DType::boolean,
-                   "load_state_dict: parameter '" << name << "' must be floating, got bool");
-    QKV_CHECK(src.shape() == param->shape(),
-              "load_state_dict: parameter '" << name << "' must have shape "
-                                             << param->shape_string() << ", got "
-                                             << src.shape_string());
-    // A fresh allocation, so layers that were copied from one another (and so share
-    // storage) do not change together.
-    Tensor fresh = Tensor::empty(param->shape());
-    fresh.copy_from(src);
-    *param = fresh;
-    used.insert(name);
-  }
-  if (strict) {
-    for (const auto& [name, tensor] : state)
-      QKV_CHECK(used.count(name), "load_state_dict: unexpected entry '" << name
-                                                                        << "' matches no parameter");
-  }
-}
-
-StateDict state_dict(const ParameterList& parameters) {
-  StateDict state;
-  for (const auto& [name, param] : parameters) state.emplace(name, *param);
-  return state;
 }
 
 }  // namespace qkv::nn

@@ -1,5 +1,5 @@
-// Positional encodings: sinusoidal, RoPE, ALiBi slopes, and helpers to combine a table
-// with token embeddings.
+// Positional encodings: sinusoidal, RoPE (and its backward), ALiBi slopes, and helpers to
+// combine a table with token embeddings.
 
 #include <cmath>
 
@@ -113,7 +113,7 @@ Tensor add_positional(const Tensor& x, const Tensor& table) {
                                                     << table.shape_string());
   const std::int64_t B = x.size(0), L = x.size(1), D = x.size(2);
   Tensor t = table.slice(0, 0, L).unsqueeze(0).expand({B, L, D});  // (B, L, D), stride 0 on B
-  return detail::add(x, t, "add_positional");
+  return add(x, t);
 }
 
 Tensor concat_positional(const Tensor& x, const Tensor& table) {

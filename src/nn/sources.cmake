@@ -1,11 +1,20 @@
 # Sources of src/nn, appended to QKV_SOURCES (paths relative to the project root).
+# One file per module; each holds the module's forward and its backward.
 list(APPEND QKV_SOURCES
+  src/nn/onednn.cpp
+  src/nn/elementwise.cpp
   src/nn/linear.cpp
+  src/nn/layer_norm.cpp
+  src/nn/activation.cpp
+  src/nn/embedding.cpp
   src/nn/positional.cpp
-  src/nn/mha.cpp
-  src/nn/blocks.cpp
+  src/nn/state_dict.cpp
+  src/nn/kv_cache.cpp
+  src/nn/multihead_attention.cpp
+  src/nn/feed_forward.cpp
+  src/nn/encoder_layer.cpp
+  src/nn/decoder_layer.cpp
+  src/nn/transformer.cpp
   src/nn/vector_attention.cpp
-  src/nn/backward.cpp
-  src/nn/train_layers.cpp
   src/nn/train.cpp
 )

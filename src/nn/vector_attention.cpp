@@ -1,4 +1,5 @@
-// Vector attention (Point Transformer) with optional k-nearest-neighbour sets.
+// Vector attention (Point Transformer) with optional k-nearest-neighbour sets: one forward
+// (keeping its activations when given a record) and its backward.
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +7,6 @@
 #include <numeric>
 
 #include "nn/common.h"
-#include "qkv/nn_backward.h"
 
 namespace qkv::nn {
 
@@ -52,35 +52,19 @@ VectorAttention::VectorAttention(const VectorAttentionConfig& c, std::uint64_t s
 
 namespace {
 
-// Everything the forward computes before the softmax, kept for the backward.
-struct VectorAttentionActivations {
-  std::int64_t B = 0, N = 0, K = 0;
-  std::vector<std::int64_t> idx;  // (B, N, K) neighbour j of (b, i, t)
-  Tensor x;       // (B, N, C) contiguous f32
-  Tensor qkv;     // (B, N, 3C)
-  Tensor rel;     // (B, N, K, P): p_i − p_j
-  Tensor h0;      // (B, N, K, Hp) pos_mlp0(rel)
-  Tensor r0;      // relu(h0)
-  Tensor delta;   // (B, N, K, C) pos_mlp2(r0)
-  Tensor pre;     // (B, N, K, C): q_i − k_j + δ_ij
-  Tensor a0;      // (B, N, K, C·m) attn_mlp0(pre)
-  Tensor ra;      // relu(a0)
-  Tensor logits;  // (B, N, K, C) attn_mlp2(ra)
-};
-
-VectorAttentionActivations run_to_logits(const VectorAttention& va, const Tensor& x,
-                                         const Tensor& pos) {
+// Fills `a` with everything up to the softmax's logits.
+void run_to_logits(const VectorAttention& va, const Tensor& x, const Tensor& pos,
+                   VectorAttention::Record& a) {
   const std::int64_t C = va.config.dim, P = va.config.pos_dim;
   QKV_CHECK(x.defined() && x.dim() == 3 && x.size(2) == C,
             "VectorAttention: x must be (B, N, dim = " << C << "), got "
                 << (x.defined() ? x.shape_string() : std::string("undefined")));
-  VectorAttentionActivations a;
   const std::int64_t B = a.B = x.size(0), N = a.N = x.size(1);
   QKV_CHECK(pos.defined() && pos.dim() == 3 && pos.size(0) == B && pos.size(1) == N &&
                 pos.size(2) == P,
             "VectorAttention: pos must be (B = " << B << ", N = " << N << ", pos_dim = " << P
                 << "), got " << (pos.defined() ? pos.shape_string() : std::string("undefined")));
-  if (B == 0 || N == 0) return a;
+  if (B == 0 || N == 0) return;
   const std::int64_t K = a.K = va.config.num_neighbors > 0 ? std::min(va.config.num_neighbors, N) : N;
   if (K < N) {
     a.idx = nearest_neighbors(pos, K);
@@ -122,12 +106,11 @@ VectorAttentionActivations run_to_logits(const VectorAttention& va, const Tensor
   a.a0 = va.attn_mlp0.forward(a.pre);
   a.ra = relu(a.a0);
   a.logits = va.attn_mlp2.forward(a.ra);
-  return a;
 }
 
 // w (B, N, K, C): softmax over the K neighbours, per channel, of the logits (in double).
 // u (B, N, K, C) = v_j + δ_ij. out (B, N, C) = Σ_t w ⊙ u.
-void softmax_and_sum(const VectorAttentionActivations& a, std::int64_t C, float* w, float* u,
+void softmax_and_sum(const VectorAttention::Record& a, std::int64_t C, float* w, float* u,
                      float* out) {
   const std::int64_t B = a.B, N = a.N, K = a.K;
   const float* pq = a.qkv.data_as<float>();
@@ -165,8 +148,11 @@ void softmax_and_sum(const VectorAttentionActivations& a, std::int64_t C, float*
 
 }  // namespace
 
-Tensor VectorAttention::forward(const Tensor& x, const Tensor& pos) const {
-  const VectorAttentionActivations a = run_to_logits(*this, x, pos);
+Tensor VectorAttention::forward(const Tensor& x, const Tensor& pos, Record* record) const {
+  Record scratch;  // the activations, when nobody keeps them
+  Record& a = record ? *record : scratch;
+  a = Record();
+  run_to_logits(*this, x, pos, a);
   Tensor out = Tensor::zeros({a.B, a.N, config.dim});  // (B, N, C)
   if (a.B == 0 || a.N == 0) return out;
   softmax_and_sum(a, config.dim, nullptr, nullptr, out.data_as<float>());
@@ -175,17 +161,16 @@ Tensor VectorAttention::forward(const Tensor& x, const Tensor& pos) const {
 
 // forward: y_i = Σ_t w_it ⊙ u_it, w = softmax_t(attn_mlp(q_i − k_j + δ_ij)), u = v_j + δ_ij,
 //          δ = pos_mlp(p_i − p_j), q, k, v = to_qkv(x)
-Tensor vector_attention_backward(const Tensor& dy, const VectorAttention& layer, const Tensor& x,
-                                 const Tensor& pos, VectorAttention& grads) {
-  const VectorAttentionActivations a = run_to_logits(layer, x, pos);
+Tensor VectorAttention::backward(const Tensor& dy, const Record& a, VectorAttention& grads) const {
+  const VectorAttention& layer = *this;
   const std::int64_t B = a.B, N = a.N, K = a.K, C = layer.config.dim;
   QKV_CHECK(dy.defined() && dy.dim() == 3 && dy.size(0) == B && dy.size(1) == N && dy.size(2) == C,
-            "vector_attention_backward: dy must be (" << B << ", " << N << ", " << C << ")");
+            "VectorAttention::backward: dy must be (" << B << ", " << N << ", " << C << ")");
   Tensor dx = Tensor::zeros({B, N, C});
   if (B == 0 || N == 0) return dx;
   Tensor w = Tensor::empty({B, N, K, C}), u = Tensor::empty({B, N, K, C}), y = Tensor::empty({B, N, C});
   softmax_and_sum(a, C, w.data_as<float>(), u.data_as<float>(), y.data_as<float>());
-  Tensor g = detail::contiguous_f32(dy, "vector_attention_backward", "dy");
+  Tensor g = detail::contiguous_f32(dy, "VectorAttention::backward", "dy");
   const float* pg = g.data_as<float>();
   const float* pw = w.data_as<float>();
   const float* pu = u.data_as<float>();
@@ -208,7 +193,7 @@ Tensor vector_attention_backward(const Tensor& dy, const VectorAttention& layer,
   Tensor dpre = linear_backward(dra, a.pre, layer.attn_mlp0.weight,
                                 grads.attn_mlp0.weight, &grads.attn_mlp0.bias);
   // δ enters both pre and u
-  Tensor ddelta = detail::add(dpre, du, "vector_attention_backward");
+  Tensor ddelta = add(dpre, du);
   // δ = pos_mlp2(relu(pos_mlp0(rel))); rel = p_i − p_j is an input (no gradient returned)
   Tensor dr0 = linear_backward(ddelta, a.r0, layer.pos_mlp2.weight, grads.pos_mlp2.weight,
                                &grads.pos_mlp2.bias);

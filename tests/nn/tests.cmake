@@ -1,3 +1,15 @@
-# GoogleTest sources of tests/nn, appended to QKV_UNIT_TESTS (relative to tests/).
-list(APPEND QKV_UNIT_TESTS nn/test_nn.cpp)
-list(APPEND QKV_UNIT_TESTS nn/test_backward.cpp)
+# GoogleTest sources of tests/nn, appended to QKV_UNIT_TESTS (relative to tests/): one
+# file per module of src/nn, its forward and backward together.
+list(APPEND QKV_UNIT_TESTS
+  nn/test_elementwise.cpp
+  nn/test_linear.cpp
+  nn/test_layer_norm.cpp
+  nn/test_activation.cpp
+  nn/test_embedding.cpp
+  nn/test_positional.cpp
+  nn/test_multihead_attention.cpp
+  nn/test_feed_forward.cpp
+  nn/test_transformer.cpp
+  nn/test_vector_attention.cpp
+  nn/test_train.cpp
+)

@@ -1,0 +1,179 @@
+// Transformer blocks with torch.nn's semantics and parameter names:
+// FeedForward (torch's _ff_block), TransformerEncoderLayer, TransformerDecoderLayer and
+// Transformer (batch_first = True, dropout = 0: torch's eval mode). One forward each, for
+// inference, decoding and training (see qkv/nn/layers.h), and its backward.
+//
+// These compose every model qkv runs: BERT is a stack of post-norm encoder layers with
+// GELU, GPT-2 a stack of pre-norm causal encoder layers with GELU (tanh) and a KV cache,
+// the date translator a Transformer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qkv/nn/layers.h"
+#include "qkv/nn/multihead_attention.h"
+#include "qkv/tensor.h"
+
+namespace qkv::nn {
+
+enum class Activation { relu, gelu, gelu_tanh };  // gelu: erf form; gelu_tanh: tanh approximation
+
+struct TransformerLayerConfig {
+  std::int64_t d_model = 512;
+  std::int64_t nhead = 8;
+  std::int64_t dim_feedforward = 2048;
+  Activation activation = Activation::relu;
+  double layer_norm_eps = 1e-5;
+  bool norm_first = false;
+  bool bias = true;
+};
+
+// linear2(activation(linear1(x))) [+ residual].
+struct FeedForward {
+  Linear linear1;  // (F, E)
+  Linear linear2;  // (E, F)
+  Activation activation = Activation::relu;
+
+  struct Record {
+    Linear::Record linear1;  // x
+    Tensor hidden_pre;       // (..., F) linear1's output, before the activation
+    Linear::Record linear2;  // the activation's output (..., F)
+  };
+
+  FeedForward() = default;
+  FeedForward(std::int64_t d_model, std::int64_t dim_feedforward, Activation activation,
+              bool bias = true, std::uint64_t seed = 0);
+  void pack(DType dtype = DType::f32);  // both Linears (Linear::pack)
+  // (..., E) -> (..., E); + residual (same shape) when given, added inside linear2's
+  // product. Without a record the activation runs inside linear1's product too.
+  Tensor forward(const Tensor& x, const Tensor& residual = {}, Record* record = nullptr) const;
+  // -> dx (the residual's gradient is dy itself: the caller's)
+  Tensor backward(const Tensor& dy, const Record& record, FeedForward& grads) const;
+  ParameterList parameters(const std::string& prefix = "");  // linear1.*, linear2.*
+};
+
+struct TransformerEncoderLayer {
+  TransformerLayerConfig config;
+  MultiheadAttention self_attn;
+  FeedForward ff;  // state-dict names linear1.*, linear2.* (as torch)
+  LayerNorm norm1, norm2;
+
+  struct Record {
+    LayerNorm::Record norm1, norm2;
+    MultiheadAttention::Record self_attn;
+    FeedForward::Record ff;
+  };
+
+  TransformerEncoderLayer() = default;
+  explicit TransformerEncoderLayer(const TransformerLayerConfig& config, std::uint64_t seed = 0);
+  void pack(DType dtype = DType::f32);  // the attention's and feed-forward's Linears
+  //   norm_first:  x = x + sa(norm1(x));  y = x + ff(norm2(x))
+  //   otherwise:   x = norm1(x + sa(x));  y = norm2(x + ff(x))
+  // src (B, L, E) -> (B, L, E). cache: self-attention decoding (see MultiheadAttention);
+  // probs receives the self-attention probabilities (B, H, L, S).
+  Tensor forward(const Tensor& src, const AttentionMasks& masks = {}, KVCache* cache = nullptr,
+                 Tensor* probs = nullptr, Record* record = nullptr) const;
+  Tensor backward(const Tensor& dy, const Record& record, TransformerEncoderLayer& grads) const;
+  ParameterList parameters(const std::string& prefix = "");
+};
+
+struct TransformerDecoderLayer {
+  TransformerLayerConfig config;
+  MultiheadAttention self_attn;
+  MultiheadAttention multihead_attn;
+  FeedForward ff;
+  LayerNorm norm1, norm2, norm3;
+
+  struct Record {
+    LayerNorm::Record norm1, norm2, norm3;
+    MultiheadAttention::Record self_attn, cross_attn;
+    FeedForward::Record ff;
+  };
+  // Decoding: the self-attention keys and values so far, and the memory's projected
+  // keys and values (filled by the first step, reused after).
+  struct Cache {
+    KVCache self_attn;   // (B, H, capacity, D)
+    KVCache cross_attn;  // (B, H, S, D)
+  };
+  struct Gradients {
+    Tensor tgt;     // (B, T, E)
+    Tensor memory;  // (B, S, E)
+  };
+
+  TransformerDecoderLayer() = default;
+  explicit TransformerDecoderLayer(const TransformerLayerConfig& config, std::uint64_t seed = 0);
+  void pack(DType dtype = DType::f32);
+  Cache make_cache(std::int64_t batch, std::int64_t capacity, std::int64_t memory_length) const;
+  //   norm_first:  x = x + sa(norm1(x));  x = x + ca(norm2(x), mem);  y = x + ff(norm3(x))
+  //   otherwise:   x = norm1(x + sa(x));  x = norm2(x + ca(x, mem));  y = norm3(x + ff(x))
+  // tgt (B, T, E), memory (B, S, E) -> (B, T, E). self_probs (B, H, T, T'), cross_probs
+  // (B, H, T, S) receive the probabilities when given.
+  Tensor forward(const Tensor& tgt, const Tensor& memory, const AttentionMasks& tgt_masks = {},
+                 const AttentionMasks& memory_masks = {}, Cache* cache = nullptr,
+                 Tensor* self_probs = nullptr, Tensor* cross_probs = nullptr,
+                 Record* record = nullptr) const;
+  Gradients backward(const Tensor& dy, const Record& record, TransformerDecoderLayer& grads) const;
+  ParameterList parameters(const std::string& prefix = "");
+};
+
+struct TransformerConfig {
+  TransformerLayerConfig layer;
+  std::int64_t num_encoder_layers = 6;
+  std::int64_t num_decoder_layers = 6;
+};
+
+// Attention probabilities of a Transformer forward, per layer (for viewers).
+struct TransformerAttention {
+  std::vector<Tensor> encoder_self;  // (B, H, S, S)
+  std::vector<Tensor> decoder_self;  // (B, H, T, T)
+  std::vector<Tensor> cross;         // (B, H, T, S)
+};
+
+// Encoder and decoder stacks, each ending in a LayerNorm (encoder.norm, decoder.norm),
+// as torch.nn.Transformer builds them.
+struct Transformer {
+  TransformerConfig config;
+  std::vector<TransformerEncoderLayer> encoder_layers;  // encoder.layers.i
+  LayerNorm encoder_norm;                               // encoder.norm
+  std::vector<TransformerDecoderLayer> decoder_layers;  // decoder.layers.i
+  LayerNorm decoder_norm;                               // decoder.norm
+
+  struct Record {
+    std::vector<TransformerEncoderLayer::Record> encoder;
+    LayerNorm::Record encoder_norm;
+    std::vector<TransformerDecoderLayer::Record> decoder;
+    LayerNorm::Record decoder_norm;
+  };
+  using Cache = std::vector<TransformerDecoderLayer::Cache>;  // one per decoder layer
+  struct Gradients {
+    Tensor src;  // (B, S, E)
+    Tensor tgt;  // (B, T, E)
+  };
+
+  Transformer() = default;
+  explicit Transformer(const TransformerConfig& config, std::uint64_t seed = 0);
+  Cache make_cache(std::int64_t batch, std::int64_t capacity, std::int64_t memory_length) const;
+
+  // memory = encoder_norm(encoder layers(src)): src (B, S, E) -> (B, S, E). Fills
+  // record->encoder* and probs->encoder_self when given.
+  Tensor encode(const Tensor& src, const AttentionMasks& src_masks = {},
+                TransformerAttention* probs = nullptr, Record* record = nullptr) const;
+  // y = decoder_norm(decoder layers(tgt, memory)): tgt (B, T, E) -> (B, T, E). Fills
+  // record->decoder* and probs->decoder_self/cross when given; with a cache, decodes the T
+  // new positions (see TransformerDecoderLayer::Cache).
+  Tensor decode(const Tensor& tgt, const Tensor& memory, const AttentionMasks& tgt_masks = {},
+                const AttentionMasks& memory_masks = {}, Cache* cache = nullptr,
+                TransformerAttention* probs = nullptr, Record* record = nullptr) const;
+  // src (B, S, E), tgt (B, T, E) -> (B, T, E). memory_masks.attn_mask is torch's
+  // memory_mask, memory_masks.key_padding_mask its memory_key_padding_mask.
+  Tensor forward(const Tensor& src, const Tensor& tgt, const AttentionMasks& src_masks = {},
+                 const AttentionMasks& tgt_masks = {}, const AttentionMasks& memory_masks = {},
+                 TransformerAttention* probs = nullptr, Record* record = nullptr) const;
+  // dy (B, T, E) -> the gradients of src and tgt (record from forward()).
+  Gradients backward(const Tensor& dy, const Record& record, Transformer& grads) const;
+  ParameterList parameters(const std::string& prefix = "");
+};
+
+}  // namespace qkv::nn

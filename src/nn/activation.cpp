@@ -1,0 +1,109 @@
+// Activations and their backward passes: GELU (erf and tanh forms) and ReLU.
+// Elementwise, so splitting across threads changes no bit of a result.
+
+#include <cmath>
+
+#include "nn/common.h"
+#include "qkv/threads.h"
+
+namespace qkv::nn {
+
+Tensor gelu(const Tensor& x, GeluApproximation approximate) {
+  Tensor xc = detail::contiguous_f32(x, "gelu", "x");
+  Tensor out = Tensor::empty(x.shape());  // same shape as x
+  const float* px = xc.data_as<float>();
+  float* po = out.data_as<float>();
+  const std::int64_t n = out.numel();
+  if (approximate == GeluApproximation::none) {
+#pragma omp parallel for schedule(static) num_threads(num_threads())
+    for (std::int64_t i = 0; i < n; ++i)
+      po[i] = static_cast<float>(0.5 * px[i] * (1.0 + std::erf(px[i] * M_SQRT1_2)));
+  } else {
+    const double c = std::sqrt(2.0 / M_PI);
+#pragma omp parallel for schedule(static) num_threads(num_threads())
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double v = px[i];
+      po[i] = static_cast<float>(0.5 * v * (1.0 + std::tanh(c * (v + 0.044715 * v * v * v))));
+    }
+  }
+  return out;
+}
+
+Tensor relu(const Tensor& x) {
+  Tensor xc = detail::contiguous_f32(x, "relu", "x");
+  Tensor out = Tensor::empty(x.shape());  // same shape as x
+  const float* px = xc.data_as<float>();
+  float* po = out.data_as<float>();
+  // x > 0 ? x : 0 keeps NaN as torch does (std::max(x, 0) would give 0).
+  const std::int64_t n = out.numel();
+#pragma omp parallel for schedule(static) num_threads(num_threads())
+  for (std::int64_t i = 0; i < n; ++i) po[i] = px[i] < 0.f ? 0.f : px[i];
+  return out;
+}
+
+// forward (none): y = x·Φ(x)            -> dy/dx = Φ(x) + x·φ(x)
+// forward (tanh): y = ½x(1 + tanh(u)), u = c(x + a·x³)
+//                 -> dy/dx = ½(1 + tanh u) + ½x(1 − tanh² u)·c(1 + 3a·x²)
+Tensor gelu_backward(const Tensor& dy, const Tensor& x, GeluApproximation approximate) {
+  QKV_CHECK(dy.defined() && x.defined() && dy.shape() == x.shape(),
+            "gelu_backward: dy and x must have the same shape");
+  Tensor g = detail::contiguous_f32(dy, "gelu_backward", "dy");
+  Tensor xc = detail::contiguous_f32(x, "gelu_backward", "x");
+  Tensor dx = Tensor::empty(x.shape());
+  const float* pg = g.data_as<float>();
+  const float* px = xc.data_as<float>();
+  float* pd = dx.data_as<float>();
+  const std::int64_t n = dx.numel();
+  if (approximate == GeluApproximation::none) {
+    const double inv_sqrt_2pi = 0.5 * M_2_SQRTPI * M_SQRT1_2;
+#pragma omp parallel for schedule(static) num_threads(num_threads())
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double v = px[i];
+      const double cdf = 0.5 * (1.0 + std::erf(v * M_SQRT1_2));
+      const double pdf = inv_sqrt_2pi * std::exp(-0.5 * v * v);
+      pd[i] = static_cast<float>(pg[i] * (cdf + v * pdf));
+    }
+  } else {
+    const double c = std::sqrt(2.0 / M_PI), a = 0.044715;
+#pragma omp parallel for schedule(static) num_threads(num_threads())
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double v = px[i];
+      const double t = std::tanh(c * (v + a * v * v * v));
+      pd[i] = static_cast<float>(pg[i] * (0.5 * (1.0 + t) +
+                                          0.5 * v * (1.0 - t * t) * c * (1.0 + 3.0 * a * v * v)));
+    }
+  }
+  return dx;
+}
+
+namespace {
+
+// dx = dy·[x > 0], element-wise; dx may be dy (in place).
+void relu_mask(const float* dy, const float* x, float* dx, std::int64_t n) {
+#pragma omp parallel for schedule(static) num_threads(num_threads())
+  for (std::int64_t i = 0; i < n; ++i) dx[i] = x[i] > 0.f ? dy[i] : 0.f;
+}
+
+}  // namespace
+
+// forward: y = x > 0 ? x : 0
+Tensor relu_backward(const Tensor& dy, const Tensor& x) {
+  QKV_CHECK(dy.defined() && x.defined() && dy.shape() == x.shape(),
+            "relu_backward: dy and x must have the same shape");
+  Tensor g = detail::contiguous_f32(dy, "relu_backward", "dy");
+  Tensor xc = detail::contiguous_f32(x, "relu_backward", "x");
+  Tensor dx = Tensor::empty(x.shape());
+  relu_mask(g.data_as<float>(), xc.data_as<float>(), dx.data_as<float>(), dx.numel());
+  return dx;
+}
+
+void relu_backward_(Tensor& dy, const Tensor& x) {
+  QKV_CHECK(dy.defined() && x.defined() && dy.shape() == x.shape(),
+            "relu_backward_: dy and x must have the same shape");
+  QKV_CHECK(dy.dtype() == DType::f32 && dy.is_contiguous(),
+            "relu_backward_: dy must be contiguous f32 (it is overwritten)");
+  Tensor xc = detail::contiguous_f32(x, "relu_backward_", "x");
+  relu_mask(dy.data_as<float>(), xc.data_as<float>(), dy.data_as<float>(), dy.numel());
+}
+
+}  // namespace qkv::nn

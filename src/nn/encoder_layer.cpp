@@ -1,0 +1,87 @@
+// TransformerEncoderLayer (torch.nn's, batch-first, eval-mode dropout): one forward for
+// inference, KV-cache decoding and training, and its backward.
+
+#include "nn/common.h"
+
+namespace qkv::nn {
+
+namespace detail {
+
+MultiheadAttentionConfig attention_config(const TransformerLayerConfig& c) {
+  MultiheadAttentionConfig m;
+  m.embed_dim = c.d_model;
+  m.num_heads = c.nhead;
+  m.bias = c.bias;
+  return m;
+}
+
+}  // namespace detail
+
+TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerConfig& c,
+                                                 std::uint64_t seed)
+    : config(c),
+      self_attn(detail::attention_config(c), seed),
+      ff(c.d_model, c.dim_feedforward, c.activation, c.bias, seed + 10),
+      norm1({c.d_model}, c.layer_norm_eps),
+      norm2({c.d_model}, c.layer_norm_eps) {
+  QKV_CHECK(c.dim_feedforward >= 1, "TransformerEncoderLayer: dim_feedforward must be >= 1, got "
+                                        << c.dim_feedforward);
+}
+
+void TransformerEncoderLayer::pack(DType dtype) {
+  self_attn.pack(dtype);
+  ff.pack(dtype);
+}
+
+Tensor TransformerEncoderLayer::forward(const Tensor& src, const AttentionMasks& masks,
+                                        KVCache* cache, Tensor* probs, Record* record) const {
+  detail::check_batch_first(src, config.d_model, "TransformerEncoderLayer", "src");
+  Record* r = record;
+  // The residual adds run inside the output products (out_proj, linear2).
+  if (config.norm_first) {
+    // x1 = x + sa(norm1(x)); y = x1 + ff(norm2(x1))
+    const Tensor n1 = norm1.forward(src, r ? &r->norm1 : nullptr);
+    const Tensor x1 = self_attn.forward(n1, n1, n1, masks, src, cache, probs,
+                                        r ? &r->self_attn : nullptr);
+    const Tensor n2 = norm2.forward(x1, r ? &r->norm2 : nullptr);
+    return ff.forward(n2, x1, r ? &r->ff : nullptr);
+  }
+  // x1 = norm1(x + sa(x)); y = norm2(x1 + ff(x1))
+  const Tensor x1 = norm1.forward(
+      self_attn.forward(src, src, src, masks, src, cache, probs, r ? &r->self_attn : nullptr),
+      r ? &r->norm1 : nullptr);
+  return norm2.forward(ff.forward(x1, x1, r ? &r->ff : nullptr), r ? &r->norm2 : nullptr);
+}
+
+Tensor TransformerEncoderLayer::backward(const Tensor& dy, const Record& r,
+                                         TransformerEncoderLayer& g) const {
+  if (config.norm_first) {
+    // y = x1 + ff(norm2(x1))
+    Tensor dx1 = norm2.backward(ff.backward(dy, r.ff, g.ff), r.norm2, g.norm2);
+    add_(dx1, dy);
+    // x1 = x + sa(norm1(x))
+    Tensor dx = norm1.backward(self_attn.backward(dx1, r.self_attn, g.self_attn).query, r.norm1,
+                               g.norm1);
+    add_(dx, dx1);
+    return dx;
+  }
+  // y = norm2(x1 + ff(x1))
+  const Tensor ds2 = norm2.backward(dy, r.norm2, g.norm2);
+  Tensor dx1 = ff.backward(ds2, r.ff, g.ff);
+  add_(dx1, ds2);
+  // x1 = norm1(x + sa(x))
+  const Tensor ds1 = norm1.backward(dx1, r.norm1, g.norm1);
+  Tensor dx = self_attn.backward(ds1, r.self_attn, g.self_attn).query;
+  add_(dx, ds1);
+  return dx;
+}
+
+ParameterList TransformerEncoderLayer::parameters(const std::string& prefix) {
+  ParameterList list = self_attn.parameters(prefix + "self_attn.");
+  detail::append(list, ff.parameters(prefix));
+  detail::append(list, norm1.parameters(prefix + "norm1."));
+  detail::append(list, norm2.parameters(prefix + "norm2."));
+  return list;
+}
+
+}  // namespace qkv::nn

@@ -1,0 +1,68 @@
+// FeedForward: linear2(activation(linear1(x))) [+ residual], torch's _ff_block without
+// dropout, and its backward.
+
+#include "nn/common.h"
+
+namespace qkv::nn {
+
+namespace {
+
+LinearActivation fused(Activation a) {
+  switch (a) {
+    case Activation::relu: return LinearActivation::relu;
+    case Activation::gelu: return LinearActivation::gelu_erf;
+    case Activation::gelu_tanh: return LinearActivation::gelu_tanh;
+  }
+  throw Error("FeedForward: unknown activation");
+}
+
+Tensor activate(const Tensor& x, Activation a) {
+  if (a == Activation::relu) return relu(x);
+  return gelu(x, a == Activation::gelu ? GeluApproximation::none : GeluApproximation::tanh);
+}
+
+}  // namespace
+
+FeedForward::FeedForward(std::int64_t d_model, std::int64_t dim_feedforward, Activation act,
+                         bool bias, std::uint64_t seed)
+    : linear1(d_model, dim_feedforward, bias, seed),
+      linear2(dim_feedforward, d_model, bias, seed + 1),
+      activation(act) {}
+
+void FeedForward::pack(DType dtype) {
+  linear1.pack(dtype);
+  linear2.pack(dtype);
+}
+
+// forward: y = linear2(act(linear1(x))) + residual
+Tensor FeedForward::forward(const Tensor& x, const Tensor& residual, Record* record) const {
+  if (record == nullptr) {
+    // The activation and the residual run inside the products (oneDNN post-ops).
+    const Tensor h = linear1.forward(x, {fused(activation), Tensor()});          // (..., F)
+    return linear2.forward(h, {LinearActivation::none, residual});               // (..., E)
+  }
+  record->hidden_pre = linear1.forward(x, {}, &record->linear1);               // (..., F)
+  const Tensor h = activate(record->hidden_pre, activation);                   // (..., F)
+  return linear2.forward(h, {LinearActivation::none, residual}, &record->linear2);  // (..., E)
+}
+
+Tensor FeedForward::backward(const Tensor& dy, const Record& record, FeedForward& grads) const {
+  Tensor dh = linear2.backward(dy, record.linear2, grads.linear2);  // (..., F)
+  // relu' in place: dh is ours, and the pass is bound by memory traffic.
+  if (activation == Activation::relu) {
+    relu_backward_(dh, record.hidden_pre);
+  } else {
+    dh = gelu_backward(dh, record.hidden_pre, activation == Activation::gelu
+                                                  ? GeluApproximation::none
+                                                  : GeluApproximation::tanh);
+  }
+  return linear1.backward(dh, record.linear1, grads.linear1);  // (..., E)
+}
+
+ParameterList FeedForward::parameters(const std::string& prefix) {
+  ParameterList list = linear1.parameters(prefix + "linear1.");
+  detail::append(list, linear2.parameters(prefix + "linear2."));
+  return list;
+}
+
+}  // namespace qkv::nn

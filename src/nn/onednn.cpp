@@ -1,0 +1,71 @@
+// The oneDNN engine, primitive execution and the backward passes' gemm (onednn.h).
+
+#include "nn/onednn.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace qkv::nn::detail {
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+void run(const dnnl::primitive& primitive, const std::unordered_map<int, dnnl::memory>& args) {
+  const OmpThreadScope threads(num_threads());
+  dnnl::stream stream(cpu_engine());
+  primitive.execute(stream, args);
+  stream.wait();
+}
+
+void reorder(dnnl::memory from, dnnl::memory to) {
+  const OmpThreadScope threads(num_threads());  // around the primitive's creation too
+  run(dnnl::reorder(from, to), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+}
+
+namespace {
+
+using GemmKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, bool, bool>;  // M, N, K, trans_a, trans_b, accumulate
+
+// A stored (M, K) row-major, or (K, M) when transposed.
+dnnl::memory::desc a_desc(std::int64_t M, std::int64_t K, bool trans_a) {
+  return {{M, K}, dnnl::memory::data_type::f32,
+          trans_a ? dnnl::memory::dims{1, M} : dnnl::memory::dims{K, 1}};
+}
+// B stored (K, N) row-major, or (N, K) when transposed.
+dnnl::memory::desc b_desc(std::int64_t K, std::int64_t N, bool trans_b) {
+  return {{K, N}, dnnl::memory::data_type::f32,
+          trans_b ? dnnl::memory::dims{1, K} : dnnl::memory::dims{N, 1}};
+}
+dnnl::memory::desc c_desc(std::int64_t M, std::int64_t N) {
+  return {{M, N}, dnnl::memory::data_type::f32, dnnl::memory::dims{N, 1}};
+}
+
+}  // namespace
+
+void gemm(float* c, const float* a, const float* b, std::int64_t M, std::int64_t N,
+          std::int64_t K, bool trans_a, bool trans_b, bool accumulate) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // an empty sum
+    if (!accumulate) std::fill_n(c, M * N, 0.f);
+    return;
+  }
+  static PrimitiveCache<GemmKey, dnnl::matmul> cache(256);
+  const dnnl::matmul prim = cache.get({M, N, K, trans_a, trans_b, accumulate}, [&] {
+    dnnl::primitive_attr attr;
+    if (accumulate) {  // C = 1·C + A·B: oneDNN's sum post-op
+      dnnl::post_ops ops;
+      ops.append_sum(1.f);
+      attr.set_post_ops(ops);
+    }
+    const dnnl::matmul::desc desc(a_desc(M, K, trans_a), b_desc(K, N, trans_b), c_desc(M, N));
+    return dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, cpu_engine()));
+  });
+  dnnl::engine& engine = cpu_engine();
+  run(prim, {{DNNL_ARG_SRC, dnnl::memory(a_desc(M, K, trans_a), engine, const_cast<float*>(a))},
+             {DNNL_ARG_WEIGHTS, dnnl::memory(b_desc(K, N, trans_b), engine, const_cast<float*>(b))},
+             {DNNL_ARG_DST, dnnl::memory(c_desc(M, N), engine, c)}});
+}
+
+}  // namespace qkv::nn::detail

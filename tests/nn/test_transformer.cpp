@@ -1,0 +1,180 @@
+// The Transformer blocks (encoder and decoder layers, Transformer) against their
+// definitions composed from the tested pieces, cached decoding against the full decode,
+// and their backward passes against finite differences.
+
+#include "nn/check.h"
+
+namespace {
+
+using qkv::Shape;
+using qkv::Tensor;
+using namespace qkv::testing;  // nn::, train::, randn, expect_close, check_gradient, ...
+
+TEST(NnBlocks, EncoderLayerBothNormOrders) {
+  for (bool norm_first : {false, true})
+    for (auto act : {nn::Activation::relu, nn::Activation::gelu}) {
+      nn::TransformerLayerConfig c{16, 4, 32, act, 1e-5, norm_first, true};
+      nn::TransformerEncoderLayer layer(c, 3);
+      layer.norm1.weight = randn({16}, 1);
+      layer.norm2.bias = randn({16}, 2);
+      Tensor x = randn({2, 5, 16}, 4);
+      nn::AttentionMasks masks;
+      masks.is_causal = true;
+      Tensor got = layer.forward(x, masks);
+      auto sa = [&](const Tensor& t) { return layer.self_attn.forward(t, t, t, masks); };
+      // residual + linear2(act(linear1(t))), the activation and the residual as the
+      // products' epilogues (FeedForward's fused form).
+      auto ff_plus = [&](const Tensor& t, const Tensor& residual) {
+        const nn::LinearActivation a = act == nn::Activation::relu ? nn::LinearActivation::relu
+                                                                   : nn::LinearActivation::gelu_erf;
+        Tensor h = nn::linear(t, layer.ff.linear1.weight, layer.ff.linear1.bias, {a, Tensor()});
+        return nn::linear(h, layer.ff.linear2.weight, layer.ff.linear2.bias,
+                          {nn::LinearActivation::none, residual});
+      };
+      auto add = [](const Tensor& a, const Tensor& b) {
+        Tensor o = a.clone();
+        for (std::int64_t i = 0; i < o.numel(); ++i) o.data_as<float>()[i] += b.contiguous().data_as<float>()[i];
+        return o;
+      };
+      Tensor want;
+      if (norm_first) {
+        want = add(x, sa(layer.norm1.forward(x)));
+        want = ff_plus(layer.norm2.forward(want), want);
+      } else {
+        want = layer.norm1.forward(add(x, sa(x)));
+        want = layer.norm2.forward(ff_plus(want, want));
+      }
+      // The same operations in the same order (the attention's residual added inside
+      // out_proj's product, as a post-op on the same f32 value): bitwise equal.
+      EXPECT_EQ(got.to_vector(), want.to_vector()) << "norm_first=" << norm_first;
+    }
+}
+
+TEST(NnBlocks, TransformerParameterNamesAndLoad) {
+  nn::TransformerConfig c;
+  c.layer = {8, 2, 16, nn::Activation::relu, 1e-5, false, true};
+  c.num_encoder_layers = 2;
+  c.num_decoder_layers = 1;
+  nn::Transformer t(c, 1);
+  nn::StateDict sd = nn::state_dict(t);
+  for (const char* name : {"encoder.layers.0.self_attn.in_proj_weight", "encoder.layers.1.linear1.weight",
+                           "encoder.layers.1.norm2.bias", "encoder.norm.weight",
+                           "decoder.layers.0.multihead_attn.out_proj.bias",
+                           "decoder.layers.0.norm3.weight", "decoder.norm.bias"})
+    EXPECT_EQ(sd.count(name), 1u) << name;
+  // 2 encoder layers × 12 + 2 + 1 decoder layer × 18 + 2.
+  EXPECT_EQ(sd.size(), 2u * 12 + 2 + 18 + 2);
+  Tensor src = randn({2, 5, 8}, 1), tgt = randn({2, 3, 8}, 2);
+  Tensor out = t.forward(src, tgt);
+  ASSERT_EQ(out.shape(), (Shape{2, 3, 8}));
+  // Loading a state dict of another instance reproduces its output.
+  nn::Transformer other(c, 99);
+  nn::load_state_dict(other, sd);
+  EXPECT_EQ(other.forward(src, tgt).to_vector(), out.to_vector());
+  EXPECT_THROW(t.forward(src, randn({3, 3, 8}, 1)), qkv::Error);
+}
+
+class LayerBackward : public ::testing::TestWithParam<bool> {};  // norm_first
+
+
+TEST_P(LayerBackward, EncoderAndDecoderMatchFiniteDifferences) {
+  nn::TransformerLayerConfig c;
+  c.d_model = 8;
+  c.nhead = 2;
+  c.dim_feedforward = 12;
+  c.norm_first = GetParam();
+  c.activation = nn::Activation::gelu;
+  nn::TransformerEncoderLayer enc(c, 21), genc(c, 21);
+  nn::TransformerDecoderLayer dec(c, 22), gdec(c, 22);
+  train::zero_grad(genc.parameters());
+  train::zero_grad(gdec.parameters());
+  Tensor src = randn({2, 4, 8}, 23), tgt = randn({2, 3, 8}, 24);
+  Tensor w = randn({2, 3, 8}, 25);
+  nn::AttentionMasks causal;
+  causal.is_causal = true;
+  // loss = Σ dec(tgt, enc(src))∘w: the decoder's dmemory flows into the encoder.
+  nn::TransformerEncoderLayer::Record se;
+  nn::TransformerDecoderLayer::Record sd;
+  Tensor memory = enc.forward(src, {}, nullptr, nullptr, &se);
+  const Tensor y = dec.forward(tgt, memory, causal, {}, nullptr, nullptr, nullptr, &sd);
+  // The recording forwards are the inference forwards, up to the GELU: inference evaluates
+  // it inside linear1's product with oneDNN's polynomial (within 8u of each hidden value),
+  // carried through linear2's 12 terms and a LayerNorm.
+  std::vector<double> inference;
+  for (float f : dec.forward(tgt, enc.forward(src), causal, {}).to_vector()) inference.push_back(f);
+  expect_close(y, inference, 64 * 12 * kU * (1 + max_abs(inference)), "recording vs inference");
+  const nn::TransformerDecoderLayer::Gradients dd = dec.backward(w, sd, gdec);
+  Tensor dtgt = dd.tgt;
+  Tensor dsrc = enc.backward(dd.memory, se, genc);
+  auto loss = [&] { return dot(dec.forward(tgt, enc.forward(src), causal, {}), w); };
+  check_gradient(src, dsrc, loss, "dsrc");
+  check_gradient(tgt, dtgt, loss, "dtgt");
+  auto pe = enc.parameters(), ge = genc.parameters();
+  for (std::size_t i = 0; i < pe.size(); ++i)
+    check_gradient(*pe[i].second, *ge[i].second, loss, "encoder " + pe[i].first);
+  auto pd = dec.parameters(), gd = gdec.parameters();
+  for (std::size_t i = 0; i < pd.size(); ++i)
+    check_gradient(*pd[i].second, *gd[i].second, loss, "decoder " + pd[i].first);
+}
+
+// The whole Transformer: src and tgt gradients and every parameter's, through both stacks,
+// padding on the memory and causal decoder self-attention.
+TEST_P(LayerBackward, TransformerMatchesFiniteDifferences) {
+  nn::TransformerConfig c;
+  c.layer = {8, 2, 12, nn::Activation::gelu_tanh, 1e-5, GetParam(), true};
+  c.num_encoder_layers = 2;
+  c.num_decoder_layers = 1;
+  nn::Transformer t(c, 41), g(c, 41);
+  train::zero_grad(g.parameters());
+  Tensor src = randn({2, 4, 8}, 42), tgt = randn({2, 3, 8}, 43), w = randn({2, 3, 8}, 44);
+  nn::AttentionMasks src_masks, tgt_masks;
+  src_masks.key_lengths = {4, 2};
+  tgt_masks.is_causal = true;
+  nn::Transformer::Record record;
+  t.forward(src, tgt, src_masks, tgt_masks, src_masks, nullptr, &record);
+  const nn::Transformer::Gradients d = t.backward(w, record, g);
+  auto loss = [&] { return dot(t.forward(src, tgt, src_masks, tgt_masks, src_masks), w); };
+  check_gradient(src, d.src, loss, "dsrc");
+  check_gradient(tgt, d.tgt, loss, "dtgt");
+  auto p = t.parameters(), gp = g.parameters();
+  for (std::size_t i = 0; i < p.size(); ++i) check_gradient(*p[i].second, *gp[i].second, loss, p[i].first);
+}
+
+INSTANTIATE_TEST_SUITE_P(NormFirst, LayerBackward, ::testing::Bool());
+
+// Decoding with the decoder's caches, one position at a time, gives the full causal
+// decode's rows: the self-attention cache grows, the cross-attention cache is filled once.
+TEST(NnBlocks, TransformerCachedDecodingEqualsFullDecode) {
+  for (bool norm_first : {false, true}) {
+    nn::TransformerConfig c;
+    c.layer = {16, 4, 32, nn::Activation::relu, 1e-5, norm_first, true};
+    c.num_encoder_layers = 1;
+    c.num_decoder_layers = 2;
+    nn::Transformer t(c, 7);
+    const std::int64_t B = 2, S = 5, T = 6;
+    Tensor src = randn({B, S, 16}, 1), tgt = randn({B, T, 16}, 2);
+    nn::AttentionMasks src_masks, causal;
+    src_masks.key_lengths = {5, 3};
+    causal.is_causal = true;
+    const Tensor memory = t.encode(src, src_masks);
+    const Tensor full = t.decode(tgt, memory, causal, src_masks);  // (B, T, E)
+    nn::Transformer::Cache cache = t.make_cache(B, T, S);
+    std::vector<float> got(static_cast<std::size_t>(B * T * 16));
+    for (std::int64_t i = 0; i < T; ++i) {
+      const std::vector<float> step =
+          t.decode(tgt.slice(1, i, i + 1), memory, causal, src_masks, &cache).to_vector();  // (B, 1, E)
+      for (std::int64_t b = 0; b < B; ++b)
+        std::copy_n(step.begin() + b * 16, 16, got.begin() + (b * T + i) * 16);
+    }
+    EXPECT_EQ(cache[0].self_attn.length, T);
+    EXPECT_EQ(cache[1].cross_attn.length, S);
+    std::vector<double> want;
+    for (float f : full.to_vector()) want.push_back(f);
+    // Products over other row counts and the decode kernel's split of the keys: a few u
+    // per term of the E- and F-wide products, through two layers and three LayerNorms.
+    expect_close(got, want, std::vector<double>(want.size(), 256 * 32 * kU * (1 + max_abs(want))),
+                 "cached decode norm_first=" + std::to_string(norm_first));
+  }
+}
+
+}  // namespace
