@@ -6,27 +6,18 @@ Run after a build (it builds what is missing), with Debian's Python:
     /usr/bin/python3 scripts/bench_attention.py [--threads 2] [--quick] [--json FILE]
 
 What it does, in order:
-  1. Installs the peers when missing (as root, through apt-get; else it prints the line
-     to run): python3-torch, python3-onnx, nodejs + npm (Debian); ONNX Runtime through
-     `npm install --ignore-scripts onnxruntime-node@VERSION` into a cache directory outside
-     the source tree (~/.cache/qkv-bench/node, or $QKV_BENCH_CACHE/node), reused when it is
-     there. The package ships its CPU library (bin/napi-v*/linux/x64/
-     onnxruntime_binding.node + libonnxruntime.so.1): the install script only fetches
-     optional GPU binaries, so --ignore-scripts loses nothing; this is checked.
-     torch's BLAS: Debian's python3-torch calls whatever libblas.so.3 the system points
-     at, by default the netlib reference BLAS, which makes torch a straw man (4x slower
-     at L=2048 here). By default this script therefore runs torch on Debian's OpenBLAS
-     (libopenblas0-openmp, fetched with `apt-get download` and unpacked into the cache,
-     put first on LD_LIBRARY_PATH for this process only: nothing on the system changes).
-     --torch-blas system keeps the system's BLAS.
+  1. Installs the peers when missing (scripts/bench/peers.py says how): python3-torch
+     and python3-onnx (Debian), ONNX Runtime for Node.js (npm onnxruntime-node, into a
+     cache outside the source tree, ~/.cache/qkv-bench or $QKV_BENCH_CACHE). torch runs
+     on Debian's OpenBLAS, for this process only, unless --torch-blas system: on the
+     system's default reference BLAS it is a straw man (4x slower at L=2048 here).
   2. Measures the ceilings with build/bench/qkv_ceilings (f32 FMA peak, AVX512-BF16 and
      AMX peaks where present, memory read bandwidth). The host's ceilings drift within
-     minutes (memory reads 38-70 GB/s in one session), so each round of a case also
-     samples the ceiling that case is held against (qkv_ceilings --only: the f32 FMA peak
-     for f32 cases, vdpbf16ps for bf16, the read bandwidth over a buffer of the case's K+V
-     size for decode). qkv's rate in each round is divided by the sample taken right
-     after that round, and the % columns show the median of those percentages (a ratio
-     of two medians misreads a run whose ceiling shifts between rounds).
+     minutes, so each round of a case also samples the ceiling that case is held against
+     (the f32 FMA peak for f32 cases, vdpbf16ps for bf16, the read bandwidth over a
+     buffer of the case's K+V size for decode; scripts/bench/ceilings.py). qkv's rate in
+     each round is divided by the sample taken right after that round, and the % columns
+     show the median of those percentages.
   3. For each case, builds an ONNX graph of ONE com.microsoft MultiHeadAttention node
      (query/key/value as (B, L, H*D) float32, num_heads = H; causal through the node's
      `unidirectional` = 1 attribute, checked at start on a tiny problem, with an additive
@@ -75,7 +66,6 @@ Benchmarks only: nothing here asserts a time. A mismatch between engines is repo
 (and makes the exit status 1), never hidden.
 """
 import argparse
-import glob
 import json
 import math
 import os
@@ -85,15 +75,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUNNER = os.path.join(ROOT, "scripts", "bench", "ort_runner.js")
-CACHE = os.environ.get("QKV_BENCH_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "qkv-bench"))
-# onnxruntime-node 1.30.0 ships its linux-x64 CPU binding in the npm package itself
-# (checked after install); pinned so that runs are comparable.
-ORT_VERSION = "1.30.0"
-OPENBLAS_PACKAGE = "libopenblas0-openmp"
+from bench import ceilings, log, peers, report, rounds
+from bench.build import add_arguments as add_build_arguments, ensure_programs
+from bench.servers import OrtRunner, ProductsRunner
+
 MEMORY_TARGET_MIB = 64.0
 CAUSAL_EXPRESSIONS = {
     "unidirectional": "MultiHeadAttention attribute unidirectional=1",
@@ -101,175 +87,39 @@ CAUSAL_EXPRESSIONS = {
 }
 
 
-def log(message):
-    print(message, file=sys.stderr, flush=True)
+# --------------------------------------------------------------------------------------
+# Cases.
+
+def cases(quick):
+    # (name, B, H, Lq, Lk, D, causal, dtype, decode, softcap)
+    if quick:
+        return [
+            ("f32 L=512", 1, 12, 512, 512, 64, False, "f32", False, None),
+            ("f32 L=512 causal", 1, 12, 512, 512, 64, True, "f32", False, None),
+            ("bf16 L=512", 1, 12, 512, 512, 64, False, "bf16", False, None),
+            ("decode Lk=2048 H=32 D=128", 1, 32, 1, 2048, 128, False, "f32", True, None),
+        ]
+    return [
+        ("f32 L=2048", 1, 12, 2048, 2048, 64, False, "f32", False, None),
+        ("f32 L=2048 causal", 1, 12, 2048, 2048, 64, True, "f32", False, None),
+        ("f32 L=512", 1, 12, 512, 512, 64, False, "f32", False, None),
+        ("f32 L=512 causal", 1, 12, 512, 512, 64, True, "f32", False, None),
+        # Gemma 2's attention softcap (c = 50): ORT's MultiHeadAttention has none; torch
+        # computes it as its users write it, c·tanh(s/c) on the materialized scores.
+        ("f32 L=2048 softcap 50", 1, 12, 2048, 2048, 64, False, "f32", False, 50.0),
+        ("bf16 L=2048", 1, 12, 2048, 2048, 64, False, "bf16", False, None),
+        ("decode Lk=8192 H=32 D=128", 1, 32, 1, 8192, 128, False, "f32", True, None),
+        ("decode bf16 Lk=8192 H=32 D=128", 1, 32, 1, 8192, 128, False, "bf16", True, None),
+    ]
+
+
+def attention_flops(b, h, lq, lk, d, causal):
+    flops = 4.0 * b * h * lq * lk * d
+    return flops / 2 if causal and lq == lk else flops
 
 
 # --------------------------------------------------------------------------------------
-# Installing the peers.
-
-def run_quiet(cmd, **kwargs):
-    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
-
-
-def apt_install(packages, why):
-    line = "apt-get install -y " + " ".join(packages)
-    if os.geteuid() != 0:
-        sys.exit(f"bench_attention: {why} is missing; as root run: {line}")
-    log(f"installing {' '.join(packages)} ({why}) with apt-get")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    result = run_quiet(["apt-get", "install", "-y", *packages], env=env)
-    if result.returncode != 0:  # an old or empty package list: update once and retry
-        run_quiet(["apt-get", "update"], env=env)
-        result = run_quiet(["apt-get", "install", "-y", *packages], env=env)
-    if result.returncode != 0:
-        sys.exit(f"bench_attention: `{line}` failed:\n{result.stdout[-2000:]}")
-
-
-def ensure_python_peers(args):
-    missing = []
-    if not args.no_torch:
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            missing.append("python3-torch")
-    if not args.no_ort:
-        try:
-            import onnx  # noqa: F401
-        except ImportError:
-            missing.append("python3-onnx")
-    if missing:
-        apt_install(missing, "PyTorch / ONNX for Python")
-
-
-def ensure_node():
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        apt_install(["nodejs", "npm"], "Node.js and npm (to run ONNX Runtime)")
-
-
-def ort_binding_files(package_dir):
-    machine = {"x86_64": "x64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
-    pattern = os.path.join(package_dir, "bin", "napi-v*", "linux", machine)
-    found = {}
-    for directory in sorted(glob.glob(pattern)):
-        binding = os.path.join(directory, "onnxruntime_binding.node")
-        libs = glob.glob(os.path.join(directory, "libonnxruntime.so*"))
-        if os.path.isfile(binding) and libs:
-            found = {"binding": binding, "library": libs[0]}
-    return found
-
-
-def ensure_ort(version):
-    """onnxruntime-node in CACHE/node (installed with --ignore-scripts when absent).
-    Returns (node_modules directory, version)."""
-    ensure_node()
-    prefix = os.path.join(CACHE, "node")
-    package_dir = os.path.join(prefix, "node_modules", "onnxruntime-node")
-    manifest = os.path.join(package_dir, "package.json")
-    installed = None
-    if os.path.isfile(manifest):
-        with open(manifest) as f:
-            installed = json.load(f).get("version")
-    if installed != version:
-        os.makedirs(prefix, exist_ok=True)
-        if not os.path.isfile(os.path.join(prefix, "package.json")):
-            with open(os.path.join(prefix, "package.json"), "w") as f:
-                json.dump({"private": True, "description": "qkv benchmark peers (cache)"}, f)
-        log(f"installing onnxruntime-node@{version} into {prefix} (npm, --ignore-scripts)")
-        result = run_quiet(["npm", "install", "--prefix", prefix, "--ignore-scripts", "--no-audit",
-                            "--no-fund", f"onnxruntime-node@{version}"])
-        if result.returncode != 0:
-            sys.exit(f"bench_attention: npm install onnxruntime-node@{version} failed:\n{result.stdout[-2000:]}")
-        with open(manifest) as f:
-            installed = json.load(f).get("version")
-    files = ort_binding_files(package_dir)
-    if not files:
-        sys.exit(f"bench_attention: onnxruntime-node {installed} in {package_dir} has no native binding "
-                 f"for linux/{platform.machine()} (bin/napi-v*/linux/*/onnxruntime_binding.node and "
-                 "libonnxruntime.so*); this version needs its install script: pin another with --ort-version")
-    return os.path.join(prefix, "node_modules"), installed
-
-
-def ensure_openblas():
-    """Debian's OpenBLAS (OpenMP build) unpacked into the cache; returns the directory with
-    its libblas.so.3, or None when it cannot be had."""
-    root = os.path.join(CACHE, "openblas")
-    libdir = os.path.join(root, "root", "usr", "lib", "x86_64-linux-gnu", "openblas-openmp")
-    if os.path.isfile(os.path.join(libdir, "libblas.so.3")):
-        return libdir
-    os.makedirs(root, exist_ok=True)
-    log(f"fetching {OPENBLAS_PACKAGE} (apt-get download) into {root} for torch's BLAS")
-    result = run_quiet(["apt-get", "download", OPENBLAS_PACKAGE], cwd=root)
-    if result.returncode != 0 and os.geteuid() == 0:
-        run_quiet(["apt-get", "update"])
-        result = run_quiet(["apt-get", "download", OPENBLAS_PACKAGE], cwd=root)
-    debs = sorted(glob.glob(os.path.join(root, f"{OPENBLAS_PACKAGE}_*.deb")))
-    if result.returncode != 0 or not debs:
-        log(f"could not fetch {OPENBLAS_PACKAGE}; torch keeps the system BLAS:\n{result.stdout[-800:]}")
-        return None
-    result = run_quiet(["dpkg-deb", "-x", debs[-1], os.path.join(root, "root")])
-    if result.returncode != 0 or not os.path.isfile(os.path.join(libdir, "libblas.so.3")):
-        log(f"could not unpack {debs[-1]}; torch keeps the system BLAS:\n{result.stdout[-800:]}")
-        return None
-    return libdir
-
-
-def reexec_with_openblas(args):
-    """The dynamic linker reads LD_LIBRARY_PATH only at start: re-run the running script
-    (this one, bench_models.py or bench_training.py) with OpenBLAS first on it (once),
-    before torch is imported. args: torch_blas, no_torch, threads."""
-    if args.torch_blas != "openblas" or args.no_torch or os.environ.get("QKV_BENCH_REEXEC") == "1":
-        return
-    libdir = ensure_openblas()
-    if libdir is None:
-        return
-    env = dict(os.environ, QKV_BENCH_REEXEC="1", OPENBLAS_NUM_THREADS=str(args.threads))
-    env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
-    os.execve(sys.executable, [sys.executable, os.path.abspath(sys.argv[0]), *sys.argv[1:]], env)
-
-
-def loaded_blas():
-    """Which BLAS library this process has mapped (torch links libblas.so.3)."""
-    try:
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "blas" in line.split()[-1].rsplit("/", 1)[-1]}
-    except OSError:
-        return "unknown"
-    if any("openblas" in p for p in paths):
-        return "OpenBLAS (" + OPENBLAS_PACKAGE + ", this process only)"
-    if paths:
-        return "system libblas.so.3 (" + ", ".join(sorted(os.path.basename(p) for p in paths)) + ")"
-    return "none loaded"
-
-
-# --------------------------------------------------------------------------------------
-# Building qkv (only what is missing, unless --rebuild).
-
-def cmake_build(build_dir, targets, check=True):
-    """Configures build_dir (Release) when it has no CMakeCache.txt (a failure raises),
-    then builds `targets` (the benchmark scripts all build this way). check: a failed build
-    raises too, else -> whether it succeeded."""
-    if not os.path.isfile(os.path.join(build_dir, "CMakeCache.txt")):
-        subprocess.run(["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release"], check=True,
-                       stdout=sys.stderr)
-    built = subprocess.run(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2), "--target", *targets],
-                           check=check, stdout=sys.stderr)
-    return built.returncode == 0
-
-
-def ensure_build(build_dir, rebuild):
-    """The programs this script runs: (build/qkv, qkv_ceilings, qkv_bench_products)."""
-    cli = os.path.join(build_dir, "qkv")
-    ceilings = os.path.join(build_dir, "bench", "qkv_ceilings")
-    products = os.path.join(build_dir, "bench", "qkv_bench_products")
-    module = glob.glob(os.path.join(build_dir, "python", "qkv", "_qkv*.so"))
-    if rebuild or not (all(os.path.isfile(f) for f in (cli, ceilings, products)) and module):
-        cmake_build(build_dir, ["qkv_cli", "_qkv", "qkv_ceilings", "qkv_bench_products"])
-    return cli, ceilings, products
-
-
-# --------------------------------------------------------------------------------------
-# The ONNX graph.
+# The peers' attention: ONNX Runtime's MultiHeadAttention node, torch's softcap.
 
 def build_mha_model(path, b, h, lq, lk, d, causal, causal_mode):
     """One com.microsoft MultiHeadAttention node. Inputs query (b, lq, h*d), key and value
@@ -306,98 +156,11 @@ def build_mha_model(path, b, h, lq, lk, d, causal, causal_mode):
     return [name for name in node_inputs if name]
 
 
-class JsonLineServer:
-    """A child process that answers each line on its stdin with one JSON line, and stops
-    on "quit" (ort_runner.js --serve, build/bench/qkv_bench_models)."""
+def causal_bias(lq, lk):
+    import numpy as np
 
-    def __init__(self, name, cmd, env):
-        self.name = name
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=env)
-        self.hello = self._reply()
-        if not self.hello.get("ready"):
-            raise RuntimeError(f"{name} did not start: {self.hello}")
-
-    def _reply(self):
-        line = self.proc.stdout.readline()
-        if not line:
-            self.proc.wait()
-            raise RuntimeError(f"{self.name} exited ({self.proc.returncode}): "
-                               + self.proc.stderr.read().strip())
-        return json.loads(line)
-
-    def request(self, line):
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-        reply = self._reply()
-        if "error" in reply:
-            raise RuntimeError(f"{self.name}: {reply['error']}")
-        return reply
-
-    def close(self):
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.write("quit\n")
-                self.proc.stdin.flush()
-                self.proc.wait(timeout=30)
-            except (BrokenPipeError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
-
-
-def ort_env(node_modules):
-    """The environment of a node process running onnxruntime-node from node_modules."""
-    env = dict(os.environ, QKV_ORT_NODE_MODULES=node_modules)
-    env.pop("LD_LIBRARY_PATH", None)  # OpenBLAS is torch's business, not ORT's
-    return env
-
-
-class ProductsRunner(JsonLineServer):
-    """build/bench/qkv_bench_products in one shape: attention's two matrix products alone
-    in oneDNN (S = Q·Kᵀ written to memory, then S·V; no softmax)."""
-
-    def __init__(self, binary, heads, lq, lk, d, threads):
-        env = dict(os.environ)
-        env.pop("LD_LIBRARY_PATH", None)  # OpenBLAS is torch's business
-        super().__init__("qkv_bench_products",
-                         [binary, "--heads", str(heads), "--seq-q", str(lq), "--seq-k", str(lk), "--dim", str(d),
-                          "--threads", str(threads)], env)
-        self.impl = self.hello.get("impl")
-
-    def run(self):
-        return self.run_burst(1)[0]
-
-    def run_burst(self, count):
-        """count runs back to back: their times in seconds."""
-        reply = self.request(f"run {count}")
-        if not isinstance(reply.get("ms"), list) or len(reply["ms"]) != count:
-            raise RuntimeError(f"qkv_bench_products: {reply}")
-        return [ms / 1e3 for ms in reply["ms"]]
-
-
-class OrtRunner(JsonLineServer):
-    """scripts/bench/ort_runner.js in --serve mode on one model and its inputs."""
-
-    def __init__(self, node_modules, workdir, model, shapes, threads, warmup, tag="model"):
-        self.output = os.path.join(workdir, f"ort_output_{tag}.bin")
-        super().__init__("ort_runner",
-                         ["node", RUNNER, "--model", model, "--shapes", json.dumps(shapes), "--threads",
-                          str(threads), "--warmup", str(warmup), "--inputs", workdir, "--output",
-                          self.output, "--serve"], ort_env(node_modules))
-        self.version = self.hello.get("ort_version")
-
-    def run(self):
-        reply = self.request("run")
-        if "ms" not in reply:
-            raise RuntimeError(f"ort_runner: {reply}")
-        return reply["ms"] / 1e3
-
-    def run_burst(self, count):
-        """count runs back to back inside Node.js: their times in seconds."""
-        reply = self.request(f"run {count}")
-        if not isinstance(reply.get("ms"), list) or len(reply["ms"]) != count:
-            raise RuntimeError(f"ort_runner: {reply}")
-        return [ms / 1e3 for ms in reply["ms"]]
+    allowed = np.tril(np.ones((lq, lk), dtype=bool))
+    return np.where(allowed, 0.0, -np.inf).astype(np.float32).reshape(1, 1, lq, lk)
 
 
 def probe_ort_causal(node_modules, workdir, causal_mode):
@@ -425,37 +188,25 @@ def probe_ort_causal(node_modules, workdir, causal_mode):
     return err < 1e-5, f"row 0 vs value row 0: max |diff| {err:.2e}"
 
 
-def causal_bias(lq, lk):
-    import numpy as np
-
-    allowed = np.tril(np.ones((lq, lk), dtype=bool))
-    return np.where(allowed, 0.0, -np.inf).astype(np.float32).reshape(1, 1, lq, lk)
-
-
-# --------------------------------------------------------------------------------------
-# Cases.
-
-def cases(quick):
-    # (name, B, H, Lq, Lk, D, causal, dtype, decode, softcap)
-    if quick:
-        return [
-            ("f32 L=512", 1, 12, 512, 512, 64, False, "f32", False, None),
-            ("f32 L=512 causal", 1, 12, 512, 512, 64, True, "f32", False, None),
-            ("bf16 L=512", 1, 12, 512, 512, 64, False, "bf16", False, None),
-            ("decode Lk=2048 H=32 D=128", 1, 32, 1, 2048, 128, False, "f32", True, None),
-        ]
-    return [
-        ("f32 L=2048", 1, 12, 2048, 2048, 64, False, "f32", False, None),
-        ("f32 L=2048 causal", 1, 12, 2048, 2048, 64, True, "f32", False, None),
-        ("f32 L=512", 1, 12, 512, 512, 64, False, "f32", False, None),
-        ("f32 L=512 causal", 1, 12, 512, 512, 64, True, "f32", False, None),
-        # Gemma 2's attention softcap (c = 50): ORT's MultiHeadAttention has none; torch
-        # computes it as its users write it, c·tanh(s/c) on the materialized scores.
-        ("f32 L=2048 softcap 50", 1, 12, 2048, 2048, 64, False, "f32", False, 50.0),
-        ("bf16 L=2048", 1, 12, 2048, 2048, 64, False, "bf16", False, None),
-        ("decode Lk=8192 H=32 D=128", 1, 32, 1, 8192, 128, False, "f32", True, None),
-        ("decode bf16 Lk=8192 H=32 D=128", 1, 32, 1, 8192, 128, False, "bf16", True, None),
-    ]
+def choose_ort_causal(node_modules, ort_version, wanted_causal):
+    """Which causal expressions this ORT honours, probed on a tiny problem: the one the ORT
+    column uses, and the other one to time beside it where both were asked for."""
+    probe_dir = tempfile.mkdtemp(prefix="qkv-bench-probe-")
+    try:
+        wanted = ["unidirectional", "bias"] if wanted_causal == "both" else [wanted_causal]
+        honoured, probes = [], {}
+        for mode in ("unidirectional", "bias"):
+            if mode in wanted or not honoured:
+                ok, probes[mode] = probe_ort_causal(node_modules, probe_dir, mode)
+                if ok:
+                    honoured.append(mode)
+                else:
+                    log(f"ORT {ort_version}: causal via {mode} is not honoured ({probes[mode]})")
+    finally:
+        shutil.rmtree(probe_dir, ignore_errors=True)
+    usable = [m for m in wanted if m in honoured] or honoured or wanted[:1]
+    return {"node_modules": node_modules, "version": ort_version, "causal_mode": usable[0],
+            "extra_mode": usable[1] if len(usable) > 1 else None, "causal_probes": probes}
 
 
 def torch_softcapped_attention(q, k, v, softcap):
@@ -466,42 +217,22 @@ def torch_softcapped_attention(q, k, v, softcap):
     return torch.matmul(torch.softmax(softcap * torch.tanh(scores / softcap), dim=-1), v)
 
 
-def attention_flops(b, h, lq, lk, d, causal):
-    flops = 4.0 * b * h * lq * lk * d
-    return flops / 2 if causal and lq == lk else flops
+def probe_torch(threads):
+    """torch's version and BLAS, and whether 1.13's _scaled_dot_product_attention honours
+    is_causal (= a tril bool mask)."""
+    version, blas = peers.start_torch(threads)
+    import torch
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(0)
+    t = [torch.randn(1, 2, 9, 4, generator=g, dtype=torch.float64) for _ in range(3)]
+    by_flag = F._scaled_dot_product_attention(*t, None, 0.0, False, True)[0]
+    by_mask = F._scaled_dot_product_attention(*t, torch.ones(9, 9, dtype=torch.bool).tril(), 0.0, False, False)[0]
+    return {"version": version, "is_causal_ok": bool(torch.allclose(by_flag, by_mask)), "blas": blas}
 
 
-def max_abs_diff(a, b):
-    import numpy as np
-
-    a = np.asarray(a, dtype=np.float32)
-    b = np.asarray(b, dtype=np.float32)
-    if a.shape != b.shape:
-        return math.inf
-    return float(np.abs(a - b).max())
-
-
-def ceiling_kind(dtype, decode):
-    """The ceiling a case is held against: memory reads (decode), vdpbf16ps (bf16), f32 FMA."""
-    return "mem" if decode else "bf16" if dtype == "bf16" else "fma"
-
-
-def sample_ceiling(ceilings_bin, kind, threads, kv_bytes=None):
-    """One short measurement of a ceiling now, beside a case's runs: GFLOP/s or GB/s (best of
-    two runs), or None where the CPU lacks it."""
-    cmd = [ceilings_bin, "--only", kind, "--threads", str(threads), "--repeats", "2"]
-    if kind == "mem":
-        cmd += ["--mem-mib", str(max(64, round(kv_bytes / 2**20)))]
-    else:
-        cmd += ["--seconds", "0.05"]
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if done.returncode != 0:  # a qkv_ceilings built before --only (see --rebuild): no sample
-        return None
-    c = json.loads(done.stdout)
-    key, field = {"mem": ("mem_read", "gb_per_s"), "bf16": ("bf16_avx512_dpbf16ps", "gflops"),
-                  "fma": ("f32_fma", "gflops")}[kind]
-    return (c.get(key) or {}).get(field)
-
+# --------------------------------------------------------------------------------------
+# One case.
 
 def run_case(case, args, ort_info, torch_info, ceilings_bin, products_bin):
     import numpy as np
@@ -518,7 +249,7 @@ def run_case(case, args, ort_info, torch_info, ceilings_bin, products_bin):
         result["kv_bytes"] = 2.0 * b * h * lk * d * (4 if dtype == "f32" else 2)
 
     engines = {}  # name -> callable returning the output (as NumPy float32 for checking)
-    bursts = {}  # name -> callable(count) timing count runs back to back, where the engine times itself
+    bursts = {}  # name -> its burst (rounds.timed(engine) where the engine does not time itself)
     outputs = {}
     notes = []
     torch = None
@@ -564,7 +295,7 @@ def run_case(case, args, ort_info, torch_info, ceilings_bin, products_bin):
                 out = np.fromfile(runner.output, dtype=np.float32).reshape(b, lq, h, d).transpose(0, 2, 1, 3)
                 outputs[engine] = out
                 engines[engine] = runner.run
-                bursts[engine] = runner.run_burst
+                bursts[engine] = runner.run_burst  # timed inside Node.js around session.run
             for n in written:
                 os.remove(os.path.join(workdir, f"{n}.bin"))
         elif ort_info is not None:
@@ -609,43 +340,23 @@ def run_case(case, args, ort_info, torch_info, ceilings_bin, products_bin):
         result["max_abs_diff"] = {}
         result["mismatch"] = []
         for peer in [e for e in outputs if e != "qkv"]:
-            diff = max_abs_diff(outputs["qkv"], outputs[peer])
+            diff = report.max_abs_diff(outputs["qkv"], outputs[peer])
             result["max_abs_diff"][peer] = diff
             if not diff <= tolerance:
                 result["mismatch"].append(peer)
                 notes.append(f"MISMATCH: qkv vs {peer} max |diff| {diff:.3g} > {tolerance:g}")
         outputs.clear()
 
-        for _ in range(args.warmup):
-            for engine in engines.values():
-                engine()
-                time.sleep(args.gap)
-        def burst(engine, count):  # seconds of count runs back to back
-            if engine in bursts:
-                return bursts[engine](count)  # timed inside Node.js around session.run
-            seconds = []
-            for _ in range(count):
-                start = time.perf_counter()
-                out = engines[engine]()
-                seconds.append(time.perf_counter() - start)
-                del out
-            return seconds
-
         # Per round and engine: its first run after the gap (idle: its threads asleep) and
-        # the median of --back-to-back runs right after it (warm, as inside a model).
-        idle = {engine: [] for engine in engines}
-        warm = {engine: [] for engine in engines}
-        kind = ceiling_kind(dtype, decode)
-        samples = []  # the case's ceiling sampled after each round (None: no sample)
-        for _ in range(args.repeats):  # interleaved rounds
-            for engine in engines:
-                seconds = burst(engine, 1 + args.back_to_back)
-                idle[engine].append(seconds[0])
-                if args.back_to_back:
-                    warm[engine].append(statistics.median(seconds[1:]))
-                time.sleep(args.gap)
-            samples.append(sample_ceiling(ceilings_bin, kind, args.threads, result.get("kv_bytes")))
-            time.sleep(args.gap)
+        # the median of --back-to-back runs right after it (warm, as inside a model); after
+        # each round, a sample of the ceiling this case is held against.
+        kind = ceilings.kind_for(dtype, decode)
+        samples = []  # None where the CPU lacks that ceiling
+        idle, warm = rounds.interleaved(
+            {engine: bursts.get(engine) or rounds.timed(call) for engine, call in engines.items()},
+            args.repeats, args.warmup, args.gap, args.back_to_back,
+            after_round=lambda: samples.append(
+                ceilings.sample(ceilings_bin, kind, args.threads, result.get("kv_bytes"))))
         measured = [x for x in samples if x is not None]
         if measured:
             result["round_ceiling"] = {"kind": kind, "samples": measured, "median": statistics.median(measured)}
@@ -658,17 +369,12 @@ def run_case(case, args, ort_info, torch_info, ceilings_bin, products_bin):
             if decode:
                 result["kv_gb_per_s" + key] = {e: result["kv_bytes"] / (ms * 1e6)
                                                for e, ms in result["ms" + key].items()}
-            # qkv's rate in each round over the ceiling sampled right after that round, then
-            # the median: the host's ceilings can shift within a case (memory reads from
-            # ~41 to ~70 GB/s between two rounds of one run), and a ratio of two medians
-            # taken on either side of such a shift reads far too low (54% against 69%
-            # paired, that run).
             work = result["kv_bytes"] if decode else result["flops"]
             pct = {}
             for e, ts in times.items():
-                paired = [100 * work / (t * 1e9) / x for t, x in zip(ts, samples) if x]
+                paired = ceilings.paired(work, ts, samples)
                 if paired:
-                    pct[e] = {"median": statistics.median(paired), "min": min(paired), "max": max(paired)}
+                    pct[e] = paired
             if pct:
                 result["pct_of_ceiling" + key] = {"kind": kind, "engines": pct}
     finally:
@@ -679,13 +385,7 @@ def run_case(case, args, ort_info, torch_info, ceilings_bin, products_bin):
 
 
 # --------------------------------------------------------------------------------------
-# Reporting.
-
-def cell(x, spec, suffix=""):
-    """x formatted by spec (e.g. '9.2f') plus suffix; '-' in the same width when absent."""
-    width = int(spec.split(".")[0]) + len(suffix)
-    return "-".rjust(width) if x is None else (format(x, spec) + suffix).rjust(width)
-
+# The tables.
 
 def case_ceilings(r, peak, bf16_peak, bandwidth):
     """(f32 FMA peak, read bandwidth, vdpbf16ps peak) to hold case r against: the median of
@@ -717,11 +417,12 @@ def pct_of_ceilings(r, key, peak, bf16_peak, bandwidth, engine="qkv"):
     return pct["fma"], pct["mem"], pct["bf16"]
 
 
-def print_table(results, ceilings, key=""):
+def print_table(results, measured_ceilings, key=""):
     """One table of the results' medians: after idle (key "") or back to back (key "_warm")."""
-    peak = (ceilings.get("f32_fma") or {}).get("gflops")
-    bf16_peak = (ceilings.get("bf16_avx512_dpbf16ps") or {}).get("gflops")
-    bandwidth = (ceilings.get("mem_read") or {}).get("gb_per_s")
+    cell = report.cell
+    peak = (measured_ceilings.get("f32_fma") or {}).get("gflops")
+    bf16_peak = (measured_ceilings.get("bf16_avx512_dpbf16ps") or {}).get("gflops")
+    bandwidth = (measured_ceilings.get("mem_read") or {}).get("gb_per_s")
     header = (f"{'case':<27}{'qkv ms':>9}{'ORT ms':>9}{'torch ms':>10}{'qkv GF/s':>10}{'ORT GF/s':>10}"
               f"{'torch GF/s':>11}{'qkv/ORT':>9}{'qkv/torch':>10}{'%f32 pk':>9}{'%mem BW':>9}"
               f"{'|Δ| ORT':>10}{'|Δ| torch':>10}")
@@ -772,25 +473,14 @@ def print_table(results, ceilings, key=""):
                   f"({bf16_peak_r:.0f} GFLOP/s)")
 
 
-def ceilings_line(c):
-    def g(key, field="gflops"):
-        entry = c.get(key)
-        return None if not entry else entry.get(field)
-
-    parts = []
-    if g("f32_fma"):
-        parts.append(f"f32 FMA {c['f32_fma']['isa']} {g('f32_fma'):.0f} GFLOP/s (median {g('f32_fma', 'gflops_median'):.0f})"
-                     + (f", 1 thread {g('f32_fma_1_thread'):.0f}" if g("f32_fma_1_thread") else "")
-                     + (f", avx2 {g('f32_fma_avx2'):.0f}" if g("f32_fma_avx2") and c["f32_fma"]["isa"] != "avx2" else ""))
-    parts.append(f"AVX512-BF16 {g('bf16_avx512_dpbf16ps'):.0f} GFLOP/s (median {g('bf16_avx512_dpbf16ps', 'gflops_median'):.0f})"
-                 if g("bf16_avx512_dpbf16ps")
-                 else "AVX512-BF16 n/a")
-    parts.append(f"AMX bf16 {g('bf16_amx'):.0f} GFLOP/s" if g("bf16_amx")
-                 else f"AMX bf16 n/a ({c.get('bf16_amx_reason', 'not measured')})")
-    if g("mem_read", "gb_per_s"):
-        parts.append(f"memory read {g('mem_read', 'gb_per_s'):.1f} GB/s (median {g('mem_read', 'gb_per_s_median'):.1f}; "
-                     f"{c['mem_read']['buffer_mib']} MiB buffer)")
-    return "; ".join(parts)
+def measure_memory(cli, threads):
+    """qkv bench at L=65536: the peak RSS beyond the baseline and q, k, v and the output."""
+    out = subprocess.run([cli, "bench", "--batch", "1", "--heads", "1", "--seq", "65536", "--dim", "64",
+                          "--repeats", "1", "--warmup", "0", "--threads", str(threads), "--json"],
+                         check=True, stdout=subprocess.PIPE, text=True).stdout
+    memory = json.loads(out)
+    memory["beyond_io_mib"] = memory["peak_rss_mib"] - memory["baseline_rss_mib"] - memory["io_mib"]
+    return memory
 
 
 # --------------------------------------------------------------------------------------
@@ -804,15 +494,12 @@ def main():
     parser.add_argument("--warmup", type=int, default=None, help="warm-up runs per engine (default 2, --quick 1)")
     parser.add_argument("--quick", action="store_true", help="smaller shapes, fewer runs, shorter ceilings")
     parser.add_argument("--json", metavar="FILE", help="also write every number to FILE")
-    parser.add_argument("--build-dir", default=os.path.join(ROOT, "build"), help="the CMake build (default build/)")
-    parser.add_argument("--rebuild", action="store_true", help="run cmake --build first even if the binaries exist")
-    parser.add_argument("--ort-version", default=ORT_VERSION, help=f"onnxruntime-node version (default {ORT_VERSION})")
+    add_build_arguments(parser)
+    peers.add_arguments(parser)
     parser.add_argument("--ort-causal", choices=("unidirectional", "bias", "both"), default="both",
                         help="how the ORT graph expresses causal: the MHA attribute unidirectional=1, an additive "
                              "attention_bias input, or both (default: the ORT column is unidirectional, the bias "
                              "graph is timed beside it and reported in a note)")
-    parser.add_argument("--torch-blas", choices=("openblas", "system"), default="openblas",
-                        help="BLAS under torch: Debian's OpenBLAS for this process (default) or the system's")
     parser.add_argument("--gap", type=float, default=0.05,
                         help="seconds of idle between two engines' turns (default 0.05: ONNX Runtime's threads spin "
                              "for about 30 ms after a run)")
@@ -820,8 +507,6 @@ def main():
                         help="runs each engine makes right after its first run in a turn, timed as 'back to back' "
                              "(default 3; 0: only the runs after idle)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime out")
-    parser.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
     parser.add_argument("--no-products", action="store_true",
                         help="leave out oneDNN's two products alone (the matrix-product reference)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory run")
@@ -837,59 +522,27 @@ def main():
         parser.error("--repeats must be >= 1, and --warmup, --back-to-back and --gap >= 0")
     build_dir = os.path.abspath(args.build_dir)
 
-    ensure_python_peers(args)
-    reexec_with_openblas(args)  # does not return when it re-runs the script
+    peers.ensure_python_peers(args)
+    peers.reexec_with_openblas(args)  # does not return when it re-runs the script
     ort_modules = ort_version = None
     if not args.no_ort:
-        ort_modules, ort_version = ensure_ort(args.ort_version)
-    cli, ceilings_bin, products_bin = ensure_build(build_dir, args.rebuild)
-    if args.no_products:
-        products_bin = None
+        ort_modules, ort_version = peers.ensure_ort(args.ort_version)
+    programs = ensure_programs(build_dir, {"qkv_cli": "qkv", "_qkv": "python/qkv/_qkv*.so",
+                                           "qkv_ceilings": "bench/qkv_ceilings",
+                                           "qkv_bench_products": "bench/qkv_bench_products"}, args.rebuild)
+    ceilings_bin = programs["qkv_ceilings"]
+    products_bin = None if args.no_products else programs["qkv_bench_products"]
 
     sys.path.insert(0, os.path.join(build_dir, "python"))
     import numpy as np
     import qkv
 
     qkv.set_num_threads(args.threads)
-    torch_info = None
-    if not args.no_torch:
-        import torch
-        import torch.nn.functional as F
-
-        torch.set_num_threads(args.threads)
-        # 1.13's _scaled_dot_product_attention: is is_causal honoured (= tril bool mask)?
-        g = torch.Generator().manual_seed(0)
-        t = [torch.randn(1, 2, 9, 4, generator=g, dtype=torch.float64) for _ in range(3)]
-        by_flag = F._scaled_dot_product_attention(*t, None, 0.0, False, True)[0]
-        by_mask = F._scaled_dot_product_attention(*t, torch.ones(9, 9, dtype=torch.bool).tril(), 0.0, False, False)[0]
-        torch_info = {"version": torch.__version__, "is_causal_ok": bool(torch.allclose(by_flag, by_mask)),
-                      "blas": loaded_blas()}
-
-    ort_info = None
-    if not args.no_ort:
-        probe_dir = tempfile.mkdtemp(prefix="qkv-bench-probe-")
-        try:
-            wanted = ["unidirectional", "bias"] if args.ort_causal == "both" else [args.ort_causal]
-            honoured, probes = [], {}
-            for mode in ("unidirectional", "bias"):
-                if mode in wanted or not honoured:
-                    ok, probes[mode] = probe_ort_causal(ort_modules, probe_dir, mode)
-                    if ok:
-                        honoured.append(mode)
-                    else:
-                        log(f"ORT {ort_version}: causal via {mode} is not honoured ({probes[mode]})")
-        finally:
-            shutil.rmtree(probe_dir, ignore_errors=True)
-        usable = [m for m in wanted if m in honoured] or honoured or wanted[:1]
-        ort_info = {"node_modules": ort_modules, "version": ort_version, "causal_mode": usable[0],
-                    "extra_mode": usable[1] if len(usable) > 1 else None, "causal_probes": probes}
+    torch_info = None if args.no_torch else probe_torch(args.threads)
+    ort_info = None if args.no_ort else choose_ort_causal(ort_modules, ort_version, args.ort_causal)
 
     log("measuring the ceilings (qkv_ceilings)")
-    ceiling_args = ["--threads", str(args.threads)]
-    if args.quick:
-        ceiling_args += ["--repeats", "3", "--seconds", "0.1"]
-    ceilings = json.loads(subprocess.run([ceilings_bin, *ceiling_args], check=True, stdout=subprocess.PIPE,
-                                         text=True).stdout)
+    measured_ceilings = ceilings.measure(ceilings_bin, args.threads, args.quick)
 
     results, all_notes = [], []
     for case in cases(args.quick):
@@ -903,40 +556,31 @@ def main():
     memory = None
     if not args.no_memory:
         log("peak memory: qkv bench --seq 65536")
-        out = subprocess.run([cli, "bench", "--batch", "1", "--heads", "1", "--seq", "65536", "--dim", "64",
-                              "--repeats", "1", "--warmup", "0", "--threads", str(args.threads), "--json"],
-                             check=True, stdout=subprocess.PIPE, text=True).stdout
-        memory = json.loads(out)
-        memory["beyond_io_mib"] = memory["peak_rss_mib"] - memory["baseline_rss_mib"] - memory["io_mib"]
+        memory = measure_memory(programs["qkv_cli"], args.threads)
 
-    node_version = subprocess.run(["node", "--version"], stdout=subprocess.PIPE, text=True).stdout.strip() \
-        if shutil.which("node") else None
-    git = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True).stdout.strip() if shutil.which("git") else ""
     machine = {
-        "cpu": qkv.cpu_summary(), "threads": args.threads, "qkv": qkv.__version__, "qkv_git": git or None,
+        "cpu": qkv.cpu_summary(), "threads": args.threads, "qkv": qkv.__version__, "qkv_git": report.git_describe(),
         "torch": torch_info["version"] if torch_info else None,
         "torch_blas": torch_info["blas"] if torch_info else None,
         "torch_causal": ("is_causal=True" if torch_info["is_causal_ok"] else "bool tril mask") if torch_info else None,
-        "onnxruntime_node": ort_version, "node": node_version, "numpy": np.__version__,
+        "onnxruntime_node": ort_version, "node": report.node_version(), "numpy": np.__version__,
         "ort_causal": CAUSAL_EXPRESSIONS[ort_info["causal_mode"]] if ort_info else None,
         "python": platform.python_version(),
     }
-    where = f"{machine['qkv_git']}, {build_dir}" if machine["qkv_git"] else build_dir
-    print(f"qkv {machine['qkv']} ({where}); torch {machine['torch']} ({machine['torch_blas']}); "
-          f"onnxruntime-node {machine['onnxruntime_node']} (node {machine['node']}); threads {args.threads}")
+    print(report.versions_line(machine, report.where(machine["qkv_git"], build_dir)))
     print(f"cpu: {machine['cpu']}")
-    print(f"ceilings ({args.threads} threads, best of {ceilings['repeats']}): {ceilings_line(ceilings)}")
+    print(f"ceilings ({args.threads} threads, best of {measured_ceilings['repeats']}): "
+          f"{ceilings.describe(measured_ceilings)}")
     print(f"ORT causal: {machine['ort_causal']}; torch causal: {machine['torch_causal']}; "
           f"medians of {args.repeats} interleaved rounds after {args.warmup} warm-up; "
           f"ratios = peer time / qkv time")
     print()
     print(f"first run after {args.gap * 1e3:.0f} ms idle (worker threads asleep):")
-    print_table(results, ceilings)
+    print_table(results, measured_ceilings)
     if args.back_to_back:
         print()
         print(f"back to back (median of the {args.back_to_back} runs right after it, in the same turn):")
-        print_table(results, ceilings, "_warm")
+        print_table(results, measured_ceilings, "_warm")
     for note in all_notes:
         print(f"  note: {note}")
     if memory:
@@ -950,7 +594,7 @@ def main():
 
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"machine": machine, "ceilings": ceilings, "cases": results, "memory": memory,
+            json.dump({"machine": machine, "ceilings": measured_ceilings, "cases": results, "memory": memory,
                        "notes": all_notes, "ort": {k: v for k, v in (ort_info or {}).items() if k != "node_modules"},
                        "settings": {"repeats": args.repeats, "warmup": args.warmup, "gap_s": args.gap,
                                     "back_to_back": args.back_to_back,

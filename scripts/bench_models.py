@@ -6,8 +6,8 @@ Run with Debian's Python (it builds build/bench/qkv_bench_models when missing):
     /usr/bin/python3 scripts/bench_models.py [--threads 2] [--quick] [--json FILE]
 
 What it does:
-  1. Peers, installed as scripts/bench_attention.py installs them (its helpers are reused):
-     Debian's python3-torch (1.13) on Debian's OpenBLAS (libopenblas0-openmp unpacked into
+  1. Peers, installed by scripts/bench/peers.py as for every bench script: Debian's
+     python3-torch (1.13) on Debian's OpenBLAS (libopenblas0-openmp unpacked into
      ~/.cache/qkv-bench, first on LD_LIBRARY_PATH for this process only), python3-onnx,
      onnxruntime-node from npm (--ignore-scripts) into ~/.cache/qkv-bench/node, run through
      scripts/bench/ort_runner.js --serve.
@@ -58,18 +58,15 @@ import math
 import os
 import platform
 import shutil
-import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import bench_attention as ba  # noqa: E402  (the peers' installers, OrtRunner, loaded_blas)
+from bench import CACHE, log, peers, report, rounds
+from bench.build import add_arguments as add_build_arguments, ensure_programs
+from bench.servers import OrtGpt2Decoder, OrtRunner, QkvModelsServer
 
-CACHE = ba.CACHE
 MODELS = os.path.join(CACHE, "models")
 FORMAT = 1  # bump when the checkpoint writer changes
 
@@ -82,11 +79,6 @@ GPT2 = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size"
         "activation_function": "gelu_new", "bos_token_id": 50256, "eos_token_id": 50256}
 
 TARGETS = {"bert_ort": 1.0, "bert_torch": 2.0, "gpt2_torch": 3.0}
-ORT_GPT2_RUNNER = os.path.join(ROOT, "scripts", "bench", "ort_gpt2_decode.js")
-
-
-def log(message):
-    print(message, file=sys.stderr, flush=True)
 
 
 def synthetic_ids(count, vocab):
@@ -413,56 +405,11 @@ def export_gpt2_onnx(directory):
     return path
 
 
-class OrtGpt2(ba.JsonLineServer):
-    """scripts/bench/ort_gpt2_decode.js: greedy decoding on decode.onnx, the KV cache kept
-    in the node process between steps."""
-
-    def __init__(self, node_modules, model, threads):
-        c = GPT2
-        super().__init__("ort_gpt2_decode",
-                         ["node", ORT_GPT2_RUNNER, "--model", model, "--layers", str(c["n_layer"]),
-                          "--heads", str(c["n_head"]), "--head-dim", str(c["n_embd"] // c["n_head"]),
-                          "--vocab", str(c["vocab_size"]), "--threads", str(threads)], ba.ort_env(node_modules))
-
-    def decode(self, context, steps, out="-"):
-        return self.request(f"decode {context} {steps} {out}")
-
-
-# --------------------------------------------------------------------------------------
-# qkv: build/bench/qkv_bench_models as a server.
-
-class QkvServer(ba.JsonLineServer):
-    def __init__(self, binary, threads, bert_dir, gpt2_dir):
-        env = dict(os.environ)
-        env.pop("LD_LIBRARY_PATH", None)  # OpenBLAS is torch's business
-        cmd = [binary, "--threads", str(threads)]
-        if bert_dir:
-            cmd += ["--bert", bert_dir]
-        if gpt2_dir:
-            cmd += ["--gpt2", gpt2_dir]
-        super().__init__("qkv_bench_models", cmd, env)
-
-    def call(self, *words):
-        return self.request(" ".join(str(w) for w in words))
-
-
-def ensure_binary(build_dir, rebuild):
-    binary = os.path.join(build_dir, "bench", "qkv_bench_models")
-    if rebuild or not os.path.isfile(binary):
-        ba.cmake_build(build_dir, ["qkv_bench_models"])
-    return binary
-
-
-def max_abs_diff(a, b):
-    import numpy as np
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if a.shape != b.shape:
-        return float("inf")
-    return float(np.max(np.abs(a - b))) if a.size else 0.0
-
-
-def median(xs):
-    return statistics.median(xs) if xs else None
+def ort_gpt2_decoder(node_modules, model, threads):
+    """scripts/bench/ort_gpt2_decode.js on decode.onnx, with the shapes in GPT2."""
+    c = GPT2
+    return OrtGpt2Decoder(node_modules, model, c["n_layer"], c["n_head"], c["n_embd"] // c["n_head"],
+                          c["vocab_size"], threads)
 
 
 # --------------------------------------------------------------------------------------
@@ -484,10 +431,10 @@ def run_bert_case(batch, length, args, qkv, torch_model, ort_model, ort_modules,
     ort = None
     if ort_model:
         ids.astype(np.float32).tofile(os.path.join(workdir, "input_ids.bin"))
-        ort = ba.OrtRunner(ort_modules, workdir, ort_model, {"input_ids": [batch, length]}, args.threads,
-                           args.warmup, tag=f"bert_{batch}_{length}")
+        ort = OrtRunner(ort_modules, workdir, ort_model, {"input_ids": [batch, length]}, args.threads,
+                        args.warmup, tag=f"bert_{batch}_{length}")
         out = np.fromfile(ort.output, dtype=np.float32).reshape(batch, length, E)
-        result["diff_ort"] = max_abs_diff(out, reference)
+        result["diff_ort"] = report.max_abs_diff(out, reference)
         engines["ORT"] = ort.run
 
     if torch_model is not None:
@@ -500,7 +447,7 @@ def run_bert_case(batch, length, args, qkv, torch_model, ort_model, ort_modules,
             return time.perf_counter() - start
 
         with torch.inference_mode():
-            result["diff_torch"] = max_abs_diff(torch_model(t_ids).numpy(), reference)
+            result["diff_torch"] = report.max_abs_diff(torch_model(t_ids).numpy(), reference)
         engines["torch"] = run_torch
 
     try:
@@ -535,12 +482,13 @@ def run_gpt2_case(context, steps, args, qkv, torch_model, ort):
     prefill = {}
     for name, command in QKV_GPT2.items():
         with tempfile.NamedTemporaryFile(suffix=".bin") as f:
-            first = qkv.call(command, prompt_length, steps, f.name)
-            if "error" in first:  # bf16 products need oneDNN's bf16 matmul on this CPU
+            try:
+                first = qkv.call(command, prompt_length, steps, f.name)
+            except RuntimeError as error:  # bf16 products need oneDNN's bf16 matmul on this CPU
                 if name == "qkv":
-                    raise RuntimeError(f"qkv gpt2: {first['error']}")
-                result[f"{name}_error"] = first["error"]
-                log(f"  {name}: not run ({first['error']})")
+                    raise
+                result[f"{name}_error"] = str(error)
+                log(f"  {name}: not run ({error})")
                 continue
             logits[name] = np.fromfile(f.name, dtype=np.float32)
         result[f"{name}_ids"] = first["ids"]
@@ -553,12 +501,12 @@ def run_gpt2_case(context, steps, args, qkv, torch_model, ort):
 
         engines[name] = run_qkv
     if "qkv_bf16" in logits:
-        result["diff_bf16_f32"] = max_abs_diff(logits["qkv_bf16"], logits["qkv"])
+        result["diff_bf16_f32"] = report.max_abs_diff(logits["qkv_bf16"], logits["qkv"])
 
     if ort is not None:
         with tempfile.NamedTemporaryFile(suffix=".bin") as f:
             first = ort.decode(prompt_length, steps, f.name)
-            result["diff_ort"] = max_abs_diff(np.fromfile(f.name, dtype=np.float32), logits["qkv"])
+            result["diff_ort"] = report.max_abs_diff(np.fromfile(f.name, dtype=np.float32), logits["qkv"])
         result["ORT_ids"] = first["ids"]
         result["ids_agree_ort"] = leading_agreement(first["ids"], result["qkv_ids"])  # vs qkv f32
         result["ORT_prefill_ms"] = []
@@ -590,7 +538,7 @@ def run_gpt2_case(context, steps, args, qkv, torch_model, ort):
         result["torch_ids"] = torch_ids
         for name in logits:
             suffix = "" if name == "qkv" else "_bf16"
-            result["diff_torch" + suffix] = max_abs_diff(torch_logits, logits[name])
+            result["diff_torch" + suffix] = report.max_abs_diff(torch_logits, logits[name])
             # how many leading generated ids are equal
             result["ids_agree" + suffix] = leading_agreement(torch_ids, result[f"{name}_ids"])
         result["torch_prefill_ms"] = []
@@ -604,10 +552,10 @@ def run_gpt2_case(context, steps, args, qkv, torch_model, ort):
 
     result.update(interleave(engines, args))
     for name in prefill:
-        result[f"{name}_prefill_ms"] = median(result[f"{name}_prefill_ms"])
+        result[f"{name}_prefill_ms"] = rounds.median(result[f"{name}_prefill_ms"])
     for peer in ("torch", "ORT"):
         if f"{peer}_prefill_ms" in result:
-            result[f"{peer}_prefill_ms"] = median(result[f"{peer}_prefill_ms"])
+            result[f"{peer}_prefill_ms"] = rounds.median(result[f"{peer}_prefill_ms"])
     for name in list(engines):
         ms = result.get(f"{name}_ms")
         result[f"{name}_tokens_per_s"] = steps / (ms / 1e3) if ms else None
@@ -615,19 +563,14 @@ def run_gpt2_case(context, steps, args, qkv, torch_model, ort):
 
 
 def interleave(engines, args):
-    """W warm-up runs of each, then R rounds of one run each; -> {name_ms: median, name_runs_ms: [...]}."""
-    for _ in range(args.warmup):
-        for run in engines.values():
-            run()
-            time.sleep(args.gap)
-    runs = {name: [] for name in engines}
-    for _ in range(args.repeats):
-        for name, run in engines.items():
-            runs[name].append(run() * 1e3)
-            time.sleep(args.gap)
+    """engines: {name: a function making one run and returning its seconds}. W warm-up runs
+    of each, then R rounds of one run each; -> {name_ms: median, name_runs_ms: [...]}."""
+    times, _ = rounds.interleaved({name: rounds.one_at_a_time(run) for name, run in engines.items()},
+                                  args.repeats, args.warmup, args.gap)
     out = {}
-    for name, xs in runs.items():
-        out[f"{name}_ms"] = median(xs)
+    for name, seconds in times.items():
+        xs = [t * 1e3 for t in seconds]
+        out[f"{name}_ms"] = rounds.median(xs)
         out[f"{name}_runs_ms"] = xs
     return out
 
@@ -635,17 +578,9 @@ def interleave(engines, args):
 # --------------------------------------------------------------------------------------
 # Output.
 
-def fmt(x, spec, suffix=""):
-    return "-" if x is None else format(x, spec) + suffix
-
-
-def ratio(peer, mine):
-    return peer / mine if peer and mine else None
-
-
 def print_tables(machine, bert, gpt2, args):
-    print(f"qkv {machine['qkv']} ({machine['where']}); torch {machine['torch']} ({machine['torch_blas']}); "
-          f"onnxruntime-node {machine['onnxruntime_node']} (node {machine['node']}); threads {args.threads}")
+    cell, ratio = report.cell, report.ratio
+    print(report.versions_line(machine, machine["where"]))
     print(f"cpu: {machine['cpu']}; 1-min load average {machine['loadavg_1min']['start']:.2f} at start, "
           f"{machine['loadavg_1min']['end']:.2f} at end (other tenants included)")
     print(f"random weights (seed {args.seed}), same for every engine; medians of {args.repeats} interleaved rounds "
@@ -658,11 +593,11 @@ def print_tables(machine, bert, gpt2, args):
         print(head)
         print("-" * len(head))
         for r in bert:
-            print(f"{'B=%d L=%d' % (r['batch'], r['length']):<16}{fmt(r['qkv_ms'], '.2f'):>10}"
-                  f"{fmt(r.get('ORT_ms'), '.2f'):>10}{fmt(r.get('torch_ms'), '.2f'):>10}"
-                  f"{fmt(ratio(r.get('ORT_ms'), r['qkv_ms']), '.2f', 'x'):>9}"
-                  f"{fmt(ratio(r.get('torch_ms'), r['qkv_ms']), '.2f', 'x'):>10}"
-                  f"{fmt(r.get('diff_ort'), '.1e'):>10}{fmt(r.get('diff_torch'), '.1e'):>10}")
+            print(f"{'B=%d L=%d' % (r['batch'], r['length']):<16}{cell(r['qkv_ms'], '10.2f')}"
+                  f"{cell(r.get('ORT_ms'), '10.2f')}{cell(r.get('torch_ms'), '10.2f')}"
+                  f"{cell(ratio(r.get('ORT_ms'), r['qkv_ms']), '8.2f', 'x')}"
+                  f"{cell(ratio(r.get('torch_ms'), r['qkv_ms']), '9.2f', 'x')}"
+                  f"{cell(r.get('diff_ort'), '10.1e')}{cell(r.get('diff_torch'), '10.1e')}")
     if gpt2:
         print()
         print("GPT-2-small greedy decoding (12 layers, n_embd 768, 12 heads, vocab 50257; decode steps only)")
@@ -677,19 +612,19 @@ def print_tables(machine, bert, gpt2, args):
                     continue
                 case = f"ctx {r['context']} (prompt {r['prompt']} + {n}){label}"
                 agree = f"{r['ids_agree' + suffix]}/{n + 1}" if "ids_agree" + suffix in r else "-"
-                pre = f"{fmt(r[name + '_prefill_ms'], '.0f')}/{fmt(r.get('torch_prefill_ms'), '.0f')}"
-                print(f"{case:<31}{fmt(r[name + '_tokens_per_s'], '.1f'):>10}"
-                      f"{fmt(r.get('torch_tokens_per_s'), '.1f'):>12}"
-                      f"{fmt(r.get('ORT_tokens_per_s'), '.1f'):>10}"
-                      f"{fmt(ratio(r.get('torch_ms'), r[name + '_ms']), '.2f', 'x'):>10}"
-                      f"{fmt(ratio(r.get('ORT_ms'), r[name + '_ms']), '.2f', 'x'):>8}"
-                      f"{fmt(r[name + '_ms'] / n, '.2f'):>11}{pre:>22}"
-                      f"{fmt(r.get('diff_torch' + suffix), '.1e'):>11}{agree:>10}")
+                pre = f"{cell(r[name + '_prefill_ms'], '.0f')}/{cell(r.get('torch_prefill_ms'), '.0f')}"
+                print(f"{case:<31}{cell(r[name + '_tokens_per_s'], '10.1f')}"
+                      f"{cell(r.get('torch_tokens_per_s'), '12.1f')}"
+                      f"{cell(r.get('ORT_tokens_per_s'), '10.1f')}"
+                      f"{cell(ratio(r.get('torch_ms'), r[name + '_ms']), '9.2f', 'x')}"
+                      f"{cell(ratio(r.get('ORT_ms'), r[name + '_ms']), '7.2f', 'x')}"
+                      f"{cell(r[name + '_ms'] / n, '11.2f')}{pre:>22}"
+                      f"{cell(r.get('diff_torch' + suffix), '11.1e')}{agree:>10}")
         print("  bf16: qkv's products with bf16 weights and inputs (Gpt2Model(..., DType::bf16)), f32 accumulation;")
         print("  torch, ORT and the f32 row are f32 throughout. |Δ| logits and ids agree: against torch.")
         for r in gpt2:
             if "diff_ort" in r:
-                print(f"  ORT ctx {r['context']}: prefill {fmt(r.get('ORT_prefill_ms'), '.0f')} ms, |Δ| logits vs qkv "
+                print(f"  ORT ctx {r['context']}: prefill {cell(r.get('ORT_prefill_ms'), '.0f')} ms, |Δ| logits vs qkv "
                       f"{r['diff_ort']:.1e}, ids agree with qkv {r['ids_agree_ort']}/{r['new_tokens'] + 1}")
     print()
     print("against the issue's targets (reported, not asserted):")
@@ -719,17 +654,12 @@ def main():
     parser.add_argument("--quick", action="store_true",
                         help="BERT B=1 L=128 and B=8 L=128, GPT-2 ctx 128 only; fewer rounds")
     parser.add_argument("--json", metavar="FILE", help="also write every number to FILE")
-    parser.add_argument("--build-dir", default=os.path.join(ROOT, "build"), help="the CMake build (default build/)")
-    parser.add_argument("--rebuild", action="store_true", help="run cmake --build first even if the binary exists")
-    parser.add_argument("--ort-version", default=ba.ORT_VERSION, help=f"onnxruntime-node version (default {ba.ORT_VERSION})")
-    parser.add_argument("--torch-blas", choices=("openblas", "system"), default="openblas",
-                        help="BLAS under torch: Debian's OpenBLAS for this process (default) or the system's")
+    add_build_arguments(parser)
+    peers.add_arguments(parser)
     parser.add_argument("--gap", type=float, default=0.05,
                         help="seconds of idle between two runs (default 0.05: ONNX Runtime's threads spin for "
                              "about 30 ms after a run)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
-    parser.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime out")
-    parser.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
     parser.add_argument("--no-bert", action="store_true")
     parser.add_argument("--no-gpt2", action="store_true")
     args = parser.parse_args()
@@ -743,19 +673,18 @@ def main():
 
     if args.no_torch and not args.no_ort:
         parser.error("the ONNX graphs are exported from the torch modules: --no-torch needs --no-ort")
-    ba.ensure_python_peers(args)
-    ba.reexec_with_openblas(args)  # does not return when it re-runs the script
+    peers.ensure_python_peers(args)
+    peers.reexec_with_openblas(args)  # does not return when it re-runs the script
     ort_modules = ort_version = None
     if not args.no_ort and not (args.no_bert and args.no_gpt2):
-        ort_modules, ort_version = ba.ensure_ort(args.ort_version)
-    binary = ensure_binary(build_dir, args.rebuild)
+        ort_modules, ort_version = peers.ensure_ort(args.ort_version)
+    binary = ensure_programs(build_dir, {"qkv_bench_models": "bench/qkv_bench_models"},
+                             args.rebuild)["qkv_bench_models"]
 
     import numpy as np
     torch_version = torch_blas = None
     if not args.no_torch:
-        import torch
-        torch.set_num_threads(args.threads)
-        torch_version, torch_blas = torch.__version__, ba.loaded_blas()
+        torch_version, torch_blas = peers.start_torch(args.threads)
 
     bert_dir = None if args.no_bert else ensure_checkpoint("bert-base", BERT, bert_weights, args.seed)
     gpt2_dir = None if args.no_gpt2 else ensure_checkpoint("gpt2-small", GPT2, gpt2_weights, args.seed)
@@ -767,7 +696,7 @@ def main():
 
     load_before = os.getloadavg()
     log("starting qkv_bench_models")
-    qkv = QkvServer(binary, args.threads, bert_dir, gpt2_dir)
+    qkv = QkvModelsServer(binary, args.threads, bert_dir, gpt2_dir)
     workdir = tempfile.mkdtemp(prefix="qkv-bench-models-")
     bert_results, gpt2_results = [], []
     try:
@@ -780,7 +709,7 @@ def main():
             del torch_model
         if gpt2_cases:
             torch_model = None if args.no_torch else TorchGpt2(gpt2_dir)
-            ort = OrtGpt2(ort_modules, ort_gpt2_model, args.threads) if ort_gpt2_model else None
+            ort = ort_gpt2_decoder(ort_modules, ort_gpt2_model, args.threads) if ort_gpt2_model else None
             try:
                 for context in gpt2_cases:
                     log(f"GPT-2 ctx {context}")
@@ -792,13 +721,11 @@ def main():
         qkv.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
-    node_version = subprocess.run(["node", "--version"], stdout=subprocess.PIPE, text=True).stdout.strip() \
-        if ort_version and shutil.which("node") else None
-    git = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True).stdout.strip() if shutil.which("git") else ""
-    machine = {"cpu": qkv.hello["cpu"], "threads": args.threads, "qkv": qkv.hello["qkv"], "qkv_git": git or None,
-               "where": f"{git}, {build_dir}" if git else build_dir, "torch": torch_version, "torch_blas": torch_blas,
-               "onnxruntime_node": ort_version, "node": node_version, "numpy": np.__version__,
+    git = report.git_describe()
+    machine = {"cpu": qkv.hello["cpu"], "threads": args.threads, "qkv": qkv.hello["qkv"], "qkv_git": git,
+               "where": report.where(git, build_dir), "torch": torch_version, "torch_blas": torch_blas,
+               "onnxruntime_node": ort_version, "node": report.node_version() if ort_version else None,
+               "numpy": np.__version__,
                "python": platform.python_version(),
                "loadavg_1min": {"start": load_before[0], "end": os.getloadavg()[0]}}
     print_tables(machine, bert_results, gpt2_results, args)

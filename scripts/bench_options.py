@@ -8,17 +8,17 @@ Times qkv.scaled_dot_product_attention on one (1, H, L, D) f32 problem with no o
 with each option alone (causal, ALiBi, a bool (L, L) mask, an f32 (1, 1, L, L) mask, a bool
 padding mask (1, 1, 1, L), key lengths, a window, dropout, softcap, GQA), then bf16 and
 f16 inputs. Rounds are interleaved (every case once per round, in turn), so that all
-cases see the same state of a noisy machine; it prints each case's median and its ratio
-to no option in the same rounds. A benchmark: nothing here asserts a time. Needs a build
-(cmake --build build --target _qkv qkv_python_files) and Debian's python3-torch.
+cases see the same state of a noisy machine (scripts/bench/rounds.py); it prints each
+case's median and its ratio to no option in the same rounds. A benchmark: nothing here
+asserts a time. Needs a build (cmake --build build --target _qkv qkv_python_files) and
+Debian's python3-torch.
 """
 import argparse
 import os
 import statistics
 import sys
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench import ROOT, rounds
 
 
 def main():
@@ -63,14 +63,10 @@ def main():
         "bf16 inputs": lambda: qkv.scaled_dot_product_attention(*halves[torch.bfloat16]),
         "f16 inputs": lambda: qkv.scaled_dot_product_attention(*halves[torch.float16]),
     }
-    times = {name: [] for name in cases}
-    for fn in cases.values():  # warm-up: first-touch of outputs and scratch
-        fn()
-    for _ in range(args.rounds):
-        for name, fn in cases.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
+    # One warm-up call of each (first-touch of outputs and scratch), then the rounds, with
+    # no idle between cases: this compares qkv with itself, warm.
+    times, _ = rounds.interleaved({name: rounds.timed(fn) for name, fn in cases.items()}, args.rounds,
+                                  warmup=1, gap=0)
     print(f"qkv {qkv.__version__}: B=1, H={H}, L={L}, D={D}, f32 unless stated, {args.threads} threads, "
           f"median of {args.rounds} interleaved rounds")
     base = times["no option"]

@@ -29,9 +29,9 @@ model built once in this process. Each impl's median is over all its timed steps
 per-round medians are in the JSON. --gap seconds of idle separate two rounds, so that
 spinning worker threads of one do not eat into the other.
 
-torch's BLAS: as scripts/bench_attention.py (whose helpers are reused), torch runs on
-Debian's OpenBLAS (unpacked into ~/.cache/qkv-bench, first on LD_LIBRARY_PATH for this
-process only) unless --torch-blas system.
+torch's BLAS: as in every bench script (scripts/bench/peers.py), torch runs on Debian's
+OpenBLAS (unpacked into ~/.cache/qkv-bench, first on LD_LIBRARY_PATH for this process
+only) unless --torch-blas system.
 
 Benchmarks only: nothing here asserts a time. The exit status is 1 when an impl that was
 asked for could not run.
@@ -46,9 +46,8 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import bench_attention as ba  # noqa: E402  (ensure_openblas, loaded_blas)
+from bench import log, peers, report
+from bench.build import add_arguments as add_build_arguments, ensure_programs
 
 SHAPE_FLAGS = [  # (flag, default, what)
     ("batch", 128, "B, sequences per step"),
@@ -63,40 +62,16 @@ SHAPE_FLAGS = [  # (flag, default, what)
 ]
 
 
-def log(message):
-    print(message, file=sys.stderr, flush=True)
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 # --------------------------------------------------------------------------------------
 # qkv: build/bench/qkv_bench_training, one process per round.
-
-def ensure_binary(build_dir, rebuild):
-    binary = os.path.join(build_dir, "bench", "qkv_bench_training")
-    if rebuild or not os.path.isfile(binary):
-        if not ba.cmake_build(build_dir, ["qkv_bench_training"], check=False) or not os.path.isfile(binary):
-            return None
-    return binary
-
 
 def run_qkv_round(binary, args):
     cmd = [binary, "--json", "--threads", str(args.threads), "--steps", str(args.steps),
            "--warmup", str(args.warmup), "--seed", str(args.seed)]
     for flag, _, _ in SHAPE_FLAGS:
         cmd += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
-    env = dict(os.environ)
-    env.pop("LD_LIBRARY_PATH", None)  # OpenBLAS is torch's business
-    result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=peers.without_openblas())
     if result.returncode != 0:
         raise RuntimeError(f"qkv_bench_training exited {result.returncode}: {result.stderr.strip()}")
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -195,30 +170,27 @@ def main():
     parser.add_argument("--threads", type=int, default=2, help="threads of both impls (default 2)")
     parser.add_argument("--gap", type=float, default=0.5, help="seconds of idle between rounds (default 0.5)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
-    parser.add_argument("--rebuild", action="store_true", help="build qkv_bench_training even when present")
-    parser.add_argument("--torch-blas", choices=["openblas", "system"], default="openblas")
+    add_build_arguments(parser)
+    peers.add_arguments(parser, ort=False)
     parser.add_argument("--no-qkv", action="store_true", help="time torch alone")
-    parser.add_argument("--no-torch", action="store_true", help="time qkv alone")
     parser.add_argument("--json", action="store_true", help="print a JSON summary instead of the table")
     args = parser.parse_args()
     if min(args.steps, args.rounds, args.threads) < 1 or args.warmup < 0:
         parser.error("--steps, --rounds, --threads >= 1, --warmup >= 0")
     if args.d_model % args.nhead or args.vocab <= 4:
         parser.error("--d-model must be a multiple of --nhead, --vocab > 4")
-    ba.reexec_with_openblas(args)  # does not return when it re-runs the script
+    peers.reexec_with_openblas(args)  # does not return when it re-runs the script
 
     failed = []
     binary = None
     if not args.no_qkv:
-        binary = ensure_binary(os.path.abspath(args.build_dir), args.rebuild)
+        binary = ensure_programs(os.path.abspath(args.build_dir), {"qkv_bench_training": "bench/qkv_bench_training"},
+                                 args.rebuild, check=False)["qkv_bench_training"]
         if binary is None:
             failed.append("qkv: could not build qkv_bench_training in " + args.build_dir)
     torch_step = torch_version = torch_blas = torch_params = None
     if not args.no_torch:
-        import torch
-        torch.set_num_threads(args.threads)
-        torch_version, torch_blas = torch.__version__, ba.loaded_blas()
+        torch_version, torch_blas = peers.start_torch(args.threads)
         torch_step, torch_params = build_torch(args)
 
     load_before = os.getloadavg()
@@ -252,7 +224,7 @@ def main():
         summary["torch"]["parameters"] = torch_params
     ratio = summary["torch"]["step_ms"] / summary["qkv"]["step_ms"] if len(summary) == 2 else None
     shape = {flag: getattr(args, flag) for flag, _, _ in SHAPE_FLAGS}
-    machine = {"cpu": cpu_model(), "logical_cpus": os.cpu_count(), "threads": args.threads,
+    machine = {"cpu": report.cpu_model(), "logical_cpus": os.cpu_count(), "threads": args.threads,
                "torch": torch_version, "torch_blas": torch_blas, "python": platform.python_version(),
                "qkv_cpu": rounds["qkv"][0].get("cpu") if rounds["qkv"] else None,
                "loadavg_1min": {"start": load_before[0], "end": os.getloadavg()[0]}}

@@ -1,0 +1,33 @@
+"""What the benchmark scripts (scripts/bench_*.py) share; each script keeps its own cases
+and its own table.
+
+  peers.py     getting the peers: PyTorch and ONNX for Python (apt), ONNX Runtime for
+               Node.js (npm, into a cache), torch on Debian's OpenBLAS (the script re-runs
+               itself with it first on LD_LIBRARY_PATH)
+  build.py     building the qkv programs a script runs (CMake, Release)
+  servers.py   the child processes a script times, each answering lines on its stdin with
+               JSON lines: ort_runner.js, ort_gpt2_decode.js, qkv_bench_products,
+               qkv_bench_models
+  ceilings.py  the machine's ceilings (build/bench/qkv_ceilings): measured at the start,
+               sampled once per round, and percentages paired round by round
+  rounds.py    interleaved rounds of several engines, and their medians
+  report.py    table cells, output comparison, and what ran where (versions, commit, CPU)
+
+The Node.js programs beside them (ort_runner.js, ort_gpt2_decode.js and the session they
+share, ort_session.js) run ONNX Runtime for servers.py.
+
+The scripts import this package as `bench`: Python puts a script's own directory,
+scripts/, first on sys.path.
+"""
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Downloaded peers (onnxruntime-node, OpenBLAS) and generated checkpoints: outside the
+# source tree, reused between runs.
+CACHE = os.environ.get("QKV_BENCH_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "qkv-bench"))
+
+
+def log(message):
+    """Progress goes to stderr, so that stdout holds only the tables (or the JSON)."""
+    print(message, file=sys.stderr, flush=True)
