@@ -48,9 +48,12 @@ struct BertConfig {
   nn::GeluApproximation gelu = nn::GeluApproximation::none;
 
   std::int64_t head_dim() const { return hidden_size / num_attention_heads; }  // D
-  // From a parsed config.json; model_type must be "bert" (absent is accepted, as in the
-  // oldest Google exports). Throws naming the key when a value is missing or invalid.
-  static BertConfig from_json(const JsonConfig& json);
+  // From the text of a config.json; model_type must be "bert" (absent is accepted, as in
+  // the oldest Google exports). Throws qkv::Error naming `label` (where the text came
+  // from) and the key when the text is not a JSON object or a value is missing or invalid.
+  static BertConfig from_json(const std::string& text, std::string label = "<memory>");
+  // The same, read from the file at `path`; errors name the path.
+  static BertConfig from_file(const std::string& path);
 };
 
 struct BertLayerWeights {

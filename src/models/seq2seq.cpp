@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/json_config.h"
 #include "qkv/error.h"
 #include "qkv/nn_backward.h"
 #include "qkv/threads.h"
@@ -118,7 +119,9 @@ std::string Seq2SeqConfig::to_json() const {
   return j.dump(2) + "\n";
 }
 
-Seq2SeqConfig Seq2SeqConfig::from_json(const JsonConfig& json) {
+namespace {
+
+Seq2SeqConfig read_config(const JsonConfig& json) {
   const std::string type = json.get_string("model_type");
   QKV_CHECK(type == "qkv-seq2seq", json.label() << ": model_type must be \"qkv-seq2seq\", got \""
                                                 << type << "\"");
@@ -139,6 +142,14 @@ Seq2SeqConfig Seq2SeqConfig::from_json(const JsonConfig& json) {
   check_config(c);
   return c;
 }
+
+}  // namespace
+
+Seq2SeqConfig Seq2SeqConfig::from_json(const std::string& text, std::string label) {
+  return read_config(JsonConfig::parse(text, std::move(label)));
+}
+
+Seq2SeqConfig Seq2SeqConfig::from_file(const std::string& path) { return read_config(JsonConfig::load(path)); }
 
 Seq2Seq::Seq2Seq(const Seq2SeqConfig& c, std::uint64_t seed)
     : config(c),
@@ -311,7 +322,7 @@ Seq2Seq Seq2Seq::load(const SafeTensors& weights, const Seq2SeqConfig& config) {
 }
 
 Seq2Seq Seq2Seq::load(const std::string& dir) {
-  const Seq2SeqConfig config = Seq2SeqConfig::from_json(JsonConfig::load(dir + "/config.json"));
+  const Seq2SeqConfig config = Seq2SeqConfig::from_file(dir + "/config.json");
   return load(SafeTensors::open(dir + "/model.safetensors"), config);
 }
 
