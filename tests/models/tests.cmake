@@ -2,4 +2,3 @@
 list(APPEND QKV_UNIT_TESTS models/test_bert.cpp)
 list(APPEND QKV_UNIT_TESTS models/test_gpt2.cpp)
 list(APPEND QKV_UNIT_TESTS models/test_seq2seq.cpp)
-list(APPEND QKV_UNIT_TESTS models/test_dates.cpp)
