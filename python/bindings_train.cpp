@@ -10,9 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "qkv/error.h"
-#include "qkv/date_translator.h"
 #include "qkv/dates.h"
+#include "qkv/error.h"
 #include "qkv/seq2seq.h"
 
 namespace py = pybind11;
@@ -160,7 +159,7 @@ void register_train(py::module_& m) {
       .def("greedy_decode", &models::Seq2Seq::greedy_decode, py::arg("sources"), py::arg("bos"),
            py::arg("eos"), py::arg("max_new_tokens"), py::call_guard<py::gil_scoped_release>());
 
-  // The date translator's vocabulary and decoding (qkv/dates.h, qkv/date_translator.h).
+  // The date translator's vocabulary and decoding (qkv/dates.h).
   m.def("_dates_encode", [](const std::string& text) {
     return qkv::dates::Vocabulary::dates().encode(text);
   });

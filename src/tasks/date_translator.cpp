@@ -1,6 +1,6 @@
-// Training, checkpointing and greedy translation of the date model (date_translator.h).
+// Training, checkpointing and greedy translation of the date model (qkv/dates.h).
 
-#include "qkv/date_translator.h"
+#include "qkv/dates.h"
 
 #include <chrono>
 #include <cmath>

@@ -9,7 +9,7 @@
 #include <span>
 #include <string>
 
-#include "qkv/date_translator.h"
+#include "qkv/dates.h"
 #include "qkv/error.h"
 #include "qkv/safetensors.h"
 
