@@ -16,7 +16,7 @@
 // present, must equal wte.weight. A missing or mis-shaped tensor is a qkv::Error naming it
 // and the expected shape.
 //
-// Config, Weights and State are kept apart (STYLE.md 2): Gpt2Config is read from
+// Config, weights and state are kept apart (docs/CONTRIBUTING.md): Gpt2Config is read from
 // config.json, Gpt2Weights holds the parameters (embeddings and norms are views into the
 // mapped checkpoint when f32; the Conv1D weights are transposed copies), and Gpt2State
 // holds the per-layer KV caches, allocated once at full capacity (n_positions) before

@@ -179,7 +179,7 @@ TEST_F(BertTest, PrefixAndGammaBetaVariantsLoadTheSameWeights) {
   }
 }
 
-// STYLE.md 2: f32 weights are views into the checkpoint's mapping, not copies.
+// f32 weights are views into the checkpoint's mapping, not copies (qkv/bert.h).
 TEST_F(BertTest, F32WeightsAreZeroCopyViews) {
   const std::string dir = write("plain");
   const qkv::SafeTensors st = qkv::SafeTensors::open_model(dir);
