@@ -72,9 +72,8 @@ class SafeTensors {
   Tensor get(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
-  struct Source;  // one mapped file or buffer (defined in safetensors.cpp)
-
  private:
+  struct Source;  // one mapped file or buffer (defined in safetensors.cpp)
   struct Entry {
     TensorInfo info;
     std::shared_ptr<const Source> source;
