@@ -115,7 +115,9 @@ BertConfig BertConfig::from_json(const std::string& text, std::string label) {
   return read_config(JsonConfig::parse(text, std::move(label)));
 }
 
-BertConfig BertConfig::from_file(const std::string& path) { return read_config(JsonConfig::load(path)); }
+BertConfig BertConfig::from_file(const std::string& path) {
+  return read_config(JsonConfig::load(path));
+}
 
 BertWeights BertWeights::load(const BertConfig& c, const SafeTensors& tensors,
                               const std::string& label) {

@@ -130,7 +130,9 @@ Gpt2Config Gpt2Config::from_json(const std::string& text, std::string label) {
   return read_config(JsonConfig::parse(text, std::move(label)));
 }
 
-Gpt2Config Gpt2Config::from_file(const std::string& path) { return read_config(JsonConfig::load(path)); }
+Gpt2Config Gpt2Config::from_file(const std::string& path) {
+  return read_config(JsonConfig::load(path));
+}
 
 Gpt2Model Gpt2Model::load(const std::string& dir, DType product_dtype) {
   const std::filesystem::path config_path = std::filesystem::path(dir) / "config.json";

@@ -149,7 +149,9 @@ Seq2SeqConfig Seq2SeqConfig::from_json(const std::string& text, std::string labe
   return read_config(JsonConfig::parse(text, std::move(label)));
 }
 
-Seq2SeqConfig Seq2SeqConfig::from_file(const std::string& path) { return read_config(JsonConfig::load(path)); }
+Seq2SeqConfig Seq2SeqConfig::from_file(const std::string& path) {
+  return read_config(JsonConfig::load(path));
+}
 
 Seq2Seq::Seq2Seq(const Seq2SeqConfig& c, std::uint64_t seed)
     : config(c),

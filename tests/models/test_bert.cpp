@@ -227,7 +227,8 @@ TEST_F(BertTest, ConfigFromJsonAndFromFile) {
   using qkv::models::BertConfig;
   const fs::path path = root_ / "config.json";
   std::ofstream(path) << config_json();
-  const BertConfig a = BertConfig::from_json(config_json()), b = BertConfig::from_file(path.string());
+  const BertConfig a = BertConfig::from_json(config_json());
+  const BertConfig b = BertConfig::from_file(path.string());
   for (const BertConfig& c : {a, b}) {
     EXPECT_EQ(c.vocab_size, kV);
     EXPECT_EQ(c.hidden_size, kE);

@@ -257,7 +257,8 @@ TEST(Gpt2, ConfigErrors) {
 
 // from_json names its label in errors, from_file its path.
 TEST(Gpt2, ConfigFromJsonAndFromFile) {
-  std::string msg = error_of([] { Gpt2Config::from_json(R"({"model_type": "bert"})", "mine.json"); });
+  std::string msg =
+      error_of([] { Gpt2Config::from_json(R"({"model_type": "bert"})", "mine.json"); });
   EXPECT_NE(msg.find("mine.json: model_type must be \"gpt2\""), std::string::npos) << msg;
   msg = error_of([] { Gpt2Config::from_json(R"({"model_type": "gpt2", "n_inner": -1})"); });
   EXPECT_NE(msg.find("<memory>: n_inner must be >= 0"), std::string::npos) << msg;

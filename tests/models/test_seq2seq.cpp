@@ -79,7 +79,8 @@ TEST(Seq2SeqConfig, ToJsonReadsBack) {
 }
 
 TEST(Seq2SeqConfig, InvalidValuesAreNamed) {
-  std::string msg = error_of([] { Seq2SeqConfig::from_json(R"({"model_type": "gpt2"})", "c.json"); });
+  std::string msg =
+      error_of([] { Seq2SeqConfig::from_json(R"({"model_type": "gpt2"})", "c.json"); });
   EXPECT_NE(msg.find("c.json: model_type must be \"qkv-seq2seq\", got \"gpt2\""), std::string::npos)
       << msg;
   std::string text = unusual().to_json();
