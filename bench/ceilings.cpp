@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "core/amx_tile_config.h"
 #include "qkv/cpu.h"
 #include "qkv/threads.h"
 #include "qkv/version.h"

@@ -34,13 +34,6 @@ nn::AttentionMasks masks(const std::optional<qkv::Tensor>& attn_mask,
   return m;
 }
 
-nn::Activation parse_activation(const std::string& name) {
-  if (name == "relu") return nn::Activation::relu;
-  if (name == "gelu") return nn::Activation::gelu;
-  QKV_CHECK(false, "activation: expected 'relu' or 'gelu', got '" << name << "'");
-  return nn::Activation::relu;  // unreachable
-}
-
 nn::TransformerLayerConfig layer_config(std::int64_t d_model, std::int64_t nhead,
                                         std::int64_t dim_feedforward,
                                         const std::string& activation, double layer_norm_eps,
@@ -49,7 +42,7 @@ nn::TransformerLayerConfig layer_config(std::int64_t d_model, std::int64_t nhead
   c.d_model = d_model;
   c.nhead = nhead;
   c.dim_feedforward = dim_feedforward;
-  c.activation = parse_activation(activation);
+  c.activation = nn::parse_activation(activation);
   c.layer_norm_eps = layer_norm_eps;
   c.norm_first = norm_first;
   c.bias = bias;

@@ -10,9 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "qkv/error.h"
-#include "qkv/date_translator.h"
 #include "qkv/dates.h"
+#include "qkv/error.h"
 #include "qkv/seq2seq.h"
 
 namespace py = pybind11;
@@ -45,11 +44,8 @@ models::Seq2SeqConfig config_from(const py::dict& d) {
   get("max_len", c.max_len);
   if (d.contains("layer_norm_eps")) c.layer_norm_eps = d["layer_norm_eps"].cast<double>();
   if (d.contains("norm_first")) c.norm_first = d["norm_first"].cast<bool>();
-  if (d.contains("activation")) {
-    const auto a = d["activation"].cast<std::string>();
-    QKV_CHECK(a == "relu" || a == "gelu", "Seq2Seq: activation must be 'relu' or 'gelu', got '" << a << "'");
-    c.activation = a == "relu" ? qkv::nn::Activation::relu : qkv::nn::Activation::gelu;
-  }
+  if (d.contains("activation"))
+    c.activation = qkv::nn::parse_activation(d["activation"].cast<std::string>(), "Seq2Seq: activation");
   return c;
 }
 
@@ -160,7 +156,7 @@ void register_train(py::module_& m) {
       .def("greedy_decode", &models::Seq2Seq::greedy_decode, py::arg("sources"), py::arg("bos"),
            py::arg("eos"), py::arg("max_new_tokens"), py::call_guard<py::gil_scoped_release>());
 
-  // The date translator's vocabulary and decoding (qkv/dates.h, qkv/date_translator.h).
+  // The date translator's vocabulary and decoding (qkv/dates.h).
   m.def("_dates_encode", [](const std::string& text) {
     return qkv::dates::Vocabulary::dates().encode(text);
   });

@@ -112,8 +112,8 @@ AttentionGradients attention_backward(const Tensor& dout, const Tensor& q, const
 Tensor self_attention_raw(const Tensor& x, std::optional<double> scale = 1.0);
 
 // The instruction set the fast kernel runs with in this process ("scalar", "avx2",
-// "avx512", "avx512_bf16", "amx"): the best this CPU supports, or QKV_ISA when set (an
-// unknown or unsupported value throws qkv::Error).
+// "avx512", "avx512_bf16", "amx"): the best this CPU supports, or QKV_ISA when set, which
+// may also name "amx_emulated" (an unknown or unsupported value throws qkv::Error).
 const char* fast_kernel_isa();
 
 // Throws qkv::Error naming the argument when the inputs or options are invalid;

@@ -14,10 +14,11 @@
 // embeddings.position_ids, ...) is ignored. The pooler is optional: checkpoints saved
 // without it (add_pooling_layer=False) load, and pooler_output is then undefined.
 //
-// Config / Weights / Model apart (STYLE.md 2): f32 weights are zero-copy views into the
-// read-only mapping of the checkpoint (they keep it alive); bf16/f16 weights are converted
-// to f32 once, at load. Errors (qkv::Error) name the file or tensor, the expected shape and
-// what was found.
+// BertConfig (config.json), BertWeights (the checkpoint's tensors) and BertModel (which
+// runs them) are separate types (docs/CONTRIBUTING.md). f32 weights are zero-copy views
+// into the read-only mapping of the checkpoint (they keep it alive); bf16/f16 weights are
+// converted to f32 once, at load. Errors (qkv::Error) name the file or tensor, the
+// expected shape and what was found.
 //
 // Differences from HF: a row of attention_mask that is all 0 gives attention output 0 for
 // that sequence (qkv's fully-masked convention), where HF's additive finfo.min mask gives a
@@ -48,9 +49,12 @@ struct BertConfig {
   nn::GeluApproximation gelu = nn::GeluApproximation::none;
 
   std::int64_t head_dim() const { return hidden_size / num_attention_heads; }  // D
-  // From a parsed config.json; model_type must be "bert" (absent is accepted, as in the
-  // oldest Google exports). Throws naming the key when a value is missing or invalid.
-  static BertConfig from_json(const JsonConfig& json);
+  // From the text of a config.json; model_type must be "bert" (absent is accepted, as in
+  // the oldest Google exports). Throws qkv::Error naming `label` (where the text came
+  // from) and the key when the text is not a JSON object or a value is missing or invalid.
+  static BertConfig from_json(const std::string& text, std::string label = "<memory>");
+  // The same, read from the file at `path`; errors name the path.
+  static BertConfig from_file(const std::string& path);
 };
 
 struct BertLayerWeights {

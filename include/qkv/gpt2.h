@@ -16,7 +16,7 @@
 // present, must equal wte.weight. A missing or mis-shaped tensor is a qkv::Error naming it
 // and the expected shape.
 //
-// Config, Weights and State are kept apart (STYLE.md 2): Gpt2Config is read from
+// Config, weights and state are kept apart (docs/CONTRIBUTING.md): Gpt2Config is read from
 // config.json, Gpt2Weights holds the parameters (embeddings and norms are views into the
 // mapped checkpoint when f32; the Conv1D weights are transposed copies), and Gpt2State
 // holds the per-layer KV caches, allocated once at full capacity (n_positions) before
@@ -48,10 +48,13 @@ struct Gpt2Config {
   nn::GeluApproximation activation = nn::GeluApproximation::tanh;  // "gelu_new"
   std::optional<std::int64_t> eos_token_id;  // config.json's, when given
 
-  // Reads a Hugging Face config.json; model_type must be "gpt2". Unsupported variants
-  // (scale_attn_by_inverse_layer_idx, scale_attn_weights = false, an unknown
-  // activation_function) throw naming the key.
-  static Gpt2Config from_json(const JsonConfig& json);
+  // From the text of a Hugging Face config.json; model_type must be "gpt2". Keys that are
+  // absent keep the defaults above. Unsupported variants (scale_attn_by_inverse_layer_idx,
+  // scale_attn_weights = false, an unknown activation_function) and invalid values throw
+  // qkv::Error naming `label` (where the text came from) and the key.
+  static Gpt2Config from_json(const std::string& text, std::string label = "<memory>");
+  // The same, read from the file at `path`; errors name the path.
+  static Gpt2Config from_file(const std::string& path);
   std::int64_t head_dim() const { return n_embd / n_head; }
   std::int64_t inner() const { return n_inner > 0 ? n_inner : 4 * n_embd; }
 };

@@ -1,9 +1,8 @@
-// Process-wide memory policy for programs that run models in a loop, and the storage that
-// tensors allocate from.
+// Process-wide memory policy for programs that run models in a loop, and the cache that
+// tensor storage comes from.
 #pragma once
 
 #include <cstddef>
-#include <memory>
 
 namespace qkv {
 
@@ -16,20 +15,17 @@ namespace qkv {
 // library never calls it by itself: the qkv tool and the benchmarks do, once, at start.
 void retain_freed_memory();
 
-// Tensor storage: `bytes` (rounded up to whole cache lines), 64-byte aligned, uninitialized.
-// Throws qkv::Error naming `who` when memory runs out.
-//
-// Blocks of kCachedStorageMin bytes and more that tensors free are kept in a cache and
-// handed to the next request of about the same size (at most 1/4 larger), instead of
+// The tensor storage cache. Blocks of 128 KiB and more that tensors free are kept and
+// handed to the next tensor of about the same size (at most 1/4 larger), instead of
 // going back to glibc, which unmaps them: the next tensor of that size then faults every
 // page in again. That is what a call from Python paid for its output, which no
 // retain_freed_memory() protects: 193 page faults per call, 2.88 ms against 2.42 with
 // the cache for L = 512 (ONNX Runtime's arena and PyTorch's CUDA caching allocator exist for
 // the same reason). The library-wide effect is bounded: the cache holds at most
 // storage_cache_limit() bytes (256 MiB unless QKV_STORAGE_CACHE_MB says otherwise; 0
-// turns it off), evicting the oldest blocks first. Thread-safe.
-inline constexpr std::size_t kCachedStorageMin = std::size_t{128} << 10;
-std::shared_ptr<void> allocate_storage(std::size_t bytes, const char* who);
+// turns it off), evicting the oldest blocks first. Thread-safe. While QKV_STORAGE_CACHE_MB
+// is malformed, tensors of 128 KiB and more and storage_cache_limit() throw qkv::Error
+// naming it (until set_storage_cache_limit() sets a limit).
 
 // Bytes the cache holds now (blocks no tensor uses).
 std::size_t cached_storage_bytes();

@@ -4,7 +4,6 @@
 #include "qkv/attention.h"
 #include "qkv/bert.h"
 #include "qkv/cpu.h"
-#include "qkv/date_translator.h"
 #include "qkv/dates.h"
 #include "qkv/dtype.h"
 #include "qkv/error.h"

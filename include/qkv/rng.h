@@ -17,14 +17,17 @@ constexpr std::uint64_t mix64(std::uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// counter_uniform in two steps, for loops over many counters of one seed (the dropout
-// kernels hash vectors of counters): the seed's key once, then 53 bits per counter.
+namespace detail {
+// counter_uniform in two steps, for the library's loops over many counters of one seed
+// (the dropout kernels hash vectors of counters): the seed's key once, then 53 bits per
+// counter. Here only because counter_uniform is inline.
 constexpr std::uint64_t counter_key(std::uint64_t seed) { return mix64(seed + 0x9e3779b97f4a7c15ull); }
 constexpr std::uint64_t counter_bits(std::uint64_t key, std::uint64_t counter) { return mix64(key ^ counter) >> 11; }
+}  // namespace detail
 
 // Uniform in [0, 1) with 53 random bits, a pure function of (seed, counter).
 inline double counter_uniform(std::uint64_t seed, std::uint64_t counter) {
-  return static_cast<double>(counter_bits(counter_key(seed), counter)) * 0x1.0p-53;
+  return static_cast<double>(detail::counter_bits(detail::counter_key(seed), counter)) * 0x1.0p-53;
 }
 
 class Rng {

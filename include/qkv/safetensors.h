@@ -1,4 +1,4 @@
-// Checkpoints and configs: the Hugging Face safetensors format and config.json.
+// Checkpoints: the Hugging Face safetensors format.
 //
 // safetensors (https://github.com/huggingface/safetensors, "Format"):
 //   8 bytes   N, little-endian u64: the size of the header
@@ -72,9 +72,8 @@ class SafeTensors {
   Tensor get(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
-  struct Source;  // one mapped file or buffer (defined in safetensors.cpp)
-
  private:
+  struct Source;  // one mapped file or buffer (defined in safetensors.cpp)
   struct Entry {
     TensorInfo info;
     std::shared_ptr<const Source> source;
@@ -102,36 +101,5 @@ void save_safetensors(const std::string& path,
 std::vector<std::byte> serialize_safetensors(
     const std::vector<std::pair<std::string, Tensor>>& tensors,
     const std::map<std::string, std::string>& metadata = {});
-
-// A JSON object read from a file (a Hugging Face config.json), with typed access. Errors
-// name the file, the key, the expected type and what was found. A key whose value is null
-// counts as absent: has() is false and the getters with a default return the default.
-// get_int accepts integers only (3.0 is not an int); get_double accepts any number.
-class JsonConfig {
- public:
-  static JsonConfig load(const std::string& path);
-  static JsonConfig parse(const std::string& text, std::string label = "<memory>");
-
-  const std::string& label() const { return label_; }  // the file, or the key path inside it
-  bool has(const std::string& key) const;
-  std::vector<std::string> keys() const;  // sorted, null values included
-
-  std::int64_t get_int(const std::string& key) const;
-  std::int64_t get_int(const std::string& key, std::int64_t fallback) const;
-  double get_double(const std::string& key) const;
-  double get_double(const std::string& key, double fallback) const;
-  std::string get_string(const std::string& key) const;
-  std::string get_string(const std::string& key, const std::string& fallback) const;
-  bool get_bool(const std::string& key) const;
-  bool get_bool(const std::string& key, bool fallback) const;
-  // A nested object (e.g. "text_config"); its errors name "file: key".
-  JsonConfig get_object(const std::string& key) const;
-
- private:
-  JsonConfig() = default;  // made only by load(), parse() and get_object()
-  struct Data;  // holds the parsed JSON (nlohmann::json, kept out of this header)
-  std::shared_ptr<const Data> data_;
-  std::string label_;
-};
 
 }  // namespace qkv

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -39,7 +40,11 @@ struct Seq2SeqConfig {
 
   // config.json form: {"model_type": "qkv-seq2seq", "vocab_size": ..., ...}
   std::string to_json() const;
-  static Seq2SeqConfig from_json(const JsonConfig& json);
+  // The inverse of to_json. Throws qkv::Error naming `label` (where the text came from)
+  // and the key when a value is missing or invalid.
+  static Seq2SeqConfig from_json(const std::string& text, std::string label = "<memory>");
+  // The same, read from the file at `path`; errors name the path.
+  static Seq2SeqConfig from_file(const std::string& path);
 };
 
 // One training batch, padded with id 0. Row b of src holds src_lengths[b] real tokens;

@@ -6,7 +6,7 @@
 //
 //   AdamW opt(model.parameters(), {.weight_decay = 0.01});
 //   zero_grad(grads.parameters());
-//   double loss = model.forward_backward(batch, grads);
+//   double loss = model.forward_backward(batch, grads).loss;
 //   double norm = clip_grad_norm(grads.parameters(), 1.0);
 //   opt.step(grads.parameters(), cosine_schedule(step, {...}));
 #pragma once

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/storage.h"
 #include "qkv/error.h"
 #include "qkv/tensor.h"
 

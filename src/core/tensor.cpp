@@ -5,8 +5,8 @@
 #include <numeric>
 #include <sstream>
 
+#include "core/storage.h"
 #include "qkv/error.h"
-#include "qkv/memory.h"
 
 namespace qkv {
 namespace {

@@ -1,12 +1,12 @@
-// JsonConfig: typed access to a JSON object (a Hugging Face config.json).
+// JsonConfig (io/json_config.h): typed access to a JSON object (a Hugging Face config.json).
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "io/json_config.h"
 #include "qkv/error.h"
-#include "qkv/safetensors.h"
 
 namespace qkv {
 

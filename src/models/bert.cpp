@@ -7,6 +7,7 @@
 #include <tuple>
 #include <utility>
 
+#include "io/json_config.h"
 #include "qkv/error.h"
 
 namespace qkv::models {
@@ -61,9 +62,7 @@ std::int64_t positive(const JsonConfig& json, const std::string& key) {
   return v;
 }
 
-}  // namespace
-
-BertConfig BertConfig::from_json(const JsonConfig& json) {
+BertConfig read_config(const JsonConfig& json) {
   const std::string type = json.get_string("model_type", "bert");
   QKV_CHECK(type == "bert", json.label() << ": model_type must be \"bert\", got \"" << type
                                          << "\"");
@@ -99,6 +98,16 @@ BertConfig BertConfig::from_json(const JsonConfig& json) {
                                    << ": position_embedding_type must be \"absolute\", got \""
                                    << pos << "\"");
   return c;
+}
+
+}  // namespace
+
+BertConfig BertConfig::from_json(const std::string& text, std::string label) {
+  return read_config(JsonConfig::parse(text, std::move(label)));
+}
+
+BertConfig BertConfig::from_file(const std::string& path) {
+  return read_config(JsonConfig::load(path));
 }
 
 BertWeights BertWeights::load(const BertConfig& c, const SafeTensors& tensors,
@@ -215,7 +224,7 @@ BertModel BertModel::load(const std::string& dir) {
   QKV_CHECK(fs::is_directory(dir, ec), "model directory '" << dir << "' does not exist");
   const std::string config_path = (fs::path(dir) / "config.json").string();
   QKV_CHECK(fs::exists(config_path, ec), "model directory '" << dir << "': no config.json");
-  BertConfig config = BertConfig::from_json(JsonConfig::load(config_path));
+  BertConfig config = BertConfig::from_file(config_path);
   const SafeTensors tensors = SafeTensors::open_model(dir);
   // The weights are views into the mapping; they keep it alive after `tensors` goes.
   BertWeights weights = BertWeights::load(config, tensors, "BERT checkpoint '" + dir + "'");

@@ -7,7 +7,9 @@
 #include <cmath>
 #include <filesystem>
 #include <numeric>
+#include <utility>
 
+#include "io/json_config.h"
 #include "qkv/error.h"
 
 namespace qkv::models {
@@ -69,9 +71,7 @@ nn::Linear load_conv1d(const Loader& l, const std::string& name, std::int64_t in
   return lin;
 }
 
-}  // namespace
-
-Gpt2Config Gpt2Config::from_json(const JsonConfig& json) {
+Gpt2Config read_config(const JsonConfig& json) {
   QKV_CHECK(json.has("model_type"),
             json.label() << ": missing key 'model_type' (expected \"gpt2\")");
   const std::string model_type = json.get_string("model_type");
@@ -107,15 +107,26 @@ Gpt2Config Gpt2Config::from_json(const JsonConfig& json) {
   QKV_CHECK(c.n_head > 0 && c.n_embd % c.n_head == 0,
             json.label() << ": n_head must be positive and divide n_embd = " << c.n_embd
                          << ", got " << c.n_head);
-  QKV_CHECK(c.n_inner >= 0, json.label() << ": n_inner must be positive, got " << c.n_inner);
+  QKV_CHECK(c.n_inner >= 0,
+            json.label() << ": n_inner must be >= 0 (0 means 4 * n_embd), got " << c.n_inner);
   return c;
+}
+
+}  // namespace
+
+Gpt2Config Gpt2Config::from_json(const std::string& text, std::string label) {
+  return read_config(JsonConfig::parse(text, std::move(label)));
+}
+
+Gpt2Config Gpt2Config::from_file(const std::string& path) {
+  return read_config(JsonConfig::load(path));
 }
 
 Gpt2Model Gpt2Model::load(const std::string& dir, DType product_dtype) {
   const std::filesystem::path config_path = std::filesystem::path(dir) / "config.json";
   QKV_CHECK(std::filesystem::exists(config_path),
             "gpt2: " << config_path.string() << " does not exist");
-  const Gpt2Config config = Gpt2Config::from_json(JsonConfig::load(config_path.string()));
+  const Gpt2Config config = Gpt2Config::from_file(config_path.string());
   return from_safetensors(config, SafeTensors::open_model(dir), product_dtype);
 }
 

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/json_config.h"
 #include "qkv/error.h"
 #include "qkv/threads.h"
 
@@ -104,11 +105,13 @@ std::string Seq2SeqConfig::to_json() const {
   j["max_len"] = max_len;
   j["layer_norm_eps"] = layer_norm_eps;
   j["norm_first"] = norm_first;
-  j["activation"] = activation == nn::Activation::relu ? "relu" : "gelu";
+  j["activation"] = nn::activation_name(activation);
   return j.dump(2) + "\n";
 }
 
-Seq2SeqConfig Seq2SeqConfig::from_json(const JsonConfig& json) {
+namespace {
+
+Seq2SeqConfig read_config(const JsonConfig& json) {
   const std::string type = json.get_string("model_type");
   QKV_CHECK(type == "qkv-seq2seq", json.label() << ": model_type must be \"qkv-seq2seq\", got \""
                                                 << type << "\"");
@@ -122,12 +125,20 @@ Seq2SeqConfig Seq2SeqConfig::from_json(const JsonConfig& json) {
   c.max_len = json.get_int("max_len");
   c.layer_norm_eps = json.get_double("layer_norm_eps", 1e-5);
   c.norm_first = json.get_bool("norm_first", true);
-  const std::string act = json.get_string("activation", "relu");
-  QKV_CHECK(act == "relu" || act == "gelu",
-            json.label() << ": activation must be \"relu\" or \"gelu\", got \"" << act << "\"");
-  c.activation = act == "relu" ? nn::Activation::relu : nn::Activation::gelu;
+  c.activation = nn::parse_activation(json.get_string("activation", "relu"),
+                                      json.label() + ": activation");
   check_config(c);
   return c;
+}
+
+}  // namespace
+
+Seq2SeqConfig Seq2SeqConfig::from_json(const std::string& text, std::string label) {
+  return read_config(JsonConfig::parse(text, std::move(label)));
+}
+
+Seq2SeqConfig Seq2SeqConfig::from_file(const std::string& path) {
+  return read_config(JsonConfig::load(path));
 }
 
 Seq2Seq::Seq2Seq(const Seq2SeqConfig& c, std::uint64_t seed)
@@ -303,7 +314,7 @@ Seq2Seq Seq2Seq::load(const SafeTensors& weights, const Seq2SeqConfig& config) {
 }
 
 Seq2Seq Seq2Seq::load(const std::string& dir) {
-  const Seq2SeqConfig config = Seq2SeqConfig::from_json(JsonConfig::load(dir + "/config.json"));
+  const Seq2SeqConfig config = Seq2SeqConfig::from_file(dir + "/config.json");
   return load(SafeTensors::open(dir + "/model.safetensors"), config);
 }
 

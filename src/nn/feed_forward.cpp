@@ -23,6 +23,21 @@ Tensor activate(const Tensor& x, Activation a) {
 
 }  // namespace
 
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::relu: return "relu";
+    case Activation::gelu: return "gelu";
+    case Activation::gelu_tanh: return "gelu_tanh";
+  }
+  return "unknown";
+}
+
+Activation parse_activation(const std::string& name, const std::string& what) {
+  for (Activation a : {Activation::relu, Activation::gelu, Activation::gelu_tanh})
+    if (name == activation_name(a)) return a;
+  throw Error(what + " must be \"relu\", \"gelu\" or \"gelu_tanh\", got \"" + name + "\"");
+}
+
 FeedForward::FeedForward(std::int64_t d_model, std::int64_t dim_feedforward, Activation act,
                          bool bias, std::uint64_t seed)
     : linear1(d_model, dim_feedforward, bias, seed),

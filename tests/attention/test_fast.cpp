@@ -235,7 +235,7 @@ TEST(FastAttention, DropoutThresholdDecidesAsTheUniformDoes) {
     for (std::int64_t h = 0; h < 3; ++h)
       for (std::int64_t i = 0; i < 40; ++i)
         for (std::int64_t j = 0; j < 50; ++j) {
-          const bool keeps = counter_bits(p.dropout_key, p.dropout_counter(b, h, i, j)) >= p.dropout_threshold;
+          const bool keeps = detail::counter_bits(p.dropout_key, p.dropout_counter(b, h, i, j)) >= p.dropout_threshold;
           ASSERT_EQ(keeps, p.dropout_keeps(b, h, i, j)) << b << " " << h << " " << i << " " << j;
           kept += keeps;
         }

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/storage.h"
 #include "qkv/memory.h"
 #include "qkv/tensor.h"
 

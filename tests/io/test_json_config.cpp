@@ -1,4 +1,5 @@
-// JsonConfig: typed access to config.json and its error messages.
+// JsonConfig (src/io/json_config.h, internal): typed access to config.json and its error
+// messages.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -8,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "io/json_config.h"
 #include "qkv/error.h"
-#include "qkv/safetensors.h"
 
 namespace {
 

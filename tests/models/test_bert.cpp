@@ -179,12 +179,11 @@ TEST_F(BertTest, PrefixAndGammaBetaVariantsLoadTheSameWeights) {
   }
 }
 
-// STYLE.md 2: f32 weights are views into the checkpoint's mapping, not copies.
+// f32 weights are views into the checkpoint's mapping, not copies (qkv/bert.h).
 TEST_F(BertTest, F32WeightsAreZeroCopyViews) {
   const std::string dir = write("plain");
   const qkv::SafeTensors st = qkv::SafeTensors::open_model(dir);
-  const qkv::models::BertConfig config =
-      qkv::models::BertConfig::from_json(qkv::JsonConfig::parse(config_json()));
+  const qkv::models::BertConfig config = qkv::models::BertConfig::from_json(config_json());
   const qkv::models::BertWeights w = qkv::models::BertWeights::load(config, st);
   EXPECT_EQ(w.word_embeddings.data(), st.get("embeddings.word_embeddings.weight").data());
   EXPECT_EQ(w.layers[1].output_weight.data(), st.get("encoder.layer.1.output.dense.weight").data());
@@ -221,6 +220,48 @@ TEST_F(BertTest, UnknownModelTypeAndBadConfig) {
   bad.replace(bad.find("\"gelu\""), 6, "\"swish\"");
   expect_load_error(write("act", nullptr, bad), {"hidden_act", "swish"});
   expect_load_error((root_ / "nowhere").string(), {"does not exist"});
+}
+
+// from_json reads text, from_file a path; either names its source and the key in errors.
+TEST_F(BertTest, ConfigFromJsonAndFromFile) {
+  using qkv::models::BertConfig;
+  const fs::path path = root_ / "config.json";
+  std::ofstream(path) << config_json();
+  const BertConfig a = BertConfig::from_json(config_json());
+  const BertConfig b = BertConfig::from_file(path.string());
+  for (const BertConfig& c : {a, b}) {
+    EXPECT_EQ(c.vocab_size, kV);
+    EXPECT_EQ(c.hidden_size, kE);
+    EXPECT_EQ(c.num_hidden_layers, kN);
+    EXPECT_EQ(c.num_attention_heads, kH);
+    EXPECT_EQ(c.intermediate_size, kF);
+    EXPECT_EQ(c.max_position_embeddings, kP);
+    EXPECT_EQ(c.type_vocab_size, kT);
+    EXPECT_EQ(c.layer_norm_eps, 1e-12);
+    EXPECT_EQ(c.gelu, qkv::nn::GeluApproximation::none);
+  }
+  auto expect_error = [](const std::function<void()>& f, const std::vector<std::string>& needles) {
+    try {
+      f();
+      ADD_FAILURE() << "no qkv::Error (expected one mentioning '" << needles.front() << "')";
+    } catch (const qkv::Error& e) {
+      for (const auto& n : needles)
+        EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
+            << "message '" << e.what() << "' lacks '" << n << "'";
+    }
+  };
+  std::string no_heads = config_json();
+  no_heads.replace(no_heads.find("\"num_attention_heads\""), 21, "\"heads\"");
+  expect_error([&] { BertConfig::from_json(no_heads, "mine.json"); },
+               {"mine.json", "missing key 'num_attention_heads'"});
+  expect_error([&] { BertConfig::from_json(no_heads); }, {"<memory>", "num_attention_heads"});
+  expect_error([&] { BertConfig::from_json("[1]", "mine.json"); },
+               {"mine.json", "expected a JSON object"});
+  std::ofstream(path) << no_heads;  // replaces the file
+  expect_error([&] { BertConfig::from_file(path.string()); },
+               {path.string(), "missing key 'num_attention_heads'"});
+  expect_error([&] { BertConfig::from_file((root_ / "absent.json").string()); },
+               {"absent.json", "cannot open"});
 }
 
 TEST_F(BertTest, InputLongerThanMaxPositionsThrows) {

@@ -3,9 +3,12 @@
 // Checkpoints are synthetic: random weights under Hugging Face's exact names and layouts
 // (Conv1D weights stored (in, out)), serialised to safetensors in memory.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <optional>
 #include <set>
@@ -70,7 +73,7 @@ Named make_checkpoint(const std::string& prefix, std::uint64_t seed = 1) {
   return t;
 }
 
-Gpt2Config config() { return Gpt2Config::from_json(qkv::JsonConfig::parse(kConfigJson)); }
+Gpt2Config config() { return Gpt2Config::from_json(kConfigJson); }
 
 Gpt2Model model_from(const Named& tensors, const Gpt2Config& c = config()) {
   const auto bytes = qkv::serialize_safetensors(tensors);
@@ -236,22 +239,49 @@ TEST(Gpt2, LoadErrorsNameTheTensorAndShape) {
 
 TEST(Gpt2, ConfigErrors) {
   std::string msg = error_of([] {
-    Gpt2Config::from_json(qkv::JsonConfig::parse(R"({"model_type": "bert"})"));
+    Gpt2Config::from_json(R"({"model_type": "bert"})");
   });
   EXPECT_NE(msg.find("model_type"), std::string::npos) << msg;
   EXPECT_NE(msg.find("bert"), std::string::npos) << msg;
-  msg = error_of([] { Gpt2Config::from_json(qkv::JsonConfig::parse(R"({"n_embd": 32})")); });
+  msg = error_of([] { Gpt2Config::from_json(R"({"n_embd": 32})"); });
   EXPECT_NE(msg.find("model_type"), std::string::npos) << msg;
   msg = error_of([] {
-    Gpt2Config::from_json(
-        qkv::JsonConfig::parse(R"({"model_type": "gpt2", "n_embd": 30, "n_head": 4})"));
+    Gpt2Config::from_json(R"({"model_type": "gpt2", "n_embd": 30, "n_head": 4})");
   });
   EXPECT_NE(msg.find("n_head"), std::string::npos) << msg;
   msg = error_of([] {
-    Gpt2Config::from_json(
-        qkv::JsonConfig::parse(R"({"model_type": "gpt2", "activation_function": "relu"})"));
+    Gpt2Config::from_json(R"({"model_type": "gpt2", "activation_function": "relu"})");
   });
   EXPECT_NE(msg.find("activation_function"), std::string::npos) << msg;
+}
+
+// from_json names its label in errors, from_file its path.
+TEST(Gpt2, ConfigFromJsonAndFromFile) {
+  std::string msg =
+      error_of([] { Gpt2Config::from_json(R"({"model_type": "bert"})", "mine.json"); });
+  EXPECT_NE(msg.find("mine.json: model_type must be \"gpt2\""), std::string::npos) << msg;
+  msg = error_of([] { Gpt2Config::from_json(R"({"model_type": "gpt2", "n_inner": -1})"); });
+  EXPECT_NE(msg.find("<memory>: n_inner must be >= 0"), std::string::npos) << msg;
+
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("qkv_test_gpt2_config_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "config.json").string();
+  std::ofstream(path) << kConfigJson;
+  const Gpt2Config c = Gpt2Config::from_file(path);
+  EXPECT_EQ(c.vocab_size, kV);
+  EXPECT_EQ(c.n_positions, kP);
+  EXPECT_EQ(c.n_embd, kE);
+  EXPECT_EQ(c.n_layer, kLayers);
+  EXPECT_EQ(c.n_head, kHeads);
+  EXPECT_EQ(c.eos_token_id, std::optional<std::int64_t>(60));
+  std::ofstream(path) << R"({"model_type": "gpt2", "n_head": "four"})";
+  msg = error_of([&] { Gpt2Config::from_file(path); });
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'n_head' must be an integer"), std::string::npos) << msg;
+  msg = error_of([&] { Gpt2Config::from_file((dir / "absent.json").string()); });
+  EXPECT_NE(msg.find("absent.json': cannot open"), std::string::npos) << msg;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Gpt2, LengthErrorsBeforeStarting) {

@@ -12,7 +12,7 @@
 
 #include "commands.h"
 #include "print.h"
-#include "qkv/date_translator.h"
+#include "qkv/dates.h"
 #include "qkv/threads.h"
 
 namespace qkv::cli {

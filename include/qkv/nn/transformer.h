@@ -19,6 +19,10 @@
 namespace qkv::nn {
 
 enum class Activation { relu, gelu, gelu_tanh };  // gelu: erf form; gelu_tanh: tanh approximation
+// "relu", "gelu", "gelu_tanh" (as config files and the Python layers spell them).
+const char* activation_name(Activation activation);
+// The inverse; anything else throws qkv::Error naming `what` and the allowed names.
+Activation parse_activation(const std::string& name, const std::string& what = "activation");
 
 struct TransformerLayerConfig {
   std::int64_t d_model = 512;

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "attention/kernels/flash.h"
-#include "qkv/cpu.h"
+#include "core/amx_tile_config.h"
 #include "qkv/tensor.h"
 #include "qkv/threads.h"
 

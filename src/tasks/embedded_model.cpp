@@ -9,7 +9,7 @@
 #include <span>
 #include <string>
 
-#include "qkv/date_translator.h"
+#include "qkv/dates.h"
 #include "qkv/error.h"
 #include "qkv/safetensors.h"
 
@@ -48,8 +48,8 @@ Seq2Seq embedded_date_model() {
   const auto* end = reinterpret_cast<const std::byte*>(qkv_date_model_weights_end);
   const SafeTensors weights =
       SafeTensors::parse(std::span<const std::byte>(begin, end), "<embedded models/dates/model.safetensors>");
-  return Seq2Seq::load(weights, Seq2SeqConfig::from_json(
-                                    JsonConfig::parse(config, "<embedded models/dates/config.json>")));
+  return Seq2Seq::load(weights,
+                       Seq2SeqConfig::from_json(config, "<embedded models/dates/config.json>"));
 #else
   throw Error("this build of qkv has no embedded date model (models/dates/model.safetensors "
               "was missing at build time); pass --model DIR from `qkv train dates`");

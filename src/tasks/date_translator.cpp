@@ -1,6 +1,6 @@
-// Training, checkpointing and greedy translation of the date model (date_translator.h).
+// Training, checkpointing and greedy translation of the date model (qkv/dates.h).
 
-#include "qkv/date_translator.h"
+#include "qkv/dates.h"
 
 #include <chrono>
 #include <cmath>
@@ -110,7 +110,7 @@ DateTrainingResult train_dates(const DateTrainingOptions& o,
     const auto& meta = ck.metadata();
     QKV_CHECK(meta.count("step") && meta.count("config"),
               checkpoint << ": not a qkv training checkpoint (no step/config metadata)");
-    const Seq2SeqConfig saved = Seq2SeqConfig::from_json(JsonConfig::parse(meta.at("config"), checkpoint));
+    const Seq2SeqConfig saved = Seq2SeqConfig::from_json(meta.at("config"), checkpoint);
     QKV_CHECK(saved.to_json() == o.model.to_json(),
               checkpoint << ": was trained with a different model configuration");
     model = Seq2Seq::load(ck, o.model);

@@ -1,0 +1,3 @@
+# GoogleTest sources of tests/tasks, appended to QKV_UNIT_TESTS (relative to tests/).
+list(APPEND QKV_UNIT_TESTS tasks/test_dates.cpp)
+list(APPEND QKV_UNIT_TESTS tasks/test_date_translator.cpp)
