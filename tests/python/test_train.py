@@ -1,5 +1,5 @@
 """Training: the loss and every gradient of qkv's encoder–decoder (qkv/seq2seq.h, through
-every layer's backward in qkv/nn_backward.h) against torch 1.13 autograd on a torch module
+every layer's backward in qkv/nn/*.h) against torch 1.13 autograd on a torch module
 with the same children and the same weights, computed in float64.
 
 The model is torch.nn.Transformer (batch_first, dropout 0) between two embeddings scaled
