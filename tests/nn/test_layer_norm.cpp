@@ -82,4 +82,59 @@ TEST(NnLayerNorm, BackwardOverTwoDimensions) {
   check_gradient(norm.bias, grads.bias, loss, "dbias");
 }
 
+// The backward against its formula evaluated in double (statistics in double too), with
+// and without affine parameters; twice the same call gives the same bits.
+TEST(NnLayerNorm, BackwardMatchesItsFormulaInDouble) {
+  for (std::int64_t N : {1, 7, 64, 129})
+    for (bool affine : {true, false}) {
+      const std::int64_t rows = 15;
+      nn::LayerNorm norm({N}, 1e-5, affine), grads({N}, 1e-5, affine);
+      if (affine) {
+        norm.weight = randn({N}, 3);
+        train::zero_grad(grads.parameters());
+      }
+      Tensor x = randn({rows, N}, 9, 2.0), dy = randn({rows, N}, 10);
+      nn::LayerNorm::Record record;
+      norm.forward(x, &record);
+      const Tensor dx = norm.backward(dy, record, grads);
+      const std::vector<float> dx2 = norm.backward(dy, record, grads).to_vector();
+      EXPECT_EQ(dx.to_vector(), dx2) << "not deterministic";
+      const auto xv = x.to_vector(), gv = dy.to_vector();
+      const auto wv = affine ? norm.weight.to_vector() : std::vector<float>(N, 1.f);
+      std::vector<double> want_dx(xv.size()), want_dw(N, 0), want_db(N, 0);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        double mean = 0, var = 0;
+        for (std::int64_t i = 0; i < N; ++i) mean += xv[r * N + i];
+        mean /= N;
+        for (std::int64_t i = 0; i < N; ++i) var += (xv[r * N + i] - mean) * (xv[r * N + i] - mean);
+        const double rstd = 1 / std::sqrt(var / N + 1e-5);
+        double sum = 0, sum_xhat = 0;
+        for (std::int64_t i = 0; i < N; ++i) {
+          const double xhat = (xv[r * N + i] - mean) * rstd, dxhat = gv[r * N + i] * wv[i];
+          sum += dxhat;
+          sum_xhat += dxhat * xhat;
+          want_dw[i] += gv[r * N + i] * xhat;
+          want_db[i] += gv[r * N + i];
+        }
+        for (std::int64_t i = 0; i < N; ++i) {
+          const double xhat = (xv[r * N + i] - mean) * rstd;
+          want_dx[r * N + i] = rstd * (gv[r * N + i] * wv[i] - sum / N - xhat * sum_xhat / N);
+        }
+      }
+      // f32 sums over N (the row's two reductions) or rows (dw, db) terms of size ~|dy·w|,
+      // scaled by rstd (≤ 1/σ of a row of N(0, 4) values, ~1): (N + rows)·u per term with
+      // a factor 16 for the chained roundings.
+      const double tol = 16 * (N + rows) * kU;
+      const std::string what = "N=" + std::to_string(N) + (affine ? " affine" : "");
+      expect_close(dx, want_dx, tol * (1 + max_abs(want_dx)), "dx " + what);
+      if (affine) {
+        // Two backward calls: the gradients added twice.
+        for (auto& v : want_dw) v *= 2;
+        for (auto& v : want_db) v *= 2;
+        expect_close(grads.weight, want_dw, tol * (1 + max_abs(want_dw)), "dweight " + what);
+        expect_close(grads.bias, want_db, tol * (1 + max_abs(want_db)), "dbias " + what);
+      }
+    }
+}
+
 }  // namespace

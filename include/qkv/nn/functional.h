@@ -84,25 +84,24 @@ Tensor linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, 
                        Tensor* dbias);
 
 // ---------------------------------------------------------------------------------------
-// Layer normalization: one implementation, oneDNN's layer normalization primitive, in
-// inference and training (training also returns the per-row statistics the backward needs).
+// Layer normalization: one implementation, oneDNN's layer normalization primitives, forward
+// (inference, or training with the per-row statistics) and backward.
 
 // Over the trailing `normalized` dimensions (torch.nn.functional.layer_norm; biased
 // variance, as torch), N = their product:
 //   x: (..., N1..Nk)   weight, bias: (N1..Nk) or undefined  ->  (..., N1..Nk)
-// When mean and rstd are given they receive (rows) f32 with rows = numel / N: the mean
-// and 1/sqrt(var + eps) of each row.
+// When mean and variance are given they receive (rows) f32 with rows = numel / N: each
+// row's mean and (biased) variance, what layer_norm_backward needs.
 Tensor layer_norm(const Tensor& x, const Shape& normalized, const Tensor& weight,
                   const Tensor& bias, double eps = 1e-5, Tensor* mean = nullptr,
-                  Tensor* rstd = nullptr);
-// forward: y = x̂·w + b,  x̂ = (x − mean)·rstd, per row of N
-//   dx = rstd·(dx̂ − mean(dx̂) − x̂·mean(dx̂·x̂)),  dx̂ = dy·w
-// dy, x (..., N); mean, rstd (rows) from the forward; weight (N) or undefined ->
-// dx (..., N); *dweight (N) += Σ dy·x̂ and *dbias (N) += Σ dy where given. Deterministic for
-// a given thread count (per-thread partial sums added in thread order).
+                  Tensor* variance = nullptr);
+// forward: y = x̂·w + b,  x̂ = (x − mean)·rstd,  rstd = 1/sqrt(variance + eps), per row of N
+//   dx = rstd·(dx̂ − mean(dx̂) − x̂·mean(dx̂·x̂)),  dx̂ = dy·w;  dw = Σ dy·x̂,  db = Σ dy
+// dy, x (..., N); mean, variance (rows) from the forward; weight (N) or undefined (then
+// no dweight/dbias) -> dx (..., N); *dweight += dw and *dbias += db (N) where given.
 Tensor layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
-                           const Tensor& rstd, const Tensor& weight, Tensor* dweight,
-                           Tensor* dbias);
+                           const Tensor& variance, const Tensor& weight, double eps,
+                           Tensor* dweight, Tensor* dbias);
 
 // ---------------------------------------------------------------------------------------
 // Activations. Any shape -> the same shape, contiguous f32.

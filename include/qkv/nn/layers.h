@@ -103,8 +103,8 @@ struct LayerNorm {
 
   struct Record {
     Tensor x;     // (..., normalized_shape) the input, contiguous f32
-    Tensor mean;  // (rows)
-    Tensor rstd;  // (rows) 1 / sqrt(var + eps)
+    Tensor mean;      // (rows)
+    Tensor variance;  // (rows), biased
   };
 
   LayerNorm() = default;
