@@ -11,7 +11,7 @@
 // - Results are handed to NumPy with no copy: the array's base is a capsule that owns
 //   the qkv::Tensor.
 // - The GIL is released around every computation.
-// - qkv::Error becomes ValueError (ErrorKind::value) or TypeError (ErrorKind::type).
+// - qkv::Error becomes ValueError, TypeError, MemoryError or KeyboardInterrupt (its kind()).
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -225,8 +225,14 @@ PYBIND11_MODULE(_qkv, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const qkv::Error& e) {
-      PyErr_SetString(e.kind() == qkv::ErrorKind::type ? PyExc_TypeError : PyExc_ValueError,
-                      e.what());
+      PyObject* type = PyExc_ValueError;
+      switch (e.kind()) {
+        case qkv::ErrorKind::value: type = PyExc_ValueError; break;
+        case qkv::ErrorKind::type: type = PyExc_TypeError; break;
+        case qkv::ErrorKind::memory: type = PyExc_MemoryError; break;
+        case qkv::ErrorKind::interrupted: type = PyExc_KeyboardInterrupt; break;
+      }
+      PyErr_SetString(type, e.what());
     }
   });
 

@@ -3,8 +3,9 @@
 // A library never calls exit(). Every message names the argument, what was
 // expected and what was given, e.g.
 //   "scaled_dot_product_attention: k.size(3) (Dk) must equal q.size(3) = 64, got 32".
-// `kind()` tells front ends how to surface it: Python maps `value` to ValueError
-// and `type` to TypeError; the CLI prints the message and exits non-zero.
+// `kind()` tells front ends how to surface it: Python maps `value` to ValueError, `type`
+// to TypeError, `memory` to MemoryError and `interrupted` to KeyboardInterrupt; the CLI
+// prints the message and exits non-zero.
 #pragma once
 
 #include <sstream>
@@ -14,8 +15,10 @@
 namespace qkv {
 
 enum class ErrorKind {
-  value,  // a wrong size, range, option or file content
-  type,   // a wrong dtype
+  value,        // a wrong size, range, option or file content
+  type,         // a wrong dtype
+  memory,       // more memory than the budget allows, or an allocation that failed
+  interrupted,  // the caller asked a running computation to stop (Ctrl-C)
 };
 
 class Error : public std::runtime_error {
@@ -39,6 +42,15 @@ class Error : public std::runtime_error {
       qkv_check_stream_ << message;                                 \
       throw ::qkv::Error(qkv_check_stream_.str());                  \
     }                                                               \
+  } while (0)
+
+#define QKV_CHECK_KIND(cond, kind, message)                     \
+  do {                                                          \
+    if (!(cond)) {                                              \
+      std::ostringstream qkv_check_stream_;                     \
+      qkv_check_stream_ << message;                             \
+      throw ::qkv::Error(qkv_check_stream_.str(), kind);        \
+    }                                                           \
   } while (0)
 
 #define QKV_CHECK_TYPE(cond, message)                                     \
