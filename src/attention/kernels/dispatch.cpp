@@ -27,7 +27,9 @@ namespace amx_emulated { FlashForward flash_forward, flash_decode; }
 
 namespace {
 
+#if defined(__x86_64__)
 bool has_avx512(const CpuFeatures& f) { return f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq; }
+#endif
 
 struct IsaRow {
   const char* name;
