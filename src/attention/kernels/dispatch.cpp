@@ -1,5 +1,5 @@
 // Chooses the ISA variant of the kernels at run time: the one table of variants and the one
-// mechanism every kernel call goes through, so that no other file names a variant.
+// mechanism every kernel call goes through, so that no other code chooses among them.
 // QKV_ISA=simd128|avx2|avx512|avx512_bf16|amx|amx_emulated (or scalar, simd128's former
 // name) overrides the choice.
 #include <algorithm>

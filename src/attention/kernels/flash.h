@@ -15,7 +15,7 @@
 //                 so that it is tested on every CPU with AVX512-BF16; never chosen by itself
 // dispatch.cpp's table has one row per variant: its name, what the CPU needs, and its entry
 // points, filled at compile time. Adding an instruction set means its kernel sources
-// (listed in sources.cmake) and one row there; nothing else names the variants.
+// (listed in sources.cmake) and one row there; no other code chooses among the variants.
 #pragma once
 
 #include <cstdint>
