@@ -1,5 +1,6 @@
 // qkv_ceilings — the machine's own ceilings, measured, so that attention figures can be
-// reported as a fraction of what this CPU can do (shared/PERF.md):
+// reported as a fraction of what this CPU can do, on this machine and at this moment,
+// rather than against a vendor's nominal peak:
 //
 //   f32 FMA peak     GFLOP/s of an FMA-bound loop, on the widest ISA and on AVX2 alone
 //                    (and the widest on one thread, to show how the threads scale)

@@ -53,9 +53,9 @@ enum class AttentionImpl {
   automatic,  // fast, except that probabilities (return_probs) come from the reference
   reference,  // the naive double-precision twin every fast path is tested against
   fast,       // the fused tiled kernel (f32 accumulation, never materializes Lq×Lk), ISA
-              // chosen at run time or by QKV_ISA (scalar, avx2, avx512, avx512_bf16,
-              // amx, amx_emulated: src/attention/kernels/flash.h); return_probs falls
-              // back to the reference
+              // chosen at run time or by QKV_ISA (simd128, avx2, avx512, avx512_bf16,
+              // amx, amx_emulated: src/attention/kernels/flash.h; scalar is simd128's
+              // former name); return_probs falls back to the reference
 };
 
 struct AttentionOptions {
@@ -111,9 +111,10 @@ AttentionGradients attention_backward(const Tensor& dout, const Tensor& q, const
 // by default, no scaling. x: (L, D) or (B, L, D) -> same shape, f32/bf16/f16.
 Tensor self_attention_raw(const Tensor& x, std::optional<double> scale = 1.0);
 
-// The instruction set the fast kernel runs with in this process ("scalar", "avx2",
+// The instruction set the fast kernel runs with in this process ("simd128", "avx2",
 // "avx512", "avx512_bf16", "amx"): the best this CPU supports, or QKV_ISA when set, which
-// may also name "amx_emulated" (an unknown or unsupported value throws qkv::Error).
+// may also name "amx_emulated" (an unknown or unsupported value throws qkv::Error;
+// "scalar" selects simd128).
 const char* fast_kernel_isa();
 
 // Throws qkv::Error naming the argument when the inputs or options are invalid;

@@ -24,23 +24,13 @@ void check_like_out(const Tensor& t, const char* name, const AttentionProblem& p
 AttentionGradients flash_attention_backward(const AttentionProblem& problem, const Tensor& dout,
                                             const Tensor& q, const Tensor& k, const Tensor& v,
                                             const Tensor& out, const Tensor& lse, Isa isa) {
+  const IsaKernels& kernels = isa_kernels(isa);
   AttentionGradients g;
   // Uninitialized: the kernel writes every element (zeroing first cost 3% at B = 128, L = 32).
   g.dq = Tensor::empty({problem.B, problem.Hq, problem.Lq, problem.Dk});   // (B, Hq, Lq, Dk)
   g.dk = Tensor::empty({problem.B, problem.Hkv, problem.Lk, problem.Dk});  // (B, Hkv, Lk, Dk)
   g.dv = Tensor::empty({problem.B, problem.Hkv, problem.Lk, problem.Dv});  // (B, Hkv, Lk, Dv)
-  switch (isa) {
-    case Isa::scalar: scalar::flash_backward(problem, dout, q, k, v, out, lse, g); break;
-#if defined(__x86_64__)
-    case Isa::avx2: avx2::flash_backward(problem, dout, q, k, v, out, lse, g); break;
-    case Isa::avx512:
-    case Isa::avx512_bf16:
-    case Isa::amx:  // the backward has no bf16-pair or tile kernel: it works in f32
-    case Isa::amx_emulated: avx512::flash_backward(problem, dout, q, k, v, out, lse, g); break;
-#else
-    default: scalar::flash_backward(problem, dout, q, k, v, out, lse, g); break;
-#endif
-  }
+  kernels.backward(problem, dout, q, k, v, out, lse, g);
   return g;
 }
 

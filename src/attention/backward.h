@@ -21,20 +21,11 @@ AttentionGradients reference_attention_backward(const AttentionProblem& problem,
                                                 const Tensor& k, const Tensor& v);
 
 // The tiled kernel (FlashAttention-2's backward): probabilities recomputed per
-// kBlockQ×kBlockK tile from lse, D_i = dO_i·out_i, f32 accumulation; the ISA variant as
-// the forward's (avx512_bf16 runs the avx512 one).
+// kBlockQ×kBlockK tile from lse, D_i = dO_i·out_i, f32 accumulation; isa's backward entry
+// point (flash.h: the bf16-pair and tile variants run the avx512 one). Throws qkv::Error
+// when this CPU cannot run isa.
 AttentionGradients flash_attention_backward(const AttentionProblem& problem, const Tensor& dout,
                                             const Tensor& q, const Tensor& k, const Tensor& v,
                                             const Tensor& out, const Tensor& lse, Isa isa);
-
-// One kernel per ISA variant, all of this signature; g holds contiguous f32 tensors, which
-// the kernel fills completely:
-// dq (B, Hq, Lq, Dk), dk (B, Hkv, Lk, Dk), dv (B, Hkv, Lk, Dv).
-using FlashBackward = void(const AttentionProblem& p, const Tensor& dout, const Tensor& q,
-                           const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                           AttentionGradients& g);
-namespace scalar { FlashBackward flash_backward; }
-namespace avx2 { FlashBackward flash_backward; }
-namespace avx512 { FlashBackward flash_backward; }
 
 }  // namespace qkv::detail

@@ -3,5 +3,6 @@ list(APPEND QKV_UNIT_TESTS
   attention/test_reference.cpp
   attention/test_errors.cpp
   attention/test_fast.cpp
+  attention/test_dispatch.cpp
   attention/test_backward.cpp
 )

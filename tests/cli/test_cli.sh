@@ -175,7 +175,7 @@ test_bench() {
   run bench --batch 1 --heads 2 --seq 32 --dim 16 --repeats 3
   expect_status 0 "bench (text)"
   expect_in out "B=1 Hq=2 Hkv=2 Lq=32 Lk=32 Dk=16 Dv=16" "bench prints the shape"
-  expect_in out "impl auto \\((scalar|avx2|avx512|avx512_bf16)\\) +dtype f32 +threads [0-9]+ +median [0-9.]+ ms +min [0-9.]+ ms +[0-9.]+ GFLOP/s" \
+  expect_in out "impl auto \\((simd128|avx2|avx512|avx512_bf16|amx)\\) +dtype f32 +threads [0-9]+ +median [0-9.]+ ms +min [0-9.]+ ms +[0-9.]+ GFLOP/s" \
     "bench prints impl, dtype, threads, times and GFLOP/s"
   expect_in out "3 runs after 1 warm-up" "bench reports repeats and warm-up"
   run bench --batch 1 --heads 2 --seq 32 --dim 16 --causal --repeats 1
@@ -186,15 +186,18 @@ test_bench() {
   check_bench_json "bench --impl fast" "d['impl'] == 'fast'" --batch 1 --heads 2 --seq 8 --dim 4 \
     --impl fast
   local isa flag
-  for isa in scalar avx2 avx512 avx512_bf16 amx amx_emulated; do
+  for isa in simd128 avx2 avx512 avx512_bf16 amx amx_emulated; do
     case $isa in
-      scalar) flag= ;; avx2) flag=avx2 ;; avx512) flag=avx512f ;; avx512_bf16 | amx_emulated) flag=avx512_bf16 ;;
+      simd128) flag= ;; avx2) flag=avx2 ;; avx512) flag=avx512f ;; avx512_bf16 | amx_emulated) flag=avx512_bf16 ;;
       amx) flag=amx_bf16 ;;
     esac
     if [[ -n $flag ]] && ! grep -qw "$flag" /proc/cpuinfo; then continue; fi
     QKV_ISA=$isa check_bench_json "bench --impl fast, QKV_ISA=$isa" "d['impl'] == 'fast' and d['isa'] == '$isa'" \
       --batch 1 --heads 2 --kv-heads 1 --seq 40 --kv-seq 70 --dim 24 --causal --impl fast --dtype bf16
   done
+  # scalar, simd128's former name, still selects it.
+  QKV_ISA=scalar check_bench_json "bench --impl fast, QKV_ISA=scalar" "d['isa'] == 'simd128'" \
+    --batch 1 --heads 2 --seq 8 --dim 4 --impl fast
 }
 
 test_errors() {

@@ -37,7 +37,7 @@ int run_version(std::ostream& out) {
   out << "cpu:      " << cpu << '\n';
   out << "threads:  " << threads << '\n';
   out << "impls:    auto, reference, fast\n";
-  out << "kernel:   " << kernel_isa << " (override with QKV_ISA=scalar|avx2|avx512|avx512_bf16|amx|amx_emulated)\n";
+  out << "kernel:   " << kernel_isa << " (override with QKV_ISA=simd128|avx2|avx512|avx512_bf16|amx|amx_emulated)\n";
   return 0;
 }
 

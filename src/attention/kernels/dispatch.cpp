@@ -1,8 +1,11 @@
-// Chooses the ISA variant of the fused kernel at run time: the one mechanism every
-// kernel goes through (STYLE.md 9). QKV_ISA=scalar|avx2|avx512|avx512_bf16|amx|amx_emulated
-// overrides it.
+// Chooses the ISA variant of the kernels at run time: the one table of variants and the one
+// mechanism every kernel call goes through, so that no other code chooses among them.
+// QKV_ISA=simd128|avx2|avx512|avx512_bf16|amx|amx_emulated (or scalar, simd128's former
+// name) overrides the choice.
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 
 #include "attention/kernels/flash.h"
@@ -10,35 +13,60 @@
 #include "qkv/error.h"
 
 namespace qkv::detail {
+
+// The entry points each variant's sources define in its namespace (flash_<isa>.cpp,
+// flash_backward_<isa>.cpp); x86-64 variants compile to nothing on other CPUs.
+namespace simd128 { FlashForward flash_forward, flash_decode; FlashBackward flash_backward; }
+#if defined(__x86_64__)
+namespace avx2 { FlashForward flash_forward, flash_decode; FlashBackward flash_backward; }
+namespace avx512 { FlashForward flash_forward, flash_decode; FlashBackward flash_backward; }
+namespace avx512_bf16 { FlashForward flash_forward, flash_decode; }
+namespace amx { FlashForward flash_forward, flash_decode; }
+namespace amx_emulated { FlashForward flash_forward, flash_decode; }
+#endif
+
 namespace {
 
-bool cpu_runs(Isa isa) {
 #if defined(__x86_64__)
-  const CpuFeatures& f = cpu_features();
-  switch (isa) {
-    case Isa::scalar: return true;
-    case Isa::avx2: return f.avx2 && f.fma && f.f16c;
-    case Isa::avx512: return f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
-    case Isa::avx512_bf16: return cpu_runs(Isa::avx512) && f.avx512_bf16;
-    case Isa::amx: return cpu_runs(Isa::avx512_bf16) && f.amx_tile && f.amx_bf16;
-    case Isa::amx_emulated: return cpu_runs(Isa::avx512_bf16);  // the model needs no AMX
-  }
-  return false;
-#else
-  return isa == Isa::scalar;
+bool has_avx512(const CpuFeatures& f) { return f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq; }
 #endif
+
+struct IsaRow {
+  const char* name;
+  bool (*runs)(const CpuFeatures& f);  // whether this CPU (and the OS) can run the variant
+  const char* stands_in_for;           // a stand-in is tested where the CPU lacks that one, never chosen
+  IsaKernels kernels;
+};
+
+// Best last: with no QKV_ISA the last row this CPU runs is chosen (stand-ins aside).
+constexpr IsaRow kRows[] = {
+    {"simd128", [](const CpuFeatures&) { return true; }, nullptr,
+     {simd128::flash_forward, simd128::flash_decode, simd128::flash_backward}},
+#if defined(__x86_64__)
+    {"avx2", [](const CpuFeatures& f) { return f.avx2 && f.fma && f.f16c; }, nullptr,
+     {avx2::flash_forward, avx2::flash_decode, avx2::flash_backward}},
+    {"avx512", has_avx512, nullptr, {avx512::flash_forward, avx512::flash_decode, avx512::flash_backward}},
+    {"avx512_bf16", [](const CpuFeatures& f) { return has_avx512(f) && f.avx512_bf16; }, nullptr,
+     {avx512_bf16::flash_forward, avx512_bf16::flash_decode, avx512::flash_backward}},
+    // amx_tile: the CPU has the tiles and Linux granted their state (qkv/cpu.h).
+    {"amx", [](const CpuFeatures& f) { return has_avx512(f) && f.avx512_bf16 && f.amx_tile && f.amx_bf16; },
+     nullptr, {amx::flash_forward, amx::flash_decode, avx512::flash_backward}},
+    // The tile model needs no AMX.
+    {"amx_emulated", [](const CpuFeatures& f) { return has_avx512(f) && f.avx512_bf16; }, "amx",
+     {amx_emulated::flash_forward, amx_emulated::flash_decode, avx512::flash_backward}},
+#endif
+};
+constexpr int kRowCount = static_cast<int>(std::size(kRows));
+
+// Former names QKV_ISA still accepts: {alias, name}.
+constexpr const char* kAliases[][2] = {{"scalar", "simd128"}};
+
+const IsaRow& row_of(Isa isa) {
+  QKV_CHECK(isa.row >= 0 && isa.row < kRowCount, "no ISA variant " << isa.row << " in this build");
+  return kRows[isa.row];
 }
 
-constexpr Isa kAllIsas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512_bf16, Isa::amx, Isa::amx_emulated};
-
-Isa parse_isa(const std::string& name) {
-  std::string names;  // for the error: every name, from the same list
-  for (Isa isa : kAllIsas) {
-    if (name == isa_name(isa)) return isa;
-    names += (names.empty() ? "" : ", ") + std::string(isa_name(isa));
-  }
-  throw Error("QKV_ISA: expected one of " + names + "; got '" + name + "'");
-}
+bool cpu_runs(Isa isa) { return row_of(isa).runs(cpu_features()); }
 
 Isa checked(Isa isa) {
   QKV_CHECK(cpu_runs(isa), "QKV_ISA: this CPU cannot run '" << isa_name(isa)
@@ -46,33 +74,37 @@ Isa checked(Isa isa) {
   return isa;
 }
 
-// −1 = not chosen yet.
+// −1 = not chosen yet; else the row.
 std::atomic<int> g_isa{-1};
 
 }  // namespace
 
-const char* isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::scalar: return "scalar";
-    case Isa::avx2: return "avx2";
-    case Isa::avx512: return "avx512";
-    case Isa::avx512_bf16: return "avx512_bf16";
-    case Isa::amx: return "amx";
-    case Isa::amx_emulated: return "amx_emulated";
+const char* isa_name(Isa isa) { return row_of(isa).name; }
+
+Isa parse_isa(const std::string& name) {
+  std::string wanted = name, names;  // names: for the error, every name from the same lists
+  for (const auto& alias : kAliases)
+    if (name == alias[0]) wanted = alias[1];
+  for (int row = 0; row < kRowCount; ++row) {
+    if (wanted == kRows[row].name) return Isa{row};
+    names += (names.empty() ? "" : ", ") + std::string(kRows[row].name);
   }
-  return "unknown";
+  for (const auto& alias : kAliases) names += std::string(", ") + alias[0] + " (= " + alias[1] + ")";
+  throw Error("QKV_ISA: expected one of " + names + "; got '" + name + "'");
 }
 
 std::vector<Isa> supported_isas() {
   std::vector<Isa> isas;
-  for (Isa isa : kAllIsas)
-    if (isa != Isa::amx_emulated && cpu_runs(isa)) isas.push_back(isa);
+  for (int row = 0; row < kRowCount; ++row)
+    if (!kRows[row].stands_in_for && cpu_runs(Isa{row})) isas.push_back(Isa{row});
   return isas;
 }
 
 std::vector<Isa> tested_isas() {
   std::vector<Isa> isas = supported_isas();
-  if (!cpu_runs(Isa::amx) && cpu_runs(Isa::amx_emulated)) isas.push_back(Isa::amx_emulated);
+  for (int row = 0; row < kRowCount; ++row)
+    if (kRows[row].stands_in_for && cpu_runs(Isa{row}) && !cpu_runs(parse_isa(kRows[row].stands_in_for)))
+      isas.push_back(Isa{row});
   return isas;
 }
 
@@ -80,33 +112,29 @@ Isa selected_isa() {
   int chosen = g_isa.load(std::memory_order_relaxed);
   if (chosen < 0) {
     const char* env = std::getenv("QKV_ISA");
-    const Isa isa = (env && *env) ? checked(parse_isa(env)) : supported_isas().back();
-    chosen = static_cast<int>(isa);
+    chosen = ((env && *env) ? checked(parse_isa(env)) : supported_isas().back()).row;
     g_isa.store(chosen, std::memory_order_relaxed);
   }
-  return static_cast<Isa>(chosen);
+  return Isa{chosen};
 }
 
-void set_isa(Isa isa) { g_isa.store(static_cast<int>(checked(isa)), std::memory_order_relaxed); }
+const IsaKernels& isa_kernels(Isa isa) { return row_of(checked(isa)).kernels; }
+
+bool is_decode(const AttentionProblem& p) {
+  if (p.B * p.Hq * p.Lq == 0) return false;  // nothing to compute (and no key lengths when B = 0)
+  const std::int64_t max_keys = *std::max_element(p.key_lengths.begin(), p.key_lengths.end());
+  return p.Lq <= kSplitMaxRows && max_keys > 2 * kSplitKeys;
+}
 
 AttentionResult flash_attention(const AttentionProblem& problem, const Tensor& q, const Tensor& k,
                                 const Tensor& v, bool return_lse, Isa isa) {
+  const IsaKernels& kernels = isa_kernels(isa);
   AttentionResult result;
   result.out = Tensor::empty({problem.B, problem.Hq, problem.Lq, problem.Dv}, q.dtype());
   if (return_lse) result.lse = Tensor::empty({problem.B, problem.Hq, problem.Lq}, DType::f32);
   float* lse = return_lse ? result.lse.data_as<float>() : nullptr;
-  switch (checked(isa)) {
-    case Isa::scalar: scalar::flash_forward(problem, q, k, v, result.out, lse); break;
-#if defined(__x86_64__)
-    case Isa::avx2: avx2::flash_forward(problem, q, k, v, result.out, lse); break;
-    case Isa::avx512: avx512::flash_forward(problem, q, k, v, result.out, lse); break;
-    case Isa::avx512_bf16: avx512_bf16::flash_forward(problem, q, k, v, result.out, lse); break;
-    case Isa::amx: amx::flash_forward(problem, q, k, v, result.out, lse); break;
-    case Isa::amx_emulated: amx_emulated::flash_forward(problem, q, k, v, result.out, lse); break;
-#else
-    default: break;  // checked() already refused
-#endif
-  }
+  FlashForward* run = is_decode(problem) ? kernels.decode : kernels.forward;
+  run(problem, q, k, v, result.out, lse);
   return result;
 }
 

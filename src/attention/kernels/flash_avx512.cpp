@@ -1,6 +1,6 @@
 // The fused attention kernel built for avx512.
 // Every header comes first; only the kernel body is compiled for the target.
-#if defined(__x86_64__)  // as the kernel below: other CPUs build only the scalar variant
+#if defined(__x86_64__)  // as the kernel below: other CPUs build only the simd128 variant
 #include <immintrin.h>
 #endif
 #include <omp.h>

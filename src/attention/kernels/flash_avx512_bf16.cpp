@@ -9,7 +9,7 @@
 //                           code on a software model of the tiles (amx_tiles.inc).
 // f32 and f16 inputs take the avx512 code in all three.
 // Every header comes first; only the kernel body is compiled for the target.
-#if defined(__x86_64__)  // as the kernel below: other CPUs build only the scalar variant
+#if defined(__x86_64__)  // as the kernel below: other CPUs build only the simd128 variant
 #include <immintrin.h>
 #endif
 #include <omp.h>
