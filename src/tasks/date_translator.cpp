@@ -182,6 +182,11 @@ DateTrainingResult train_dates(const DateTrainingOptions& o,
 
 std::vector<std::string> translate_dates(const Seq2Seq& model, const std::vector<std::string>& inputs) {
   const dates::Vocabulary& vocab = dates::Vocabulary::dates();
+  // Another model's ids would index the date vocabulary wrongly: refused, not decoded.
+  QKV_CHECK(model.config.vocab_size == vocab.size(),
+            "translate: the model's vocab_size is " << model.config.vocab_size
+                << ", the date vocabulary's " << vocab.size()
+                << " (a model written by `qkv train dates` has that)");
   std::vector<std::vector<std::int64_t>> sources;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     std::vector<std::int64_t> ids = vocab.encode(inputs[i]);
