@@ -10,6 +10,12 @@
 Inputs ids are (B, L) integer NumPy arrays, CPU torch tensors or lists of lists; results
 are float32 NumPy arrays, or torch tensors when the ids were a torch tensor. Inference
 only; the GIL is released during loading, forward passes and generation.
+
+Loading refuses (ValueError naming the file, tensor or key) what cannot be run right:
+weights with NaN or infinity, configs without layers or with sizes beyond 2**31 - 1,
+checkpoints with more layers than the config, formats other than safetensors (the message
+says how to convert), a tokenizer with more tokens than the model's vocabulary. Tensors
+the model does not read are a UserWarning naming them, as Hugging Face warns.
 """
 
 import json
