@@ -2,6 +2,7 @@
 
 #include "qkv/dates.h"
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -118,7 +119,14 @@ DateTrainingResult train_dates(const DateTrainingOptions& o,
     std::vector<std::pair<std::string, Tensor>> state;
     for (const auto& name : ck.names())
       if (name.rfind("optimizer.", 0) == 0) state.emplace_back(name.substr(10), ck.get(name));
-    start = std::stoll(meta.at("step"));
+    // The step is the checkpoint's own text: std::stoll would throw std::invalid_argument
+    // (or accept "12abc"); all of it must be a step count.
+    const std::string& step_text = meta.at("step");
+    const auto [end, ec] =
+        std::from_chars(step_text.data(), step_text.data() + step_text.size(), start);
+    QKV_CHECK(ec == std::errc() && end == step_text.data() + step_text.size() && start >= 0,
+              checkpoint << ": metadata \"step\" must be a step count >= 0, got \"" << step_text
+                         << "\"");
     opt.load_state(state, start);
     QKV_CHECK(start <= o.steps, checkpoint << ": is at step " << start << ", past --steps " << o.steps);
   }
