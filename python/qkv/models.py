@@ -377,8 +377,10 @@ def load_model(directory, weights="f32"):
     directory = _check_dir(directory, fn)
     _choice(weights, fn, "weights", ("f32", "bf16"))
     config_path = os.path.join(directory, "config.json")
-    if not os.path.isfile(config_path):
+    if not os.path.exists(config_path):
         raise FileNotFoundError(f"{fn}: no config.json in '{directory}'")
+    if not os.path.isfile(config_path):
+        raise ValueError(f"{fn}: '{config_path}' is not a regular file")
     # Bounded, as the C++ reader is: a config.json is kilobytes, not a device or a checkpoint.
     size = os.path.getsize(config_path)
     if size > 16 << 20:

@@ -392,8 +392,10 @@ Seq2Seq Seq2Seq::load(const SafeTensors& weights, const Seq2SeqConfig& config,
 Seq2Seq Seq2Seq::load(const std::string& dir, std::vector<std::string>* unused) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  QKV_CHECK(fs::is_directory(dir, ec), "Seq2Seq::load: model directory '" << dir
-                                                                         << "' does not exist");
+  QKV_CHECK(fs::is_directory(dir, ec), "Seq2Seq::load: model directory '"
+                                           << dir
+                                           << "' does not exist (expected config.json and "
+                                              "model.safetensors in it)");
   const Seq2SeqConfig config = Seq2SeqConfig::from_file((fs::path(dir) / "config.json").string());
   return load(SafeTensors::open_model(dir), config, unused,
               "Seq2Seq checkpoint '" + dir + "'");
