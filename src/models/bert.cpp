@@ -233,14 +233,17 @@ namespace {
 // Weights built by hand (not by BertWeights::load) must fit the config as well: forward
 // trusts these shapes.
 void check_weights(const BertConfig& c, const BertWeights& w) {
-  QKV_CHECK(c.num_hidden_layers >= 1 && c.num_attention_heads >= 1 && c.hidden_size >= 1 &&
-                c.hidden_size % c.num_attention_heads == 0 && c.vocab_size >= 1 &&
-                c.intermediate_size >= 1 && c.max_position_embeddings >= 1 &&
-                c.type_vocab_size >= 1,
-            "BertModel: the config's sizes must be positive, with hidden_size ("
+  const auto size = [](std::int64_t v) { return v >= 1 && v <= kMaxSize; };
+  QKV_CHECK(size(c.num_hidden_layers) && size(c.num_attention_heads) && size(c.hidden_size) &&
+                c.hidden_size % c.num_attention_heads == 0 && size(c.vocab_size) &&
+                size(c.intermediate_size) && size(c.max_position_embeddings) &&
+                size(c.type_vocab_size),
+            "BertModel: the config's sizes must be in [1, " << kMaxSize << "], with hidden_size ("
                 << c.hidden_size << ") a multiple of num_attention_heads ("
-                << c.num_attention_heads << "), and num_hidden_layers >= 1, got "
-                << c.num_hidden_layers);
+                << c.num_attention_heads << "), got num_hidden_layers " << c.num_hidden_layers
+                << ", vocab_size " << c.vocab_size << ", intermediate_size "
+                << c.intermediate_size << ", max_position_embeddings "
+                << c.max_position_embeddings << ", type_vocab_size " << c.type_vocab_size);
   QKV_CHECK(static_cast<std::int64_t>(w.layers.size()) == c.num_hidden_layers,
             "BertModel: weights have " << w.layers.size() << " layers, config "
                                        << c.num_hidden_layers);

@@ -221,11 +221,14 @@ namespace {
 // Weights built by hand (not by from_safetensors) must fit the config as well: forward
 // trusts these shapes.
 Gpt2Weights checked(const Gpt2Config& c, Gpt2Weights w) {
-  QKV_CHECK(c.vocab_size >= 1 && c.n_positions >= 1 && c.n_embd >= 1 && c.n_layer >= 1 &&
-                c.n_head >= 1 && c.n_embd % c.n_head == 0 && c.n_inner >= 0,
-            "Gpt2Model: the config's sizes must be positive, n_layer >= 1 and n_head ("
-                << c.n_head << ") must divide n_embd (" << c.n_embd << "), got n_layer "
-                << c.n_layer);
+  constexpr std::int64_t kMax = std::numeric_limits<std::int32_t>::max();
+  const auto size = [](std::int64_t v) { return v >= 1 && v <= kMax; };
+  QKV_CHECK(size(c.vocab_size) && size(c.n_positions) && size(c.n_embd) && size(c.n_layer) &&
+                size(c.n_head) && c.n_embd % c.n_head == 0 && c.n_inner >= 0 && c.n_inner <= kMax,
+            "Gpt2Model: the config's sizes must be in [1, " << kMax << "] (n_inner in [0, "
+                << kMax << "]) and n_head (" << c.n_head << ") must divide n_embd (" << c.n_embd
+                << "), got vocab_size " << c.vocab_size << ", n_positions " << c.n_positions
+                << ", n_layer " << c.n_layer << ", n_inner " << c.n_inner);
   QKV_CHECK(static_cast<std::int64_t>(w.h.size()) == c.n_layer,
             "Gpt2Model: weights have " << w.h.size() << " blocks, config n_layer " << c.n_layer);
   const std::int64_t V = c.vocab_size, P = c.n_positions, E = c.n_embd, F = c.inner();
