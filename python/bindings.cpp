@@ -11,7 +11,10 @@
 // - Results are handed to NumPy with no copy: the array's base is a capsule that owns
 //   the qkv::Tensor.
 // - The GIL is released around every computation.
-// - qkv::Error becomes ValueError, TypeError, MemoryError or KeyboardInterrupt (its kind()).
+// - qkv::Error becomes ValueError, TypeError, MemoryError or KeyboardInterrupt (its kind());
+//   std::bad_alloc and std::length_error (a container asked for more than it can hold)
+//   become MemoryError, naming what was being done where a binding knows it
+//   (bindings_common.h).
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -19,7 +22,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +37,20 @@ void register_models(py::module_& m);  // bindings_models.cpp
 void register_train(py::module_& m);   // bindings_train.cpp
 
 namespace {
+
+// PyErr_SetString decodes the message as strict UTF-8, and fails on anything else (a
+// message quoting a file's bytes, say), leaving no error set: decode with replacement.
+void set_python_error(PyObject* type, const std::string& message) {
+  PyObject* text = PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()),
+                                        "backslashreplace");
+  if (text == nullptr) {
+    PyErr_Clear();
+    PyErr_SetString(type, "qkv: (the error message could not be decoded)");
+    return;
+  }
+  PyErr_SetObject(type, text);
+  Py_DECREF(text);
+}
 
 // A shared_ptr that keeps a Python object alive for as long as a qkv::Tensor views its
 // memory. The last reference can be dropped while the GIL is released (or, in principle,
@@ -232,7 +251,15 @@ PYBIND11_MODULE(_qkv, m) {
         case qkv::ErrorKind::memory: type = PyExc_MemoryError; break;
         case qkv::ErrorKind::interrupted: type = PyExc_KeyboardInterrupt; break;
       }
-      PyErr_SetString(type, e.what());
+      set_python_error(type, e.what());
+    } catch (const std::bad_alloc& e) {
+      // Thrown where no binding could say more (bindings_common.h's guard does).
+      set_python_error(PyExc_MemoryError,
+                       std::string("qkv: out of memory: an allocation failed (") + e.what() + ")");
+    } catch (const std::length_error& e) {
+      set_python_error(PyExc_MemoryError,
+                       std::string("qkv: out of memory: a container was asked for more than "
+                                   "it can hold (") + e.what() + ")");
     }
   });
 

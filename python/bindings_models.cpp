@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "bindings_common.h"
 #include "qkv/bert.h"
 #include "qkv/error.h"
 #include "qkv/gpt2.h"
@@ -24,6 +25,7 @@
 
 namespace py = pybind11;
 namespace models = qkv::models;
+using qkv_python::naming_allocations;
 
 namespace {
 
@@ -81,10 +83,16 @@ void register_models(py::module_& m) {
           "load",
           [](const std::string& dir) {
             py::gil_scoped_release release;
-            return std::make_shared<models::BertModel>(models::BertModel::load(dir));
+            return naming_allocations("BertModel.load('" + dir + "')", [&] {
+              return std::make_shared<models::BertModel>(models::BertModel::load(dir));
+            });
           },
           py::arg("dir"))
       .def_property_readonly("config", &bert_config)
+      .def_property_readonly(
+          "unused_tensors",
+          [](const models::BertModel& model) { return model.weights.unused_tensors; },
+          "The checkpoint's tensors the model did not read (BertWeights::unused_tensors).")
       .def(
           "forward",
           [](const models::BertModel& model, const std::vector<std::int64_t>& ids,
@@ -93,7 +101,10 @@ void register_models(py::module_& m) {
             models::BertOutput out;
             {
               py::gil_scoped_release release;
-              out = model.forward(ids, batch, length, types, mask, output_attentions);
+              out = naming_allocations(
+                  "BertModel forward of (" + std::to_string(batch) + ", " +
+                      std::to_string(length) + ") ids",
+                  [&] { return model.forward(ids, batch, length, types, mask, output_attentions); });
             }
             py::object pooled = out.pooler_output.defined() ? py::cast(out.pooler_output)
                                                             : py::object(py::none());
@@ -114,18 +125,26 @@ void register_models(py::module_& m) {
               throw py::value_error("GPT2Model.load: weights must be 'f32' or 'bf16', got '" +
                                     weights + "'");
             py::gil_scoped_release release;
-            return std::make_shared<models::Gpt2Model>(models::Gpt2Model::load(
-                dir, weights == "bf16" ? qkv::DType::bf16 : qkv::DType::f32));
+            return naming_allocations("GPT2Model.load('" + dir + "')", [&] {
+              return std::make_shared<models::Gpt2Model>(models::Gpt2Model::load(
+                  dir, weights == "bf16" ? qkv::DType::bf16 : qkv::DType::f32));
+            });
           },
           py::arg("dir"), py::arg("weights") = "f32",
           "weights: the products' weights, 'f32' (exact) or 'bf16' (Gpt2Model's "
           "product_dtype). Releases the GIL.")
       .def_property_readonly("config", &gpt2_config)
+      .def_property_readonly(
+          "unused_tensors",
+          [](const models::Gpt2Model& model) { return model.weights.unused_tensors; },
+          "The checkpoint's tensors the model did not read (Gpt2Weights::unused_tensors).")
       .def(
           "forward_full",
           [](const models::Gpt2Model& model, const std::vector<std::int64_t>& ids) {
             py::gil_scoped_release release;
-            return model.forward_full(ids);
+            return naming_allocations(
+                "GPT2Model forward of " + std::to_string(ids.size()) + " ids",
+                [&] { return model.forward_full(ids); });
           },
           py::arg("ids"), "(L, V) logits of every position, as a _Tensor. Releases the GIL.")
       .def(
@@ -142,7 +161,9 @@ void register_models(py::module_& m) {
             s.eos_id = eos_id;
             models::validate(s);
             py::gil_scoped_release release;
-            return models::generate(model, prompt, s);
+            return naming_allocations("GPT2Model.generate", [&] {
+              return models::generate(model, prompt, s);
+            });
           },
           py::arg("prompt"), py::arg("max_new_tokens"), py::arg("temperature"), py::arg("top_k"),
           py::arg("top_p"), py::arg("seed"), py::arg("eos_id"),
@@ -155,7 +176,9 @@ void register_models(py::module_& m) {
           "load",
           [](const std::string& dir) {
             py::gil_scoped_release release;
-            return std::make_shared<qkv::Tokenizer>(qkv::Tokenizer::load(dir));
+            return naming_allocations("Tokenizer.load('" + dir + "')", [&] {
+              return std::make_shared<qkv::Tokenizer>(qkv::Tokenizer::load(dir));
+            });
           },
           py::arg("dir"))
       .def_property_readonly("kind",
@@ -167,7 +190,9 @@ void register_models(py::module_& m) {
           "encode",
           [](const qkv::Tokenizer& t, const std::string& text) {
             py::gil_scoped_release release;
-            return t.encode(text);
+            return naming_allocations(
+                "Tokenizer.encode of a text of " + std::to_string(text.size()) + " bytes",
+                [&] { return t.encode(text); });
           },
           py::arg("text"))
       .def(
@@ -177,7 +202,10 @@ void register_models(py::module_& m) {
             qkv::Encoding e;
             {
               py::gil_scoped_release release;
-              e = wp.encode_pair(a, b);
+              e = naming_allocations("Tokenizer.encode_pair of texts of " +
+                                         std::to_string(a.size()) + " and " +
+                                         std::to_string(b.size()) + " bytes",
+                                     [&] { return wp.encode_pair(a, b); });
             }
             return py::make_tuple(e.ids, e.token_type_ids);
           },
@@ -185,10 +213,13 @@ void register_models(py::module_& m) {
       .def(
           "tokenize",
           [](const qkv::Tokenizer& t, const std::string& text) {
-            if (const auto* wp = t.wordpiece()) return wp->tokenize(text);
-            std::vector<std::string> out;
-            for (auto id : t.bpe()->encode(text)) out.push_back(t.bpe()->id_to_token(id));
-            return out;
+            return naming_allocations(
+                "Tokenizer.tokenize of a text of " + std::to_string(text.size()) + " bytes", [&] {
+                  if (const auto* wp = t.wordpiece()) return wp->tokenize(text);
+                  std::vector<std::string> out;
+                  for (auto id : t.bpe()->encode(text)) out.push_back(t.bpe()->id_to_token(id));
+                  return out;
+                });
           },
           py::arg("text"))
       .def(
@@ -197,7 +228,8 @@ void register_models(py::module_& m) {
             std::string s;
             {
               py::gil_scoped_release release;
-              s = t.decode(ids);
+              s = naming_allocations("Tokenizer.decode of " + std::to_string(ids.size()) + " ids",
+                                     [&] { return t.decode(ids); });
             }
             // BPE ids may end inside a UTF-8 sequence: replace, as HF's decode does.
             PyObject* u = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()),

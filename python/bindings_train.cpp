@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "bindings_common.h"
 #include "qkv/dates.h"
 #include "qkv/error.h"
 #include "qkv/seq2seq.h"
@@ -79,6 +80,16 @@ void register_train(py::module_& m) {
            }),
            py::arg("config"), py::arg("seed") = 0)
       .def_static("load", [](const std::string& dir) { return models::Seq2Seq::load(dir); })
+      .def_static(
+          "load_checked",
+          [](const std::string& dir) {
+            std::vector<std::string> unused;
+            models::Seq2Seq model = qkv_python::naming_allocations(
+                "Seq2Seq.load('" + dir + "')", [&] { return models::Seq2Seq::load(dir, &unused); });
+            return py::make_tuple(std::move(model), unused);
+          },
+          py::arg("dir"),
+          "(model, names of the tensors it did not read): the warnings are the caller's.")
       .def("config_json", [](const models::Seq2Seq& s) { return s.config.to_json(); })
       .def("state_dict",
            [](models::Seq2Seq& s) {

@@ -10,9 +10,11 @@
 // A checkpoint is a Hugging Face directory: config.json (model_type "bert") and
 // model.safetensors or its shards (SafeTensors::open_model). Tensor names are HF's, with or
 // without the "bert." prefix (BertForMaskedLM, BertForPreTraining carry it), LayerNorm
-// parameters as weight/bias or the older gamma/beta. Everything else (cls.* heads,
-// embeddings.position_ids, ...) is ignored. The pooler is optional: checkpoints saved
-// without it (add_pooling_layer=False) load, and pooler_output is then undefined.
+// parameters as weight/bias or the older gamma/beta. The cls.* heads and
+// embeddings.position_ids are ignored; any other tensor BertModel does not read is listed
+// in BertWeights::unused_tensors. The pooler is optional: checkpoints saved without it
+// (add_pooling_layer=False) load, and pooler_output is then undefined. Weights with a NaN
+// or an infinity, and configs without layers, are refused.
 //
 // BertConfig (config.json), BertWeights (the checkpoint's tensors) and BertModel (which
 // runs them) are separate types (docs/CONTRIBUTING.md). f32 weights are zero-copy views
@@ -51,7 +53,9 @@ struct BertConfig {
   std::int64_t head_dim() const { return hidden_size / num_attention_heads; }  // D
   // From the text of a config.json; model_type must be "bert" (absent is accepted, as in
   // the oldest Google exports). Throws qkv::Error naming `label` (where the text came
-  // from) and the key when the text is not a JSON object or a value is missing or invalid.
+  // from) and the key when the text is not a JSON object or a value is missing or invalid:
+  // sizes must be in [1, 2^31 - 1] (num_hidden_layers >= 1: a model without layers is
+  // refused), hidden_size a multiple of num_attention_heads, layer_norm_eps finite as a float.
   static BertConfig from_json(const std::string& text, std::string label = "<memory>");
   // The same, read from the file at `path`; errors name the path.
   static BertConfig from_file(const std::string& path);
@@ -77,9 +81,16 @@ struct BertWeights {
   std::vector<BertLayerWeights> layers;                 // N
   Tensor pooler_weight;  // (E, E), undefined when the checkpoint has no pooler
   Tensor pooler_bias;    // (E),    undefined when the checkpoint has no pooler
+  // The checkpoint's tensors that load() did not read, sorted, apart from those BertModel
+  // knowingly leaves (the cls.* pre-training heads, embeddings.position_ids): a task head
+  // of another architecture (classifier.*, qa_outputs.*) or a name qkv does not know. The
+  // library never prints: front ends warn with these (Python: warnings.warn).
+  std::vector<std::string> unused_tensors;
 
   // Looks every tensor up in `tensors` (see the top of the file for the names accepted).
-  // `label` names the checkpoint in errors.
+  // `label` names the checkpoint in errors. Every tensor read must be finite, and the
+  // checkpoint must hold no layer numbered num_hidden_layers or more (qkv::Error naming
+  // the tensor); the other tensors it does not read are listed in unused_tensors.
   static BertWeights load(const BertConfig& config, const SafeTensors& tensors,
                           const std::string& label = "BERT checkpoint");
 };
@@ -97,6 +108,7 @@ class BertModel {
   const BertConfig config;
   const BertWeights weights;
 
+  // Throws qkv::Error naming the weight when one does not have the shape the config gives.
   BertModel(BertConfig config, BertWeights weights);
   // dir/config.json + dir/model.safetensors (or its shards).
   static BertModel load(const std::string& dir);

@@ -13,8 +13,9 @@
 // bias (F)}, h.N.mlp.c_proj.{weight (F, E), bias (E)}, ln_f.{weight,bias} (E). The Conv1D
 // weights are stored (in, out); they are transposed once at load into nn::Linear's
 // (out, in). The attn.bias / attn.masked_bias buffers are ignored; lm_head.weight, when
-// present, must equal wte.weight. A missing or mis-shaped tensor is a qkv::Error naming it
-// and the expected shape.
+// present, must equal wte.weight; any other tensor not read is listed in
+// Gpt2Weights::unused_tensors. A missing, mis-shaped or non-finite (NaN, ±inf) tensor, or
+// one of a block h.N with N >= n_layer, is a qkv::Error naming it (and the expected shape).
 //
 // Config, weights and state are kept apart (docs/CONTRIBUTING.md): Gpt2Config is read from
 // config.json, Gpt2Weights holds the parameters (embeddings and norms are views into the
@@ -51,7 +52,9 @@ struct Gpt2Config {
   // From the text of a Hugging Face config.json; model_type must be "gpt2". Keys that are
   // absent keep the defaults above. Unsupported variants (scale_attn_by_inverse_layer_idx,
   // scale_attn_weights = false, an unknown activation_function) and invalid values throw
-  // qkv::Error naming `label` (where the text came from) and the key.
+  // qkv::Error naming `label` (where the text came from) and the key: sizes must be in
+  // [1, 2^31 - 1] (n_layer >= 1: a model without blocks is refused), n_head must divide
+  // n_embd, eos_token_id must be in [0, vocab_size), layer_norm_epsilon finite as a float.
   static Gpt2Config from_json(const std::string& text, std::string label = "<memory>");
   // The same, read from the file at `path`; errors name the path.
   static Gpt2Config from_file(const std::string& path);
@@ -69,6 +72,10 @@ struct Gpt2Weights {
   nn::Embedding wpe;                             // (P, E)
   std::vector<nn::TransformerEncoderLayer> h;    // n_layer blocks
   nn::LayerNorm ln_f;                            // weight, bias (E)
+  // The checkpoint's tensors from_safetensors did not read, sorted, apart from the blocks'
+  // attn.bias / attn.masked_bias buffers. The library never prints: front ends warn with
+  // these (Python: warnings.warn).
+  std::vector<std::string> unused_tensors;
 };
 
 // What one generation run mutates: the KV cache of every layer.
@@ -91,6 +98,7 @@ class Gpt2Model {
   // nn::PackedWeight). Embeddings, LayerNorm, attention and the KV cache stay f32.
   const DType product_dtype = DType::f32;
 
+  // Throws qkv::Error naming the weight when one does not have the shape the config gives.
   Gpt2Model(Gpt2Config config, Gpt2Weights weights, DType product_dtype = DType::f32);
   // dir/config.json + dir/model.safetensors (or its shards).
   static Gpt2Model load(const std::string& dir, DType product_dtype = DType::f32);

@@ -24,7 +24,9 @@
 // by name (BERT checkpoints carry an I64 `position_ids`).
 //
 // Every malformed file throws qkv::Error naming the file (or the label given to parse()),
-// the tensor when there is one, what was expected and what was found.
+// the tensor when there is one, what was expected and what was found. A file that fails as
+// safetensors and is recognisably something else (a Git LFS pointer, a PyTorch ZIP or
+// pickle, GGUF, HDF5) is named as such, with how to get or convert the weights.
 #pragma once
 
 #include <cstddef>
@@ -58,7 +60,8 @@ class SafeTensors {
   // shard is opened once; a shard that is missing, or that lacks a tensor the index maps to
   // it, is an error naming both. With an index, names() are exactly the index's tensors and
   // metadata() merges the shards' __metadata__ (on a conflict, the shard first in name
-  // order wins).
+  // order wins). A directory with neither says which other checkpoint formats it holds
+  // (pytorch_model.bin, tf_model.h5, flax_model.msgpack, GGUF) and how to convert them.
   static SafeTensors open_model(const std::string& dir);
   // Parses a safetensors image held in memory (tests, fuzzing). The bytes are copied into
   // a 64-byte-aligned buffer of its own, so `bytes` need not outlive the result.

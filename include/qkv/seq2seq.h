@@ -40,8 +40,13 @@ struct Seq2SeqConfig {
 
   // config.json form: {"model_type": "qkv-seq2seq", "vocab_size": ..., ...}
   std::string to_json() const;
+  // The number of parameters a Seq2Seq of this config has (what Seq2Seq::num_parameters
+  // counts), computed without building it. qkv::Error beyond 2^40.
+  std::int64_t num_parameters() const;
   // The inverse of to_json. Throws qkv::Error naming `label` (where the text came from)
-  // and the key when a value is missing or invalid.
+  // and the key when a value is missing or invalid: every size must be in [1, 2^31 - 1]
+  // (at least one encoder and one decoder layer), d_model a multiple of nhead,
+  // layer_norm_eps finite as a float, and the model at most 2^40 parameters.
   static Seq2SeqConfig from_json(const std::string& text, std::string label = "<memory>");
   // The same, read from the file at `path`; errors name the path.
   static Seq2SeqConfig from_file(const std::string& path);
@@ -96,9 +101,16 @@ class Seq2Seq {
       std::int64_t max_new_tokens) const;
 
   // model.safetensors (the parameters, f32) + config.json in `dir`; load reads them back.
+  // load refuses (qkv::Error naming the tensor) weights that are missing, mis-shaped or not
+  // finite, a config that describes more parameters than the weights hold, and tensors of
+  // layers beyond the config's counts. The names of any other tensors it did not read go
+  // to `unused` when given (a checkpoint's optimizer.* state, or a file qkv did not
+  // write): the library never prints, front ends warn.
   void save(const std::string& dir, const std::map<std::string, std::string>& metadata = {});
-  static Seq2Seq load(const std::string& dir);
-  static Seq2Seq load(const SafeTensors& weights, const Seq2SeqConfig& config);
+  static Seq2Seq load(const std::string& dir, std::vector<std::string>* unused = nullptr);
+  static Seq2Seq load(const SafeTensors& weights, const Seq2SeqConfig& config,
+                      std::vector<std::string>* unused = nullptr,
+                      const std::string& label = "Seq2Seq::load");
 };
 
 }  // namespace qkv::models

@@ -7,7 +7,9 @@
 // pattern, every byte mapped through bytes_to_unicode, merges applied by lowest rank.
 //
 // All text is UTF-8. encode() of text that is not valid UTF-8 throws qkv::Error naming the
-// byte offset; so do missing or malformed vocabulary files (the message names the file).
+// byte offset; so do missing or malformed vocabulary files (the message names the file and
+// the line or entry). Vocabulary files are read whole and must be regular files of at most
+// 64 MiB; ids are checked against the number of tokens before anything is sized from them.
 // The special tokens of a vocabulary ([CLS], [SEP], [PAD], [MASK], [UNK] for WordPiece;
 // "<|endoftext|>" for GPT-2) written literally in the text are kept whole, as Hugging
 // Face's tokenizers keep added special tokens.
@@ -36,13 +38,15 @@ struct Encoding {
 class WordPieceTokenizer {
  public:
   // vocab.txt: one token per line, id = line number (0-based). lowercase = do_lower_case,
-  // which also strips accents (NFD, drop Mn), as BertTokenizer does.
+  // which also strips accents (NFD, drop Mn), as BertTokenizer does. Every line must be
+  // valid UTF-8 and at most 64 KiB; a token that appears twice is an error (BertTokenizer
+  // lets the later id win, leaving the earlier one unreachable).
   static WordPieceTokenizer from_vocab_txt(const std::filesystem::path& path,
                                            bool lowercase = true);
   // tokenizer.json with model.type "WordPiece"; lowercase / strip_accents come from a
   // BertNormalizer (or Lowercase / StripAccents normalizers) when present.
   static WordPieceTokenizer from_tokenizer_json(const std::filesystem::path& path);
-  // tokens[i] has id i. The vocabulary must hold [UNK], [CLS] and [SEP].
+  // tokens[i] has id i, each token once. The vocabulary must hold [UNK], [CLS] and [SEP].
   static WordPieceTokenizer from_vocab(std::vector<std::string> tokens, bool lowercase = true,
                                        std::optional<bool> strip_accents = std::nullopt);
 
@@ -80,19 +84,22 @@ class WordPieceTokenizer {
   bool strip_accents_ = true;
   std::string continuation_ = "##";
   std::size_t max_chars_per_word_ = 100;  // longer words become [UNK]
+  std::size_t max_token_bytes_ = 0;       // the longest token: no piece can be longer
   std::int64_t unk_id_ = 0, cls_id_ = 0, sep_id_ = 0;
 };
 
 class BpeTokenizer {
  public:
   // GPT-2's files: vocab.json (token -> id, a.k.a. encoder.json) and merges.txt (vocab.bpe:
-  // an optional "#version" line, then one "a b" merge per line, rank = order).
+  // an optional "#version" line, then one "a b" merge per line, rank = order; lines valid
+  // UTF-8).
   static BpeTokenizer from_files(const std::filesystem::path& vocab_json,
                                  const std::filesystem::path& merges_txt);
   // tokenizer.json with model.type "BPE"; merges as "a b" strings or [a, b] pairs.
   static BpeTokenizer from_tokenizer_json(const std::filesystem::path& path);
-  // Tokens are in the bytes_to_unicode alphabet ("Ġ" for a space). Every merge's parts and
-  // result must be in the vocabulary (Error names the missing one).
+  // Tokens are in the bytes_to_unicode alphabet ("Ġ" for a space). The N tokens' ids must be
+  // 0..N-1, each once (checked before anything is sized from them), and every merge's
+  // parts and result must be in the vocabulary (Error names the offending one).
   static BpeTokenizer from_vocab_and_merges(
       const std::map<std::string, std::int64_t>& vocab,
       const std::vector<std::pair<std::string, std::string>>& merges);
@@ -112,7 +119,7 @@ class BpeTokenizer {
   BpeTokenizer() = default;
   void bpe(std::string_view piece, std::vector<std::int64_t>& ids) const;
 
-  std::vector<std::string> tokens_;                    // id -> token ("" for unused ids)
+  std::vector<std::string> tokens_;                    // id -> token
   std::unordered_map<std::string, std::int64_t> ids_;  // token -> id
   // (left id << 32 | right id) -> (rank, merged id)
   std::unordered_map<std::uint64_t, std::pair<std::int64_t, std::int64_t>> merges_;

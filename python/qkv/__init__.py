@@ -23,14 +23,17 @@ Inputs
 The result is a ``torch.Tensor`` when ``query`` is one, else a NumPy array; the output has
 ``query``'s dtype, log-sum-exp and probabilities are always float32.
 
-Errors: bad shapes, options and values raise ValueError, bad dtypes TypeError; the message
-names the argument.
+Errors: bad shapes, options and values raise ValueError; bad dtypes and arguments of the
+wrong type TypeError (as PyTorch: a bool is not accepted where an int is expected, nor an
+int where a bool is; a float argument takes any real number, but not a string); memory that
+cannot be had MemoryError. The message names the argument.
 
 torch is never imported by qkv: it is used only when a tensor is passed in, which means
 it has already been imported.
 """
 
 import math
+import numbers
 import operator
 import random
 import sys
@@ -77,10 +80,14 @@ def cpu_summary():
 
 
 def set_num_threads(n):
-    """Set the number of threads qkv's parallel loops use (``n >= 1``, else ValueError).
+    """Set the number of threads qkv's parallel loops use (``n >= 1``, else ValueError;
+    TypeError for anything but an int).
 
     Results are bitwise identical for every thread count (dropout included)."""
-    return _qkv.set_num_threads(operator.index(n))
+    n = _int(n, "set_num_threads", "n")
+    if not 1 <= n <= 1 << 20:
+        raise ValueError(f"set_num_threads: n must be in [1, {1 << 20}], got {n}")
+    return _qkv.set_num_threads(n)
 
 
 def get_num_threads():
@@ -105,12 +112,9 @@ def storage_cache_limit():
 def set_storage_cache_limit(nbytes):
     """Set the cache's capacity in bytes (0 turns it off); cached blocks beyond it are
     freed now. ValueError for a negative size, TypeError for a non-integer."""
-    try:
-        n = operator.index(nbytes)
-    except TypeError:
-        raise TypeError(f"set_storage_cache_limit: nbytes must be an int, got {nbytes!r}") from None
-    if n < 0:
-        raise ValueError(f"set_storage_cache_limit: nbytes must be >= 0, got {n}")
+    n = _int(nbytes, "set_storage_cache_limit", "nbytes")
+    if not 0 <= n < 1 << 64:
+        raise ValueError(f"set_storage_cache_limit: nbytes must be in [0, 2**64), got {n}")
     _qkv._set_storage_cache_limit(n)
 
 
@@ -185,9 +189,29 @@ def _array_from_torch(x, fn, name, allow_bool):
     raise _dtype_error(fn, name, x.dtype, allow_bool)
 
 
+def _check_array_like(x, fn, name):
+    """TypeError for what is no array at all (None, a string, a mapping, a set): np.asarray
+    would make a 0-d object or string array of it, and the error would be about shapes."""
+    if x is None or isinstance(x, (str, bytes, dict, set, frozenset)):
+        raise TypeError(f"{fn}: {name} must be an array (numpy.ndarray or torch.Tensor), "
+                        f"got {_describe(x)}")
+
+
+def _asarray(x, fn, name):
+    """np.asarray(x), with a ragged nesting a ValueError naming the argument and memory
+    that cannot be had a MemoryError naming it."""
+    try:
+        return np.asarray(x)
+    except MemoryError as e:
+        raise MemoryError(f"{fn}: converting {name} to an array: {e}") from None
+    except ValueError as e:
+        raise ValueError(f"{fn}: {name} is not a rectangular array: {e}") from None
+
+
 def _array_from_other(x, fn, name, allow_bool):
     """(ndarray, False) for NumPy arrays and anything np.asarray accepts."""
-    a = np.asarray(x)
+    _check_array_like(x, fn, name)
+    a = _asarray(x, fn, name)
     dt = a.dtype
     if dt.kind == "f" and dt.itemsize == 8:
         a = a.astype(np.float32)
@@ -253,30 +277,102 @@ def _result(array, like, drop_batch):
 
 
 # --------------------------------------------------------------------------------------
-# Options.
+# Arguments: types checked as PyTorch's argument parser does, each error naming the
+# argument. bool is a subclass of int in Python, but torch refuses it where an int is
+# expected (and an int where a bool is); a float parameter takes any real number.
+
+
+def _describe(value):
+    """'str '0.5''-style: the type and a short repr, for messages."""
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def _is_bool(value):
+    return isinstance(value, (bool, np.bool_))
+
+
+def _bool(value, fn, name):
+    """A flag: bool or numpy.bool_ (a 0-d bool tensor too); anything else is TypeError."""
+    if _is_bool(value):
+        return bool(value)
+    if _is_torch(value) and value.dim() == 0 and value.dtype == _torch_module().bool:
+        return bool(value.item())
+    raise TypeError(f"{fn}: {name} must be a bool, got {_describe(value)}")
+
+
+def _int(value, fn, name):
+    """An int (or anything with __index__: NumPy integers, 0-d integer tensors); bool and
+    float are TypeError."""
+    if _is_bool(value) or (_is_torch(value) and value.dtype == _torch_module().bool):
+        raise TypeError(f"{fn}: {name} must be an int, got {_describe(value)}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{fn}: {name} must be an int, got {_describe(value)}") from None
+
+
+def _float(value, fn, name, what="a float"):
+    """A real number as a Python float: int, float, bool (torch takes it), NumPy scalars,
+    0-d real arrays and tensors. Strings, complex numbers and the rest are TypeError."""
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "biuf":
+        return float(value)
+    if (_is_torch(value) and value.dim() == 0 and not value.is_complex()
+            and value.layout == _torch_module().strided):
+        return float(value.item())
+    raise TypeError(f"{fn}: {name} must be {what}, got {_describe(value)}")
 
 
 def _optional_float(value, fn, name):
     if value is None:
         return None
+    return _float(value, fn, name, "a float or None")
+
+
+def _choice(value, fn, name, choices):
+    """One of the strings `choices`: TypeError for a non-string, ValueError for another one."""
+    listed = ", ".join(repr(c) for c in choices)
+    if not isinstance(value, str):
+        raise TypeError(f"{fn}: {name} must be a string, one of {listed}, got {_describe(value)}")
+    if value not in choices:
+        raise ValueError(f"{fn}: {name} must be one of {listed}, got {value!r}")
+    return value
+
+
+def _sequence_array(values, fn, name, kind):
+    """values as a 1-d NumPy array (TypeError for a scalar, a string or a mapping:
+    np.asarray would take them as 0-d arrays)."""
+    if _is_torch(values):
+        values = values.detach().cpu().numpy()
+    if isinstance(values, (str, bytes, dict)) or np.ndim(values) == 0:
+        raise TypeError(f"{fn}: {name} must be a 1-d sequence of {kind}, got {_describe(values)}")
     try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{fn}: {name} must be a float or None, got {value!r}") from None
+        a = np.asarray(values)
+    except (ValueError, TypeError) as e:  # ragged nesting
+        raise ValueError(f"{fn}: {name} must be a 1-d sequence of {kind}: {e}") from None
+    if a.ndim != 1:
+        raise ValueError(f"{fn}: {name} must be a 1-d sequence of {kind}, got shape {a.shape}")
+    return a
 
 
 def _int_list(values, fn, name):
     """A list of Python ints from a sequence, NumPy array or torch tensor of integers."""
-    if _is_torch(values):
-        values = values.detach().cpu().numpy()
-    a = np.asarray(values)
-    if a.ndim != 1:
-        raise ValueError(f"{fn}: {name} must be a 1-d sequence of ints, got shape {a.shape}")
-    if a.size and a.dtype.kind not in "iu":
+    a = _sequence_array(values, fn, name, "ints")
+    if a.size and a.dtype.kind == "O":
+        # Python ints beyond int64 make an object array: range, not type, is what is wrong.
+        for x in a.tolist():
+            if _is_bool(x) or not isinstance(x, numbers.Integral):
+                raise TypeError(f"{fn}: {name} must contain integers, got {_describe(x)}")
+    elif a.size and a.dtype.kind not in "iu":
         raise TypeError(f"{fn}: {name} must contain integers, got dtype {a.dtype}")
     out = [int(x) for x in a.tolist()]
-    if any(x < -(1 << 63) or x >= (1 << 63) for x in out):
-        raise ValueError(f"{fn}: {name} values must fit in int64, got {out}")
+    for x in out:
+        if x < -(1 << 63) or x >= (1 << 63):
+            raise ValueError(f"{fn}: {name} values must fit in int64, got {x}")
     return out
 
 
@@ -285,9 +381,7 @@ def _float_list(values, fn, name):
         return []
     if _is_torch(values):
         values = values.detach().cpu().to(_torch_module().float64).numpy()
-    a = np.asarray(values)
-    if a.ndim != 1:
-        raise ValueError(f"{fn}: {name} must be a 1-d sequence of floats, got shape {a.shape}")
+    a = _sequence_array(values, fn, name, "floats")
     if a.size and a.dtype.kind not in "fiu":
         raise TypeError(f"{fn}: {name} must contain real numbers, got dtype {a.dtype}")
     return [float(x) for x in a.tolist()]
@@ -297,6 +391,10 @@ def _window(window, fn):
     """(left, right) with -1 for an unbounded side, or None for no window."""
     if window is None:
         return None
+    if isinstance(window, (str, bytes, dict)) or not hasattr(window, "__iter__"):
+        raise TypeError(
+            f"{fn}: window must be a (left, right) pair of ints (None or -1 = unbounded), "
+            f"got {_describe(window)}")
     try:
         left, right = window
     except (TypeError, ValueError):
@@ -308,6 +406,8 @@ def _window(window, fn):
         if value is None:
             sides.append(-1)
             continue
+        if _is_bool(value):
+            raise TypeError(f"{fn}: window {side} must be an int or None, got {_describe(value)}")
         try:
             sides.append(operator.index(value))
         except TypeError:
@@ -318,18 +418,11 @@ def _window(window, fn):
 
 
 def _alignment(causal_alignment, fn):
-    if causal_alignment not in _ALIGNMENTS:
-        raise ValueError(
-            f"{fn}: causal_alignment must be one of {', '.join(repr(a) for a in _ALIGNMENTS)}, "
-            f"got {causal_alignment!r}")
-    return causal_alignment
+    return _choice(causal_alignment, fn, "causal_alignment", _ALIGNMENTS)
 
 
 def _impl(impl, fn):
-    if impl not in _IMPLS:
-        raise ValueError(f"{fn}: impl must be one of {', '.join(repr(i) for i in _IMPLS)}, "
-                         f"got {impl!r}")
-    return impl
+    return _choice(impl, fn, "impl", _IMPLS)
 
 
 def _seed(seed, dropout_p, fn):
@@ -337,20 +430,14 @@ def _seed(seed, dropout_p, fn):
     Python's `random` module, so random.seed(n) makes an unseeded call reproducible."""
     if seed is None:
         return random.getrandbits(64) if dropout_p > 0.0 else 0
-    try:
-        seed = operator.index(seed)
-    except TypeError:
-        raise TypeError(f"{fn}: seed must be an int, got {seed!r}") from None
+    seed = _int(seed, fn, "seed")
     if not 0 <= seed < _SEED_LIMIT:
         raise ValueError(f"{fn}: seed must be in [0, 2**64), got {seed}")
     return seed
 
 
 def _dropout(dropout_p, fn):
-    try:
-        p = float(dropout_p)
-    except (TypeError, ValueError):
-        raise TypeError(f"{fn}: dropout_p must be a float, got {dropout_p!r}") from None
+    p = _float(dropout_p, fn, "dropout_p")
     if not 0.0 <= p <= 1.0:  # also rejects NaN
         raise ValueError(f"{fn}: dropout_p must be in [0, 1], got {dropout_p!r}")
     return p
@@ -360,7 +447,10 @@ def _inputs(fn, query, key, value, enable_gqa):
     """Views of query, key and value as 4-d (B, H, L, D), checked for what the C++ side
     cannot see (rank, enable_gqa). Returns (q, k, v, add_batch); add_batch is True for
     3-d (H, L, D) inputs, which gain a batch dimension of 1."""
-    qnd = np.ndim(query) if not _is_torch(query) else query.dim()
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        _check_array_like(x, fn, name)
+    # (A list's rank, read as np.asarray would; the list itself goes on to _view.)
+    qnd = query.dim() if _is_torch(query) else _asarray(query, fn, "query").ndim
     if qnd not in (3, 4):
         shape = tuple(query.shape) if hasattr(query, "shape") else np.shape(query)
         raise ValueError(
@@ -375,7 +465,8 @@ def _inputs(fn, query, key, value, enable_gqa):
             raise ValueError(
                 f"{fn}: {name} must have query's rank {qnd} ({'(B, H, L, D)' if qnd == 4 else '(H, L, D)'}), "
                 f"got {c.ndim}-d shape {tuple(c.shape)}")
-    if not enable_gqa and (k.shape[-3] != q.shape[-3] or v.shape[-3] != q.shape[-3]):
+    if not _bool(enable_gqa, fn, "enable_gqa") and (k.shape[-3] != q.shape[-3]
+                                                    or v.shape[-3] != q.shape[-3]):
         raise ValueError(
             f"{fn}: key/value heads (Hkv = {k.shape[-3]}, {v.shape[-3]}) differ from query heads "
             f"(Hq = {q.shape[-3]}); pass enable_gqa=True for grouped-query attention "
@@ -393,7 +484,7 @@ def _options(fn, attn_mask, dropout_p, is_causal, scale, causal_alignment, key_l
     return dict(
         mask=mask,
         scale=_optional_float(scale, fn, "scale"),
-        causal=bool(is_causal),
+        causal=_bool(is_causal, fn, "is_causal"),
         alignment=_alignment(causal_alignment, fn),
         key_lengths=[] if key_lengths is None else _int_list(key_lengths, fn, "key_lengths"),
         window=_window(window, fn),
@@ -502,9 +593,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         the argument.
     """
     fn = "scaled_dot_product_attention"
+    return_lse = _bool(return_lse, fn, "return_lse")
     out, lse, _ = _run(fn, query, key, value, attn_mask, dropout_p, is_causal, scale,
                        enable_gqa, causal_alignment, key_lengths, window, alibi_slopes,
-                       softcap, seed, bool(return_lse), False, impl)
+                       softcap, seed, return_lse, False, impl)
     return (out, lse) if return_lse else out
 
 

@@ -10,24 +10,43 @@
 Inputs ids are (B, L) integer NumPy arrays, CPU torch tensors or lists of lists; results
 are float32 NumPy arrays, or torch tensors when the ids were a torch tensor. Inference
 only; the GIL is released during loading, forward passes and generation.
+
+Loading refuses (ValueError naming the file, tensor or key) what cannot be run right:
+weights with NaN or infinity, configs without layers or with sizes beyond 2**31 - 1,
+checkpoints with more layers than the config, formats other than safetensors (the message
+says how to convert), a tokenizer with more tokens than the model's vocabulary. Tensors
+the model does not read are a UserWarning naming them, as Hugging Face warns.
 """
 
 import json
-import operator
 import os
 import random
+import sys
+import warnings
 
 import numpy as np
 
-from . import _int_list, _is_torch, _qkv, _torch_module
+from . import (_bool, _choice, _describe, _float, _int, _int_list, _is_bool, _is_torch, _qkv,
+               _torch_module)
 
 __all__ = ["load_model", "BertModel", "GPT2Model", "Tokenizer"]
 
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json")
 
 
-def _check_dir(directory, fn):
+def _path(directory, fn, name="directory"):
+    if not isinstance(directory, (str, os.PathLike)):
+        raise TypeError(f"{fn}: {name} must be a str or os.PathLike, got {_describe(directory)}")
     directory = os.fspath(directory)
+    if isinstance(directory, bytes):
+        raise TypeError(f"{fn}: {name} must be a str path, got bytes {directory!r}")
+    if "\0" in directory:
+        raise ValueError(f"{fn}: {name} contains a NUL character: {directory!r}")
+    return directory
+
+
+def _check_dir(directory, fn):
+    directory = _path(directory, fn)
     if not os.path.isdir(directory):
         if not os.path.exists(directory):
             raise FileNotFoundError(f"{fn}: no such directory: '{directory}'")
@@ -35,18 +54,28 @@ def _check_dir(directory, fn):
     return directory
 
 
-def _ids_2d(input_ids, fn, name):
+def _ids_2d(input_ids, fn, name, allow_bool=False):
     """(ndarray int64 (B, L), was_torch). A 1-d sequence is taken as one row (B = 1)."""
     was_torch = _is_torch(input_ids)
     if was_torch:
         input_ids = input_ids.detach().cpu().numpy()
-    a = np.asarray(input_ids)
+    if input_ids is None or isinstance(input_ids, (str, bytes, dict)) or np.ndim(input_ids) == 0:
+        raise TypeError(f"{fn}: {name} must be (B, L) integers (an array or nested lists), "
+                        f"got {_describe(input_ids)}")
+    try:
+        a = np.asarray(input_ids)
+    except ValueError as e:
+        raise ValueError(f"{fn}: {name} must be (B, L) integers: {e}") from None
     if a.ndim == 1:
         a = a[np.newaxis]
     if a.ndim != 2:
         raise ValueError(f"{fn}: {name} must be (B, L) integers, got shape {a.shape}")
-    if a.size and a.dtype.kind not in "iub":
+    # Ids are integers (torch's embedding refuses bool indices); a mask may be bool.
+    kinds = "iub" if allow_bool else "iu"
+    if a.size and a.dtype.kind not in kinds:
         raise TypeError(f"{fn}: {name} must contain integers, got dtype {a.dtype}")
+    if a.dtype.kind == "u" and a.size and a.max() >= 1 << 63:
+        raise ValueError(f"{fn}: {name} values must fit in int64, got {a.max()}")
     return np.ascontiguousarray(a, dtype=np.int64), was_torch
 
 
@@ -58,9 +87,50 @@ def _as_output(tensor, torch_out):
 
 
 def _load_tokenizer(directory):
-    if any(os.path.isfile(os.path.join(directory, f)) for f in _TOKENIZER_FILES):
+    # exists, not isfile: a tokenizer file that is a directory or a device is an error
+    # (qkv names it), not a model without a tokenizer.
+    if any(os.path.exists(os.path.join(directory, f)) for f in _TOKENIZER_FILES):
         return Tokenizer.load(directory)
     return None
+
+
+def _text(value, fn, name):
+    if not isinstance(value, str):
+        raise TypeError(f"{fn}: {name} must be a str, got {_describe(value)}")
+    return value
+
+
+def _warn_unused(names, directory, cls):
+    """Hugging Face's "Some weights of the model checkpoint ... were not used" as a Python
+    warning: the C++ library records the names and never prints."""
+    if not names:
+        return
+    shown = ", ".join(names[:10]) + (f", ... ({len(names)} in all)" if len(names) > 10 else "")
+    warnings.warn(f"{cls}: {len(names)} tensor(s) of the checkpoint in '{directory}' are not "
+                  f"used by qkv's {cls} and were ignored: {shown}. Check that config.json and "
+                  f"the weights belong together.", UserWarning, stacklevel=_caller_level())
+
+
+def _caller_level():
+    """The stacklevel of the first frame outside the qkv package, as seen from the function
+    that calls warnings.warn: the warning points at the user's line."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    level, frame = 2, sys._getframe(2)  # level 1 is the function calling warnings.warn
+    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == package:
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def _check_vocabularies(model, directory):
+    """Ids the tokenizer produces must be rows of the model's embedding."""
+    if model.tokenizer is None:
+        return
+    n, v = model.tokenizer.vocab_size, model.config["vocab_size"]
+    if n > v:
+        raise ValueError(f"{type(model).__name__}.load: the tokenizer in '{directory}' has {n} "
+                         f"tokens but the model's vocab_size is {v}: ids {v}..{n - 1} would "
+                         f"have no embedding")
 
 
 class Tokenizer:
@@ -78,6 +148,9 @@ class Tokenizer:
         directory = _check_dir(directory, "Tokenizer.load")
         return cls(_qkv._Tokenizer.load(directory))
 
+    def _ids(self, ids, fn):
+        return _int_list(ids, fn, "ids")
+
     @property
     def kind(self):
         return self._impl.kind
@@ -93,16 +166,17 @@ class Tokenizer:
 
     def encode(self, text):
         """WordPiece: [CLS] text [SEP]; BPE: the plain ids. -> list of ints."""
-        return self._impl.encode(text)
+        return self._impl.encode(_text(text, "Tokenizer.encode", "text"))
 
     def encode_pair(self, a, b):
         """WordPiece only: [CLS] a [SEP] b [SEP] -> (ids, token_type_ids), lists of ints."""
-        ids, types = self._impl.encode_pair(a, b)
+        fn = "Tokenizer.encode_pair"
+        ids, types = self._impl.encode_pair(_text(a, fn, "a"), _text(b, fn, "b"))
         return ids, types
 
     def tokenize(self, text):
         """The vocabulary strings text encodes to (no [CLS]/[SEP])."""
-        return self._impl.tokenize(text)
+        return self._impl.tokenize(_text(text, "Tokenizer.tokenize", "text"))
 
     def decode(self, ids):
         """WordPiece: tokens joined, "##" glued, special tokens skipped. BPE: the bytes the
@@ -110,10 +184,14 @@ class Tokenizer:
         return self._impl.decode(_int_list(ids, "Tokenizer.decode", "ids"))
 
     def token_to_id(self, token):
-        return self._impl.token_to_id(token)
+        return self._impl.token_to_id(_text(token, "Tokenizer.token_to_id", "token"))
 
     def id_to_token(self, id):
-        return self._impl.id_to_token(operator.index(id))
+        id = _int(id, "Tokenizer.id_to_token", "id")
+        if not -(1 << 63) <= id < 1 << 63:
+            raise ValueError(f"Tokenizer.id_to_token: id {id} is not in the vocabulary "
+                             f"[0, {self.vocab_size})")
+        return self._impl.id_to_token(id)
 
     def __call__(self, text):
         return self.encode(text)
@@ -136,7 +214,16 @@ class _Model:
     @classmethod
     def load(cls, directory):
         directory = _check_dir(directory, f"{cls.__name__}.load")
-        return cls(cls._native.load(directory), _load_tokenizer(directory))
+        return cls._loaded(cls._native.load(directory), directory)
+
+    @classmethod
+    def _loaded(cls, impl, directory):
+        """The model around a loaded native one: unused tensors warned about, the
+        tokenizer's vocabulary held against the model's."""
+        model = cls(impl, _load_tokenizer(directory))
+        _warn_unused(list(impl.unused_tensors), directory, cls.__name__)
+        _check_vocabularies(model, directory)
+        return model
 
 
 class BertModel(_Model):
@@ -159,6 +246,7 @@ class BertModel(_Model):
         output_attentions else None}, float32, torch tensors when input_ids is one.
         """
         fn = "BertModel"
+        output_attentions = _bool(output_attentions, fn, "output_attentions")
         ids, torch_out = _ids_2d(input_ids, fn, "input_ids")
         batch, length = ids.shape
         extra = []
@@ -167,13 +255,13 @@ class BertModel(_Model):
             if value is None:
                 extra.append([])
                 continue
-            a, _ = _ids_2d(value, fn, name)
+            a, _ = _ids_2d(value, fn, name, allow_bool=name == "attention_mask")
             if a.shape != ids.shape:
                 raise ValueError(f"{fn}: {name} must have input_ids' shape {ids.shape}, "
                                  f"got {a.shape}")
             extra.append(a.ravel().tolist())
         hidden, pooled, attentions = self._impl.forward(
-            ids.ravel().tolist(), batch, length, extra[0], extra[1], bool(output_attentions))
+            ids.ravel().tolist(), batch, length, extra[0], extra[1], output_attentions)
         return {
             "last_hidden_state": _as_output(hidden, torch_out),
             "pooler_output": None if pooled is None else _as_output(pooled, torch_out),
@@ -205,9 +293,8 @@ class GPT2Model(_Model):
         bf16, accumulating in f32; logits move by ~1e-2. bf16 needs oneDNN's bf16 matmul
         on this CPU (AVX512-BF16 or AMX), else TypeError."""
         directory = _check_dir(directory, f"{cls.__name__}.load")
-        if weights not in ("f32", "bf16"):
-            raise ValueError(f"{cls.__name__}.load: weights must be 'f32' or 'bf16', got {weights!r}")
-        return cls(cls._native.load(directory, weights), _load_tokenizer(directory))
+        _choice(weights, f"{cls.__name__}.load", "weights", ("f32", "bf16"))
+        return cls._loaded(cls._native.load(directory, weights), directory)
 
     def __call__(self, input_ids):
         """Logits of every position, no cache, float32.
@@ -225,8 +312,10 @@ class GPT2Model(_Model):
     forward = __call__
 
     def _eos(self, eos_token_id):
+        if eos_token_id is False:
+            return None
         if eos_token_id is not None:
-            return None if eos_token_id is False else operator.index(eos_token_id)
+            return _int(eos_token_id, "GPT2Model.generate", "eos_token_id (an int, or False)")
         if self.tokenizer is not None and self.tokenizer.eos_id is not None:
             return self.tokenizer.eos_id
         return self.config["eos_token_id"]
@@ -250,14 +339,22 @@ class GPT2Model(_Model):
             ids = self.tokenizer.encode(prompt)
         else:
             ids = _int_list(prompt, fn, "prompt")
+        max_new_tokens = _int(max_new_tokens, fn, "max_new_tokens")
+        temperature = _float(temperature, fn, "temperature")
+        top_k = _int(top_k, fn, "top_k")
+        top_p = _float(top_p, fn, "top_p")
+        for name, value in (("max_new_tokens", max_new_tokens), ("top_k", top_k)):
+            if not -(1 << 63) <= value < 1 << 63:
+                raise ValueError(f"{fn}: {name} must fit in int64, got {value}")
         if seed is None:
             seed = random.getrandbits(64) if temperature else 0
-        seed = operator.index(seed)
+        seed = _int(seed, fn, "seed")
         if not 0 <= seed < (1 << 64):
             raise ValueError(f"{fn}: seed must be in [0, 2**64), got {seed}")
-        return self._impl.generate(ids, operator.index(max_new_tokens), float(temperature),
-                                   operator.index(top_k), float(top_p), seed,
-                                   self._eos(eos_token_id))
+        eos = self._eos(eos_token_id)
+        if eos is not None and not -(1 << 63) <= eos < 1 << 63:
+            raise ValueError(f"{fn}: eos_token_id must fit in int64, got {eos}")
+        return self._impl.generate(ids, max_new_tokens, temperature, top_k, top_p, seed, eos)
 
     def __repr__(self):
         c = self.config
@@ -278,13 +375,21 @@ def load_model(directory, weights="f32"):
     """
     fn = "load_model"
     directory = _check_dir(directory, fn)
+    _choice(weights, fn, "weights", ("f32", "bf16"))
     config_path = os.path.join(directory, "config.json")
-    if not os.path.isfile(config_path):
+    if not os.path.exists(config_path):
         raise FileNotFoundError(f"{fn}: no config.json in '{directory}'")
+    if not os.path.isfile(config_path):
+        raise ValueError(f"{fn}: '{config_path}' is not a regular file")
+    # Bounded, as the C++ reader is: a config.json is kilobytes, not a device or a checkpoint.
+    size = os.path.getsize(config_path)
+    if size > 16 << 20:
+        raise ValueError(f"{fn}: '{config_path}' is {size} bytes, over the 16 MiB limit of a "
+                         f"config.json")
     try:
         with open(config_path, encoding="utf-8") as f:
             config = json.load(f)
-    except ValueError as e:
+    except ValueError as e:  # UnicodeDecodeError included
         raise ValueError(f"{fn}: malformed JSON in '{config_path}': {e}") from None
     model_type = config.get("model_type") if isinstance(config, dict) else None
     cls = _MODELS.get(model_type)
@@ -307,11 +412,21 @@ def translate_dates(dates, model=None):
     None uses the date translator embedded in qkv. Returns a string for a string, else a
     list. Empty or over-long inputs and invalid text raise ValueError naming the input.
     """
+    fn = "translate_dates"
     single = isinstance(dates, str)
+    if not single and (isinstance(dates, (bytes, dict)) or not hasattr(dates, "__iter__")):
+        raise TypeError(f"{fn}: dates must be a string or a list of strings, "
+                        f"got {_describe(dates)}")
     texts = [dates] if single else list(dates)
-    if not all(isinstance(t, str) for t in texts):
-        raise TypeError("translate_dates: dates must be a string or a list of strings")
-    seq2seq = (_qkv._embedded_date_model() if model is None
-               else _qkv._Seq2Seq.load(_check_dir(model, "translate_dates")))
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise TypeError(f"{fn}: dates must be a string or a list of strings; "
+                            f"dates[{i}] is {_describe(t)}")
+    if model is None:
+        seq2seq = _qkv._embedded_date_model()
+    else:
+        directory = _check_dir(model, fn)
+        seq2seq, unused = _qkv._Seq2Seq.load_checked(directory)
+        _warn_unused(list(unused), directory, "translate_dates")
     out = _qkv._dates_translate(seq2seq, texts)
     return out[0] if single else out

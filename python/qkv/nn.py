@@ -9,9 +9,10 @@ A torch module's ``state_dict()`` loads 1:1 (torch tensors or NumPy arrays):
 >>> out.shape, weights.shape
 ((1, 3, 8), (1, 3, 3))
 
-Inference only: dropout arguments are accepted and ignored (torch's eval mode). Inputs
-are NumPy arrays or CPU torch tensors (float32; float64 is computed in float32); outputs
-are of the query's kind and dtype.
+Inference only: dropout arguments are accepted (a float in [0, 1], as torch checks it)
+and ignored (torch's eval mode). Inputs are NumPy arrays or CPU torch tensors (float32;
+float64 is computed in float32); outputs are of the query's kind and dtype. Arguments of
+the wrong type raise TypeError naming them (sizes must be ints, flags bools).
 
 Differences from torch, deliberate:
     * A query row whose keys are all masked gives attention output 0 (the layer's output
@@ -22,7 +23,7 @@ Differences from torch, deliberate:
 
 import numpy as np
 
-from . import _qkv, _result, _view
+from . import _bool, _choice, _describe, _float, _int, _qkv, _result, _view
 
 __all__ = [
     "MultiheadAttention",
@@ -72,10 +73,30 @@ def _squeeze0(x):
 
 
 def _activation_name(activation, fn):
+    if not isinstance(activation, str) and not callable(activation):
+        raise TypeError(f"{fn}: activation must be 'relu', 'gelu' or one of those functions, "
+                        f"got {_describe(activation)}")
     name = activation if isinstance(activation, str) else getattr(activation, "__name__", None)
     if name not in ("relu", "gelu"):
         raise ValueError(f"{fn}: activation must be 'relu' or 'gelu', got {activation!r}")
     return name
+
+
+def _size(value, fn, name, minimum=1):
+    """A size argument: an int (TypeError otherwise, bool included) >= minimum, below 2**31
+    (ValueError otherwise; int(8.7) would have made it 8 without a word)."""
+    n = _int(value, fn, name)
+    if not minimum <= n < 1 << 31:
+        raise ValueError(f"{fn}: {name} must be in [{minimum}, {(1 << 31) - 1}], got {n}")
+    return n
+
+
+def _dropout_p(value, fn):
+    """Accepted for torch's signatures and ignored (inference), but checked like torch's."""
+    p = _float(value, fn, "dropout")
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{fn}: dropout must be in [0, 1], got {value!r}")
+    return p
 
 
 class _Module:
@@ -90,10 +111,13 @@ class _Module:
         fn = f"{self._fn}.load_state_dict"
         if not hasattr(state_dict, "items"):
             raise TypeError(f"{fn}: state_dict must be a mapping, got {type(state_dict).__name__}")
+        strict = _bool(strict, fn, "strict")
         converted = {}
         for name, value in state_dict.items():
-            converted[str(name)] = _view(value, fn, f"state_dict['{name}']").tensor
-        self._impl.load_state_dict(converted, bool(strict))
+            if not isinstance(name, str):
+                raise TypeError(f"{fn}: state_dict keys must be strings, got {_describe(name)}")
+            converted[name] = _view(value, fn, f"state_dict['{name}']").tensor
+        self._impl.load_state_dict(converted, strict)
         return self
 
     def state_dict(self):
@@ -123,16 +147,17 @@ class MultiheadAttention(_Module):
 
     def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
                  add_zero_attn=False, kdim=None, vdim=None, batch_first=False):
-        if add_bias_kv or add_zero_attn:
+        fn = "MultiheadAttention"
+        if _bool(add_bias_kv, fn, "add_bias_kv") or _bool(add_zero_attn, fn, "add_zero_attn"):
             raise ValueError("MultiheadAttention: add_bias_kv and add_zero_attn are not supported")
-        self.embed_dim = int(embed_dim)
-        self.num_heads = int(num_heads)
-        self.kdim = self.embed_dim if kdim is None else int(kdim)
-        self.vdim = self.embed_dim if vdim is None else int(vdim)
-        self.batch_first = bool(batch_first)
-        self.dropout = dropout  # ignored: inference only
-        self._impl = _qkv._nn_MultiheadAttention(self.embed_dim, self.num_heads, bool(bias),
-                                                  self.kdim, self.vdim)
+        self.embed_dim = _size(embed_dim, fn, "embed_dim")
+        self.num_heads = _size(num_heads, fn, "num_heads")
+        self.kdim = self.embed_dim if kdim is None else _size(kdim, fn, "kdim")
+        self.vdim = self.embed_dim if vdim is None else _size(vdim, fn, "vdim")
+        self.batch_first = _bool(batch_first, fn, "batch_first")
+        self.dropout = _dropout_p(dropout, fn)  # ignored: inference only
+        self._impl = _qkv._nn_MultiheadAttention(self.embed_dim, self.num_heads,
+                                                  _bool(bias, fn, "bias"), self.kdim, self.vdim)
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
                 attn_mask=None, average_attn_weights=True, is_causal=False):
@@ -142,6 +167,9 @@ class MultiheadAttention(_Module):
         (B*num_heads, L, S): bool True = not allowed, or float added. attn_weights:
         (B, L, S) averaged over heads, or (B, num_heads, L, S); None unless need_weights."""
         fn = "MultiheadAttention"
+        need_weights = _bool(need_weights, fn, "need_weights")
+        average_attn_weights = _bool(average_attn_weights, fn, "average_attn_weights")
+        is_causal = _bool(is_causal, fn, "is_causal")
         unbatched = _ndim(query) == 2
         if unbatched:
             query, key, value = _unsqueeze0(query), _unsqueeze0(key), _unsqueeze0(value)
@@ -153,8 +181,7 @@ class MultiheadAttention(_Module):
         v = _view(value, fn, "value")
         out, weights = self._impl.forward(
             q.tensor, k.tensor, v.tensor, _mask(key_padding_mask, fn, "key_padding_mask"),
-            bool(need_weights), _mask(attn_mask, fn, "attn_mask"), bool(average_attn_weights),
-            bool(is_causal))
+            need_weights, _mask(attn_mask, fn, "attn_mask"), average_attn_weights, is_causal)
         out = _out(out, q)
         weights = None if weights is None else _out(weights, q)
         if unbatched:
@@ -167,15 +194,16 @@ class MultiheadAttention(_Module):
 class _Layer(_Module):
     def __init__(self, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
                  batch_first, norm_first, bias):
-        self.d_model = int(d_model)
-        self.nhead = int(nhead)
-        self.dim_feedforward = int(dim_feedforward)
-        self.activation = _activation_name(activation, self._fn)
-        self.layer_norm_eps = float(layer_norm_eps)
-        self.batch_first = bool(batch_first)
-        self.norm_first = bool(norm_first)
-        self.bias = bool(bias)
-        self.dropout = dropout  # ignored: inference only
+        fn = self._fn
+        self.d_model = _size(d_model, fn, "d_model")
+        self.nhead = _size(nhead, fn, "nhead")
+        self.dim_feedforward = _size(dim_feedforward, fn, "dim_feedforward")
+        self.activation = _activation_name(activation, fn)
+        self.layer_norm_eps = _float(layer_norm_eps, fn, "layer_norm_eps")
+        self.batch_first = _bool(batch_first, fn, "batch_first")
+        self.norm_first = _bool(norm_first, fn, "norm_first")
+        self.bias = _bool(bias, fn, "bias")
+        self.dropout = _dropout_p(dropout, fn)  # ignored: inference only
 
     def _args(self):
         return (self.d_model, self.nhead, self.dim_feedforward, self.activation,
@@ -208,7 +236,7 @@ class TransformerEncoderLayer(_Layer):
         s = self._in(src, "src")
         out = self._impl.forward(s.tensor, _mask(src_mask, fn, "src_mask"),
                                  _mask(src_key_padding_mask, fn, "src_key_padding_mask"),
-                                 bool(is_causal))
+                                 _bool(is_causal, fn, "is_causal"))
         return self._back(out, s)
 
 
@@ -227,15 +255,16 @@ class TransformerDecoderLayer(_Layer):
     def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
                 memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):
         fn = self._fn
-        if memory_is_causal:
+        if _bool(memory_is_causal, fn, "memory_is_causal"):
             raise ValueError(f"{fn}: memory_is_causal is not supported; pass memory_mask")
+        tgt_is_causal = _bool(tgt_is_causal, fn, "tgt_is_causal")
         t = self._in(tgt, "tgt")
         m = self._in(memory, "memory")
         out = self._impl.forward(
             t.tensor, m.tensor, _mask(tgt_mask, fn, "tgt_mask"),
             _mask(memory_mask, fn, "memory_mask"),
             _mask(tgt_key_padding_mask, fn, "tgt_key_padding_mask"),
-            _mask(memory_key_padding_mask, fn, "memory_key_padding_mask"), bool(tgt_is_causal))
+            _mask(memory_key_padding_mask, fn, "memory_key_padding_mask"), tgt_is_causal)
         return self._back(out, t)
 
 
@@ -254,8 +283,8 @@ class Transformer(_Layer):
             raise ValueError("Transformer: custom_encoder and custom_decoder are not supported")
         super().__init__(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
                          batch_first, norm_first, bias)
-        self.num_encoder_layers = int(num_encoder_layers)
-        self.num_decoder_layers = int(num_decoder_layers)
+        self.num_encoder_layers = _size(num_encoder_layers, self._fn, "num_encoder_layers", 0)
+        self.num_decoder_layers = _size(num_decoder_layers, self._fn, "num_decoder_layers", 0)
         self._impl = _qkv._nn_Transformer(
             self.d_model, self.nhead, self.num_encoder_layers, self.num_decoder_layers,
             self.dim_feedforward, self.activation, self.layer_norm_eps, self.norm_first,
@@ -266,8 +295,10 @@ class Transformer(_Layer):
                 memory_key_padding_mask=None, src_is_causal=False, tgt_is_causal=False,
                 memory_is_causal=False):
         fn = self._fn
-        if memory_is_causal:
+        if _bool(memory_is_causal, fn, "memory_is_causal"):
             raise ValueError(f"{fn}: memory_is_causal is not supported; pass memory_mask")
+        src_is_causal = _bool(src_is_causal, fn, "src_is_causal")
+        tgt_is_causal = _bool(tgt_is_causal, fn, "tgt_is_causal")
         s = self._in(src, "src")
         t = self._in(tgt, "tgt")
         out = self._impl.forward(
@@ -276,7 +307,7 @@ class Transformer(_Layer):
             _mask(src_key_padding_mask, fn, "src_key_padding_mask"),
             _mask(tgt_key_padding_mask, fn, "tgt_key_padding_mask"),
             _mask(memory_key_padding_mask, fn, "memory_key_padding_mask"),
-            bool(src_is_causal), bool(tgt_is_causal))
+            src_is_causal, tgt_is_causal)
         return self._back(out, t)
 
 
@@ -292,10 +323,14 @@ class VectorAttention(_Module):
 
     def __init__(self, dim, pos_mlp_hidden_dim=64, attn_mlp_hidden_mult=4, num_neighbors=None,
                  pos_dim=3):
-        self.dim = int(dim)
-        self.num_neighbors = 0 if num_neighbors is None else int(num_neighbors)
-        self._impl = _qkv._nn_VectorAttention(self.dim, int(pos_dim), int(pos_mlp_hidden_dim),
-                                               int(attn_mlp_hidden_mult), self.num_neighbors)
+        fn = self._fn
+        self.dim = _size(dim, fn, "dim")
+        self.num_neighbors = (0 if num_neighbors is None
+                              else _size(num_neighbors, fn, "num_neighbors"))
+        self._impl = _qkv._nn_VectorAttention(
+            self.dim, _size(pos_dim, fn, "pos_dim"),
+            _size(pos_mlp_hidden_dim, fn, "pos_mlp_hidden_dim"),
+            _size(attn_mlp_hidden_mult, fn, "attn_mlp_hidden_mult"), self.num_neighbors)
 
     def forward(self, x, pos):
         c = _view(x, self._fn, "x")
@@ -317,19 +352,23 @@ def linear(x, weight, bias=None):
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     """torch.nn.functional.layer_norm."""
     fn = "layer_norm"
-    if isinstance(normalized_shape, int):
+    if isinstance(normalized_shape, (str, bytes)) or not (
+            hasattr(normalized_shape, "__iter__") or hasattr(normalized_shape, "__index__")):
+        raise TypeError(f"{fn}: normalized_shape must be an int or a sequence of ints, "
+                        f"got {_describe(normalized_shape)}")
+    if hasattr(normalized_shape, "__index__"):
         normalized_shape = (normalized_shape,)
+    shape = [_size(n, fn, "normalized_shape entry") for n in normalized_shape]
+    eps = _float(eps, fn, "eps")
     c = _view(x, fn, "x")
     w = None if weight is None else _view(weight, fn, "weight").tensor
     b = None if bias is None else _view(bias, fn, "bias").tensor
-    return _out(_qkv._nn_layer_norm(c.tensor, [int(n) for n in normalized_shape], w, b,
-                                    float(eps)), c)
+    return _out(_qkv._nn_layer_norm(c.tensor, shape, w, b, eps), c)
 
 
 def gelu(x, approximate="none"):
     """torch.nn.functional.gelu: approximate 'none' (erf) or 'tanh'."""
-    if approximate not in ("none", "tanh"):
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    _choice(approximate, "gelu", "approximate", ("none", "tanh"))
     c = _view(x, "gelu", "x")
     return _out(_qkv._nn_gelu(c.tensor, approximate == "tanh"), c)
 
@@ -341,15 +380,22 @@ def relu(x):
 
 def sinusoidal_positional_encoding(length, dim, base=10000.0):
     """(length, dim) float32: sin on even columns, cos on odd, angle p / base^(2i/dim)."""
-    return np.array(_qkv._nn_sinusoidal(int(length), int(dim), float(base)).to_array())
+    fn = "sinusoidal_positional_encoding"
+    return np.array(_qkv._nn_sinusoidal(_size(length, fn, "length", 0), _size(dim, fn, "dim", 0),
+                                        _float(base, fn, "base")).to_array())
 
 
 def apply_rope(x, offset=0, base=10000.0):
     """Rotary embedding, rotate-half form, on x (B, H, L, D); row l has position offset + l."""
-    c = _view(x, "apply_rope", "x")
-    return _out(_qkv._nn_rope(c.tensor, int(offset), float(base)), c)
+    fn = "apply_rope"
+    offset = _int(offset, fn, "offset")
+    if not -(1 << 63) <= offset < 1 << 63:
+        raise ValueError(f"{fn}: offset must fit in int64, got {offset}")
+    base = _float(base, fn, "base")
+    c = _view(x, fn, "x")
+    return _out(_qkv._nn_rope(c.tensor, offset, base), c)
 
 
 def alibi_slopes(num_heads):
     """The ALiBi slopes for num_heads heads (Press et al.'s get_slopes), as a list."""
-    return list(_qkv._nn_alibi_slopes(int(num_heads)))
+    return list(_qkv._nn_alibi_slopes(_size(num_heads, "alibi_slopes", "num_heads", 0)))

@@ -1,11 +1,9 @@
 // JsonConfig (io/json_config.h): typed access to a JSON object (a Hugging Face config.json).
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 
 #include "io/json_config.h"
+#include "io/read_file.h"
 #include "qkv/error.h"
 
 namespace qkv {
@@ -17,6 +15,10 @@ struct JsonConfig::Data {
 namespace {
 
 using json = nlohmann::json;
+
+// A config.json is a few kilobytes (one with a large id2label map, tens); 16 MiB leaves
+// room for any real one and keeps a wrong path (a checkpoint, /dev/zero) from being read.
+constexpr std::uint64_t kMaxConfigBytes = std::uint64_t{16} << 20;
 
 std::string brief(const json& value) {
   std::string s = value.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -49,14 +51,8 @@ JsonConfig JsonConfig::parse(const std::string& text, std::string label) {
 }
 
 JsonConfig JsonConfig::load(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  QKV_CHECK(f != nullptr, "config '" << path << "': cannot open: " << std::strerror(errno));
-  std::string text;
-  char chunk[65536];
-  for (std::size_t n; (n = std::fread(chunk, 1, sizeof chunk, f)) > 0;) text.append(chunk, n);
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  QKV_CHECK(!failed, "config '" << path << "': read error");
+  const std::string text = io::read_file(path, "config", kMaxConfigBytes);
+  QKV_CHECK(!text.empty(), "config '" << path << "': the file is empty (expected a JSON object)");
   return parse(text, path);
 }
 

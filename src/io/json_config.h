@@ -17,6 +17,8 @@ namespace qkv {
 
 class JsonConfig {
  public:
+  // The file must be a regular file of at most 16 MiB holding a JSON object (io::read_file:
+  // a directory, a device or an empty file is an error naming the path).
   static JsonConfig load(const std::string& path);
   static JsonConfig parse(const std::string& text, std::string label = "<memory>");
 

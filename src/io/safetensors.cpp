@@ -21,7 +21,9 @@
 #include <set>
 #include <string_view>
 #include <tuple>
+#include <vector>
 
+#include "io/read_file.h"
 #include "qkv/error.h"
 
 static_assert(std::endian::native == std::endian::little,
@@ -121,6 +123,112 @@ Strides row_major(const Shape& shape) {
 
 std::string shape_text(const Shape& shape) { return shape_to_string(shape); }
 
+// How to turn a checkpoint qkv does not read into model.safetensors. transformers'
+// save_pretrained writes safetensors by default (safe_serialization=True), tied weights
+// included; the plain torch route needs no transformers but save_file refuses tensors that
+// share memory, as tied embeddings do.
+constexpr const char* kConvertPytorch =
+    "convert it with Python, either with transformers: "
+    "`from transformers import AutoModel; AutoModel.from_pretrained(DIR).save_pretrained(DIR)` "
+    "(model.safetensors is its default format), or with torch and safetensors alone: "
+    "`import torch; from safetensors.torch import save_file; "
+    "sd = torch.load(FILE, map_location='cpu', weights_only=True); "
+    "save_file({k: v.contiguous() for k, v in sd.items()}, DIR + '/model.safetensors')`";
+
+// A format other than safetensors, recognised by its first bytes; nullptr if none is.
+// Only consulted once the file has failed as safetensors, so a valid file is never
+// second-guessed.
+std::string foreign_format(const std::byte* image, std::uint64_t size) {
+  const auto starts = [&](std::string_view magic) {
+    return size >= magic.size() && std::memcmp(image, magic.data(), magic.size()) == 0;
+  };
+  if (starts("version https://git-lfs.github.com/spec/"))
+    return "a Git LFS pointer file, not the weights themselves: the repository was cloned "
+           "without Git LFS; fetch the file with `git lfs pull` (or download it directly)";
+  if (starts("PK\x03\x04"))
+    return "a ZIP archive (the format of PyTorch's torch.save, pytorch_model.bin); qkv reads "
+           "safetensors only: " + std::string(kConvertPytorch);
+  if (size >= 2 && static_cast<unsigned char>(image[0]) == 0x80 &&
+      static_cast<unsigned char>(image[1]) >= 2 && static_cast<unsigned char>(image[1]) <= 5)
+    return "a Python pickle (the legacy torch.save format); qkv reads safetensors only: " +
+           std::string(kConvertPytorch);
+  if (starts("GGUF"))
+    return "a GGUF file (llama.cpp's format); qkv reads Hugging Face safetensors only: use the "
+           "model's safetensors release, or load the GGUF with transformers "
+           "(`from_pretrained(DIR, gguf_file=NAME)`) and `save_pretrained` it";
+  if (starts("\x89HDF\r\n\x1a\n"))
+    return "an HDF5 file (TensorFlow/Keras, tf_model.h5); qkv reads safetensors only: convert "
+           "it with transformers: `AutoModel.from_pretrained(DIR, from_tf=True)"
+           ".save_pretrained(DIR)`";
+  return {};
+}
+
+// The error for a model directory without safetensors weights: what it holds instead
+// (checkpoint formats by their usual names, as Hugging Face saves them) and how to convert.
+std::string no_safetensors_message(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::string message = "model directory '" + dir + "': no model.safetensors (nor " +
+                        "model.safetensors.index.json for sharded weights)";
+  if (!fs::is_directory(dir, ec)) return message + "; '" + dir + "' is not a directory";
+  std::vector<std::string> pytorch, tensorflow, flax, gguf, other;
+  std::size_t seen = 0;
+  // A directory of any size: look at a bounded number of entries.
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end && seen < 4096;
+       it.increment(ec), ++seen) {
+    const std::string name = it->path().filename().string();
+    const std::string ext = it->path().extension().string();
+    if (ext == ".bin" || ext == ".pt" || ext == ".pth" || ext == ".ckpt" ||
+        name == "pytorch_model.bin.index.json")
+      pytorch.push_back(name);
+    else if (ext == ".h5" || name == "tf_model.h5.index.json" || name.starts_with("model.ckpt"))
+      tensorflow.push_back(name);
+    else if (ext == ".msgpack" || name == "flax_model.msgpack.index.json")
+      flax.push_back(name);
+    else if (ext == ".gguf")
+      gguf.push_back(name);
+    else if (ext == ".onnx")
+      other.push_back(name);
+  }
+  const auto list = [](std::vector<std::string> names) {
+    std::sort(names.begin(), names.end());
+    std::string s;
+    for (std::size_t i = 0; i < names.size() && i < 5; ++i) s += (i ? ", " : "") + names[i];
+    if (names.size() > 5) s += ", ... (" + std::to_string(names.size()) + " files)";
+    return s;
+  };
+  if (pytorch.empty() && tensorflow.empty() && flax.empty() && gguf.empty() && other.empty())
+    return message + "; qkv reads Hugging Face safetensors checkpoints (config.json + "
+                     "model.safetensors)";
+  message += "; qkv reads only the safetensors format, and this directory holds";
+  std::string sep = " ";
+  if (!pytorch.empty()) {
+    message += sep + "PyTorch weights (" + list(pytorch) + "): " + kConvertPytorch;
+    sep = "; and ";
+  }
+  if (!tensorflow.empty()) {
+    message += sep + "TensorFlow weights (" + list(tensorflow) +
+               "): convert them with transformers: `AutoModel.from_pretrained(DIR, "
+               "from_tf=True).save_pretrained(DIR)`";
+    sep = "; and ";
+  }
+  if (!flax.empty()) {
+    message += sep + "Flax weights (" + list(flax) +
+               "): convert them with transformers: `AutoModel.from_pretrained(DIR, "
+               "from_flax=True).save_pretrained(DIR)`";
+    sep = "; and ";
+  }
+  if (!gguf.empty()) {
+    message += sep + "GGUF weights (" + list(gguf) +
+               ", llama.cpp's format): use the model's safetensors release, or load the GGUF "
+               "with transformers (`from_pretrained(DIR, gguf_file=NAME)`) and "
+               "`save_pretrained` it";
+    sep = "; and ";
+  }
+  if (!other.empty()) message += sep + "ONNX graphs (" + list(other) + "), which qkv does not read";
+  return message;
+}
+
 }  // namespace
 
 SafeTensors SafeTensors::from_image(const std::byte* image, std::uint64_t size,
@@ -130,6 +238,10 @@ SafeTensors SafeTensors::from_image(const std::byte* image, std::uint64_t size,
                             << " bytes is shorter than the 8-byte header size field");
   std::uint64_t header_size = 0;
   std::memcpy(&header_size, image, 8);  // little-endian (static_assert above)
+  if (header_size > kMaxHeaderSize || header_size > size - 8) {
+    const std::string other = foreign_format(image, size);
+    QKV_CHECK(other.empty(), file << ": not a safetensors file: this is " << other);
+  }
   QKV_CHECK(header_size <= kMaxHeaderSize, file << ": header size " << header_size
                                                 << " exceeds the limit of " << kMaxHeaderSize
                                                 << " bytes (corrupt size field?)");
@@ -287,16 +399,9 @@ SafeTensors SafeTensors::open_model(const std::string& dir) {
   const fs::path index_path = fs::path(dir) / "model.safetensors.index.json";
   std::error_code ec;
   if (fs::exists(single, ec)) return open(single.string());
-  QKV_CHECK(fs::exists(index_path, ec), "model directory '" << dir << "': neither "
-                                            << single.string() << " nor " << index_path.string()
-                                            << " exists");
+  if (!fs::exists(index_path, ec)) throw Error(no_safetensors_message(dir));
   const std::string where = "safetensors index '" + index_path.string() + "'";
-  std::FILE* f = std::fopen(index_path.c_str(), "rb");
-  QKV_CHECK(f != nullptr, where << ": cannot open: " << std::strerror(errno));
-  std::string text;
-  char chunk[65536];
-  for (std::size_t n; (n = std::fread(chunk, 1, sizeof chunk, f)) > 0;) text.append(chunk, n);
-  std::fclose(f);
+  const std::string text = io::read_file(index_path.string(), "safetensors index", kMaxHeaderSize);
   json index;
   try {
     index = json::parse(text);

@@ -3,11 +3,15 @@
 
 #include <cmath>
 #include <filesystem>
+#include <initializer_list>
+#include <limits>
+#include <set>
 #include <sstream>
 #include <tuple>
 #include <utility>
 
 #include "io/json_config.h"
+#include "models/checkpoint.h"
 #include "qkv/error.h"
 
 namespace qkv::models {
@@ -22,6 +26,8 @@ class Lookup {
   }
 
   bool contains(const std::string& name) const { return tensors_.contains(prefix_ + name); }
+  const std::string& prefix() const { return prefix_; }
+  const std::set<std::string>& read() const { return read_; }
 
   // The tensor `name` (after the prefix) as f32: a view into the mapping when f32.
   Tensor get(const std::string& name, const Shape& shape) const {
@@ -48,17 +54,27 @@ class Lookup {
                                           << shape_to_string(shape) << ", got "
                                           << shape_to_string(info.shape));
     Tensor t = tensors_.get(full);  // view when aligned (always for F32 files we know)
-    return t.dtype() == DType::f32 ? t : t.to(DType::f32);
+    if (t.dtype() != DType::f32) t = t.to(DType::f32);
+    detail::check_finite(t, label_, full);
+    read_.insert(full);
+    return t;
   }
 
   const SafeTensors& tensors_;
   std::string label_;
   std::string prefix_;
+  mutable std::set<std::string> read_;  // the full names get() and get_norm() returned
 };
+
+// Sizes are at most 2^31 - 1: every real checkpoint's are far below, and products of
+// two of them (the shapes the loader checks) then cannot overflow.
+constexpr std::int64_t kMaxSize = std::numeric_limits<std::int32_t>::max();
 
 std::int64_t positive(const JsonConfig& json, const std::string& key) {
   const std::int64_t v = json.get_int(key);
-  QKV_CHECK(v > 0, json.label() << ": \"" << key << "\" must be a positive integer, got " << v);
+  QKV_CHECK(v > 0 && v <= kMaxSize, json.label() << ": \"" << key
+                                                << "\" must be an integer in [1, " << kMaxSize
+                                                << "], got " << v);
   return v;
 }
 
@@ -69,9 +85,9 @@ BertConfig read_config(const JsonConfig& json) {
   BertConfig c;
   c.vocab_size = positive(json, "vocab_size");
   c.hidden_size = positive(json, "hidden_size");
-  c.num_hidden_layers = json.get_int("num_hidden_layers");
-  QKV_CHECK(c.num_hidden_layers >= 0, json.label() << ": \"num_hidden_layers\" must be >= 0, got "
-                                                   << c.num_hidden_layers);
+  // A model without layers is embeddings and a LayerNorm: no config.json of a real BERT
+  // says so, and running it would answer without attention, so it is refused.
+  c.num_hidden_layers = positive(json, "num_hidden_layers");
   c.num_attention_heads = positive(json, "num_attention_heads");
   QKV_CHECK(c.hidden_size % c.num_attention_heads == 0,
             json.label() << ": hidden_size " << c.hidden_size
@@ -81,8 +97,9 @@ BertConfig read_config(const JsonConfig& json) {
   c.max_position_embeddings = positive(json, "max_position_embeddings");
   c.type_vocab_size = json.has("type_vocab_size") ? positive(json, "type_vocab_size") : 2;
   c.layer_norm_eps = json.get_double("layer_norm_eps", 1e-12);
-  QKV_CHECK(c.layer_norm_eps >= 0 && std::isfinite(c.layer_norm_eps),
-            json.label() << ": \"layer_norm_eps\" must be finite and >= 0, got "
+  // Checked as LayerNorm uses it, in float: 1e39 is finite as a double only.
+  QKV_CHECK(c.layer_norm_eps >= 0 && std::isfinite(static_cast<float>(c.layer_norm_eps)),
+            json.label() << ": \"layer_norm_eps\" must be >= 0 and finite as a float32, got "
                          << c.layer_norm_eps);
   const std::string act = json.get_string("hidden_act", "gelu");
   if (act == "gelu") {
@@ -148,6 +165,16 @@ BertWeights BertWeights::load(const BertConfig& c, const SafeTensors& tensors,
     w.pooler_weight = t.get("pooler.dense.weight", {E, E});
     w.pooler_bias = t.get("pooler.dense.bias", {E});
   }
+  // What BertModel knowingly leaves: the pre-training heads (cls.*, never prefixed) and the
+  // position_ids buffer. Anything else unread is reported, as Hugging Face reports
+  // unexpected keys.
+  const std::string prefix = t.prefix();
+  const auto ignored = [&](const std::string& name) {
+    return name.starts_with("cls.") || name == prefix + "embeddings.position_ids";
+  };
+  w.unused_tensors = detail::unused_tensors(
+      tensors, t.read(), ignored,
+      {{prefix + "encoder.layer.", c.num_hidden_layers, "num_hidden_layers"}}, label);
   return w;
 }
 
@@ -201,11 +228,75 @@ nn::TransformerEncoderLayer encoder_layer(const BertConfig& c, const BertLayerWe
 
 }  // namespace
 
+namespace {
+
+// Weights built by hand (not by BertWeights::load) must fit the config as well: forward
+// trusts these shapes.
+void check_weights(const BertConfig& c, const BertWeights& w) {
+  const auto size = [](std::int64_t v) { return v >= 1 && v <= kMaxSize; };
+  QKV_CHECK(size(c.num_hidden_layers) && size(c.num_attention_heads) && size(c.hidden_size) &&
+                c.hidden_size % c.num_attention_heads == 0 && size(c.vocab_size) &&
+                size(c.intermediate_size) && size(c.max_position_embeddings) &&
+                size(c.type_vocab_size),
+            "BertModel: the config's sizes must be in [1, " << kMaxSize << "], with hidden_size ("
+                << c.hidden_size << ") a multiple of num_attention_heads ("
+                << c.num_attention_heads << "), got num_hidden_layers " << c.num_hidden_layers
+                << ", vocab_size " << c.vocab_size << ", intermediate_size "
+                << c.intermediate_size << ", max_position_embeddings "
+                << c.max_position_embeddings << ", type_vocab_size " << c.type_vocab_size);
+  QKV_CHECK(static_cast<std::int64_t>(w.layers.size()) == c.num_hidden_layers,
+            "BertModel: weights have " << w.layers.size() << " layers, config "
+                                       << c.num_hidden_layers);
+  const std::int64_t E = c.hidden_size, F = c.intermediate_size;
+  const auto check = [](const Tensor& t, const Shape& shape, const std::string& name) {
+    QKV_CHECK(t.defined() && t.dtype() == DType::f32 && t.shape() == shape,
+              "BertModel: weight " << name << " must be f32 of shape " << shape_to_string(shape)
+                                   << ", got "
+                                   << (t.defined() ? std::string(dtype_name(t.dtype())) + " " +
+                                                         t.shape_string()
+                                                   : std::string("undefined")));
+  };
+  check(w.word_embeddings, {c.vocab_size, E}, "word_embeddings");
+  check(w.position_embeddings, {c.max_position_embeddings, E}, "position_embeddings");
+  check(w.token_type_embeddings, {c.type_vocab_size, E}, "token_type_embeddings");
+  check(w.embeddings_norm_weight, {E}, "embeddings_norm_weight");
+  check(w.embeddings_norm_bias, {E}, "embeddings_norm_bias");
+  for (std::size_t n = 0; n < w.layers.size(); ++n) {
+    const BertLayerWeights& l = w.layers[n];
+    const std::string p = "layers[" + std::to_string(n) + "].";
+    using Named = std::initializer_list<std::pair<const Tensor*, const char*>>;
+    for (auto [t, name] : Named{{&l.query_weight, "query_weight"},
+                           {&l.key_weight, "key_weight"},
+                           {&l.value_weight, "value_weight"},
+                           {&l.attention_output_weight, "attention_output_weight"}})
+      check(*t, {E, E}, p + name);
+    for (auto [t, name] : Named{{&l.query_bias, "query_bias"},
+                           {&l.key_bias, "key_bias"},
+                           {&l.value_bias, "value_bias"},
+                           {&l.attention_output_bias, "attention_output_bias"},
+                           {&l.attention_norm_weight, "attention_norm_weight"},
+                           {&l.attention_norm_bias, "attention_norm_bias"},
+                           {&l.output_bias, "output_bias"},
+                           {&l.output_norm_weight, "output_norm_weight"},
+                           {&l.output_norm_bias, "output_norm_bias"}})
+      check(*t, {E}, p + name);
+    check(l.intermediate_weight, {F, E}, p + "intermediate_weight");
+    check(l.intermediate_bias, {F}, p + "intermediate_bias");
+    check(l.output_weight, {E, F}, p + "output_weight");
+  }
+  QKV_CHECK(w.pooler_weight.defined() == w.pooler_bias.defined(),
+            "BertModel: pooler_weight and pooler_bias must be both defined or both undefined");
+  if (w.pooler_weight.defined()) {
+    check(w.pooler_weight, {E, E}, "pooler_weight");
+    check(w.pooler_bias, {E}, "pooler_bias");
+  }
+}
+
+}  // namespace
+
 BertModel::BertModel(BertConfig config_, BertWeights weights_)
     : config(std::move(config_)), weights(std::move(weights_)) {
-  QKV_CHECK(static_cast<std::int64_t>(weights.layers.size()) == config.num_hidden_layers,
-            "BertModel: weights have " << weights.layers.size() << " layers, config "
-                                       << config.num_hidden_layers);
+  check_weights(config, weights);
   for (const BertLayerWeights& l : weights.layers) layers_.push_back(encoder_layer(config, l));
   embeddings_norm_.normalized_shape = {config.hidden_size};
   embeddings_norm_.eps = config.layer_norm_eps;

@@ -6,10 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <numeric>
+#include <set>
 #include <utility>
 
 #include "io/json_config.h"
+#include "models/checkpoint.h"
 #include "qkv/error.h"
 
 namespace qkv::models {
@@ -40,7 +43,10 @@ class Loader {
                                                     << shape_to_string(shape) << ", got "
                                                     << shape_to_string(info.shape));
     Tensor t = st_.get(full);
-    return t.dtype() == DType::f32 ? t : t.to(DType::f32);
+    if (t.dtype() != DType::f32) t = t.to(DType::f32);
+    detail::check_finite(t, "gpt2 checkpoint", full);
+    read_.insert(full);
+    return t;
   }
 
   // A Conv1D weight stored (in, out) -> nn::Linear's (out, in), a contiguous copy.
@@ -48,9 +54,13 @@ class Loader {
     return get(name, {in, out}).transpose(0, 1).clone();
   }
 
+  const std::set<std::string>& read() const { return read_; }
+  void mark_read(const std::string& full) { read_.insert(full); }
+
  private:
   const SafeTensors& st_;
   bool prefixed_ = false;
+  mutable std::set<std::string> read_;  // the full names get() returned
 };
 
 nn::LayerNorm load_layer_norm(const Loader& l, const std::string& name, std::int64_t E,
@@ -99,16 +109,31 @@ Gpt2Config read_config(const JsonConfig& json) {
             json.label() << ": scale_attn_weights = false is not supported");
   QKV_CHECK(!json.get_bool("scale_attn_by_inverse_layer_idx", false),
             json.label() << ": scale_attn_by_inverse_layer_idx = true is not supported");
-  QKV_CHECK(c.vocab_size > 0, json.label() << ": vocab_size must be positive, got " << c.vocab_size);
-  QKV_CHECK(c.n_positions > 0,
-            json.label() << ": n_positions must be positive, got " << c.n_positions);
-  QKV_CHECK(c.n_embd > 0, json.label() << ": n_embd must be positive, got " << c.n_embd);
-  QKV_CHECK(c.n_layer >= 0, json.label() << ": n_layer must be >= 0, got " << c.n_layer);
-  QKV_CHECK(c.n_head > 0 && c.n_embd % c.n_head == 0,
-            json.label() << ": n_head must be positive and divide n_embd = " << c.n_embd
-                         << ", got " << c.n_head);
-  QKV_CHECK(c.n_inner >= 0,
-            json.label() << ": n_inner must be >= 0 (0 means 4 * n_embd), got " << c.n_inner);
+  // Sizes are at most 2^31 - 1 (every real checkpoint's are far below), so that the
+  // shapes built from them (3·n_embd, 4·n_embd) cannot overflow.
+  constexpr std::int64_t kMax = std::numeric_limits<std::int32_t>::max();
+  for (const auto& [key, value] : {std::pair<const char*, std::int64_t>{"vocab_size", c.vocab_size},
+                                   {"n_positions", c.n_positions},
+                                   {"n_embd", c.n_embd},
+                                   {"n_layer", c.n_layer},
+                                   {"n_head", c.n_head}})
+    QKV_CHECK(value >= 1 && value <= kMax, json.label() << ": " << key
+                                                        << " must be an integer in [1, " << kMax
+                                                        << "], got " << value);
+  QKV_CHECK(c.n_embd % c.n_head == 0, json.label() << ": n_head = " << c.n_head
+                                                   << " must divide n_embd = " << c.n_embd);
+  QKV_CHECK(c.n_inner >= 0 && c.n_inner <= kMax,
+            json.label() << ": n_inner must be in [0, " << kMax
+                         << "] (0 or null means 4 * n_embd), got " << c.n_inner);
+  // LayerNorm adds it in float: 1e39 is finite as a double only.
+  QKV_CHECK(c.layer_norm_epsilon >= 0 && std::isfinite(static_cast<float>(c.layer_norm_epsilon)),
+            json.label() << ": layer_norm_epsilon must be >= 0 and finite as a float32, got "
+                         << c.layer_norm_epsilon);
+  if (c.eos_token_id)
+    QKV_CHECK(*c.eos_token_id >= 0 && *c.eos_token_id < c.vocab_size,
+              json.label() << ": eos_token_id = " << *c.eos_token_id
+                           << " is not a token: it must be in [0, vocab_size = " << c.vocab_size
+                           << ")");
   return c;
 }
 
@@ -132,7 +157,7 @@ Gpt2Model Gpt2Model::load(const std::string& dir, DType product_dtype) {
 
 Gpt2Model Gpt2Model::from_safetensors(const Gpt2Config& config, const SafeTensors& tensors,
                                       DType product_dtype) {
-  const Loader l(tensors);
+  Loader l(tensors);  // not const: mark_read
   const std::int64_t V = config.vocab_size, P = config.n_positions, E = config.n_embd;
   const std::int64_t F = config.inner();
   Gpt2Weights w;
@@ -176,11 +201,74 @@ Gpt2Model Gpt2Model::from_safetensors(const Gpt2Config& config, const SafeTensor
     QKV_CHECK(std::equal(head.data_as<float>(), head.data_as<float>() + head.numel(),
                          wte.data_as<float>()),
               "gpt2: lm_head.weight differs from wte.weight; only a tied LM head is supported");
+    l.mark_read("lm_head.weight");
   }
+  // What Gpt2Model knowingly leaves: each block's causal-mask buffers. Anything else unread
+  // is reported, as Hugging Face reports unexpected keys.
+  const std::string blocks = l.full_name("h.");
+  const auto ignored = [&](const std::string& name) {
+    return name.starts_with(blocks) &&
+           (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias"));
+  };
+  w.unused_tensors = detail::unused_tensors(tensors, l.read(), ignored,
+                                            {{blocks, config.n_layer, "n_layer"}},
+                                            "gpt2 checkpoint");
   return Gpt2Model(config, std::move(w), product_dtype);
 }
 
 namespace {
+
+// Weights built by hand (not by from_safetensors) must fit the config as well: forward
+// trusts these shapes.
+Gpt2Weights checked(const Gpt2Config& c, Gpt2Weights w) {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int32_t>::max();
+  const auto size = [](std::int64_t v) { return v >= 1 && v <= kMax; };
+  QKV_CHECK(size(c.vocab_size) && size(c.n_positions) && size(c.n_embd) && size(c.n_layer) &&
+                size(c.n_head) && c.n_embd % c.n_head == 0 && c.n_inner >= 0 && c.n_inner <= kMax,
+            "Gpt2Model: the config's sizes must be in [1, " << kMax << "] (n_inner in [0, "
+                << kMax << "]) and n_head (" << c.n_head << ") must divide n_embd (" << c.n_embd
+                << "), got vocab_size " << c.vocab_size << ", n_positions " << c.n_positions
+                << ", n_layer " << c.n_layer << ", n_inner " << c.n_inner);
+  QKV_CHECK(static_cast<std::int64_t>(w.h.size()) == c.n_layer,
+            "Gpt2Model: weights have " << w.h.size() << " blocks, config n_layer " << c.n_layer);
+  const std::int64_t V = c.vocab_size, P = c.n_positions, E = c.n_embd, F = c.inner();
+  const auto check = [](const Tensor& t, const Shape& shape, const std::string& name) {
+    QKV_CHECK(t.defined() && t.dtype() == DType::f32 && t.shape() == shape,
+              "Gpt2Model: weight " << name << " must be f32 of shape " << shape_to_string(shape)
+                                   << ", got "
+                                   << (t.defined() ? std::string(dtype_name(t.dtype())) + " " +
+                                                         t.shape_string()
+                                                   : std::string("undefined")));
+  };
+  check(w.wte.weight, {V, E}, "wte.weight");
+  check(w.wpe.weight, {P, E}, "wpe.weight");
+  check(w.ln_f.weight, {E}, "ln_f.weight");
+  check(w.ln_f.bias, {E}, "ln_f.bias");
+  for (std::size_t i = 0; i < w.h.size(); ++i) {
+    const nn::TransformerEncoderLayer& b = w.h[i];
+    const std::string p = "h." + std::to_string(i) + ".";
+    QKV_CHECK(b.config.d_model == E && b.config.nhead == c.n_head &&
+                  b.config.dim_feedforward == F && b.self_attn.config.embed_dim == E &&
+                  b.self_attn.config.num_heads == c.n_head,
+              "Gpt2Model: block " << i << " has d_model " << b.config.d_model << ", nhead "
+                                  << b.config.nhead << ", dim_feedforward "
+                                  << b.config.dim_feedforward << "; the config needs " << E
+                                  << ", " << c.n_head << ", " << F);
+    check(b.self_attn.in_proj.weight, {3 * E, E}, p + "self_attn.in_proj.weight");
+    check(b.self_attn.in_proj.bias, {3 * E}, p + "self_attn.in_proj.bias");
+    check(b.self_attn.out_proj.weight, {E, E}, p + "self_attn.out_proj.weight");
+    check(b.self_attn.out_proj.bias, {E}, p + "self_attn.out_proj.bias");
+    check(b.ff.linear1.weight, {F, E}, p + "ff.linear1.weight");
+    check(b.ff.linear1.bias, {F}, p + "ff.linear1.bias");
+    check(b.ff.linear2.weight, {E, F}, p + "ff.linear2.weight");
+    check(b.ff.linear2.bias, {E}, p + "ff.linear2.bias");
+    for (const nn::LayerNorm* n : {&b.norm1, &b.norm2}) {
+      check(n->weight, {E}, p + (n == &b.norm1 ? "norm1" : "norm2") + ".weight");
+      check(n->bias, {E}, p + (n == &b.norm1 ? "norm1" : "norm2") + ".bias");
+    }
+  }
+  return w;
+}
 
 // The weights with every product's weight packed (nn::Linear::pack).
 Gpt2Weights packed(Gpt2Weights w, DType dtype) {
@@ -192,11 +280,8 @@ Gpt2Weights packed(Gpt2Weights w, DType dtype) {
 
 Gpt2Model::Gpt2Model(Gpt2Config config_, Gpt2Weights weights_, DType product_dtype_)
     : config(std::move(config_)),
-      weights(packed(std::move(weights_), product_dtype_)),
+      weights(packed(checked(config, std::move(weights_)), product_dtype_)),
       product_dtype(product_dtype_) {
-  QKV_CHECK(static_cast<std::int64_t>(weights.h.size()) == config.n_layer,
-            "Gpt2Model: weights have " << weights.h.size() << " blocks, config n_layer "
-                                       << config.n_layer);
   lm_head_.weight = weights.wte.weight;  // tied: a view, no copy
   lm_head_.pack(product_dtype);
 }

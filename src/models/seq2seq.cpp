@@ -8,11 +8,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "io/json_config.h"
+#include "models/checkpoint.h"
 #include "qkv/error.h"
 #include "qkv/threads.h"
 
@@ -33,14 +36,31 @@ nn::TransformerConfig transformer_config(const Seq2SeqConfig& c) {
   return t;
 }
 
+// Sizes are at most 2^31 - 1 and the whole model at most 2^40 parameters (a tensor's own
+// limit), so that the products below cannot overflow and a config cannot ask for more
+// memory than any machine has before a single weight is read.
+constexpr std::int64_t kMaxSize = std::numeric_limits<std::int32_t>::max();
+constexpr std::int64_t kMaxParameters = std::int64_t{1} << 40;
+
 void check_config(const Seq2SeqConfig& c) {
-  QKV_CHECK(c.vocab_size >= 1, "Seq2Seq: vocab_size must be >= 1, got " << c.vocab_size);
-  QKV_CHECK(c.d_model >= 1 && c.nhead >= 1 && c.d_model % c.nhead == 0,
-            "Seq2Seq: d_model (" << c.d_model << ") must be a positive multiple of nhead ("
-                                 << c.nhead << ")");
-  QKV_CHECK(c.dim_feedforward >= 1 && c.num_encoder_layers >= 0 && c.num_decoder_layers >= 1 &&
-                c.max_len >= 1,
-            "Seq2Seq: dim_feedforward and max_len must be >= 1, num_decoder_layers >= 1");
+  for (const auto& [key, value] :
+       {std::pair<const char*, std::int64_t>{"vocab_size", c.vocab_size},
+        {"d_model", c.d_model},
+        {"nhead", c.nhead},
+        {"dim_feedforward", c.dim_feedforward},
+        {"num_encoder_layers", c.num_encoder_layers},
+        {"num_decoder_layers", c.num_decoder_layers},
+        {"max_len", c.max_len}})
+    QKV_CHECK(value >= 1 && value <= kMaxSize, "Seq2Seq: " << key << " must be an integer in [1, "
+                                                          << kMaxSize << "], got " << value);
+  QKV_CHECK(c.d_model % c.nhead == 0, "Seq2Seq: d_model (" << c.d_model
+                                                           << ") must be a multiple of nhead ("
+                                                           << c.nhead << ")");
+  // LayerNorm adds it in float: 1e39 is finite as a double only.
+  QKV_CHECK(c.layer_norm_eps >= 0 && std::isfinite(static_cast<float>(c.layer_norm_eps)),
+            "Seq2Seq: layer_norm_eps must be >= 0 and finite as a float32, got "
+                << c.layer_norm_eps);
+  (void)c.num_parameters();  // throws beyond kMaxParameters
 }
 
 // x[b, l] = table[ids[b, l]]·scale + pe[offset + l]      ids (B, L) -> (B, L, E)
@@ -93,6 +113,33 @@ struct Record {
 
 }  // namespace
 
+std::int64_t Seq2SeqConfig::num_parameters() const {
+  // nn::Transformer's layers (torch's names), every Linear and LayerNorm with its bias:
+  //   attention  in_proj (3E, E) + (3E), out_proj (E, E) + (E)       4E² + 4E
+  //   feed-forward linear1 (F, E) + (F), linear2 (E, F) + (E)         2EF + F + E
+  //   encoder layer: attention, feed-forward, norm1, norm2 (2E each)
+  //   decoder layer: self and cross attention, feed-forward, norm1..3
+  // plus encoder.norm, decoder.norm, src_embed and tgt_embed (V, E), generator (V, E) + (V).
+  // Summed in long double (exact up to 2^64) and compared before anything is converted.
+  const long double V = static_cast<long double>(vocab_size), E = static_cast<long double>(d_model),
+                    F = static_cast<long double>(dim_feedforward);
+  const long double attention = 4 * E * E + 4 * E, ff = 2 * E * F + F + E;
+  const long double total = static_cast<long double>(num_encoder_layers) * (attention + ff + 4 * E) +
+                            static_cast<long double>(num_decoder_layers) * (2 * attention + ff + 6 * E) +
+                            4 * E + 3 * V * E + V;
+  QKV_CHECK(vocab_size >= 0 && d_model >= 0 && dim_feedforward >= 0 && num_encoder_layers >= 0 &&
+                num_decoder_layers >= 0,
+            "Seq2SeqConfig::num_parameters: sizes must be >= 0, got vocab_size "
+                << vocab_size << ", d_model " << d_model << ", dim_feedforward "
+                << dim_feedforward << ", layers " << num_encoder_layers << " + "
+                << num_decoder_layers);
+  QKV_CHECK(total <= static_cast<long double>(kMaxParameters),
+            "Seq2Seq: the config describes " << static_cast<double>(total)
+                                             << " parameters, more than qkv's limit of 2^40 = "
+                                             << kMaxParameters);
+  return static_cast<std::int64_t>(total);
+}
+
 std::string Seq2SeqConfig::to_json() const {
   nlohmann::ordered_json j;
   j["model_type"] = "qkv-seq2seq";
@@ -127,7 +174,11 @@ Seq2SeqConfig read_config(const JsonConfig& json) {
   c.norm_first = json.get_bool("norm_first", true);
   c.activation = nn::parse_activation(json.get_string("activation", "relu"),
                                       json.label() + ": activation");
-  check_config(c);
+  try {
+    check_config(c);
+  } catch (const Error& e) {
+    throw Error(json.label() + ": " + e.what());
+  }
   return c;
 }
 
@@ -301,21 +352,53 @@ void Seq2Seq::save(const std::string& dir, const std::map<std::string, std::stri
   QKV_CHECK(f.good(), "Seq2Seq::save: cannot write " << path);
 }
 
-Seq2Seq Seq2Seq::load(const SafeTensors& weights, const Seq2SeqConfig& config) {
+Seq2Seq Seq2Seq::load(const SafeTensors& weights, const Seq2SeqConfig& config,
+                      std::vector<std::string>* unused, const std::string& label) {
+  check_config(config);
+  // The model is built (randomly initialised) before the weights are copied in: a config
+  // that describes more parameters than the file holds values is refused first, so a
+  // wrong config.json cannot make the load allocate more than the weights' own size.
+  std::int64_t stored = 0;
+  for (const std::string& name : weights.names()) {
+    std::int64_t n = 1;
+    for (std::int64_t d : weights.info(name).shape) n *= d;  // <= 2^40 each (validated)
+    stored += n;
+  }
+  const std::int64_t needed = config.num_parameters();
+  QKV_CHECK(needed <= stored, label << ": config.json describes a model of " << needed
+                                    << " parameters, but the weights hold " << stored
+                                    << " values in all; the config and the weights do not "
+                                       "belong together");
   Seq2Seq m(config);
   nn::StateDict state;
+  std::set<std::string> read;
   for (auto& [name, t] : m.parameters()) {
-    QKV_CHECK(weights.contains(name), "Seq2Seq::load: the weights have no tensor '"
-                                          << name << "' " << t->shape_string());
+    QKV_CHECK(weights.contains(name), label << ": the weights have no tensor '" << name << "' "
+                                            << t->shape_string());
     state.emplace(name, weights.get(name));
+    read.insert(name);
   }
   nn::load_state_dict(m.parameters(), state, true);
+  for (auto& [name, t] : m.parameters()) detail::check_finite(*t, label, name);
+  const std::vector<std::string> rest = detail::unused_tensors(
+      weights, read, nullptr,
+      {{"transformer.encoder.layers.", config.num_encoder_layers, "num_encoder_layers"},
+       {"transformer.decoder.layers.", config.num_decoder_layers, "num_decoder_layers"}},
+      label);
+  if (unused) *unused = rest;
   return m;
 }
 
-Seq2Seq Seq2Seq::load(const std::string& dir) {
-  const Seq2SeqConfig config = Seq2SeqConfig::from_file(dir + "/config.json");
-  return load(SafeTensors::open(dir + "/model.safetensors"), config);
+Seq2Seq Seq2Seq::load(const std::string& dir, std::vector<std::string>* unused) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  QKV_CHECK(fs::is_directory(dir, ec), "Seq2Seq::load: model directory '"
+                                           << dir
+                                           << "' does not exist (expected config.json and "
+                                              "model.safetensors in it)");
+  const Seq2SeqConfig config = Seq2SeqConfig::from_file((fs::path(dir) / "config.json").string());
+  return load(SafeTensors::open_model(dir), config, unused,
+              "Seq2Seq checkpoint '" + dir + "'");
 }
 
 }  // namespace qkv::models

@@ -2,3 +2,4 @@
 list(APPEND QKV_SOURCES src/models/bert.cpp)
 list(APPEND QKV_SOURCES src/models/gpt2.cpp)
 list(APPEND QKV_SOURCES src/models/seq2seq.cpp)
+list(APPEND QKV_SOURCES src/models/checkpoint.cpp)

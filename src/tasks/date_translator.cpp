@@ -2,6 +2,7 @@
 
 #include "qkv/dates.h"
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -118,7 +119,14 @@ DateTrainingResult train_dates(const DateTrainingOptions& o,
     std::vector<std::pair<std::string, Tensor>> state;
     for (const auto& name : ck.names())
       if (name.rfind("optimizer.", 0) == 0) state.emplace_back(name.substr(10), ck.get(name));
-    start = std::stoll(meta.at("step"));
+    // The step is the checkpoint's own text: std::stoll would throw std::invalid_argument
+    // (or accept "12abc"); all of it must be a step count.
+    const std::string& step_text = meta.at("step");
+    const auto [end, ec] =
+        std::from_chars(step_text.data(), step_text.data() + step_text.size(), start);
+    QKV_CHECK(ec == std::errc() && end == step_text.data() + step_text.size() && start >= 0,
+              checkpoint << ": metadata \"step\" must be a step count >= 0, got \"" << step_text
+                         << "\"");
     opt.load_state(state, start);
     QKV_CHECK(start <= o.steps, checkpoint << ": is at step " << start << ", past --steps " << o.steps);
   }
@@ -182,6 +190,11 @@ DateTrainingResult train_dates(const DateTrainingOptions& o,
 
 std::vector<std::string> translate_dates(const Seq2Seq& model, const std::vector<std::string>& inputs) {
   const dates::Vocabulary& vocab = dates::Vocabulary::dates();
+  // Another model's ids would index the date vocabulary wrongly: refused, not decoded.
+  QKV_CHECK(model.config.vocab_size == vocab.size(),
+            "translate: the model's vocab_size is " << model.config.vocab_size
+                << ", the date vocabulary's " << vocab.size()
+                << " (a model written by `qkv train dates` has that)");
   std::vector<std::vector<std::int64_t>> sources;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     std::vector<std::int64_t> ids = vocab.encode(inputs[i]);

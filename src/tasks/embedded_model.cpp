@@ -49,7 +49,8 @@ Seq2Seq embedded_date_model() {
   const SafeTensors weights =
       SafeTensors::parse(std::span<const std::byte>(begin, end), "<embedded models/dates/model.safetensors>");
   return Seq2Seq::load(weights,
-                       Seq2SeqConfig::from_json(config, "<embedded models/dates/config.json>"));
+                       Seq2SeqConfig::from_json(config, "<embedded models/dates/config.json>"),
+                       nullptr, "<embedded models/dates>");
 #else
   throw Error("this build of qkv has no embedded date model (models/dates/model.safetensors "
               "was missing at build time); pass --model DIR from `qkv train dates`");

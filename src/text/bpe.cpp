@@ -106,18 +106,21 @@ BpeTokenizer BpeTokenizer::from_vocab_and_merges(
     const std::map<std::string, std::int64_t>& vocab,
     const std::vector<std::pair<std::string, std::string>>& merges) {
   BpeTokenizer t;
-  std::int64_t max_id = -1;
-  for (const auto& [token, id] : vocab) {
-    QKV_CHECK(
-        id >= 0 && id < std::numeric_limits<std::int32_t>::max(),
-        "BpeTokenizer: vocabulary id of \"" << token << "\" must be in [0, 2^31), got " << id);
-    max_id = std::max(max_id, id);
-  }
-  t.tokens_.assign(static_cast<std::size_t>(max_id + 1), std::string());
+  // The ids of N tokens are 0..N-1, each once (GPT-2's vocab.json, every tokenizer.json
+  // BPE model): checked against N before the id -> token table is sized from them, so an
+  // id of 10^9 is an error, not gigabytes allocated.
+  const auto n = static_cast<std::int64_t>(vocab.size());
+  QKV_CHECK(n <= std::numeric_limits<std::int32_t>::max(),
+            "BpeTokenizer: " << n << " vocabulary entries, more than 2^31 - 1");
+  for (const auto& [token, id] : vocab)
+    QKV_CHECK(id >= 0 && id < n, "BpeTokenizer: the id of " << text::quoted(token) << " is " << id
+                                     << "; the vocabulary's " << n << " tokens must have the ids 0.."
+                                     << n - 1 << ", each once");
+  t.tokens_.assign(static_cast<std::size_t>(n), std::string());
   std::vector<bool> used(t.tokens_.size(), false);
   for (const auto& [token, id] : vocab) {
-    QKV_CHECK(!used[id], "BpeTokenizer: tokens \"" << t.tokens_[id] << "\" and \"" << token
-                                                   << "\" share the id " << id);
+    QKV_CHECK(!used[id], "BpeTokenizer: tokens " << text::quoted(t.tokens_[id]) << " and "
+                                                 << text::quoted(token) << " share the id " << id);
     used[id] = true;
     t.tokens_[id] = token;
     t.ids_.emplace(token, id);
@@ -134,9 +137,10 @@ BpeTokenizer BpeTokenizer::from_vocab_and_merges(
     const std::string& b = merges[rank].second;  // cannot capture those in the lambda
     const auto find = [&](const std::string& token) {
       const auto it = t.ids_.find(token);
-      QKV_CHECK(it != t.ids_.end(), "BpeTokenizer: merge " << rank << " (\"" << a << "\" \"" << b
-                                                           << "\") names \"" << token
-                                                           << "\", which is not in the vocabulary");
+      QKV_CHECK(it != t.ids_.end(), "BpeTokenizer: merge " << rank << " (" << text::quoted(a)
+                                                           << " " << text::quoted(b) << ") names "
+                                                           << text::quoted(token)
+                                                           << ", which is not in the vocabulary");
       return it->second;
     };
     QKV_CHECK(!a.empty() && !b.empty(), "BpeTokenizer: merge " << rank << " has an empty part");
@@ -156,7 +160,17 @@ std::map<std::string, std::int64_t> vocab_from_json(const nlohmann::json& v, con
   std::map<std::string, std::int64_t> vocab;
   for (auto it = v.begin(); it != v.end(); ++it) {
     QKV_CHECK(it.value().is_number_integer(),
-              who << ": vocabulary entry \"" << it.key() << "\" must have an integer id" << where);
+              who << ": vocabulary entry " << text::quoted(it.key())
+                  << " must have an integer id, got " << it.value().type_name() << where);
+    QKV_CHECK(it.value().is_number_unsigned() ||
+                  it.value().get<std::int64_t>() >= 0,
+              who << ": vocabulary entry " << text::quoted(it.key()) << " has the negative id "
+                  << it.value().get<std::int64_t>() << where);
+    QKV_CHECK(!it.value().is_number_unsigned() ||
+                  it.value().get<std::uint64_t>() <=
+                      static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()),
+              who << ": vocabulary entry " << text::quoted(it.key()) << " has the id "
+                  << it.value().get<std::uint64_t>() << ", beyond any vocabulary" << where);
     vocab.emplace(it.key(), it.value().get<std::int64_t>());
   }
   return vocab;
@@ -197,12 +211,21 @@ BpeTokenizer BpeTokenizer::from_files(const std::filesystem::path& vocab_json,
     start = end + 1;
     ++line_number;
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    QKV_CHECK(line.size() <= 2 * text::kMaxTokenBytes + 1,
+              who << ": line " << line_number << " is " << line.size()
+                  << " bytes long, longer than any merge (is this a merges.txt?)" << where);
+    try {
+      text::decode_utf8(line, who);
+    } catch (const Error&) {
+      throw Error(std::string(who) + ": line " + std::to_string(line_number) + " " +
+                  text::quoted(line) + " is not valid UTF-8" + where);
+    }
     if (line.empty() || (line_number == 1 && line.starts_with("#version"))) continue;
     const std::size_t space = line.find(' ');
     QKV_CHECK(space != std::string::npos && space > 0 && space + 1 < line.size() &&
                   line.find(' ', space + 1) == std::string::npos,
-              who << ": line " << line_number << " must be two tokens \"a b\", got \"" << line
-                  << "\"" << where);
+              who << ": line " << line_number << " must be two tokens \"a b\", got "
+                  << text::quoted(line) << where);
     merges.emplace_back(line.substr(0, space), line.substr(space + 1));
   }
   return with_context(who, " (files '" + vocab_json.string() + "', '" + merges_txt.string() + "')",
@@ -241,12 +264,15 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::filesystem::path& path
           const std::size_t space = s.find(' ');
           QKV_CHECK(space != std::string::npos && space > 0 && space + 1 < s.size() &&
                         s.find(' ', space + 1) == std::string::npos,
-                    who << ": model.merges entry must be \"a b\", got \"" << s << "\"" << where);
+                    who << ": model.merges entry must be \"a b\", got " << text::quoted(s)
+                        << where);
           merges.emplace_back(s.substr(0, space), s.substr(space + 1));
         } else {
-          QKV_CHECK(
-              m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(),
-              who << ": model.merges entry must be \"a b\" or [a, b], got " << m.dump() << where);
+          QKV_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(),
+                    who << ": model.merges entry must be \"a b\" or [a, b], got "
+                        << text::quoted(m.dump(-1, ' ', false,
+                                               nlohmann::json::error_handler_t::replace))
+                        << where);
           merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
         }
       }
@@ -257,8 +283,9 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::filesystem::path& path
         if (added.value("special", false) && added.contains("content") &&
             added["content"].is_string()) {
           const std::string content_token = added["content"].get<std::string>();
-          QKV_CHECK(t.ids_.count(content_token) != 0, who << ": added token \"" << content_token
-                                                          << "\" is not in model.vocab" << where);
+          QKV_CHECK(t.ids_.count(content_token) != 0, who << ": added token "
+                                                          << text::quoted(content_token)
+                                                          << " is not in model.vocab" << where);
           if (std::find(t.specials_.begin(), t.specials_.end(), content_token) == t.specials_.end())
             t.specials_.push_back(content_token);
         }
@@ -368,10 +395,9 @@ std::optional<std::int64_t> BpeTokenizer::token_to_id(std::string_view token) co
 }
 
 const std::string& BpeTokenizer::id_to_token(std::int64_t id) const {
-  QKV_CHECK(
-      id >= 0 && id < static_cast<std::int64_t>(tokens_.size()) &&
-          (!tokens_[id].empty() || token_to_id("") == id),
-      "BpeTokenizer: id " << id << " is not in the vocabulary (size " << tokens_.size() << ")");
+  QKV_CHECK(id >= 0 && id < static_cast<std::int64_t>(tokens_.size()),
+            "BpeTokenizer: id " << id << " is not in the vocabulary [0, " << tokens_.size()
+                                << ")");
   return tokens_[id];
 }
 

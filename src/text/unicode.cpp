@@ -5,10 +5,10 @@
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
 
-#include <fstream>
-#include <sstream>
+#include <cstdio>
 #include <string>
 
+#include "io/read_file.h"
 #include "qkv/error.h"
 
 namespace qkv::text {
@@ -171,15 +171,66 @@ std::vector<Segment> split_specials(std::string_view text,
 }
 
 std::string read_text_file(const std::filesystem::path& path, const char* who) {
-  std::error_code ec;
-  QKV_CHECK(std::filesystem::is_regular_file(path, ec),
-            who << ": cannot open '" << path.string() << "': no such file");
-  std::ifstream in(path, std::ios::binary);
-  QKV_CHECK(in, who << ": cannot open '" << path.string() << "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  QKV_CHECK(!in.bad(), who << ": error reading '" << path.string() << "'");
-  return ss.str();
+  return io::read_file(path.string(), std::string(who) + ": file", kMaxVocabularyFileBytes);
+}
+
+namespace {
+
+// The length of the well-formed UTF-8 sequence at text[i] (no overlong forms, surrogates
+// or values above U+10FFFF), or 0.
+std::size_t utf8_sequence(std::string_view text, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char c = byte(i);
+  std::size_t n = 0;
+  unsigned char low = 0x80, high = 0xBF;  // the allowed range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) n = 2;
+  else if (c == 0xE0) n = 3, low = 0xA0;
+  else if (c == 0xED) n = 3, high = 0x9F;
+  else if (c >= 0xE1 && c <= 0xEF) n = 3;
+  else if (c == 0xF0) n = 4, low = 0x90;
+  else if (c >= 0xF1 && c <= 0xF3) n = 4;
+  else if (c == 0xF4) n = 4, high = 0x8F;
+  if (n == 0 || i + n > text.size()) return 0;
+  if (byte(i + 1) < low || byte(i + 1) > high) return 0;
+  for (std::size_t k = 2; k < n; ++k)
+    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
+  return n;
+}
+
+}  // namespace
+
+std::string quoted(std::string_view text, std::size_t max_bytes) {
+  std::string out = "\"";
+  std::size_t i = 0;
+  while (i < text.size() && i < max_bytes) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    // Whole characters only, and never a byte that is not UTF-8: messages reach Python,
+    // which decodes them.
+    const std::size_t n = c >= 0x80 ? utf8_sequence(text, i) : 0;
+    if (n > 0 && i + n <= max_bytes) {
+      out.append(text.substr(i, n));
+      i += n;
+      continue;
+    }
+    if (n > 0) break;  // the character does not fit: stop before it
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "\\x%02x", c);
+    out += hex;
+    ++i;
+  }
+  if (i < text.size()) return out + "\"... (" + std::to_string(text.size()) + " bytes)";
+  return out + "\"";
 }
 
 }  // namespace qkv::text

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -47,7 +48,22 @@ struct Segment {
 std::vector<Segment> split_specials(std::string_view text,
                                     const std::vector<std::string>& specials);
 
-// The whole file; Error "<who>: cannot open '<path>'" when it is missing or unreadable.
+// Vocabulary files: GPT-2's vocab.json is 1 MiB, the largest tokenizer.json files of
+// current models (262k tokens) about 33 MiB. A larger file is refused before it is read:
+// parsed JSON takes several times the file's size in memory.
+constexpr std::uint64_t kMaxVocabularyFileBytes = std::uint64_t{64} << 20;
+// A vocabulary token (a vocab.txt or merges.txt line) is at most this long; GPT-2's longest
+// is 256 bytes. A longer line means the file is not a vocabulary.
+constexpr std::size_t kMaxTokenBytes = 65536;
+
+// The whole regular file (io::read_file, at most kMaxVocabularyFileBytes); Error
+// "<who>: file '<path>': cannot open: ..." when it is missing or unreadable, names a
+// directory or a device, or is too large.
 std::string read_text_file(const std::filesystem::path& path, const char* who);
+
+// text in double quotes for a message: control characters and bytes that are not UTF-8
+// as \xNN (a message must stay valid UTF-8: Python decodes it), at most max_bytes of the
+// text (cut at a character boundary, the full length noted).
+std::string quoted(std::string_view text, std::size_t max_bytes = 60);
 
 }  // namespace qkv::text

@@ -1,5 +1,7 @@
 // BERT WordPiece: Hugging Face's BertNormalizer + BertPreTokenizer + WordPiece model
 // (google-research/bert tokenization.py, BasicTokenizer and WordpieceTokenizer).
+#include <algorithm>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "qkv/error.h"
@@ -67,10 +69,20 @@ WordPieceTokenizer WordPieceTokenizer::from_vocab(std::vector<std::string> token
   WordPieceTokenizer t;
   t.lowercase_ = lowercase;
   t.strip_accents_ = strip_accents.value_or(lowercase);
+  QKV_CHECK(tokens.size() <= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()),
+            "WordPieceTokenizer: " << tokens.size() << " tokens, more than 2^31 - 1");
   t.ids_.reserve(tokens.size());
   for (std::size_t i = 0; i < tokens.size(); ++i) {
-    // A repeated line: its last id wins for lookups, as in BertTokenizer's load_vocab.
-    t.ids_.insert_or_assign(tokens[i], static_cast<std::int64_t>(i));
+    // A repeated token is refused: BertTokenizer's load_vocab lets the last id win, which
+    // leaves the earlier id unreachable by encoding, a sign of a damaged vocabulary.
+    const auto [it, fresh] = t.ids_.emplace(tokens[i], static_cast<std::int64_t>(i));
+    QKV_CHECK(fresh, "WordPieceTokenizer: the token " << text::quoted(tokens[i])
+                                                      << " appears twice, with the ids "
+                                                      << it->second << " and " << i
+                                                      << " (lines " << it->second + 1 << " and "
+                                                      << i + 1 << " of a vocab.txt); each token "
+                                                      << "must appear once");
+    t.max_token_bytes_ = std::max(t.max_token_bytes_, tokens[i].size());
   }
   t.tokens_ = std::move(tokens);
   for (const char* name : {"[UNK]", "[CLS]", "[SEP]"})
@@ -95,7 +107,21 @@ WordPieceTokenizer WordPieceTokenizer::from_vocab_txt(const std::filesystem::pat
     if (end == std::string::npos) end = content.size();
     std::string line = content.substr(start, end - start);
     if (!line.empty() && line.back() == '\r') line.pop_back();  // BertTokenizer strips "\n" only;
-    tokens.push_back(std::move(line));                          // \r\n files exist in the wild
+    const std::size_t line_number = tokens.size() + 1;          // \r\n files exist in the wild
+    // BertTokenizer reads the file as UTF-8; a line that is not (or is far longer than any
+    // token) means this is not a vocabulary, e.g. a checkpoint passed by mistake.
+    QKV_CHECK(line.size() <= text::kMaxTokenBytes,
+              "WordPieceTokenizer::from_vocab_txt: line " << line_number << " is " << line.size()
+                  << " bytes long, longer than any token (limit " << text::kMaxTokenBytes
+                  << "; is this a vocab.txt?) (file '" << path.string() << "')");
+    try {
+      text::decode_utf8(line, "WordPieceTokenizer::from_vocab_txt");
+    } catch (const Error&) {
+      throw Error("WordPieceTokenizer::from_vocab_txt: line " + std::to_string(line_number) +
+                  " " + text::quoted(line) + " is not valid UTF-8 (file '" + path.string() +
+                  "')");
+    }
+    tokens.push_back(std::move(line));
     start = end + 1;
   }
   try {
@@ -125,11 +151,13 @@ WordPieceTokenizer WordPieceTokenizer::from_tokenizer_json(const std::filesystem
     std::vector<bool> seen(vocab.size(), false);
     for (auto it = vocab.begin(); it != vocab.end(); ++it) {
       QKV_CHECK(it.value().is_number_integer(),
-                who << ": model.vocab[\"" << it.key() << "\"] must be an integer id" << where);
+                who << ": model.vocab[" << text::quoted(it.key()) << "] must be an integer id"
+                    << where);
+      // An unsigned id beyond int64 reads as negative: refused by the same range check.
       const auto id = it.value().get<std::int64_t>();
       QKV_CHECK(id >= 0 && id < static_cast<std::int64_t>(tokens.size()) && !seen[id],
-                who << ": model.vocab ids must be 0.." << tokens.size() - 1 << " each once; \""
-                    << it.key() << "\" has id " << id << where);
+                who << ": model.vocab ids must be 0.." << tokens.size() - 1 << " each once; "
+                    << text::quoted(it.key()) << " has id " << id << where);
       seen[id] = true;
       tokens[id] = it.key();
     }
@@ -195,7 +223,20 @@ void WordPieceTokenizer::wordpiece(std::string_view word, std::vector<std::int64
   std::string candidate;
   std::size_t start = 0;
   while (start < chars) {
-    std::size_t end = chars;
+    // No piece is longer than the longest token: start the search there, not at the end
+    // of the word. The same pieces are found, and a word of n characters costs
+    // O(n · longest token) instead of O(n³) when max_input_chars_per_word is large.
+    const std::size_t prefix = start > 0 ? continuation_.size() : 0;
+    if (prefix > max_token_bytes_) {
+      ids.resize(first);
+      ids.push_back(unk_id_);
+      return;
+    }
+    const std::size_t limit = offsets[start] + (max_token_bytes_ - prefix);
+    std::size_t end = static_cast<std::size_t>(
+        std::upper_bound(offsets.begin() + static_cast<std::ptrdiff_t>(start),
+                         offsets.begin() + static_cast<std::ptrdiff_t>(chars) + 1, limit) -
+        offsets.begin() - 1);
     std::int64_t found = -1;
     while (start < end) {
       candidate.assign(start > 0 ? continuation_ : std::string());

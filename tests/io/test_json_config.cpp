@@ -105,4 +105,27 @@ TEST(JsonConfig, ParseAndLoadErrors) {
   std::filesystem::remove_all(dir);
 }
 
+// config.json is read bounded (io::read_file): directories, devices, empty and oversized
+// files are errors naming the path, before anything is read.
+TEST(JsonConfig, LoadRefusesWhatIsNotAConfigFile) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("qkv_io_JsonConfig_files_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "a_directory");
+  expect_error([&] { JsonConfig::load((dir / "a_directory").string()); },
+               {"a_directory", "not a regular file (a directory)"});
+  expect_error([] { JsonConfig::load("/dev/zero"); },
+               {"/dev/zero", "not a regular file (a character device)"});
+  const std::string empty = (dir / "empty.json").string();
+  std::ofstream(empty).close();
+  expect_error([&] { JsonConfig::load(empty); }, {"empty.json", "the file is empty"});
+  // A sparse file of 16 MiB + 1 byte: over the limit, and no disk space taken.
+  const std::string big = (dir / "big.json").string();
+  std::ofstream(big).close();
+  std::filesystem::resize_file(big, (std::uint64_t{16} << 20) + 1);
+  expect_error([&] { JsonConfig::load(big); },
+               {"big.json", "16.0 MiB (16777217 bytes), over the limit of 16.0 MiB"});
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace

@@ -661,6 +661,53 @@ TEST_F(SafeTensorsModel, TwoShards) {
   EXPECT_EQ(c.to_vector(), (std::vector<float>{3.0f, 3.0f}));  // the shard mapping outlives it
 }
 
+// A directory without safetensors weights names what it holds and how to convert it.
+TEST_F(SafeTensorsModel, OtherFormatsAreNamedWithHowToConvert) {
+  const std::string d = dir_.path().string();
+  expect_error([&] { SafeTensors::open_model(d); },
+               {"no model.safetensors", "qkv reads Hugging Face safetensors checkpoints"});
+  write_file(dir_.file("pytorch_model.bin"), zeros(16));
+  expect_error([&] { SafeTensors::open_model(d); },
+               {"PyTorch weights (pytorch_model.bin)", "save_pretrained", "torch.load",
+                "safetensors.torch import save_file"});
+  write_file(dir_.file("tf_model.h5"), zeros(16));
+  write_file(dir_.file("flax_model.msgpack"), zeros(16));
+  write_file(dir_.file("model-q4.gguf"), zeros(16));
+  expect_error([&] { SafeTensors::open_model(d); },
+               {"PyTorch weights (pytorch_model.bin)", "TensorFlow weights (tf_model.h5)",
+                "from_tf=True", "Flax weights (flax_model.msgpack)", "from_flax=True",
+                "GGUF weights (model-q4.gguf"});
+}
+
+// A file that is not safetensors is recognised by its magic number when it fails as one.
+TEST(SafeTensorsValidation, OtherFormatsAreRecognised) {
+  const auto bytes = [](const std::string& s) {
+    Bytes b;
+    append(&b, s);
+    append(&b, std::string(64, 'x'));
+    return b;
+  };
+  expect_parse_error(bytes("version https://git-lfs.github.com/spec/v1\noid sha256:00\n"),
+                     {"not a safetensors file", "Git LFS pointer", "git lfs pull"});
+  expect_parse_error(bytes(std::string("PK\x03\x04", 4)), {"ZIP archive", "torch.save"});
+  expect_parse_error(bytes("\x80\x02\x8a\x0alz"), {"Python pickle", "save_file"});
+  expect_parse_error(bytes("GGUF\x03"), {"GGUF file", "gguf_file"});
+  expect_parse_error(bytes("\x89HDF\r\n\x1a\n"), {"HDF5 file", "from_tf=True"});
+  // Unrecognised garbage keeps the plain message.
+  expect_parse_error(bytes("\xff\xff\xff\xff\xff\xff\xff\xff"), {"exceeds the limit"});
+}
+
+// The index is read bounded: a directory or a device in its place is refused, not read.
+TEST_F(SafeTensorsModel, IndexThatIsNotAFile) {
+  fs::create_directories(dir_.path() / "model.safetensors.index.json");
+  expect_error([&] { SafeTensors::open_model(dir_.path().string()); },
+               {"model.safetensors.index.json", "not a regular file (a directory)"});
+  fs::remove(dir_.path() / "model.safetensors.index.json");
+  fs::create_symlink("/dev/zero", dir_.path() / "model.safetensors.index.json");
+  expect_error([&] { SafeTensors::open_model(dir_.path().string()); },
+               {"not a regular file (a character device)"});
+}
+
 TEST_F(SafeTensorsModel, Errors) {
   const std::string d = dir_.path().string();
   expect_error([&] { SafeTensors::open_model(d); }, {"model.safetensors", "model.safetensors.index.json"});

@@ -375,3 +375,101 @@ TEST_F(BertTest, PaddedBatchRowsEqualTheirSingleRuns) {
 }
 
 }  // namespace
+
+namespace {
+
+// config_json() with `key`'s value replaced by `value` (the key must be in it).
+std::string config_with(const std::string& key, const std::string& value) {
+  std::string c = config_json();
+  const std::size_t at = c.find("\"" + key + "\": ");
+  const std::size_t begin = at + key.size() + 4, end = c.find_first_of(",}", begin);
+  return c.replace(begin, end - begin, value);
+}
+
+}  // namespace
+
+// Configurations no checkpoint can have: no layers, sizes beyond 2^31 - 1 (positions of
+// 2^40), heads that do not divide the width, an epsilon that overflows float.
+TEST_F(BertTest, ImpossibleConfigsAreErrors) {
+  expect_load_error(write("zero", nullptr, config_with("num_hidden_layers", "0")),
+                    {"\"num_hidden_layers\" must be an integer in [1, 2147483647], got 0"});
+  expect_load_error(write("huge", nullptr, config_with("max_position_embeddings", "1099511627776")),
+                    {"\"max_position_embeddings\" must be an integer in [1, 2147483647], got "
+                     "1099511627776"});
+  expect_load_error(write("negative", nullptr, config_with("vocab_size", "-3")),
+                    {"\"vocab_size\" must be an integer in [1, 2147483647], got -3"});
+  expect_load_error(write("heads", nullptr, config_with("num_attention_heads", "3")),
+                    {"hidden_size 16 must be a multiple of num_attention_heads 3"});
+  expect_load_error(write("eps", nullptr, config_with("layer_norm_eps", "1e39")),
+                    {"\"layer_norm_eps\" must be >= 0 and finite as a float32, got 1e+39"});
+}
+
+// NaN or ±inf in a weight the model reads is refused at load; an ignored tensor is not read.
+TEST_F(BertTest, NonFiniteWeightsAreErrors) {
+  expect_load_error(write("nan", [](auto& t) {
+                      for (auto& [name, tensor] : t)
+                        if (name == "encoder.layer.1.output.dense.weight")
+                          tensor.template data_as<float>()[2 * kF + 5] = std::nanf("");
+                    }),
+                    {"tensor 'encoder.layer.1.output.dense.weight' holds NaN at index [2, 5]",
+                     "must be finite"});
+  expect_load_error(write("inf", [](auto& t) {
+                      for (auto& [name, tensor] : t)
+                        if (name == "embeddings.LayerNorm.weight")
+                          tensor.template data_as<float>()[0] = INFINITY;
+                    }),
+                    {"tensor 'embeddings.LayerNorm.weight' holds +inf at index [0]"});
+  EXPECT_NO_THROW(qkv::models::BertModel::load(write("cls", [](auto& t) {
+    t.emplace_back("cls.predictions.bias", Tensor::full({kV}, NAN));
+  })));
+}
+
+// Tensors BertModel does not read are listed (front ends warn), apart from the pre-training
+// heads and position_ids; a layer beyond num_hidden_layers is a config mismatch.
+TEST_F(BertTest, UnusedTensorsAreListedAndExtraLayersRefused) {
+  const auto model = qkv::models::BertModel::load(write("extra", [](auto& t) {
+    for (auto& [name, tensor] : t) name = "bert." + name;
+    t.emplace_back("cls.predictions.bias", Tensor::zeros({kV}));
+    t.emplace_back("bert.embeddings.position_ids", Tensor::zeros({1, kP}));
+    t.emplace_back("classifier.weight", Tensor::zeros({2, kE}));
+    t.emplace_back("bert.encoder.layer.0.attention.self.rotary", Tensor::zeros({4}));
+  }));
+  EXPECT_EQ(model.weights.unused_tensors,
+            (std::vector<std::string>{"bert.encoder.layer.0.attention.self.rotary",
+                                      "classifier.weight"}));
+  EXPECT_TRUE(qkv::models::BertModel::load(write("plain")).weights.unused_tensors.empty());
+  expect_load_error(write("layer2", [](auto& t) {
+                      t.emplace_back("encoder.layer.2.output.dense.bias", Tensor::zeros({kE}));
+                    }),
+                    {"'encoder.layer.2.output.dense.bias' of block 2",
+                     "num_hidden_layers = 2", "do not belong together"});
+}
+
+// A directory holding only formats qkv does not read says what it found and how to convert.
+TEST_F(BertTest, OtherCheckpointFormatsSayHowToConvert) {
+  const fs::path dir = root_ / "torch";
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << config_json();
+  std::ofstream(dir / "pytorch_model.bin") << "PK\x03\x04 not really";
+  expect_load_error(dir.string(), {"no model.safetensors", "pytorch_model.bin",
+                                   "save_pretrained", "safetensors.torch import save_file"});
+  // The same bytes named model.safetensors: recognised by their magic number.
+  fs::rename(dir / "pytorch_model.bin", dir / "model.safetensors");
+  expect_load_error(dir.string(), {"not a safetensors file", "ZIP archive", "torch.save"});
+}
+
+// Weights assembled by hand are held to the config's shapes.
+TEST_F(BertTest, ConstructorChecksTheWeights) {
+  const auto plain = qkv::models::BertModel::load(write("plain"));
+  qkv::models::BertWeights w = plain.weights;
+  w.layers[1].intermediate_bias = Tensor::zeros({kF + 1});
+  try {
+    qkv::models::BertModel model(plain.config, w);
+    FAIL() << "no error for a mis-shaped weight";
+  } catch (const qkv::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "layers[1].intermediate_bias must be f32 of shape (32,), got f32 (33,)"),
+              std::string::npos)
+        << e.what();
+  }
+}

@@ -255,13 +255,99 @@ TEST(Gpt2, ConfigErrors) {
   EXPECT_NE(msg.find("activation_function"), std::string::npos) << msg;
 }
 
+// Impossible configurations: no blocks, sizes beyond 2^31 - 1 (an n_positions of 2^40),
+// an end-of-text id that is not a token, an epsilon that overflows float.
+TEST(Gpt2, ImpossibleConfigsAreErrors) {
+  const auto with = [](const std::string& entry) {
+    return error_of([&] { Gpt2Config::from_json(R"({"model_type": "gpt2", )" + entry + "}"); });
+  };
+  std::string msg = with(R"("n_layer": 0)");
+  EXPECT_NE(msg.find("n_layer must be an integer in [1, 2147483647], got 0"), std::string::npos)
+      << msg;
+  msg = with(R"("n_positions": 1099511627776)");
+  EXPECT_NE(msg.find("n_positions must be an integer in [1, 2147483647], got 1099511627776"),
+            std::string::npos) << msg;
+  msg = with(R"("vocab_size": -5)");
+  EXPECT_NE(msg.find("vocab_size must be an integer in [1, 2147483647], got -5"),
+            std::string::npos) << msg;
+  msg = with(R"("vocab_size": 61, "eos_token_id": 61)");
+  EXPECT_NE(msg.find("eos_token_id = 61 is not a token: it must be in [0, vocab_size = 61)"),
+            std::string::npos) << msg;
+  msg = with(R"("layer_norm_epsilon": 1e39)");
+  EXPECT_NE(msg.find("layer_norm_epsilon must be >= 0 and finite as a float32"),
+            std::string::npos) << msg;
+  msg = with(R"("n_embd": 32, "n_head": 5)");
+  EXPECT_NE(msg.find("n_head = 5 must divide n_embd = 32"), std::string::npos) << msg;
+  EXPECT_EQ(with(R"("eos_token_id": 50256)"), "");  // the defaults' last id is a token
+}
+
+// A NaN or an infinity in a weight the model reads is refused at load, naming the tensor
+// and where in it.
+TEST(Gpt2, NonFiniteWeightsAreErrors) {
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(),
+                          -std::numeric_limits<float>::infinity()}) {
+    Named t = make_checkpoint("transformer.");
+    for (auto& [name, w] : t)
+      if (name == "transformer.h.1.mlp.c_fc.weight") w.data_as<float>()[3 * (4 * kE) + 7] = bad;
+    const std::string msg = error_of([&] { model_from(t); });
+    EXPECT_NE(msg.find("tensor 'transformer.h.1.mlp.c_fc.weight' holds "), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find(std::isnan(bad) ? "NaN" : "-inf"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("at index [3, 7] (shape (32, 128))"), std::string::npos) << msg;
+  }
+  // bf16 weights are checked after conversion; a NaN buffer the model ignores is not read.
+  Named t = make_checkpoint("");
+  for (auto& [name, w] : t) {
+    if (name == "ln_f.bias") {
+      w = w.to(qkv::DType::bf16);
+      w.data_as<std::uint16_t>()[5] = 0x7fc0;  // bf16 NaN
+    }
+    if (name == "h.0.attn.bias") w.data_as<float>()[0] = std::nanf("");
+  }
+  const std::string msg = error_of([&] { model_from(t); });
+  EXPECT_NE(msg.find("tensor 'ln_f.bias' holds NaN at index [5]"), std::string::npos) << msg;
+}
+
+// Tensors the model does not read are listed (front ends warn), apart from the attention
+// buffers; tensors of blocks beyond n_layer mean config and weights do not match.
+TEST(Gpt2, UnusedTensorsAreListedAndExtraBlocksRefused) {
+  Named t = make_checkpoint("transformer.");
+  qkv::Rng rng(3);
+  t.emplace_back("transformer.h.1.attn.masked_bias", Tensor::full({}, -1e4f));
+  t.emplace_back("score.weight", random_tensor({2, kE}, rng, 1.f));
+  t.emplace_back("transformer.extra", random_tensor({3}, rng, 1.f));
+  const Gpt2Model m = model_from(t);
+  EXPECT_EQ(m.weights.unused_tensors, (std::vector<std::string>{"score.weight", "transformer.extra"}));
+  EXPECT_TRUE(model_from(make_checkpoint("")).weights.unused_tensors.empty());
+
+  Named extra = make_checkpoint("");
+  extra.emplace_back("h.2.ln_1.weight", random_tensor({kE}, rng, 1.f));
+  const std::string msg = error_of([&] { model_from(extra); });
+  EXPECT_NE(msg.find("tensor 'h.2.ln_1.weight' of block 2, but config.json's n_layer = 2"),
+            std::string::npos) << msg;
+}
+
+// Weights assembled by hand are held to the config's shapes too.
+TEST(Gpt2, ConstructorChecksTheWeights) {
+  const Gpt2Model m = model_from(make_checkpoint(""));
+  qkv::models::Gpt2Weights w = m.weights;
+  w.wpe.weight = w.wpe.weight.slice(0, 0, kP - 1);
+  std::string msg = error_of([&] { Gpt2Model(config(), w); });
+  EXPECT_NE(msg.find("wpe.weight must be f32 of shape (32, 32), got f32 (31, 32)"),
+            std::string::npos) << msg;
+  w = m.weights;
+  w.h.pop_back();
+  msg = error_of([&] { Gpt2Model(config(), w); });
+  EXPECT_NE(msg.find("weights have 1 blocks, config n_layer 2"), std::string::npos) << msg;
+}
+
 // from_json names its label in errors, from_file its path.
 TEST(Gpt2, ConfigFromJsonAndFromFile) {
   std::string msg =
       error_of([] { Gpt2Config::from_json(R"({"model_type": "bert"})", "mine.json"); });
   EXPECT_NE(msg.find("mine.json: model_type must be \"gpt2\""), std::string::npos) << msg;
   msg = error_of([] { Gpt2Config::from_json(R"({"model_type": "gpt2", "n_inner": -1})"); });
-  EXPECT_NE(msg.find("<memory>: n_inner must be >= 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("<memory>: n_inner must be in [0, 2147483647]"), std::string::npos) << msg;
 
   const std::filesystem::path dir = std::filesystem::temp_directory_path() /
                                     ("qkv_test_gpt2_config_" + std::to_string(::getpid()));

@@ -123,3 +123,129 @@ TEST(Seq2Seq, LossMatchesFiniteDifferences) {
 }
 
 }  // namespace
+
+namespace {
+
+// A fresh directory under the system temp dir, removed at the end of the test.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& name)
+      : path(std::filesystem::temp_directory_path() /
+             ("qkv_test_seq2seq_" + name + "_" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+Seq2SeqConfig tiny() {
+  Seq2SeqConfig c;
+  c.vocab_size = 7;
+  c.d_model = 8;
+  c.nhead = 2;
+  c.dim_feedforward = 12;
+  c.num_encoder_layers = 2;
+  c.num_decoder_layers = 1;
+  c.max_len = 6;
+  return c;
+}
+
+using Named = std::vector<std::pair<std::string, Tensor>>;
+
+Named tensors_of(models::Seq2Seq& m) {
+  Named out;
+  for (auto& [name, t] : m.parameters()) out.emplace_back(name, t->clone());
+  return out;
+}
+
+models::Seq2Seq load_from(const Named& tensors, const Seq2SeqConfig& c,
+                          std::vector<std::string>* unused = nullptr) {
+  const auto bytes = qkv::serialize_safetensors(tensors);
+  return models::Seq2Seq::load(qkv::SafeTensors::parse(bytes), c, unused, "ckpt");
+}
+
+}  // namespace
+
+// num_parameters() counts without building; it must agree with the built model.
+TEST(Seq2SeqConfig, NumParametersMatchesTheModel) {
+  for (const Seq2SeqConfig& c : {unusual(), tiny()}) {
+    models::Seq2Seq m(c);
+    EXPECT_EQ(c.num_parameters(), m.num_parameters());
+  }
+}
+
+TEST(Seq2SeqConfig, ImpossibleConfigsAreErrors) {
+  const auto with = [](const std::string& key, const std::string& value) {
+    std::string text = tiny().to_json();
+    const std::size_t at = text.find("\"" + key + "\": ");
+    const std::size_t begin = at + key.size() + 4, end = text.find_first_of(",\n}", begin);
+    text.replace(begin, end - begin, value);
+    return error_of([&] { Seq2SeqConfig::from_json(text, "c.json"); });
+  };
+  std::string msg = with("num_encoder_layers", "0");
+  EXPECT_NE(msg.find("c.json: Seq2Seq: num_encoder_layers must be an integer in [1, 2147483647], "
+                     "got 0"),
+            std::string::npos) << msg;
+  msg = with("max_len", "1099511627776");
+  EXPECT_NE(msg.find("max_len must be an integer in [1, 2147483647], got 1099511627776"),
+            std::string::npos) << msg;
+  msg = with("d_model", "-8");
+  EXPECT_NE(msg.find("d_model must be an integer in [1, 2147483647], got -8"), std::string::npos)
+      << msg;
+  msg = with("nhead", "3");
+  EXPECT_NE(msg.find("d_model (8) must be a multiple of nhead (3)"), std::string::npos) << msg;
+  msg = with("layer_norm_eps", "1e39");
+  EXPECT_NE(msg.find("layer_norm_eps must be >= 0 and finite as a float32"), std::string::npos)
+      << msg;
+  msg = with("d_model", "2000000");  // 4·E² per attention: 1.6e13 per layer
+  EXPECT_NE(msg.find("more than qkv's limit of 2^40"), std::string::npos) << msg;
+}
+
+// A config that describes more parameters than the weights hold is refused before the
+// model is built (1.2 TB of parameters here), not answered with an allocation failure.
+TEST(Seq2Seq, LoadRefusesAConfigLargerThanTheWeights) {
+  models::Seq2Seq m(tiny());
+  Seq2SeqConfig huge = tiny();
+  huge.vocab_size = 100'000'000;
+  huge.d_model = 1000;
+  huge.nhead = 1;
+  const std::string msg = error_of([&] { load_from(tensors_of(m), huge); });
+  EXPECT_NE(msg.find("ckpt: config.json describes a model of 300"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("do not belong together"), std::string::npos) << msg;
+}
+
+TEST(Seq2Seq, LoadChecksFinitenessAndReportsUnusedTensors) {
+  models::Seq2Seq m(tiny());
+  Named t = tensors_of(m);
+  for (auto& [name, w] : t)
+    if (name == "transformer.decoder.layers.0.linear2.weight") w.data_as<float>()[13] = NAN;
+  std::string msg = error_of([&] { load_from(t, tiny()); });
+  EXPECT_NE(msg.find("ckpt: tensor 'transformer.decoder.layers.0.linear2.weight' holds NaN at "
+                     "index [1, 1]"),
+            std::string::npos) << msg;
+
+  t = tensors_of(m);
+  t.emplace_back("optimizer.step", Tensor::zeros({1}));
+  std::vector<std::string> unused;
+  (void)load_from(t, tiny(), &unused);
+  EXPECT_EQ(unused, std::vector<std::string>{"optimizer.step"});
+
+  t = tensors_of(m);
+  t.emplace_back("transformer.encoder.layers.2.norm1.bias", Tensor::zeros({8}));
+  msg = error_of([&] { load_from(t, tiny()); });
+  EXPECT_NE(msg.find("of block 2, but config.json's num_encoder_layers = 2"), std::string::npos)
+      << msg;
+}
+
+// A directory without model.safetensors says what it holds and how to convert.
+TEST(Seq2Seq, LoadDirectoryWithOtherFormats) {
+  TempDir dir("formats");
+  std::ofstream(dir.path / "config.json") << tiny().to_json();
+  std::ofstream(dir.path / "model.gguf") << "GGUF";
+  const std::string msg = error_of([&] { models::Seq2Seq::load(dir.path.string()); });
+  EXPECT_NE(msg.find("no model.safetensors"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("GGUF weights (model.gguf"), std::string::npos) << msg;
+  EXPECT_NE(error_of([&] { models::Seq2Seq::load((dir.path / "nowhere").string()); })
+                .find("does not exist"),
+            std::string::npos);
+}

@@ -1,11 +1,15 @@
 // The date translator (qkv/dates.h): the embedded model's greedy decoding — one token per
 // step through the KV caches — against argmax over the uncached forward of each prefix.
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "qkv/dates.h"
+#include "qkv/safetensors.h"
 #include "qkv/seq2seq.h"
 #include "nn/check.h"
 
@@ -48,3 +52,48 @@ TEST(DateTranslator, CachedGreedyDecodeEqualsArgmaxOfFullForward) {
 }
 
 }  // namespace
+
+namespace {
+
+// The message of the qkv::Error that f throws ("" when it throws none).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const qkv::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+// A checkpoint's metadata is the file's text: a step that is not a count is an error naming
+// it (std::stoll threw std::invalid_argument, which is no qkv::Error).
+TEST(DateTranslator, ResumeRefusesAStepThatIsNotACount) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("qkv_test_dates_resume_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  models::DateTrainingOptions o;
+  o.steps = 2;
+  o.batch = 2;
+  o.out_dir = dir.string();
+  o.resume = true;
+  models::Seq2Seq model(o.model);
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (auto& [name, t] : model.parameters()) tensors.emplace_back(name, *t);
+  for (const std::string step : {"abc", "1x", "-1"}) {
+    qkv::save_safetensors((dir / "checkpoint.safetensors").string(), tensors,
+                          {{"step", step}, {"config", o.model.to_json()}});
+    const std::string msg = error_of([&] { models::train_dates(o, nullptr, nullptr); });
+    EXPECT_NE(msg.find("metadata \"step\" must be a step count >= 0, got \"" + step + "\""),
+              std::string::npos) << msg;
+  }
+  // A model of another vocabulary is not a date translator.
+  models::Seq2SeqConfig other = o.model;
+  other.vocab_size += 1;
+  const std::string msg = error_of([&] { models::translate_dates(models::Seq2Seq(other), {"1.1.2000"}); });
+  EXPECT_NE(msg.find("the model's vocab_size is 80, the date vocabulary's 79"), std::string::npos)
+      << msg;
+  std::filesystem::remove_all(dir);
+}

@@ -452,6 +452,101 @@ TEST(Bpe, FromFilesAndTokenizerJson) {
       {"BPE", "wp.json"});
 }
 
+// Ids are checked against the number of tokens before anything is sized from them: an id
+// of 10^9 once took gigabytes (or std::bad_alloc).
+TEST(Bpe, VocabularyIdsMustBeDense) {
+  SmallBpe s;
+  const auto n = static_cast<std::int64_t>(s.vocab.size());
+  for (const std::int64_t id : {std::int64_t{1'000'000'000}, n, std::int64_t{-1}}) {
+    auto vocab = s.vocab;
+    vocab["<|endoftext|>"] = id;
+    expect_error([&] { BpeTokenizer::from_vocab_and_merges(vocab, s.merges); },
+                 {"the id of \"<|endoftext|>\" is " + std::to_string(id),
+                  "must have the ids 0.." + std::to_string(n - 1) + ", each once"});
+  }
+  auto shared = s.vocab;
+  shared["<|endoftext|>"] = 0;
+  expect_error([&] { BpeTokenizer::from_vocab_and_merges(shared, s.merges); }, {"share the id 0"});
+
+  TempDir dir;
+  const auto merges = dir.write("merges.txt", "#version: 0.2\n");
+  expect_error(
+      [&] {
+        BpeTokenizer::from_files(dir.write("vocab.json", R"({"a": 0, "b": 100000000})"), merges);
+      },
+      {"the id of \"b\" is 100000000", "ids 0..1", "vocab.json"});
+  expect_error(
+      [&] {
+        BpeTokenizer::from_files(dir.write("vocab.json", R"({"a": 0, "b": 18446744073709551615})"),
+                                 merges);
+      },
+      {"\"b\" has the id 18446744073709551615", "vocab.json"});
+  expect_error(
+      [&] { BpeTokenizer::from_files(dir.write("vocab.json", R"({"a": 0, "b": 1.5})"), merges); },
+      {"\"b\" must have an integer id", "vocab.json"});
+}
+
+// merges.txt: lines are counted as lines, must be UTF-8, and are quoted briefly in errors.
+TEST(Bpe, MergesFileErrors) {
+  SmallBpe s;
+  TempDir dir;
+  std::string vocab_json = "{";
+  for (const auto& [token, id] : s.vocab)
+    vocab_json += "\"" + json_escape(token) + "\": " + std::to_string(id) + ",";
+  vocab_json.back() = '}';
+  const auto vocab = dir.write("vocab.json", vocab_json);
+  expect_error([&] { BpeTokenizer::from_files(vocab, dir.write("m.txt", "h e\né l\n\xff\xfe\n")); },
+               {"line 3 \"\\xff\\xfe\" is not valid UTF-8", "m.txt"});
+  expect_error(
+      [&] { BpeTokenizer::from_files(vocab, dir.write("m.txt", "h e\n" + std::string(500, 'q'))); },
+      {"line 2 must be two tokens", "\"qqqq", "... (500 bytes)", "m.txt"});
+  expect_error([&] { BpeTokenizer::from_files(vocab, dir.write("m.txt", std::string(200000, 'q'))); },
+               {"line 1 is 200000 bytes long", "m.txt"});
+}
+
+// vocab.txt: every line UTF-8, no line longer than any token, each token once.
+TEST(WordPiece, VocabularyFileErrors) {
+  TempDir dir;
+  std::string text;
+  for (const std::string& token : kWordPieceVocab) text += token + "\n";
+  expect_error([&] { WordPieceTokenizer::from_vocab_txt(dir.write("v.txt", text + "hello\n")); },
+               {"the token \"hello\" appears twice, with the ids 10 and 38 (lines 11 and 39",
+                "v.txt"});
+  expect_error([&] { WordPieceTokenizer::from_vocab_txt(dir.write("v.txt", text + "ok\n\xc3(\n")); },
+               {"line 40 \"\\xc3(\" is not valid UTF-8", "v.txt"});
+  expect_error(
+      [&] { WordPieceTokenizer::from_vocab_txt(dir.write("v.txt", text + std::string(70000, 'a'))); },
+      {"line 39 is 70000 bytes long", "v.txt"});
+  expect_error([&] { WordPieceTokenizer::from_vocab({"[UNK]", "[CLS]", "[SEP]", "[UNK]"}); },
+               {"\"[UNK]\" appears twice"});
+  // A directory or a device in place of the file: refused, not read.
+  std::filesystem::create_directories(dir.path / "vocab_dir");
+  expect_error([&] { WordPieceTokenizer::from_vocab_txt(dir.path / "vocab_dir"); },
+               {"vocab_dir", "not a regular file (a directory)"});
+  expect_error([] { WordPieceTokenizer::from_vocab_txt("/dev/zero"); },
+               {"/dev/zero", "not a regular file (a character device)"});
+}
+
+// A long word is matched against pieces no longer than the longest token, whatever
+// max_input_chars_per_word says: the same pieces, found without trying every end.
+TEST(WordPiece, LongWordsAreMatchedPieceByPiece) {
+  TempDir dir;
+  const auto json = dir.write("tokenizer.json", R"({
+    "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+              "max_input_chars_per_word": 1000000000,
+              "vocab": {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, "ab": 3, "##ab": 4, "##a": 5}}})");
+  const auto t = WordPieceTokenizer::from_tokenizer_json(json);
+  std::string word;
+  for (int i = 0; i < 20000; ++i) word += "ab";
+  const std::vector<std::int64_t> ids = t.encode(word + "a").ids;
+  ASSERT_EQ(ids.size(), 20003u);  // [CLS] ab ##ab × 19999 ##a [SEP]
+  EXPECT_EQ(ids[1], 3);
+  EXPECT_EQ(ids[2], 4);
+  EXPECT_EQ(ids[20000], 4);
+  EXPECT_EQ(ids[20001], 5);
+  EXPECT_EQ(t.encode(word + "c").ids, (Ids{1, 0, 2}));  // no piece for "c": the word is [UNK]
+}
+
 TEST(Tokenizer, LoadPicksTheFormat) {
   TempDir wp, bpe, json, empty;
   std::string text;
@@ -487,6 +582,10 @@ TEST(Tokenizer, LoadPicksTheFormat) {
   expect_error([&] { qkv::Tokenizer::load(empty.path); }, {"tokenizer.json", "vocab.txt"});
   expect_error([] { qkv::Tokenizer::load("/nonexistent/dir"); },
                {"/nonexistent/dir", "not a directory"});
+  // A vocabulary file that is a device is named, not skipped as if absent.
+  std::filesystem::create_symlink("/dev/zero", empty.path / "vocab.txt");
+  expect_error([&] { qkv::Tokenizer::load(empty.path); },
+               {"vocab.txt", "not a regular file (a character device)"});
 }
 
 }  // namespace

@@ -1,0 +1,39 @@
+// What every model loader checks of a checkpoint beyond names and shapes: that the weights
+// it reads are finite, and which of the file's tensors it did not read. Internal to
+// src/models (bert.cpp, gpt2.cpp, seq2seq.cpp).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "qkv/safetensors.h"
+#include "qkv/tensor.h"
+
+namespace qkv::models::detail {
+
+// Throws qkv::Error naming `label` (the checkpoint), the tensor `name` and the index of its
+// first NaN or ±inf. A weight that is not finite makes every output it reaches NaN: a
+// diverged or corrupt checkpoint, refused at load rather than answered with. `t` is f32.
+void check_finite(const Tensor& t, const std::string& label, const std::string& name);
+
+// A run of numbered blocks in a checkpoint: tensors named prefix + "<n>." + ..., of which
+// the model uses n < count (config.json's `key`).
+struct Blocks {
+  std::string prefix;  // e.g. "h." or "transformer.encoder.layers."
+  std::int64_t count;
+  std::string key;     // the config key that sets count, for the message
+};
+
+// The names of `tensors` that are not in `read` and that `ignored` does not accept, sorted.
+// A tensor of a block numbered count or more is an error instead: the checkpoint has more
+// layers than the config says, and running only some of them would give wrong answers.
+std::vector<std::string> unused_tensors(const SafeTensors& tensors,
+                                        const std::set<std::string>& read,
+                                        const std::function<bool(const std::string&)>& ignored,
+                                        const std::vector<Blocks>& blocks,
+                                        const std::string& label);
+
+}  // namespace qkv::models::detail
