@@ -4,6 +4,7 @@
 
 #include "qkv/error.h"
 #include "qkv/tokenizer.h"
+#include "io/text_input.h"
 #include "text/unicode.h"
 
 namespace qkv {
@@ -87,17 +88,14 @@ WordPieceTokenizer WordPieceTokenizer::from_vocab(std::vector<std::string> token
 
 WordPieceTokenizer WordPieceTokenizer::from_vocab_txt(const std::filesystem::path& path,
                                                       bool lowercase) {
-  const std::string content = text::read_text_file(path, "WordPieceTokenizer::from_vocab_txt");
+  io::LineReaderOptions bounded;  // the same size limit as a whole-file read
+  bounded.max_total_bytes = io::kMaxTextFileBytes;
+  bounded.allow_empty = true;  // from_vocab says what an empty vocabulary lacks
+  io::LineReader reader(path.string(), "WordPieceTokenizer::from_vocab_txt: file", bounded);
   std::vector<std::string> tokens;
-  std::size_t start = 0;
-  while (start < content.size()) {
-    std::size_t end = content.find('\n', start);
-    if (end == std::string::npos) end = content.size();
-    std::string line = content.substr(start, end - start);
-    if (!line.empty() && line.back() == '\r') line.pop_back();  // BertTokenizer strips "\n" only;
-    tokens.push_back(std::move(line));                          // \r\n files exist in the wild
-    start = end + 1;
-  }
+  // BertTokenizer strips "\n" only; the reader drops a "\r" before it too (\r\n files exist
+  // in the wild).
+  for (std::string line; reader.next(line);) tokens.push_back(std::move(line));
   try {
     return from_vocab(std::move(tokens), lowercase);
   } catch (const Error& e) {
