@@ -48,7 +48,7 @@ JsonConfig JsonConfig::parse(const std::string& text, std::string label) {
 
 JsonConfig JsonConfig::load(const std::string& path) {
   // Bounded: a config.json that is a link to /dev/zero or a FIFO ends with an error.
-  return parse(io::read_file(path, "config"), path);
+  return parse(io::read_file(path, "config", io::kMaxTextFileBytes, /*allow_empty=*/false), path);
 }
 
 bool JsonConfig::has(const std::string& key) const { return find(data_->value, key) != nullptr; }

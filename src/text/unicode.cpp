@@ -170,7 +170,8 @@ std::vector<Segment> split_specials(std::string_view text,
 }
 
 std::string read_text_file(const std::filesystem::path& path, const char* who) {
-  return io::read_file(path.string(), std::string(who) + ": file");
+  return io::read_file(path.string(), std::string(who) + ": file", io::kMaxTextFileBytes,
+                       /*allow_empty=*/false);
 }
 
 }  // namespace qkv::text

@@ -90,7 +90,6 @@ WordPieceTokenizer WordPieceTokenizer::from_vocab_txt(const std::filesystem::pat
                                                       bool lowercase) {
   io::LineReaderOptions bounded;  // the same size limit as a whole-file read
   bounded.max_total_bytes = io::kMaxTextFileBytes;
-  bounded.allow_empty = true;  // from_vocab says what an empty vocabulary lacks
   io::LineReader reader(path.string(), "WordPieceTokenizer::from_vocab_txt: file", bounded);
   std::vector<std::string> tokens;
   // BertTokenizer strips "\n" only; the reader drops a "\r" before it too (\r\n files exist
