@@ -91,7 +91,7 @@ std::string format_date(const Date& d, int format, Rng& rng);
 std::optional<Date> parse_iso(std::string_view text);
 
 // Whether `input` names the date d: "" when it does, else why not, as a phrase about the
-// input ("it names the month March, not 2026-11-21's"). The input is read in its family
+// input ("the input names the month March, not 2026-11-21's"). The input is read in its family
 // of forms, the way the formats above write dates, without guessing at what is missing:
 //   Chinese (it has 年): exactly formats 11-13 of d (11 and 12 also with zero-padded
 //     month and day), with or without d's weekday (星期X).
@@ -225,8 +225,9 @@ struct DateTranslation {
 // read in its own family of forms, names that date (dates::disagreement). An input
 // translate_dates would throw for is refused here instead (problem set, output empty), so
 // one bad input does not stop the others. Problems are phrases such as "the model's answer
-// '2023-02-31' is not a calendar date" or "'hello' is not a word of a date the translator
-// reads"; callers name the input.
+// '2023-02-31' is not a calendar date between 1900-01-01 and 2099-12-31" or "the model's
+// answer is 2026-11-21; the input says Monday, but 2026-11-21 is a Saturday"; callers name
+// the input.
 std::vector<DateTranslation> translate_dates_checked(const Seq2Seq& model,
                                                      const std::vector<std::string>& inputs);
 

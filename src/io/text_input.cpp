@@ -101,8 +101,8 @@ std::string bytes_text(std::uint64_t bytes) {
   if (bytes >= (std::uint64_t{1} << 20)) {
     char mib[48];
     const double value = static_cast<double>(bytes) / 0x1p20;
-    std::snprintf(mib, sizeof mib, value == static_cast<double>(bytes >> 20) ? " (%.0f MiB)" : " (%.1f MiB)",
-                  value);
+    const bool whole = value == static_cast<double>(bytes >> 20);
+    std::snprintf(mib, sizeof mib, whole ? " (%.0f MiB)" : " (%.1f MiB)", value);
     s += mib;
   }
   return s;

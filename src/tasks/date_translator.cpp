@@ -232,7 +232,8 @@ std::vector<std::string> decode_all(const Seq2Seq& model,
 
 }  // namespace
 
-std::vector<std::string> translate_dates(const Seq2Seq& model, const std::vector<std::string>& inputs) {
+std::vector<std::string> translate_dates(const Seq2Seq& model,
+                                         const std::vector<std::string>& inputs) {
   std::vector<std::vector<std::int64_t>> sources(inputs.size());
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const std::string problem = input_problem(model, inputs[i], &sources[i]);
@@ -272,7 +273,7 @@ std::vector<DateTranslation> translate_dates_checked(const Seq2Seq& model,
       continue;
     }
     const std::string why = dates::disagreement(inputs[which[k]], *date);
-    if (!why.empty()) t.problem = "the model's answer is " + t.output + ", but " + why;
+    if (!why.empty()) t.problem = "the model's answer is " + t.output + "; " + why;
   }
   return out;
 }

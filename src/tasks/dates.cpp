@@ -342,7 +342,7 @@ std::string chinese_disagreement(const std::string& input, const Date& d) {
   for (const std::string& date : dates)
     for (const std::string& w : weekdays)
       if (input == date + w) return {};
-  return "it does not name " + to_iso(d) + " (written " + format_date(d, 11) + " or " +
+  return "the input does not name " + to_iso(d) + " (written " + format_date(d, 11) + " or " +
          format_date(d, 13) + ")";
 }
 
@@ -361,15 +361,15 @@ std::string numeric_disagreement(const std::string& input, const Date& d) {
     start = end + 1;
   }
   if (parts.size() != 3 || !std::all_of(parts.begin(), parts.end(), all_digits))
-    return "it is not a numeric date in a form the translator reads (" + kForms + ")";
+    return "the input is not a numeric date in a form the translator reads (" + kForms + ")";
   const bool day_first = separator == '.';
   const std::string& y = day_first ? parts[2] : parts[0];
   const std::string& m = parts[1];
   const std::string& dd = day_first ? parts[0] : parts[2];
   if (y.size() != 4 || m.size() > 2 || dd.size() > 2)
-    return "it is not a numeric date in a form the translator reads (" + kForms + ")";
+    return "the input is not a numeric date in a form the translator reads (" + kForms + ")";
   if (small_number(y) != d.year || small_number(m) != d.month || small_number(dd) != d.day)
-    return "it names year " + y + ", month " + m + ", day " + dd + ", not " + to_iso(d);
+    return "the input names year " + y + ", month " + m + ", day " + dd + ", not " + to_iso(d);
   return {};
 }
 
@@ -391,12 +391,13 @@ std::string english_disagreement(const std::string& input, const Date& d) {
     std::size_t digits = 0;
     while (digits < word.size() && word[digits] >= '0' && word[digits] <= '9') ++digits;
     if (digits == 4 && word.size() == 4) {
-      if (small_number(word) != d.year) return "its year " + token + " is not " + to_iso(d) + "'s";
+      if (small_number(word) != d.year)
+        return "the input's year " + token + " is not " + to_iso(d) + "'s";
       ++years;
     } else if (digits >= 1 && digits <= 2) {
       const std::string suffix = word.substr(digits);
       if (small_number(word.substr(0, digits)) != d.day)
-        return "its day " + token + " is not " + to_iso(d) + "'s";
+        return "the input's day " + token + " is not " + to_iso(d) + "'s";
       if (!suffix.empty() && suffix != ordinal_suffix(d.day))
         return "'" + token + "' is not an ordinal number";
       ++days;
@@ -413,18 +414,21 @@ std::string english_disagreement(const std::string& input, const Date& d) {
     } else {
       for (std::size_t i = 0; i < 12; ++i)
         if (word == lower_ascii(kMonths[i]) || word == lower_ascii(kMonthAbbr[i]))
-          return "it names the month " + std::string(kMonths[i]) + ", not " + to_iso(d) + "'s";
+          return "the input names the month " + std::string(kMonths[i]) + ", not " + to_iso(d) +
+                 "'s";
       for (std::size_t i = 0; i < 7; ++i)
         if (word == lower_ascii(kWeekdays[i]) || word == lower_ascii(kWeekdayAbbr[i]))
-          return "it says " + std::string(kWeekdays[i]) + ", but " + to_iso(d) + " is a " +
+          return "the input says " + std::string(kWeekdays[i]) + ", but " + to_iso(d) + " is a " +
                  kWeekdays[wd];
       return "'" + token + "' is not a word of a date the translator reads";
     }
   }
-  if (years != 1) return years == 0 ? "it has no year (4 digits)" : "it has more than one year";
-  if (days != 1) return days == 0 ? "it has no day" : "it has more than one day";
-  if (months != 1) return months == 0 ? "it has no month name" : "it names the month twice";
-  if (weekdays > 1 || thes > 1 || ofs > 1) return "it repeats a word";
+  if (years != 1)
+    return years == 0 ? "the input has no year (4 digits)" : "the input has more than one year";
+  if (days != 1) return days == 0 ? "the input has no day" : "the input has more than one day";
+  if (months != 1)
+    return months == 0 ? "the input has no month name" : "the input names the month twice";
+  if (weekdays > 1 || thes > 1 || ofs > 1) return "the input repeats a word";
   return {};
 }
 
@@ -433,7 +437,7 @@ std::string english_disagreement(const std::string& input, const Date& d) {
 std::string disagreement(std::string_view input, const Date& d) {
   day_index(d);  // validates d
   const std::string text = trim_spaces(input);
-  if (text.empty()) return "it is empty";
+  if (text.empty()) return "the input is empty";
   if (text.find("年") != std::string::npos) return chinese_disagreement(text, d);
   if (text.find_first_not_of("0123456789./-") == std::string::npos &&
       text.find_first_of("./-") != std::string::npos)

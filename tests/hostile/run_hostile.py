@@ -36,8 +36,7 @@ def expand(item, fx, index):
     if isinstance(item, bytes):
         return item
     values = dict(fx, case=str(index))
-    return re.sub(r"\{([a-z0-9_]+)\}", lambda m: values[m.group(1)] if m.group(1) in values else m.group(0),
-                  item)
+    return re.sub(r"\{([a-z0-9_]+)\}", lambda m: values.get(m.group(1), m.group(0)), item)
 
 
 def check(case, status, out, err):
@@ -55,11 +54,12 @@ def check(case, status, out, err):
         # What qkv prints: "qkv: error: ..." for a failure, "qkv <command>: ..." for a
         # usage error (other lines may come first: libgomp's, generate's timings).
         lines = err.split("\n")
+        ours = case.argv[0] == "{qkv}" or case.shell
         if not err.strip():
             problems.append("no message on stderr")
-        elif case.argv[0] == "{qkv}" and status == 1 and not any(l.startswith("qkv: error: ") for l in lines):
+        elif ours and status == 1 and not any(x.startswith("qkv: error: ") for x in lines):
             problems.append("no line of stderr starts 'qkv: error: '")
-        elif case.argv[0] == "{qkv}" and status == 2 and not any(re.match(r"qkv( [a-z]+)?: ", l) for l in lines):
+        elif ours and status == 2 and not any(re.match(r"qkv( [a-z]+)?: ", x) for x in lines):
             problems.append("no line of stderr starts 'qkv <command>: '")
     want = case.expect
     if want == "usage":
@@ -93,7 +93,8 @@ def run_case(index, case, fx):
         command = ["bash", "-c", expand(case.argv[0], fx, index)]
     else:
         command = [expand(a, fx, index) for a in case.argv]
-    command = ["timeout", "-k", "2", str(TIME_LIMIT_S), "prlimit", f"--as={case.memory}", "--"] + command
+    command = ["timeout", "-k", "2", str(TIME_LIMIT_S),
+               "prlimit", f"--as={case.memory}", "--", *command]
     env = dict(os.environ, QKV_NUM_THREADS="2", LC_ALL="C.UTF-8")
     for k, v in case.env.items():
         if v is None:
@@ -109,8 +110,8 @@ def run_case(index, case, fx):
         stdin = opened
     start = time.monotonic()
     try:
-        p = subprocess.Popen(command, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                             cwd=fx["tmp"], start_new_session=True)
+        p = subprocess.Popen(command, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=env, cwd=fx["tmp"], start_new_session=True)
         try:
             out, err = p.communicate(case.stdin if isinstance(case.stdin, bytes) else None,
                                      timeout=TIME_LIMIT_S + 10)
@@ -129,12 +130,14 @@ def run_case(index, case, fx):
 
 
 def shown(command):
-    text = " ".join(a.decode("utf-8", "backslashreplace") if isinstance(a, bytes) else a for a in command)
+    text = " ".join(a.decode("utf-8", "backslashreplace") if isinstance(a, bytes) else a
+                    for a in command)
     return text if len(text) < 300 else text[:300] + f"... ({len(text)} characters)"
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--qkv", required=True, help="the qkv binary")
     parser.add_argument("--only", help="run the cases whose name matches this regex")
     parser.add_argument("--jobs", type=int, default=2)
@@ -193,9 +196,10 @@ def main():
             if case.xfail:
                 print(f"    (marked xfail: {case.xfail})")
     rows = sorted({c.row for c in selected if c.row})
-    print(f"hostile: {len(selected)} cases in {time.monotonic() - start:.1f} s: "
-          f"{len(selected) - len(failed) - len(xfailed) - len(xpassed)} passed, {len(failed)} failed, "
-          f"{len(xfailed)} failed as expected, {len(xpassed)} passed unexpectedly; issue rows {rows}")
+    passed = len(selected) - len(failed) - len(xfailed) - len(xpassed)
+    print(f"hostile: {len(selected)} cases in {time.monotonic() - start:.1f} s: {passed} passed, "
+          f"{len(failed)} failed, {len(xfailed)} failed as expected, {len(xpassed)} passed "
+          f"unexpectedly; issue rows {rows}")
     for c in xfailed:
         print(f"  expected failure: {c.name}: {c.xfail}")
     return 1 if failed else 0

@@ -147,7 +147,8 @@ TEST_F(TextInput, ReadFile) {
   const std::string path = write("v.json", "{\"a\": 1}\n");
   EXPECT_EQ(qkv::io::read_file(path, "vocab"), "{\"a\": 1}\n");
   EXPECT_EQ(qkv::io::read_file(write("e.json", ""), "vocab"), "");
-  expect_error([&] { qkv::io::read_file(write("e2.json", ""), "vocab", 100, false); }, {"is empty"});
+  expect_error([&] { qkv::io::read_file(write("e2.json", ""), "vocab", 100, false); },
+               {"is empty"});
   expect_error([&] { qkv::io::read_file(path, "vocab", 4); },
                {"vocab '" + path + "': is 9 bytes, more than the limit of 4 bytes"});
   EXPECT_EQ(qkv::io::read_file(path, "vocab", 9), "{\"a\": 1}\n");

@@ -57,7 +57,7 @@ TEST(DateTranslator, CheckedTranslationRefusesInventedAnswers) {
   const std::vector<std::string> inputs{"Saturday, 21 November 2026", "hello", "13/13/2013",
                                         "31 February 2023", "2023-13-45", "the 3rd of March, 1999",
                                         "2026年11月21日", "21 Nov\a 2026", "", "\xff" "2026",
-                                        std::string(80, '1')};
+                                        std::string(80, '1'), "Monday, 21 November 2026"};
   const auto got = models::translate_dates_checked(model, inputs);
   ASSERT_EQ(got.size(), inputs.size());
   const auto expect_ok = [&](std::size_t i, const char* want) {
@@ -77,6 +77,11 @@ TEST(DateTranslator, CheckedTranslationRefusesInventedAnswers) {
   EXPECT_NE(got[9].problem.find("is not valid UTF-8 at byte offset 0 (byte 0xff)"),
             std::string::npos) << got[9].problem;
   EXPECT_EQ(got[10].problem, "the input has 80 characters; the model reads at most 64");
+  // A calendar date the input does not name: the weekday disagrees.
+  EXPECT_EQ(got[11].output, "2026-11-21");
+  EXPECT_EQ(got[11].problem,
+            "the model's answer is 2026-11-21; the input says Monday, but 2026-11-21 is a "
+            "Saturday");
 }
 
 // The unchecked translation refuses control characters too, naming the input.

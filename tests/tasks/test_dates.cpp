@@ -589,7 +589,8 @@ TEST(Dates, DisagreementAcceptsEveryFormatOfEveryDayAndOnlyThatDay) {
       std::vector<Date> others;
       if (i + 1 < qkv::dates::num_days()) others.push_back(qkv::dates::date_at(i + 1));
       if (d.month < 12 && d.day <= 28) others.push_back(Date{d.year, d.month + 1, d.day});
-      if (d.year < 2099 && !(d.month == 2 && d.day == 29)) others.push_back(Date{d.year + 1, d.month, d.day});
+      if (d.year < 2099 && !(d.month == 2 && d.day == 29))
+        others.push_back(Date{d.year + 1, d.month, d.day});
       for (const Date& other : others)
         ASSERT_NE(disagreement(varied, other), "")
             << "'" << varied << "' accepted for " << qkv::dates::to_iso(other);
@@ -613,12 +614,12 @@ TEST(Dates, DisagreementRefusesWhatItCannotRead) {
       {"21/11/2026", nov21, "not a numeric date in a form"},  // DD/MM or MM/DD: ambiguous
       {"11.21.2026", nov21, "month 21"},
       {"2023-13-45", Date{2023, 12, 4}, "month 13, day 45"},
-      {"31 February 2023", Date{2023, 2, 28}, "its day 31"},
-      {"31 February 2023", Date{2023, 3, 3}, "its day 31"},
-      {"Monday, 21 November 2026", nov21, "it says Monday, but 2026-11-21 is a Saturday"},
+      {"31 February 2023", Date{2023, 2, 28}, "input's day 31"},
+      {"31 February 2023", Date{2023, 3, 3}, "input's day 31"},
+      {"Monday, 21 November 2026", nov21, "the input says Monday, but 2026-11-21 is a Saturday"},
       {"21 March 2026", nov21, "the month March"},
-      {"21 November 2025", nov21, "its year 2025"},
-      {"21 November 26", nov21, "its day 26"},
+      {"21 November 2025", nov21, "input's year 2025"},
+      {"21 November 26", nov21, "input's day 26"},
       {"21 November", nov21, "no year"},
       {"November 2026", nov21, "no day"},
       {"21 2026", nov21, "no month"},
@@ -637,10 +638,11 @@ TEST(Dates, DisagreementRefusesWhatItCannotRead) {
         << "'" << c.input << "' for " << qkv::dates::to_iso(c.date) << ": got '" << why << "'";
   }
   // Forms beyond the plain formats that still name one date, read in their family.
-  for (const char* input : {"Saturday, 21 November 2026", " saturday,21 NOV 2026 ", "21st November 2026",
-                            "2026 November 21", "2026年11月21日", "2026年11月21日星期六",
-                            "2026年11月21日 ", "二〇二六年十一月二十一日星期六", "21.11.2026",
-                            "2026/11/21", "2026-11-21", "the 21st of november, 2026"})
+  for (const char* input :
+       {"Saturday, 21 November 2026", " saturday,21 NOV 2026 ", "21st November 2026",
+        "2026 November 21", "2026年11月21日", "2026年11月21日星期六", "2026年11月21日 ",
+        "二〇二六年十一月二十一日星期六", "21.11.2026", "2026/11/21", "2026-11-21",
+        "the 21st of november, 2026"})
     EXPECT_EQ(disagreement(input, nov21), "") << input;
   EXPECT_EQ(disagreement("2026年1月5日", Date{2026, 1, 5}), "");
   EXPECT_EQ(disagreement("2026年01月05日", Date{2026, 1, 5}), "");

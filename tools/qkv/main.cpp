@@ -359,7 +359,8 @@ int run(int argc, char** argv) {
       "An answer is printed only when it is a calendar date between 1900-01-01 and 2099-12-31\n"
       "that the input itself names, read in its family of forms (the 14 formats the model\n"
       "learnt, English words in any order and case, DD.MM.YYYY, YYYY/MM/DD, YYYY-MM-DD, or\n"
-      "Chinese); any other input is refused on stderr with the reason, and the exit status is 1.\n\n"
+      "Chinese); any other input is refused on stderr with the reason, and the exit status\n"
+      "is 1.\n\n"
       "Example: qkv translate --show \"Saturday, 21 November 2026\"");
 
   try {

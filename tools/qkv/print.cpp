@@ -37,7 +37,8 @@ std::string escaped(std::string_view text, std::size_t max_chars, bool quotes, b
     const int type = c < 0 ? -1 : u_charType(c);
     if (c < 0 || type == U_CONTROL_CHAR || type == U_FORMAT_CHAR || type == U_LINE_SEPARATOR ||
         type == U_PARAGRAPH_SEPARATOR || (quotes && (c == '\'' || c == '\\'))) {
-      for (std::int32_t k = start; k < i; ++k) out += format("\\x%02x", static_cast<unsigned>(s[k]));
+      for (std::int32_t k = start; k < i; ++k)
+        out += format("\\x%02x", static_cast<unsigned>(s[k]));
     } else {
       out.append(text.substr(static_cast<std::size_t>(start), static_cast<std::size_t>(i - start)));
     }

@@ -45,7 +45,8 @@ void encode_line(const Tokenizer& tokenizer, const std::string& text, bool json,
 int run_tokenize(const TokenizeOptions& o, std::ostream& out) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  QKV_CHECK(fs::is_directory(o.model, ec), "model directory " << quote_value(o.model) << " does not exist");
+  QKV_CHECK(fs::is_directory(o.model, ec),
+            "model directory " << quote_value(o.model) << " does not exist");
   const Tokenizer tokenizer = Tokenizer::load(o.model);
   if (!o.has_file) {
     try {

@@ -128,7 +128,8 @@ struct Input {
 }  // namespace
 
 int run_translate(const TranslateOptions& o, std::ostream& out) {
-  if (o.texts.empty() && !o.has_file) throw UsageError("TEXT", "give dates to translate, or --file");
+  if (o.texts.empty() && !o.has_file)
+    throw UsageError("TEXT", "give dates to translate, or --file");
   if (o.has_file && o.file.empty())
     throw UsageError("--file", "must name a file, or '-' for standard input");
   if (!o.html.empty()) check_output_path("--html", o.html);
@@ -139,7 +140,8 @@ int run_translate(const TranslateOptions& o, std::ostream& out) {
   const std::int64_t layer = o.layer < 0 ? layers - 1 : o.layer;
   if (layer >= layers)
     throw UsageError("--layer", format("must be in [0, %lld) for this model, got %lld",
-                                       static_cast<long long>(layers), static_cast<long long>(layer)));
+                                       static_cast<long long>(layers),
+                                       static_cast<long long>(layer)));
   if (o.head >= model.config.nhead)
     throw UsageError("--head", format("must be in [0, %lld) for this model, got %lld",
                                       static_cast<long long>(model.config.nhead),
