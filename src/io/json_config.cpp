@@ -1,9 +1,11 @@
 // JsonConfig (io/json_config.h): typed access to a JSON object (a Hugging Face config.json).
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 
 #include "io/json_config.h"
-#include "io/text_input.h"
 #include "qkv/error.h"
 
 namespace qkv {
@@ -47,8 +49,15 @@ JsonConfig JsonConfig::parse(const std::string& text, std::string label) {
 }
 
 JsonConfig JsonConfig::load(const std::string& path) {
-  // Bounded: a config.json that is a link to /dev/zero or a FIFO ends with an error.
-  return parse(io::read_file(path, "config", io::kMaxTextFileBytes, /*allow_empty=*/false), path);
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  QKV_CHECK(f != nullptr, "config '" << path << "': cannot open: " << std::strerror(errno));
+  std::string text;
+  char chunk[65536];
+  for (std::size_t n; (n = std::fread(chunk, 1, sizeof chunk, f)) > 0;) text.append(chunk, n);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  QKV_CHECK(!failed, "config '" << path << "': read error");
+  return parse(text, path);
 }
 
 bool JsonConfig::has(const std::string& key) const { return find(data_->value, key) != nullptr; }

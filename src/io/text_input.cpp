@@ -1,7 +1,6 @@
-// Bounded reading of text files (io/text_input.h): POSIX file descriptors rather than
-// iostreams, so that the type of what a path names (directory, FIFO, device) is known
-// before reading, a FIFO can be opened without waiting for a writer, and every read is a
-// counted chunk.
+// Bounded reading of lines (io/text_input.h): POSIX file descriptors rather than iostreams,
+// so that the type of what a path names (directory, FIFO, device) is known before reading,
+// a FIFO can be opened without waiting for a writer, and every read is a counted chunk.
 #include "io/text_input.h"
 
 #include <fcntl.h>
@@ -181,41 +180,6 @@ bool LineReader::next(std::string& line) {
     ++line_number_;
     return true;
   }
-}
-
-std::string read_file(const std::string& path, const std::string& label, std::uint64_t max_bytes,
-                      bool allow_empty) {
-  const std::string name = describe(label, path);
-  bool owned = false;
-  struct stat st{};
-  const int fd = open_input(path, name, &owned, &st);
-  struct Closer {
-    int fd;
-    bool owned;
-    ~Closer() {
-      if (owned) ::close(fd);
-    }
-  } closer{fd, owned};
-  const bool regular = S_ISREG(st.st_mode);
-  if (regular && static_cast<std::uint64_t>(st.st_size) > max_bytes)
-    throw Error(name + ": is " + bytes_text(static_cast<std::uint64_t>(st.st_size)) +
-                ", more than the limit of " + bytes_text(max_bytes));
-  std::string text;
-  if (regular) text.reserve(static_cast<std::size_t>(st.st_size));
-  for (;;) {
-    const std::size_t old = text.size();
-    // One byte beyond the limit is enough to know the input is over it.
-    const std::uint64_t room = max_bytes + 1 - old;
-    const std::size_t want = room < kChunk ? static_cast<std::size_t>(room) : kChunk;
-    text.resize(old + want);
-    const std::size_t got = read_some(fd, text.data() + old, want, name);
-    text.resize(old + got);
-    if (got == 0) break;
-    if (text.size() > max_bytes)
-      throw Error(name + ": has more than the limit of " + bytes_text(max_bytes));
-  }
-  if (text.empty() && !allow_empty) throw Error(name + ": is empty");
-  return text;
 }
 
 }  // namespace qkv::io

@@ -1,12 +1,14 @@
-// Bounded reading of the text files a user names: the one reader behind `--file` of every
-// qkv command and the line-oriented and whole-file loaders of the tokenizers and configs.
+// Bounded reading of lines of text from a file a user names, or from standard input: the
+// one reader behind `--file` of every qkv command, and for any line-oriented input.
 // Internal to the library, its tests and the qkv tool.
 //
 // Why bounded: a path may name anything: a directory, /dev/zero, a FIFO that never ends,
-// a binary file, a terabyte. Read naively (std::getline, rdbuf()) these hang, grow without
-// bound until memory runs out, or end "successfully" with nothing. Here every read has a
-// limit checked before the bytes are kept, and every refusal is a qkv::Error naming the
-// input (its label and path), the line (counted in lines, from 1) and what was wrong.
+// a binary file, a terabyte. Read naively (std::getline) these hang, grow without bound
+// until memory runs out, or end "successfully" with nothing. Here every line has a limit
+// checked before its bytes are kept (and the whole input one, if asked), and every refusal
+// is a qkv::Error naming the input (its label and path), the line (counted in lines, from
+// 1) and what was wrong. Unlike a whole-file read of a model file, which may insist on a
+// regular file, a stream of lines may be a pipe, a FIFO or a terminal.
 //
 // "-" names standard input. A FIFO that no process writes to reads as empty (it is opened
 // without waiting for a writer), so it ends with an error instead of waiting forever.
@@ -21,9 +23,6 @@ namespace qkv::io {
 // The longest line LineReader accepts unless told otherwise: a line of text a person or a
 // tokenizer file holds is far shorter; a longer one is data that is not lines of text.
 inline constexpr std::size_t kMaxLineBytes = std::size_t{1} << 20;  // 1 MiB
-// The largest whole file (and line-oriented model file) read into memory: Hugging Face
-// tokenizer.json files, the largest text files a model directory holds, are tens of MB.
-inline constexpr std::uint64_t kMaxTextFileBytes = std::uint64_t{64} << 20;  // 64 MiB
 
 struct LineReaderOptions {
   std::size_t max_line_bytes = kMaxLineBytes;  // without the line break
@@ -70,13 +69,6 @@ class LineReader {
   std::uint64_t total_ = 0;  // bytes read so far
   std::int64_t line_number_ = 0;
 };
-
-// The whole file at `path` (or standard input for "-"), at most max_bytes: a regular
-// file's size is checked before anything is read, anything else (a FIFO, a device) is read
-// up to max_bytes + 1 bytes and refused there. Errors as LineReader's, and
-// "<label> '<path>': is N bytes, more than the limit of M bytes".
-std::string read_file(const std::string& path, const std::string& label,
-                      std::uint64_t max_bytes = kMaxTextFileBytes, bool allow_empty = true);
 
 // A byte count as messages show it: "1048576 bytes (1 MiB)".
 std::string bytes_text(std::uint64_t bytes);

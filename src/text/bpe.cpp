@@ -8,7 +8,6 @@
 
 #include "qkv/error.h"
 #include "qkv/tokenizer.h"
-#include "io/text_input.h"
 #include "text/unicode.h"
 
 namespace qkv {
@@ -182,6 +181,7 @@ BpeTokenizer BpeTokenizer::from_files(const std::filesystem::path& vocab_json,
                                       const std::filesystem::path& merges_txt) {
   const char* who = "BpeTokenizer::from_files";
   const std::string vocab_text = text::read_text_file(vocab_json, who);
+  const std::string merges_text = text::read_text_file(merges_txt, who);
   std::map<std::string, std::int64_t> vocab =
       with_context(who, " in '" + vocab_json.string() + "'", [&] {
         return vocab_from_json(nlohmann::json::parse(vocab_text), who,
@@ -189,13 +189,14 @@ BpeTokenizer BpeTokenizer::from_files(const std::filesystem::path& vocab_json,
       });
   std::vector<std::pair<std::string, std::string>> merges;
   const std::string where = " in '" + merges_txt.string() + "'";
-  io::LineReaderOptions bounded;  // the same size limit as a whole-file read
-  bounded.max_total_bytes = io::kMaxTextFileBytes;
-  bounded.allow_empty = true;
-  io::LineReader reader(merges_txt.string(), std::string(who) + ": file", bounded);
-  std::string line;
-  while (reader.next(line)) {
-    const std::int64_t line_number = reader.line_number();
+  std::size_t start = 0, line_number = 0;
+  while (start < merges_text.size()) {
+    std::size_t end = merges_text.find('\n', start);
+    if (end == std::string::npos) end = merges_text.size();
+    std::string line = merges_text.substr(start, end - start);
+    start = end + 1;
+    ++line_number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || (line_number == 1 && line.starts_with("#version"))) continue;
     const std::size_t space = line.find(' ');
     QKV_CHECK(space != std::string::npos && space > 0 && space + 1 < line.size() &&

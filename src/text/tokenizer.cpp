@@ -13,10 +13,8 @@ Tokenizer Tokenizer::load(const std::filesystem::path& directory) {
   std::error_code ec;
   QKV_CHECK(fs::is_directory(directory, ec),
             "Tokenizer::load: '" << directory.string() << "' is not a directory");
-  // exists(), not is_regular_file(): a tokenizer file that is a directory, a FIFO or a
-  // link to /dev/zero is then refused by the reader, by name, rather than passed over.
   const fs::path json = directory / "tokenizer.json";
-  if (fs::exists(json, ec)) {
+  if (fs::is_regular_file(json, ec)) {
     const std::string content = text::read_text_file(json, "Tokenizer::load");
     std::string type;
     try {
@@ -31,9 +29,9 @@ Tokenizer Tokenizer::load(const std::filesystem::path& directory) {
     throw Error("Tokenizer::load: model.type in '" + json.string() +
                 "' must be \"WordPiece\" or \"BPE\", got \"" + type + "\"");
   }
-  if (fs::exists(directory / "vocab.txt", ec))
+  if (fs::is_regular_file(directory / "vocab.txt", ec))
     return Tokenizer(WordPieceTokenizer::from_vocab_txt(directory / "vocab.txt"));
-  if (fs::exists(directory / "vocab.json", ec))
+  if (fs::is_regular_file(directory / "vocab.json", ec))
     return Tokenizer(BpeTokenizer::from_files(directory / "vocab.json", directory / "merges.txt"));
   throw Error("Tokenizer::load: '" + directory.string() +
               "' has none of tokenizer.json, vocab.txt, vocab.json + merges.txt");

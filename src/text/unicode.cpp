@@ -5,9 +5,10 @@
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 
-#include "io/text_input.h"
 #include "qkv/error.h"
 
 namespace qkv::text {
@@ -170,8 +171,15 @@ std::vector<Segment> split_specials(std::string_view text,
 }
 
 std::string read_text_file(const std::filesystem::path& path, const char* who) {
-  return io::read_file(path.string(), std::string(who) + ": file", io::kMaxTextFileBytes,
-                       /*allow_empty=*/false);
+  std::error_code ec;
+  QKV_CHECK(std::filesystem::is_regular_file(path, ec),
+            who << ": cannot open '" << path.string() << "': no such file");
+  std::ifstream in(path, std::ios::binary);
+  QKV_CHECK(in, who << ": cannot open '" << path.string() << "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  QKV_CHECK(!in.bad(), who << ": error reading '" << path.string() << "'");
+  return ss.str();
 }
 
 }  // namespace qkv::text

@@ -47,9 +47,7 @@ struct Segment {
 std::vector<Segment> split_specials(std::string_view text,
                                     const std::vector<std::string>& specials);
 
-// The whole file, at most io::kMaxTextFileBytes (io/text_input.h: a size checked before
-// reading); Error "<who>: file '<path>': ..." when it is missing, unreadable, a directory,
-// empty or too large.
+// The whole file; Error "<who>: cannot open '<path>'" when it is missing or unreadable.
 std::string read_text_file(const std::filesystem::path& path, const char* who);
 
 }  // namespace qkv::text

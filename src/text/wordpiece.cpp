@@ -4,7 +4,6 @@
 
 #include "qkv/error.h"
 #include "qkv/tokenizer.h"
-#include "io/text_input.h"
 #include "text/unicode.h"
 
 namespace qkv {
@@ -88,13 +87,17 @@ WordPieceTokenizer WordPieceTokenizer::from_vocab(std::vector<std::string> token
 
 WordPieceTokenizer WordPieceTokenizer::from_vocab_txt(const std::filesystem::path& path,
                                                       bool lowercase) {
-  io::LineReaderOptions bounded;  // the same size limit as a whole-file read
-  bounded.max_total_bytes = io::kMaxTextFileBytes;
-  io::LineReader reader(path.string(), "WordPieceTokenizer::from_vocab_txt: file", bounded);
+  const std::string content = text::read_text_file(path, "WordPieceTokenizer::from_vocab_txt");
   std::vector<std::string> tokens;
-  // BertTokenizer strips "\n" only; the reader drops a "\r" before it too (\r\n files exist
-  // in the wild).
-  for (std::string line; reader.next(line);) tokens.push_back(std::move(line));
+  std::size_t start = 0;
+  while (start < content.size()) {
+    std::size_t end = content.find('\n', start);
+    if (end == std::string::npos) end = content.size();
+    std::string line = content.substr(start, end - start);
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // BertTokenizer strips "\n" only;
+    tokens.push_back(std::move(line));                          // \r\n files exist in the wild
+    start = end + 1;
+  }
   try {
     return from_vocab(std::move(tokens), lowercase);
   } catch (const Error& e) {

@@ -152,6 +152,8 @@ def make_fixtures(tmp, qkv):
     fx["dates_config_trunc"] = _model_dir(tmp, "dates_config_trunc", dates, both, config_json=-1)
     fx["dates_config_zero"] = _model_dir(tmp, "dates_config_zero", dates, ["model.safetensors"])
     os.symlink("/dev/zero", os.path.join(fx["dates_config_zero"], "config.json"))
+    fx["dates_fifo_weights"] = _model_dir(tmp, "dates_fifo_weights", dates, ["config.json"])
+    os.mkfifo(os.path.join(fx["dates_fifo_weights"], "model.safetensors"))
     fx["checkpoint_trunc"] = os.path.join(tmp, "train_trunc")
     os.makedirs(fx["checkpoint_trunc"])
     _copy(os.path.join(dates, "model.safetensors"),
@@ -198,6 +200,8 @@ def make_fixtures(tmp, qkv):
     fx["fifo_tokenizer"] = os.path.join(tmp, "fifo_tokenizer")
     os.makedirs(fx["fifo_tokenizer"])
     os.mkfifo(os.path.join(fx["fifo_tokenizer"], "tokenizer.json"))
+    fx["bert_index_zero"] = _model_dir(tmp, "bert_index_zero", b, ["config.json", "vocab.txt"])
+    os.symlink("/dev/zero", os.path.join(fx["bert_index_zero"], "model.safetensors.index.json"))
     fx["bert_trunc_weights"] = _model_dir(tmp, "bert_trunc_weights", b, bert_files,
                                           model_safetensors=-1)
     fx["bert_trunc_vocab"] = _model_dir(tmp, "bert_trunc_vocab", b, bert_files, vocab_txt=12)
@@ -464,19 +468,31 @@ def _rows():
         Case("row 3 tokenize --file /dev/urandom",
              qkv("tokenize", "--model", "{bpe}", "--file", "/dev/urandom"),
              expect="failure", stderr="line [0-9]+: (binary data|not UTF-8)", row=3),
+        # Model files read whole: the model-files branch bounds these reads (regular files
+        # only, 64 MiB), so on this branch they fail as the issue found them.
         Case("row 3 tokenize vocab.json -> /dev/zero",
              qkv("tokenize", "--model", "{bpe_vocab_zero}", "--text", "x"), expect="failure",
-             stderr="vocab.json': has more than the limit of 67108864 bytes", row=3),
+             stderr="vocab.json': (not a regular file|has more than the limit)", row=3,
+             xfail=f"row 3: a vocab.json that is not a regular file is passed over {FILES}"),
         Case("row 3 tokenize vocab.json 64 GiB",
              qkv("tokenize", "--model", "{bpe_vocab_sparse}", "--text", "x"), expect="failure",
-             stderr="vocab.json': is 68719476736 bytes .*more than the limit of 67108864 bytes",
-             row=3),
+             stderr="vocab.json'.*68719476736 bytes.*(over|more than) the limit", row=3, memory=1 << 30,
+             xfail=f"row 3: vocabulary files are read whole, unbounded {FILES}"),
         Case("row 3 tokenize merges.txt -> /dev/zero",
              qkv("tokenize", "--model", "{bpe_merges_zero}", "--text", "x"), expect="failure",
-             stderr="merges.txt' line 1: binary data", row=3),
+             stderr="merges.txt'.*(not a regular file|binary data)", row=3,
+             xfail=f"row 3: a merges.txt that is a device reads as 'no such file' {FILES}"),
         Case("row 3 translate config.json -> /dev/zero",
              qkv("translate", "--model", "{dates_config_zero}", "21.11.2026"), expect="failure",
-             stderr="config.json': has more than the limit", row=3),
+             stderr="config.json': (not a regular file|has more than the limit)", row=3, memory=1 << 30,
+             xfail=f"row 3: config.json is read whole, unbounded {FILES}"),
+        Case("row 3 run model.safetensors.index.json -> /dev/zero",
+             qkv("run", "--model", "{bert_index_zero}", "--text", "x"), expect="failure",
+             stderr="index.json': (not a regular file|has more than the limit)", row=3, memory=1 << 30,
+             xfail=f"row 3: the safetensors index is read whole, unbounded {FILES}"),
+        Case("row 3 translate model.safetensors a FIFO",
+             qkv("translate", "--model", "{dates_fifo_weights}", "21.11.2026"),
+             expect="failure", stderr="model.safetensors': not a regular file", row=3),
         # 5: invented answers.
         Case("row 5 translate hello", qkv("translate", "hello"), expect="failure",
              stderr="0000-07-00", row=5),
@@ -570,10 +586,12 @@ def _rows():
     c += [
         Case("row 9 tokenize vocab.txt a directory",
              qkv("tokenize", "--model", "{bert_vocab_dir}", "--text", "x"), expect="failure",
-             stderr="vocab.txt': is a directory", row=9),
+             stderr="vocab.txt': (not a regular file|is a directory)", row=9,
+             xfail=f"row 9: a vocab.txt that is a directory is passed over {FILES}"),
         Case("row 9 tokenize tokenizer.json a FIFO",
              qkv("tokenize", "--model", "{fifo_tokenizer}", "--text", "x"), expect="failure",
-             stderr="tokenizer.json': is empty", row=9),
+             stderr="tokenizer.json': (not a regular file|is empty)", row=9,
+             xfail=f"row 9: a tokenizer.json that is a FIFO is passed over {FILES}"),
     ]
     # 11: model files (the model-files branch validates them).
     c += [

@@ -1,4 +1,4 @@
-// LineReader and read_file (src/io/text_input.h, internal): bounded reading of the files a
+// LineReader (src/io/text_input.h, internal): bounded reading of lines from the files a
 // user names, and the messages that say which input, which line and what was wrong.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -132,27 +132,12 @@ TEST_F(TextInput, TotalLimitCheckedBeforeReading) {
 TEST_F(TextInput, EndlessDevicesEndWithAnError) {
   if (!fs::exists("/dev/zero")) GTEST_SKIP() << "no /dev/zero";
   expect_error([&] { lines("/dev/zero"); }, {"'/dev/zero' line 1: binary data"});
-  expect_error([&] { qkv::io::read_file("/dev/zero", "vocab", 1000); },
-               {"vocab '/dev/zero': has more than the limit of 1000 bytes"});
 }
 
 TEST_F(TextInput, FifoWithoutWriterReadsAsEmpty) {
   const std::string fifo = (dir_ / "fifo").string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   expect_error([&] { lines(fifo); }, {fifo, "is empty"});
-  expect_error([&] { qkv::io::read_file(fifo, "vocab", 1000, false); }, {fifo, "is empty"});
-}
-
-TEST_F(TextInput, ReadFile) {
-  const std::string path = write("v.json", "{\"a\": 1}\n");
-  EXPECT_EQ(qkv::io::read_file(path, "vocab"), "{\"a\": 1}\n");
-  EXPECT_EQ(qkv::io::read_file(write("e.json", ""), "vocab"), "");
-  expect_error([&] { qkv::io::read_file(write("e2.json", ""), "vocab", 100, false); },
-               {"is empty"});
-  expect_error([&] { qkv::io::read_file(path, "vocab", 4); },
-               {"vocab '" + path + "': is 9 bytes, more than the limit of 4 bytes"});
-  EXPECT_EQ(qkv::io::read_file(path, "vocab", 9), "{\"a\": 1}\n");
-  expect_error([&] { qkv::io::read_file(dir_.string(), "vocab"); }, {"is a directory"});
 }
 
 TEST(TextInputBytes, Text) {

@@ -200,13 +200,12 @@ int run_translate(const TranslateOptions& o, std::ostream& out) {
   }
   if (!first) throw Error(reader->name() + ": has no dates to translate (only empty lines)");
 
-  if (!o.html.empty() || !o.svg.empty()) {
-    const models::DateTranslation& t = first_translation;
-    if (!t.ok() && !(o.raw && !t.output.empty())) {
-      std::cerr << "qkv: error: --html/--svg: not written, as " << printable(first->name)
-                << " was refused (--raw shows the model's guess)\n";
-      return kExitFailure;
-    }
+  const models::DateTranslation& t = first_translation;
+  const bool pages = !o.html.empty() || !o.svg.empty();
+  if (pages && !t.ok() && !(o.raw && !t.output.empty())) {
+    std::cerr << "qkv: error: --html/--svg: not written, as " << printable(first->name)
+              << " was refused (--raw shows the model's guess)\n";
+  } else if (pages) {
     const std::string output = t.output + (t.ok() ? "" : " (guess, refused)");
     const Explained e = explain(model, first->text, t.output);
     const viz::AttentionView v = view_of(e, first->text, output, title);
