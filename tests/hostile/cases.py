@@ -563,9 +563,10 @@ def _rows():
         Case("row 15 tokenize --file line 3 after non-ASCII",
              qkv("tokenize", "--model", "{bpe}", "--file", "{bad_third}"), expect="failure",
              stderr=r"bad_third.txt' line 3: not UTF-8 text: byte 0xff at character 2", row=15),
+        # The lines before the refused one are still translated.
         Case("row 15 translate --file line 3 after non-ASCII",
              qkv("translate", "--file", "{bad_third}"), expect="failure",
-             stderr=r"bad_third.txt' line 3: not UTF-8", row=15),
+             stdout="2026-11-21\n2026-11-21\n", stderr=r"bad_third.txt' line 3: not UTF-8", row=15),
         Case("row 15 merges.txt line 4 after non-ASCII",
              qkv("tokenize", "--model", "{gpt2_bad_merge_line}", "--text", "x"),
              expect="failure", stderr=r"line 4 must be two tokens", row=15),

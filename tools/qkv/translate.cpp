@@ -2,6 +2,7 @@
 // --model DIR), and what it attended to: the cross-attention as a terminal heatmap
 // (--show), every attention of every layer and head as an HTML page (--html), one head as
 // an SVG heatmap (--svg).
+#include <exception>
 #include <iostream>
 #include <optional>
 #include <ostream>
@@ -150,14 +151,21 @@ int run_translate(const TranslateOptions& o, std::ostream& out) {
   std::optional<io::LineReader> reader;
   if (o.has_file) reader.emplace(o.file, "--file");
   std::size_t next_text = 0;
+  // A line the reader refuses ends the input: the lines before it are still translated,
+  // then its error is raised.
+  std::exception_ptr read_error;
   // The next batch: positional inputs first, then non-empty lines of --file.
   const auto read_batch = [&] {
     std::vector<Input> batch;
     for (; next_text < o.texts.size() && batch.size() < kBatch; ++next_text)
       batch.push_back({o.texts[next_text], "input " + std::to_string(next_text + 1)});
     std::string line;
-    while (reader && batch.size() < kBatch && reader->next(line))
-      if (!line.empty()) batch.push_back({line, reader->where()});
+    try {
+      while (reader && !read_error && batch.size() < kBatch && reader->next(line))
+        if (!line.empty()) batch.push_back({line, reader->where()});
+    } catch (const Error&) {
+      read_error = std::current_exception();
+    }
     return batch;
   };
 
@@ -197,6 +205,10 @@ int run_translate(const TranslateOptions& o, std::ostream& out) {
       // the next output character: label rows with what they produced.
       print_attention_heatmap(out, cross_matrix(e, layer, o.head), e.target_out, e.source_tokens);
     }
+  }
+  if (read_error) {
+    out.flush();
+    std::rethrow_exception(read_error);
   }
   if (!first) throw Error(reader->name() + ": has no dates to translate (only empty lines)");
 
