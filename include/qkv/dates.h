@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -84,6 +85,25 @@ std::string format_date(const Date& d, int format);
 // occasionally). Formats 8 and 9: month and day without zero padding (20%). Formats 10-13
 // are always plain. Weekday names always agree with the date.
 std::string format_date(const Date& d, int format, Rng& rng);
+
+// The date an ISO 8601 text "YYYY-MM-DD" names (exactly that form: 4-digit year, 2-digit
+// month and day), or nullopt unless it is a calendar date in [kFirstDate, kLastDate].
+std::optional<Date> parse_iso(std::string_view text);
+
+// Whether `input` names the date d: "" when it does, else why not, as a phrase about the
+// input ("the input names the month March, not 2026-11-21's"). The input is read in its family
+// of forms, the way the formats above write dates, without guessing at what is missing:
+//   Chinese (it has 年): exactly formats 11-13 of d (11 and 12 also with zero-padded
+//     month and day), with or without d's weekday (星期X).
+//   numeric (digits and one of . / -): DD.MM.YYYY, YYYY/MM/DD or YYYY-MM-DD (the
+//     separator says the order), month and day with or without a leading zero.
+//   English (anything else): words and numbers separated by spaces and commas, in any
+//     order and letter case: one 4-digit year, one day (optionally with its ordinal
+//     suffix: 21st), one month name or abbreviation, at most one weekday (which must be
+//     d's), at most one "the" and one "of". Nothing else.
+// Leading and trailing spaces are ignored. A date written some other way (MM/DD/YYYY,
+// "21 Nov. 2026", a two-digit year) is not read: the check cannot tell what it names.
+std::string disagreement(std::string_view input, const Date& d);
 
 struct Pair {
   std::string input;   // format_date(date, format, rng)
@@ -187,9 +207,29 @@ DateTrainingResult train_dates(const DateTrainingOptions& options,
 bool has_embedded_date_model();
 Seq2Seq embedded_date_model();
 
-// Greedy translation of each input (batched). An input that is empty or longer than the
-// model's max_len throws qkv::Error naming it by its number (from 1).
+// Greedy translation of each input (batched): the model's answers, unchecked. An input
+// that is empty, not UTF-8, holds a control character (Unicode category Cc: U+0000-U+001F,
+// U+007F-U+009F) or is longer than the model's max_len throws qkv::Error naming it by its
+// number (from 1) and saying what is wrong.
 std::vector<std::string> translate_dates(const Seq2Seq& model, const std::vector<std::string>& inputs);
+
+// One checked translation.
+struct DateTranslation {
+  std::string output;   // the model's answer; "" when the input was refused before the model ran
+  std::string problem;  // "" when output is the date the input names; else why not
+  bool ok() const { return problem.empty(); }
+};
+
+// translate_dates with every answer checked instead of trusted: an answer is accepted only
+// when it is a calendar date in [1900-01-01, 2099-12-31] written YYYY-MM-DD and the input,
+// read in its own family of forms, names that date (dates::disagreement). An input
+// translate_dates would throw for is refused here instead (problem set, output empty), so
+// one bad input does not stop the others. Problems are phrases such as "the model's answer
+// '2023-02-31' is not a calendar date between 1900-01-01 and 2099-12-31" or "the model's
+// answer is 2026-11-21; the input says Monday, but 2026-11-21 is a Saturday"; callers name
+// the input.
+std::vector<DateTranslation> translate_dates_checked(const Seq2Seq& model,
+                                                     const std::vector<std::string>& inputs);
 
 // Exact-match accuracy of translate_dates on pairs; `outputs` receives the translations.
 double evaluate_dates(const Seq2Seq& model, const std::vector<dates::Pair>& pairs,

@@ -352,7 +352,9 @@ SafeTensors SafeTensors::from_image(const std::byte* image, std::uint64_t size,
 
 SafeTensors SafeTensors::open(const std::string& path) {
   const std::string file = "safetensors file '" + path + "'";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO is refused below (not a regular file) instead of waited on for a
+  // writer that may never come; for a regular file the flag changes nothing.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   QKV_CHECK(fd >= 0, file << ": cannot open: " << std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {

@@ -2,17 +2,22 @@
 
 #include "qkv/dates.h"
 
+#include <unicode/uchar.h>
+
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "qkv/error.h"
 #include "qkv/rng.h"
 #include "qkv/safetensors.h"
 #include "qkv/train.h"
+#include "text/unicode.h"
 
 namespace qkv::models {
 
@@ -188,22 +193,43 @@ DateTrainingResult train_dates(const DateTrainingOptions& o,
   return result;
 }
 
-std::vector<std::string> translate_dates(const Seq2Seq& model, const std::vector<std::string>& inputs) {
+namespace {
+
+// Why the model cannot be run on `input`, as a phrase ("" when it can); its ids in *ids.
+std::string input_problem(const Seq2Seq& model, const std::string& input,
+                          std::vector<std::int64_t>* ids) {
+  std::vector<char32_t> cps;
+  try {
+    cps = text::decode_utf8(input, "translate");
+  } catch (const Error& e) {
+    // "translate: text is not valid UTF-8 at byte offset N (byte 0xXX)": keep the where.
+    const std::string message = e.what();
+    const std::size_t at = message.find("is not valid UTF-8");
+    return at == std::string::npos ? "is not valid UTF-8" : message.substr(at);
+  }
+  if (cps.empty()) return "is empty";
+  for (std::size_t i = 0; i < cps.size(); ++i)
+    if (u_charType(static_cast<UChar32>(cps[i])) == U_CONTROL_CHAR) {
+      char code[16];
+      std::snprintf(code, sizeof code, "U+%04X", static_cast<unsigned>(cps[i]));
+      return "has a control character (" + std::string(code) + ") at character " +
+             std::to_string(i + 1);
+    }
+  if (static_cast<std::int64_t>(cps.size()) > model.config.max_len)
+    return "has " + std::to_string(cps.size()) + " characters; the model reads at most " +
+           std::to_string(model.config.max_len);
+  *ids = dates::Vocabulary::dates().encode(input);
+  return {};
+}
+
+std::vector<std::string> decode_all(const Seq2Seq& model,
+                                    const std::vector<std::vector<std::int64_t>>& sources) {
   const dates::Vocabulary& vocab = dates::Vocabulary::dates();
   // Another model's ids would index the date vocabulary wrongly: refused, not decoded.
   QKV_CHECK(model.config.vocab_size == vocab.size(),
             "translate: the model's vocab_size is " << model.config.vocab_size
                 << ", the date vocabulary's " << vocab.size()
                 << " (a model written by `qkv train dates` has that)");
-  std::vector<std::vector<std::int64_t>> sources;
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    std::vector<std::int64_t> ids = vocab.encode(inputs[i]);
-    QKV_CHECK(!ids.empty(), "translate: input " << i + 1 << " is empty");
-    QKV_CHECK(static_cast<std::int64_t>(ids.size()) <= model.config.max_len,
-              "translate: input " << i + 1 << " has " << ids.size()
-                                  << " characters; the model reads at most " << model.config.max_len);
-    sources.push_back(std::move(ids));
-  }
   std::vector<std::string> out;
   constexpr std::size_t kChunk = 512;  // bounds the activations of one decoding batch
   for (std::size_t first = 0; first < sources.size(); first += kChunk) {
@@ -213,6 +239,54 @@ std::vector<std::string> translate_dates(const Seq2Seq& model, const std::vector
     for (const auto& ids : model.greedy_decode(chunk, dates::Vocabulary::bos, dates::Vocabulary::eos,
                                                kDateOutputLength + 1))
       out.push_back(vocab.decode(ids));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> translate_dates(const Seq2Seq& model,
+                                         const std::vector<std::string>& inputs) {
+  std::vector<std::vector<std::int64_t>> sources(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const std::string problem = input_problem(model, inputs[i], &sources[i]);
+    QKV_CHECK(problem.empty(), "translate: input " << i + 1 << " " << problem);
+  }
+  return decode_all(model, sources);
+}
+
+// Why the answer is checked against the input rather than judged by the model's own
+// confidence: the model was trained only on the 14 formats, and on anything else ("hello",
+// "31 February 2023") its softmax is not calibrated: it can be sure of an invented date.
+// Reading the input back (dates::disagreement) either confirms the answer (then confidence
+// adds nothing) or refuses it, whatever the model believed.
+std::vector<DateTranslation> translate_dates_checked(const Seq2Seq& model,
+                                                     const std::vector<std::string>& inputs) {
+  std::vector<DateTranslation> out(inputs.size());
+  std::vector<std::vector<std::int64_t>> sources;
+  std::vector<std::size_t> which;  // the inputs the model runs on
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    std::vector<std::int64_t> ids;
+    const std::string problem = input_problem(model, inputs[i], &ids);
+    if (!problem.empty()) {
+      out[i].problem = "the input " + problem;
+      continue;
+    }
+    sources.push_back(std::move(ids));
+    which.push_back(i);
+  }
+  const std::vector<std::string> answers = decode_all(model, sources);
+  for (std::size_t k = 0; k < which.size(); ++k) {
+    DateTranslation& t = out[which[k]];
+    t.output = answers[k];
+    const std::optional<dates::Date> date = dates::parse_iso(t.output);
+    if (!date) {
+      t.problem = "the model's answer '" + t.output + "' is not a calendar date between " +
+                  dates::to_iso(dates::kFirstDate) + " and " + dates::to_iso(dates::kLastDate);
+      continue;
+    }
+    const std::string why = dates::disagreement(inputs[which[k]], *date);
+    if (!why.empty()) t.problem = "the model's answer is " + t.output + "; " + why;
   }
   return out;
 }

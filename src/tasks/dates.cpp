@@ -4,6 +4,7 @@
 #include <array>
 #include <cctype>
 #include <cstdio>
+#include <optional>
 #include <set>
 
 #include "qkv/error.h"
@@ -278,6 +279,170 @@ std::vector<Pair> held_out_set(std::int64_t n, std::uint64_t seed) {
     pairs.push_back(pair_of(date_at(indices[static_cast<std::size_t>(i)]), rng));
   }
   return pairs;
+}
+
+// ---------------------------------------------------------------------------------------
+// Checking an answer against its input
+
+std::optional<Date> parse_iso(std::string_view text) {
+  if (text.size() != 10 || text[4] != '-' || text[7] != '-') return std::nullopt;
+  int fields[3] = {0, 0, 0};
+  const std::size_t starts[3] = {0, 5, 8}, lengths[3] = {4, 2, 2};
+  for (int f = 0; f < 3; ++f)
+    for (std::size_t i = starts[f]; i < starts[f] + lengths[f]; ++i) {
+      if (text[i] < '0' || text[i] > '9') return std::nullopt;
+      fields[f] = fields[f] * 10 + (text[i] - '0');
+    }
+  const Date d{fields[0], fields[1], fields[2]};
+  if (d.year < kFirstDate.year || d.year > kLastDate.year || d.month < 1 || d.month > 12 ||
+      d.day < 1 || d.day > days_in_month(d.year, d.month))
+    return std::nullopt;
+  return d;
+}
+
+namespace {
+
+std::string lower_ascii(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// A number of 1 to 4 ASCII digits (leading zeros allowed), else -1.
+int small_number(std::string_view s) {
+  if (!all_digits(s) || s.size() > 4) return -1;
+  int v = 0;
+  for (char c : s) v = v * 10 + (c - '0');
+  return v;
+}
+
+std::string trim_spaces(std::string_view s) {
+  const std::size_t first = s.find_first_not_of(' ');
+  if (first == std::string_view::npos) return {};
+  return std::string(s.substr(first, s.find_last_not_of(' ') - first + 1));
+}
+
+// Formats 11-13: the date written the Chinese ways, month and day with or without a
+// leading zero in 11 and 12, each optionally followed by its weekday (星期日 or 星期天
+// for Sunday).
+std::string chinese_disagreement(const std::string& input, const Date& d) {
+  const std::size_t wd = static_cast<std::size_t>(weekday(d));
+  std::vector<std::string> weekdays = {"", kChineseWeekdays[wd]};
+  if (wd == 6) weekdays.emplace_back("星期天");
+  std::vector<std::string> dates;
+  for (bool pad_month : {false, true})
+    for (bool pad_day : {false, true})
+      dates.push_back(std::to_string(d.year) + "年" + padded(d.month, 2, pad_month) + "月" +
+                      padded(d.day, 2, pad_day) + "日");
+  dates.push_back(format_date(d, 13));
+  for (const std::string& date : dates)
+    for (const std::string& w : weekdays)
+      if (input == date + w) return {};
+  return "the input does not name " + to_iso(d) + " (written " + format_date(d, 11) + " or " +
+         format_date(d, 13) + ")";
+}
+
+// Formats 8-10: DD.MM.YYYY, YYYY/MM/DD, YYYY-MM-DD, month and day with or without a
+// leading zero. The separator says which order the numbers are in; other orders
+// (MM/DD/YYYY, DD/MM/YYYY) are ambiguous and not read.
+std::string numeric_disagreement(const std::string& input, const Date& d) {
+  const std::string kForms = "numeric dates are read as DD.MM.YYYY, YYYY/MM/DD or YYYY-MM-DD";
+  const char separator = input[input.find_first_of("./-")];
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t end = input.find(separator, start);
+    parts.push_back(input.substr(start, end == std::string::npos ? end : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  if (parts.size() != 3 || !std::all_of(parts.begin(), parts.end(), all_digits))
+    return "the input is not a numeric date in a form the translator reads (" + kForms + ")";
+  const bool day_first = separator == '.';
+  const std::string& y = day_first ? parts[2] : parts[0];
+  const std::string& m = parts[1];
+  const std::string& dd = day_first ? parts[0] : parts[2];
+  if (y.size() != 4 || m.size() > 2 || dd.size() > 2)
+    return "the input is not a numeric date in a form the translator reads (" + kForms + ")";
+  if (small_number(y) != d.year || small_number(m) != d.month || small_number(dd) != d.day)
+    return "the input names year " + y + ", month " + m + ", day " + dd + ", not " + to_iso(d);
+  return {};
+}
+
+// Formats 0-7 and the like: words and numbers in any order, separated by spaces and
+// commas, any letter case. Each must agree with the date: one year (4 digits), one day
+// (1 or 2 digits, optionally with its own ordinal suffix), one month name or
+// abbreviation, at most one weekday name or abbreviation, at most one "the" and one "of".
+std::string english_disagreement(const std::string& input, const Date& d) {
+  const std::size_t month = static_cast<std::size_t>(d.month - 1);
+  const std::size_t wd = static_cast<std::size_t>(weekday(d));
+  int years = 0, days = 0, months = 0, weekdays = 0, thes = 0, ofs = 0;
+  std::size_t start = 0;
+  while (start < input.size()) {
+    const std::size_t end = std::min(input.find_first_of(" ,", start), input.size());
+    const std::string token = input.substr(start, end - start);
+    start = end + 1;
+    if (token.empty()) continue;
+    const std::string word = lower_ascii(token);
+    std::size_t digits = 0;
+    while (digits < word.size() && word[digits] >= '0' && word[digits] <= '9') ++digits;
+    if (digits == 4 && word.size() == 4) {
+      if (small_number(word) != d.year)
+        return "the input's year " + token + " is not " + to_iso(d) + "'s";
+      ++years;
+    } else if (digits >= 1 && digits <= 2) {
+      const std::string suffix = word.substr(digits);
+      if (small_number(word.substr(0, digits)) != d.day)
+        return "the input's day " + token + " is not " + to_iso(d) + "'s";
+      if (!suffix.empty() && suffix != ordinal_suffix(d.day))
+        return "'" + token + "' is not an ordinal number";
+      ++days;
+    } else if (digits > 0) {
+      return "'" + token + "' is neither a day nor a year";
+    } else if (word == lower_ascii(kMonths[month]) || word == lower_ascii(kMonthAbbr[month])) {
+      ++months;
+    } else if (word == lower_ascii(kWeekdays[wd]) || word == lower_ascii(kWeekdayAbbr[wd])) {
+      ++weekdays;
+    } else if (word == "the") {
+      ++thes;
+    } else if (word == "of") {
+      ++ofs;
+    } else {
+      for (std::size_t i = 0; i < 12; ++i)
+        if (word == lower_ascii(kMonths[i]) || word == lower_ascii(kMonthAbbr[i]))
+          return "the input names the month " + std::string(kMonths[i]) + ", not " + to_iso(d) +
+                 "'s";
+      for (std::size_t i = 0; i < 7; ++i)
+        if (word == lower_ascii(kWeekdays[i]) || word == lower_ascii(kWeekdayAbbr[i]))
+          return "the input says " + std::string(kWeekdays[i]) + ", but " + to_iso(d) + " is a " +
+                 kWeekdays[wd];
+      return "'" + token + "' is not a word of a date the translator reads";
+    }
+  }
+  if (years != 1)
+    return years == 0 ? "the input has no year (4 digits)" : "the input has more than one year";
+  if (days != 1) return days == 0 ? "the input has no day" : "the input has more than one day";
+  if (months != 1)
+    return months == 0 ? "the input has no month name" : "the input names the month twice";
+  if (weekdays > 1 || thes > 1 || ofs > 1) return "the input repeats a word";
+  return {};
+}
+
+}  // namespace
+
+std::string disagreement(std::string_view input, const Date& d) {
+  day_index(d);  // validates d
+  const std::string text = trim_spaces(input);
+  if (text.empty()) return "the input is empty";
+  if (text.find("年") != std::string::npos) return chinese_disagreement(text, d);
+  if (text.find_first_not_of("0123456789./-") == std::string::npos &&
+      text.find_first_of("./-") != std::string::npos)
+    return numeric_disagreement(text, d);
+  return english_disagreement(text, d);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -83,9 +83,10 @@ run --model "$M" --prompt "$(printf 'x%.0s' {1..70})" --json
 expect_status 1 "prompt longer than n_positions"
 expect_in err "^qkv: error: .*longer than n_positions = 64" "too-long prompt message"
 if [[ ! -s "$TMP/out" ]]; then pass; else fail "too-long prompt: stdout not empty"; fi
-run --model "$M" --prompt "$(printf 'x%.0s' {1..60})" --max-new-tokens 5
-expect_status 1 "prompt + max_new_tokens beyond n_positions"
-expect_in err "exceeds n_positions = 64" "length message names n_positions"
+# A continuation that would not fit after the prompt: a usage error stating the range
+# for this model and prompt, before anything is printed (the prompt is not echoed).
+expect_usage_error "--max-new-tokens: must be in [0, 4] for this model and prompt (n_positions 64 minus the prompt's 60 tokens), got 5" \
+  --model "$M" --prompt "$(printf 'x%.0s' {1..60})" --max-new-tokens 5
 sed -i 's/"model_type": "gpt2"/"model_type": "llama"/' "$M/config.json"
 run --model "$M" --prompt hi
 expect_status 1 "unknown model_type"

@@ -121,7 +121,7 @@ PY
 
   expect_usage_error "give dates to translate" translate
   expect_usage_error "--layer" translate --layer 9 "21.11.2026"
-  expect_failure "cannot read --file" translate --file "$TMP/missing.txt"
+  expect_failure "--file '$TMP/missing.txt': cannot open" translate --file "$TMP/missing.txt"
   expect_failure "config.json" translate --model "$TMP/nowhere" "21.11.2026"
   printf '\xff\xfe bad\n' >"$TMP/bad.txt"
   expect_failure "UTF-8" translate --file "$TMP/bad.txt"

@@ -296,9 +296,12 @@ def test_too_long_prompt_fails(model_dir):
     assert r.returncode == 1
     assert b"n_positions" in r.stderr and b"longer" in r.stderr
     assert r.stdout == b""
+    # A continuation that cannot fit after the prompt: --max-new-tokens is out of its range
+    # for this model and prompt, a usage error before anything is printed.
     r = run_qkv("--model", str(model_dir), "--prompt", "x" * 60, "--max-new-tokens", "10")
-    assert r.returncode == 1
-    assert b"exceeds n_positions = 64" in r.stderr
+    assert r.returncode == 2
+    assert b"--max-new-tokens: must be in [0, 4]" in r.stderr and b"n_positions 64" in r.stderr
+    assert r.stdout == b""
 
 
 @pytest.mark.parametrize("option,value", [("--temperature", "-1"), ("--top-p", "0"),

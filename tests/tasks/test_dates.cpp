@@ -557,4 +557,97 @@ TEST(Dates, InvalidUtf8Throws) {
   }
 }
 
+
+// ---------------------------------------------------------------------------------------
+// Checking answers: parse_iso and disagreement.
+
+TEST(Dates, ParseIso) {
+  using qkv::dates::parse_iso;
+  EXPECT_EQ(parse_iso("2026-11-21"), (Date{2026, 11, 21}));
+  EXPECT_EQ(parse_iso("1900-01-01"), (Date{1900, 1, 1}));
+  EXPECT_EQ(parse_iso("2000-02-29"), (Date{2000, 2, 29}));
+  // Row 5 of the hostile-input issue: answers the model gave that are not dates.
+  for (const char* bad : {"0000-07-00", "131-03-231", "2023-02-31", "2023-13-4", "2023-13-45",
+                          "1899-12-31", "2100-01-01", "1900-02-29", "2026-11-21 ", " 2026-11-21",
+                          "2026/11/21", "2026-1-21", "20261121", "", "2026-11-2x", "2026-00-10"})
+    EXPECT_FALSE(parse_iso(bad).has_value()) << bad;
+}
+
+// Every format of every day, plain and with its variations, names that day; the same text
+// does not name the next day, nor the same day a month or a year on.
+TEST(Dates, DisagreementAcceptsEveryFormatOfEveryDayAndOnlyThatDay) {
+  using qkv::dates::disagreement;
+  qkv::Rng rng(3);
+  for (std::int64_t i = 0; i < qkv::dates::num_days(); ++i) {
+    const Date d = qkv::dates::date_at(i);
+    for (int f = 0; f < qkv::dates::kNumFormats; ++f) {
+      const std::string plain = qkv::dates::format_date(d, f);
+      const std::string varied = qkv::dates::format_date(d, f, rng);
+      ASSERT_EQ(disagreement(plain, d), "") << plain;
+      ASSERT_EQ(disagreement(varied, d), "") << "'" << varied << "'";
+      if (i % 11 != 0) continue;  // the refusals on a sample of days: 1/11 of the calendar
+      std::vector<Date> others;
+      if (i + 1 < qkv::dates::num_days()) others.push_back(qkv::dates::date_at(i + 1));
+      if (d.month < 12 && d.day <= 28) others.push_back(Date{d.year, d.month + 1, d.day});
+      if (d.year < 2099 && !(d.month == 2 && d.day == 29))
+        others.push_back(Date{d.year + 1, d.month, d.day});
+      for (const Date& other : others)
+        ASSERT_NE(disagreement(varied, other), "")
+            << "'" << varied << "' accepted for " << qkv::dates::to_iso(other);
+    }
+  }
+}
+
+TEST(Dates, DisagreementRefusesWhatItCannotRead) {
+  using qkv::dates::disagreement;
+  const Date nov21{2026, 11, 21};  // a Saturday
+  struct Case {
+    const char* input;
+    Date date;
+    const char* because;  // a part of the reason
+  };
+  const Case cases[] = {
+      {"hello", nov21, "'hello' is not a word of a date"},
+      {"", nov21, "empty"},
+      {"   ", nov21, "empty"},
+      {"13/13/2013", Date{2013, 3, 13}, "not a numeric date in a form"},
+      {"21/11/2026", nov21, "not a numeric date in a form"},  // DD/MM or MM/DD: ambiguous
+      {"11.21.2026", nov21, "month 21"},
+      {"2023-13-45", Date{2023, 12, 4}, "month 13, day 45"},
+      {"31 February 2023", Date{2023, 2, 28}, "input's day 31"},
+      {"31 February 2023", Date{2023, 3, 3}, "input's day 31"},
+      {"Monday, 21 November 2026", nov21, "the input says Monday, but 2026-11-21 is a Saturday"},
+      {"21 March 2026", nov21, "the month March"},
+      {"21 November 2025", nov21, "input's year 2025"},
+      {"21 November 26", nov21, "input's day 26"},
+      {"21 November", nov21, "no year"},
+      {"November 2026", nov21, "no day"},
+      {"21 2026", nov21, "no month"},
+      {"21 21 November 2026", nov21, "more than one day"},
+      {"21th November 2026", nov21, "'21th' is not an ordinal"},
+      {"21 Nov. 2026", nov21, "'Nov.' is not a word"},
+      {"21 November 2026 at noon", nov21, "'at' is not a word"},
+      {"21 November 02026", nov21, "'02026' is neither"},
+      {"2026年11月22日", nov21, "does not name 2026-11-21"},
+      {"2026年11月21日星期一", nov21, "does not name"},
+      {"二〇二六年十一月二十日", nov21, "does not name"},
+  };
+  for (const Case& c : cases) {
+    const std::string why = disagreement(c.input, c.date);
+    EXPECT_NE(why.find(c.because), std::string::npos)
+        << "'" << c.input << "' for " << qkv::dates::to_iso(c.date) << ": got '" << why << "'";
+  }
+  // Forms beyond the plain formats that still name one date, read in their family.
+  for (const char* input :
+       {"Saturday, 21 November 2026", " saturday,21 NOV 2026 ", "21st November 2026",
+        "2026 November 21", "2026年11月21日", "2026年11月21日星期六", "2026年11月21日 ",
+        "二〇二六年十一月二十一日星期六", "21.11.2026", "2026/11/21", "2026-11-21",
+        "the 21st of november, 2026"})
+    EXPECT_EQ(disagreement(input, nov21), "") << input;
+  EXPECT_EQ(disagreement("2026年1月5日", Date{2026, 1, 5}), "");
+  EXPECT_EQ(disagreement("2026年01月05日", Date{2026, 1, 5}), "");
+  EXPECT_EQ(disagreement("5.1.2026", Date{2026, 1, 5}), "");
+  EXPECT_EQ(disagreement("2026年11月22日星期天", Date{2026, 11, 22}), "");  // a Sunday
+}
+
 }  // namespace

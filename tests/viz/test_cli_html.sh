@@ -44,10 +44,11 @@ assert a.shape == (2, 4, 5, 5), a.shape
 assert np.abs(a.sum(-1) - 1).max() < 1e-5, a.sum(-1)
 EOF
 
-# Unwritable paths: exit 1, "qkv: error: cannot write '<path>'".
-expect_failure "cannot write '$TMP/missing/dir/p.html'" run --model "$B" --text "the cat" \
-  --html "$TMP/missing/dir/p.html"
-expect_failure "cannot write '$TMP'" run --model "$B" --text "the cat" --html "$TMP"
+# Unwritable paths, refused before the model runs: exit 1, "qkv: error: --html '<path>': ...".
+expect_failure "--html '$TMP/missing/dir/p.html': cannot write: No such file or directory" \
+  run --model "$B" --text "the cat" --html "$TMP/missing/dir/p.html"
+if [[ ! -s "$TMP/out" ]]; then pass; else fail "unwritable run --html: stdout not empty"; fi
+expect_failure "--html '$TMP': is a directory" run --model "$B" --text "the cat" --html "$TMP"
 
 # GPT-2: prompt + continuation, causal, equal to the reference probabilities.
 G="$TMP/gpt2"
@@ -119,10 +120,10 @@ assert worst < 1e-5, worst
 EOF
 
 # An unwritable page fails before generating: exit 1, the path named, nothing on stdout.
-expect_failure "cannot write '$TMP/missing/g.html': no directory '$TMP/missing'" \
+expect_failure "--html '$TMP/missing/g.html': cannot write: No such file or directory" \
   generate --model "$G" --prompt "the cat" --html "$TMP/missing/g.html"
 if [[ ! -s "$TMP/out" ]]; then pass; else fail "unwritable --html: stdout not empty"; fi
-expect_failure "cannot write '$TMP': it is a directory" generate --model "$G" --prompt "the cat" \
+expect_failure "--html '$TMP': is a directory" generate --model "$G" --prompt "the cat" \
   --html "$TMP"
 
 finish cli_html

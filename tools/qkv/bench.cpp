@@ -109,15 +109,16 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
                                           static_cast<long long>(Hq), static_cast<long long>(Hkv)));
   }
   const qkv::DType dtype = qkv::parse_dtype(o.dtype);  // validated by CLI11 already
-  // In double so that absurd sizes cannot overflow before they are refused.
-  const double elements = static_cast<double>(B) * (static_cast<double>(Hq) * Lq * Dk +
-                                                    static_cast<double>(Hkv) * Lk * (Dk + Dv) +
-                                                    static_cast<double>(Hq) * Lq * Dv);
+  // In double, every operand converted first, so that absurd sizes cannot overflow before
+  // they are refused (Dk + Dv in int64 would, for --dim-v 2^63 - 1).
+  const auto d = [](std::int64_t x) { return static_cast<double>(x); };
+  const double elements =
+      d(B) * (d(Hq) * d(Lq) * d(Dk) + d(Hkv) * d(Lk) * (d(Dk) + d(Dv)) + d(Hq) * d(Lq) * d(Dv));
   const double bytes = elements * static_cast<double>(qkv::dtype_size(dtype));
   const double memory = physical_memory();
   const double max_bytes = memory > 0 ? 0.8 * memory : 0x1p40;
   if (bytes > max_bytes) {
-    throw UsageError("--batch/--heads/--seq/--dim",
+    throw UsageError("--batch/--heads/--kv-heads/--seq/--kv-seq/--dim/--dim-v",
                      format("q, k, v and the output would need %.3g GiB, more than the %.3g GiB "
                             "this machine can spare (80%% of its memory); choose smaller sizes",
                             bytes / 0x1p30, max_bytes / 0x1p30));

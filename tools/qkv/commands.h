@@ -30,6 +30,13 @@ class UsageError : public std::runtime_error {
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
 
+// Refuses, before any work is done, an output file that could not be written: a
+// directory, a missing parent, a name too long, no permission (qkv::Error naming `option`).
+// It opens the path for appending, which changes no existing file, and removes the file
+// again if that created it. (A write can still fail later, e.g. on a full disk: that is
+// reported then.)
+void check_output_path(const std::string& option, const std::string& path);
+
 // qkv version
 int run_version(std::ostream& out);
 
@@ -76,7 +83,8 @@ int run_run(const RunOptions& options, std::ostream& out);
 struct TokenizeOptions {
   std::string model;  // directory with tokenizer.json, vocab.txt or vocab.json + merges.txt
   std::string text;
-  std::string file;   // one encoding per line; exclusive with text
+  std::string file;   // one encoding per line ("-": standard input); exclusive with text
+  bool has_file = false;  // --file was given (an empty path is then a usage error)
   bool json = false;
 };
 int run_tokenize(const TokenizeOptions& options, std::ostream& out);
@@ -118,9 +126,11 @@ int run_train(const TrainOptions& options, std::ostream& out);
 // qkv translate (dates -> ISO 8601)
 struct TranslateOptions {
   std::vector<std::string> texts;    // dates to translate
-  std::string file;                  // one date per line
+  std::string file;                  // one date per line ("-": standard input)
+  bool has_file = false;             // --file was given (an empty path is then a usage error)
   std::string model;                 // directory; empty = the embedded model
   bool json = false;
+  bool raw = false;                  // also print refused answers, marked as guesses
   bool show = false;                 // the cross-attention as a terminal heatmap
   std::int64_t layer = -1;           // decoder layer shown; -1 = the last
   std::int64_t head = -1;            // -1 = the mean over heads

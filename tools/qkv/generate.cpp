@@ -11,43 +11,20 @@
 // continuation) once more, without cache, and writes every layer's causal self-attention as
 // a qkv::viz page ("wrote FILE" on stdout, on stderr with --json).
 #include <chrono>
-#include <cmath>
-#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "commands.h"
+#include "print.h"
 #include "qkv/qkv.h"
 
 namespace qkv::cli {
-namespace {
-
-// A page that cannot be written should fail the command before generating, not after.
-void check_writable_location(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path parent = fs::path(path).parent_path();
-  QKV_CHECK(parent.empty() || fs::is_directory(parent, ec),
-            "cannot write '" << path << "': no directory '" << parent.string() << "'");
-  QKV_CHECK(!fs::is_directory(path, ec), "cannot write '" << path << "': it is a directory");
-}
-
-}  // namespace
-
 int run_generate(const GenerateOptions& options, std::ostream& out) {
-  if (!std::isfinite(options.temperature) || options.temperature < 0)
-    throw UsageError("--temperature", "must be a number >= 0 (0 = greedy), got " +
-                                          std::to_string(options.temperature));
-  if (!(options.top_p > 0 && options.top_p <= 1))
-    throw UsageError("--top-p", "must be in (0, 1], got " + std::to_string(options.top_p));
-  if (options.top_k < 0)
-    throw UsageError("--top-k", "must be >= 0, got " + std::to_string(options.top_k));
-  if (options.max_new_tokens < 0)
-    throw UsageError("--max-new-tokens",
-                     "must be >= 0, got " + std::to_string(options.max_new_tokens));
-
+  // --temperature, --top-k, --top-p and --max-new-tokens were range-checked by CLI11
+  // (main.cpp); what depends on the model is checked here, before anything is printed.
+  if (!options.html.empty()) check_output_path("--html", options.html);
   const auto model = qkv::models::Gpt2Model::load(
       options.model, options.weights == "bf16" ? qkv::DType::bf16 : qkv::DType::f32);
   const qkv::Tokenizer tokenizer = qkv::Tokenizer::load(options.model);
@@ -57,9 +34,25 @@ int run_generate(const GenerateOptions& options, std::ostream& out) {
                      " holds a WordPiece tokenizer; GPT-2 needs byte-level BPE (vocab.json + "
                      "merges.txt or tokenizer.json)");
 
-  const std::vector<std::int64_t> prompt_ids = bpe->encode(options.prompt);
+  std::vector<std::int64_t> prompt_ids;
+  try {
+    prompt_ids = bpe->encode(options.prompt);
+  } catch (const qkv::Error& e) {
+    throw qkv::Error(std::string("--prompt: ") + e.what());
+  }
   if (prompt_ids.empty()) throw UsageError("--prompt", "must encode to at least one token");
-  if (!options.html.empty()) check_writable_location(options.html);
+  const auto prompt_length = static_cast<std::int64_t>(prompt_ids.size());
+  const std::int64_t room = model.config.n_positions - prompt_length;
+  // A prompt longer than the context is the library's error (exit 1); a continuation that
+  // would not fit after it is this option's.
+  if (room >= 0 && options.max_new_tokens > room)
+    throw UsageError("--max-new-tokens",
+                     format("must be in [0, %lld] for this model and prompt (n_positions %lld "
+                            "minus the prompt's %lld tokens), got %lld",
+                            static_cast<long long>(room),
+                            static_cast<long long>(model.config.n_positions),
+                            static_cast<long long>(prompt_length),
+                            static_cast<long long>(options.max_new_tokens)));
 
   qkv::models::SamplingOptions s;
   s.max_new_tokens = options.max_new_tokens;
@@ -74,13 +67,21 @@ int run_generate(const GenerateOptions& options, std::ostream& out) {
   const auto start = clock::now();
   auto first = start;
   std::int64_t count = 0;
+  // Text mode echoes the prompt once the first token is there, so that a run that fails
+  // before generating prints nothing on stdout.
+  bool echoed = options.json;
+  const auto echo_prompt = [&] {
+    if (!echoed) out << options.prompt << std::flush;
+    echoed = true;
+  };
   auto on_token = [&](std::int64_t id) {
     if (count++ == 0) first = clock::now();
+    echo_prompt();
     if (options.json || (s.eos_id && id == *s.eos_id)) return;
     out << bpe->decode({id}) << std::flush;  // byte-exact: the pieces concatenate
   };
-  if (!options.json) out << options.prompt << std::flush;
   std::vector<std::int64_t> ids = qkv::models::generate(model, prompt_ids, s, on_token);
+  echo_prompt();
   const auto end = clock::now();
 
   std::vector<std::int64_t> text_ids = ids;

@@ -6,7 +6,9 @@
 // No subcommand prints the help and exits 1, as git does.
 #include <CLI/CLI.hpp>
 #include <charconv>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <limits>
@@ -14,39 +16,73 @@
 #include <vector>
 
 #include "commands.h"
+#include "print.h"
 #include "qkv/qkv.h"
 
 namespace qkv::cli {
 namespace {
 
 // Validators run on the option's text before CLI11 converts it, so they also catch
-// "abc", "1.5", "" and values beyond the type's range, with a message of our own.
-CLI::Validator integer_at_least(std::int64_t min, std::int64_t max, std::string expected) {
+// "abc", "1.5", "", "nan" and values beyond the type's range, with a message of our own
+// that states the allowed range, as --help does.
+
+// A range of integers as messages write it: the type's own limits as powers of two
+// ("[1, 2^31)"), which say where the limit comes from, others as the largest value allowed.
+std::string integer_range(std::int64_t min, std::int64_t max) {
+  std::string upper = std::to_string(max) + "]";
+  if (max == std::numeric_limits<std::int64_t>::max()) upper = "2^63)";
+  if (max == std::numeric_limits<int>::max()) upper = "2^31)";
+  return "[" + std::to_string(min) + ", " + upper;
+}
+
+CLI::Validator integer_in(std::int64_t min, std::int64_t max) {
+  const std::string range = integer_range(min, max);
   return CLI::Validator(
-      [min, max, expected](std::string& text) -> std::string {
+      [min, max, range](std::string& text) -> std::string {
         std::int64_t value = 0;
         const char* end = text.data() + text.size();
         const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-        if (ec != std::errc() || ptr != end || text.empty() || value < min || value > max) {
-          return "must be " + expected + ", got '" + text + "'";
-        }
+        if (ec != std::errc() || ptr != end || text.empty() || value < min || value > max)
+          return "must be an integer in " + range + ", got " + quote_value(text);
         return {};
       },
-      "", "integer");
+      "in " + range, "integer_in");
 }
 
-CLI::Validator unsigned_integer(std::string expected) {
+CLI::Validator seed_integer() {
   return CLI::Validator(
-      [expected](std::string& text) -> std::string {
+      [](std::string& text) -> std::string {
         std::uint64_t value = 0;
         const char* end = text.data() + text.size();
         const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-        if (ec != std::errc() || ptr != end || text.empty()) {
-          return "must be " + expected + ", got '" + text + "'";
-        }
+        if (ec != std::errc() || ptr != end || text.empty())
+          return "must be an integer in [0, 2^64), got " + quote_value(text);
         return {};
       },
-      "", "unsigned");
+      "in [0, 2^64)", "seed");
+}
+
+// A finite number in a range whose ends may be open. NaN and ±inf are refused by name:
+// every comparison with NaN is false, so a plain range check lets it through.
+CLI::Validator number_in(double min, double max, bool min_open, bool max_open) {
+  const std::string range =
+      std::isinf(max) ? (min_open ? "> " : ">= ") + format("%g", min)
+                      : (min_open ? "in (" : "in [") + format("%g, %g", min, max) +
+                            (max_open ? ")" : "]");
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        std::string_view digits = text;
+        if (digits.starts_with('+')) digits.remove_prefix(1);
+        double value = 0;
+        const char* end = digits.data() + digits.size();
+        const auto [ptr, ec] = std::from_chars(digits.data(), end, value);
+        const bool number = ec == std::errc() && ptr == end && !digits.empty();
+        if (number && std::isfinite(value) && (min_open ? value > min : value >= min) &&
+            (max_open ? value < max : value <= max))
+          return {};
+        return "must be a finite number " + range + ", got " + quote_value(text);
+      },
+      range, "number_in");
 }
 
 CLI::Validator one_of(std::vector<std::string> choices) {
@@ -57,18 +93,47 @@ CLI::Validator one_of(std::vector<std::string> choices) {
         for (const auto& c : choices) {
           if (text == c) return {};
         }
-        return "must be one of " + list + ", got '" + text + "'";
+        return "must be one of " + list + ", got " + quote_value(text);
       },
       "{" + list + "}", "one_of");
 }
 
-const auto kPositive =
-    integer_at_least(1, std::numeric_limits<std::int64_t>::max(), "a positive integer");
-const auto kPositiveInt =
-    integer_at_least(1, std::numeric_limits<int>::max(), "a positive integer");
-const auto kNonNegativeInt =
-    integer_at_least(0, std::numeric_limits<int>::max(), "a non-negative integer");
-const auto kSeed = unsigned_integer("a non-negative integer below 2^64");
+const auto kPositive = integer_in(1, std::numeric_limits<std::int64_t>::max());
+const auto kNonNegative = integer_in(0, std::numeric_limits<std::int64_t>::max());
+const auto kSeed = seed_integer();
+// Timed and warm-up runs of bench: each keeps its time, and a million runs of the
+// smallest problem already take minutes.
+constexpr std::int64_t kMaxRuns = 1000000;
+// set_num_threads' limit (src/core/threads.cpp), stated here so that --help shows it.
+constexpr std::int64_t kMaxThreads = 4096;
+// Steps of qkv train: days of training on this model, far beyond any useful run.
+constexpr std::int64_t kMaxSteps = 100000000;
+
+// The environment variables qkv reads, each checked before any command runs, so that a
+// malformed one is an error whichever command runs (the library reads each only where it
+// is first used): QKV_NUM_THREADS and QKV_BIND_THREADS by num_threads(),
+// QKV_STORAGE_CACHE_MB by storage_cache_limit(), QKV_ISA by fast_kernel_isa().
+// OMP_NUM_THREADS, whose first entry is the thread count when QKV_NUM_THREADS is not set,
+// the library skips when it does not parse (programs that embed it may set it for other
+// libraries); the tool refuses it instead.
+void check_environment() {
+  const char* qkv_threads = std::getenv("QKV_NUM_THREADS");
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  if ((qkv_threads == nullptr || *qkv_threads == '\0') && omp != nullptr && *omp != '\0') {
+    const std::string_view text(omp);
+    const std::string_view first = text.substr(0, text.find(','));
+    std::int64_t value = 0;
+    const char* end = first.data() + first.size();
+    const auto [ptr, ec] = std::from_chars(first.data(), end, value);
+    if (ec != std::errc() || ptr != end || value < 1 || value > kMaxThreads)
+      throw Error("OMP_NUM_THREADS must be an integer in " + integer_range(1, kMaxThreads) +
+                  " (or a comma-separated list of them, of which qkv uses the first), got " +
+                  quote_value(text));
+  }
+  qkv::num_threads();
+  qkv::storage_cache_limit();
+  qkv::fast_kernel_isa();
+}
 
 // "qkv bench" when the error arose inside the bench subcommand, else "qkv".
 std::string command_name(const CLI::App& app) {
@@ -77,14 +142,25 @@ std::string command_name(const CLI::App& app) {
 }
 
 int usage_error(const CLI::App& app, const std::string& message) {
-  std::cerr << command_name(app) << ": " << message << " (see '" << command_name(app)
+  std::cerr << command_name(app) << ": " << printable(message) << " (see '" << command_name(app)
             << " --help')\n";
   return kExitUsage;
 }
 
+// Options that name a file or directory. Given as "", each would read as not given (no
+// page written, the embedded model), so "" is refused instead.
+const std::vector<std::string> kPathOptions = {"--model", "--file", "--output", "--html", "--svg",
+                                               "--out"};
+
 int run(int argc, char** argv) {
   CLI::App app("qkv: Transformer attention, explained and measured.", "qkv");
-  app.footer("Run 'qkv <command> --help' for the options of a command.");
+  app.footer(
+      "Run 'qkv <command> --help' for the options of a command.\n\n"
+      "Exit status: 0 success; 1 a failure while running (the message starts 'qkv: error:'),\n"
+      "including input that is refused; 2 a usage error (a bad option, value or combination).\n\n"
+      "Environment (a value that does not parse is an error): QKV_NUM_THREADS, OMP_NUM_THREADS\n"
+      "(threads), QKV_BIND_THREADS (0: do not pin threads), QKV_ISA (the fast kernel's\n"
+      "instruction set), QKV_STORAGE_CACHE_MB (the tensor storage cache).");
   app.require_subcommand(0, 1);
   // Extras are reported by run() itself, with messages that say what was wrong.
   app.allow_extras();
@@ -122,7 +198,7 @@ int run(int argc, char** argv) {
       ->capture_default_str()
       ->check(one_of({"f32", "bf16", "f16"}));
   bench->add_option("--threads", b.threads, "Threads (default: QKV_NUM_THREADS, else OMP_NUM_THREADS, else all CPUs the process may use)")
-      ->check(kPositiveInt);
+      ->check(integer_in(1, kMaxThreads));
   bench
       ->add_option("--impl", b.impl,
                    "auto, reference (the naive twin) or fast (the fused kernel; QKV_ISA picks "
@@ -131,10 +207,10 @@ int run(int argc, char** argv) {
       ->check(one_of({"auto", "reference", "fast"}));
   bench->add_option("--repeats", b.repeats, "Timed runs; the median is reported")
       ->capture_default_str()
-      ->check(kPositiveInt);
+      ->check(integer_in(1, kMaxRuns));
   bench->add_option("--warmup", b.warmup, "Untimed runs first")
       ->capture_default_str()
-      ->check(kNonNegativeInt);
+      ->check(integer_in(0, kMaxRuns));
   bench->add_option("--seed", b.seed, "Seed of the random inputs")
       ->capture_default_str()
       ->check(kSeed);
@@ -150,12 +226,10 @@ int run(int argc, char** argv) {
   run_cmd->add_option("--text", ro.text, "Text (segment A)")->required();
   run_cmd->add_option("--pair", ro.pair, "Second segment B: [CLS] A [SEP] B [SEP]");
   run_cmd->add_option("--layer", ro.layer, "Layer whose attention is shown (default: the last)")
-      ->check(integer_at_least(0, std::numeric_limits<std::int64_t>::max(),
-                               "a non-negative integer"));
+      ->check(kNonNegative);
   run_cmd->add_option("--head", ro.head, "Head whose attention is shown")
       ->capture_default_str()
-      ->check(integer_at_least(0, std::numeric_limits<std::int64_t>::max(),
-                               "a non-negative integer"));
+      ->check(kNonNegative);
   run_cmd->add_option("--output", ro.output,
                       "Write input_ids and token_type_ids (B, L) as F32 values (exact below "
                       "2^24), last_hidden_state (B, L, E), pooler_output (B, E) and "
@@ -173,7 +247,9 @@ int run(int argc, char** argv) {
                        "vocab.json + merges.txt")->required();
   CLI::Option* to_text = tokenize->add_option("--text", to.text, "Text to encode");
   CLI::Option* to_file =
-      tokenize->add_option("--file", to.file, "Encode every line of this file, one output line each");
+      tokenize->add_option("--file", to.file,
+                           "Encode every line of this file ('-': standard input), one output "
+                           "line each");
   to_text->excludes(to_file);
   to_file->excludes(to_text);
   tokenize->add_flag("--json", to.json,
@@ -186,16 +262,18 @@ int run(int argc, char** argv) {
   generate->add_option("--model", g.model, "Model directory (config.json, model.safetensors, "
                        "vocab.json + merges.txt or tokenizer.json)")->required();
   generate->add_option("--prompt", g.prompt, "Text to continue")->required();
-  generate->add_option("--max-new-tokens", g.max_new_tokens, "Tokens to generate at most")
+  generate->add_option("--max-new-tokens", g.max_new_tokens,
+                       "Tokens to generate at most (with the prompt's, at most the model's "
+                       "n_positions)")
       ->capture_default_str()
-      ->check(integer_at_least(0, std::numeric_limits<std::int64_t>::max(),
-                               "a non-negative integer"));
+      ->check(kNonNegative);
   generate->add_option("--temperature", g.temperature, "Sampling temperature (0 = greedy)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(number_in(0, std::numeric_limits<double>::infinity(), false, false));
   generate->add_option("--top-k", g.top_k, "Sample among the K most likely tokens (0 = off)")
-      ->check(integer_at_least(0, std::numeric_limits<std::int64_t>::max(),
-                               "a non-negative integer"));
-  generate->add_option("--top-p", g.top_p, "Nucleus sampling mass, in (0, 1] (1 = off)");
+      ->check(kNonNegative);
+  generate->add_option("--top-p", g.top_p, "Nucleus sampling mass (1 = off)")
+      ->check(number_in(0, 1, true, false));
   generate->add_option("--seed", g.seed, "Seed of the sampler")->capture_default_str()->check(kSeed);
   generate->add_flag("--json", g.json,
                      "Print {\"prompt_ids\": [...], \"ids\": [...], \"text\": \"...\"}: ids are "
@@ -212,7 +290,7 @@ int run(int argc, char** argv) {
                        "to bf16, so logits move by ~1e-2 and greedy ids may differ; needs "
                        "AVX512-BF16 or AMX)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"f32", "bf16"}));
+      ->check(one_of({"f32", "bf16"}));
   generate->footer("Example: qkv generate --model gpt2/ --prompt \"Hello\" --max-new-tokens 20");
 
   // Training and the date translator.
@@ -222,16 +300,16 @@ int run(int argc, char** argv) {
   train->add_option("task", tr.task, "What to train: dates")->required();
   train->add_option("--steps", tr.steps, "Optimizer steps")
       ->capture_default_str()
-      ->check(integer_at_least(1, 100000000, "a positive integer"));
+      ->check(integer_in(1, kMaxSteps));
   train->add_option("--batch", tr.batch, "Pairs per step")
       ->capture_default_str()
-      ->check(integer_at_least(1, 65536, "an integer in [1, 65536]"));
+      ->check(integer_in(1, 65536));
   train->add_option("--lr", tr.lr, "Peak learning rate (warm-up, then cosine)")
       ->capture_default_str()
-      ->check(CLI::Range(1e-7, 1.0));
-  train->add_option("--label-smoothing", tr.label_smoothing, "Label smoothing, in [0, 1)")
+      ->check(number_in(1e-7, 1.0, false, false));
+  train->add_option("--label-smoothing", tr.label_smoothing, "Label smoothing")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.999));
+      ->check(number_in(0.0, 1.0, false, true));
   train->add_option("--seed", tr.seed, "Seed of the weights and of the training pairs")
       ->capture_default_str()
       ->check(kSeed);
@@ -240,13 +318,13 @@ int run(int argc, char** argv) {
   train->add_flag("--resume", tr.resume, "Continue from OUT/checkpoint.safetensors");
   train->add_option("--checkpoint-every", tr.checkpoint_every, "Steps between checkpoints (0 = at the end only)")
       ->capture_default_str()
-      ->check(integer_at_least(0, 100000000, "a non-negative integer"));
+      ->check(integer_in(0, kMaxSteps));
   train->add_option("--stop-at", tr.stop_at, "Stop after this step with a checkpoint, as Ctrl-C "
                     "does (continue with --resume)")
-      ->check(integer_at_least(1, 100000000, "a positive integer"));
+      ->check(integer_in(1, kMaxSteps));
   train->add_option("--eval-size", tr.eval_size, "Held-out dates scored at the end")
       ->capture_default_str()
-      ->check(integer_at_least(1, 14000, "an integer in [1, 14000]"));
+      ->check(integer_in(1, 14000));
   train->add_flag("--json", tr.json, "Print the result as one JSON object");
   train->add_flag("--quiet", tr.quiet, "No progress bar");
   train->footer("Example: qkv train dates --steps 1500 --out dates-model --seed 0");
@@ -255,23 +333,35 @@ int run(int argc, char** argv) {
   CLI::App* translate = app.add_subcommand(
       "translate", "Translate dates written by people into ISO 8601 (YYYY-MM-DD)");
   translate->add_option("text", tl.texts, "Dates to translate");
-  translate->add_option("--file", tl.file, "Translate every line of this file");
+  translate->add_option("--file", tl.file,
+                        "Translate every non-empty line of this file ('-': standard input)");
   translate->add_option("--model", tl.model,
                         "Model directory (config.json, model.safetensors) from qkv train dates; "
                         "default: the embedded model");
-  translate->add_flag("--json", tl.json, "Print {\"input\": ..., \"output\": ...} per line");
+  translate->add_flag("--json", tl.json,
+                      "Print {\"input\": ..., \"output\": ...} per input; a refused input "
+                      "has \"output\": null and \"error\"");
+  translate->add_flag("--raw", tl.raw,
+                      "Also print the model's answer for inputs that are refused, marked as "
+                      "a guess (the exit status stays 1)");
   translate->add_flag("--show", tl.show,
                       "Show the cross-attention (output characters x input characters) as a "
                       "terminal heatmap");
   translate->add_option("--layer", tl.layer, "Decoder layer shown by --show and --svg (0-based; default: the last)")
-      ->check(integer_at_least(0, std::numeric_limits<std::int64_t>::max(), "a non-negative integer"));
+      ->check(kNonNegative);
   translate->add_option("--head", tl.head, "Head shown by --show and --svg (default: the mean over heads; --svg: head 0)")
-      ->check(integer_at_least(0, std::numeric_limits<std::int64_t>::max(), "a non-negative integer"));
+      ->check(kNonNegative);
   translate->add_option("--html", tl.html,
                         "Write a self-contained HTML page with every layer and head of the "
                         "encoder self-, decoder masked self- and cross-attention of the first date");
   translate->add_option("--svg", tl.svg, "Write the cross-attention heatmap of the first date as SVG");
-  translate->footer("Example: qkv translate --show \"Saturday, 21 November 2026\"");
+  translate->footer(
+      "An answer is printed only when it is a calendar date between 1900-01-01 and 2099-12-31\n"
+      "that the input itself names, read in its family of forms (the 14 formats the model\n"
+      "learnt, English words in any order and case, DD.MM.YYYY, YYYY/MM/DD, YYYY-MM-DD, or\n"
+      "Chinese); any other input is refused on stderr with the reason, and the exit status\n"
+      "is 1.\n\n"
+      "Example: qkv translate --show \"Saturday, 21 November 2026\"");
 
   try {
     app.parse(argc, argv);
@@ -285,15 +375,26 @@ int run(int argc, char** argv) {
   if (!extras.empty()) {
     const std::string& first = extras.front();
     if (first.size() > 1 && first[0] == '-')
-      return usage_error(app, "unknown option '" + first + "'");
+      return usage_error(app, "unknown option " + quote_value(first));
     if (app.get_subcommands().empty()) {
-      return usage_error(app, "'" + first +
-                                  "' is not a command; the commands are version, "
+      return usage_error(app, quote_value(first) +
+                                  " is not a command; the commands are version, "
                                   "explain, bench, run, tokenize, generate, train and translate");
     }
-    return usage_error(app, "unexpected argument '" + first + "'");
+    return usage_error(app, "unexpected argument " + quote_value(first));
   }
 
+  if (app.get_subcommands().empty()) {
+    std::cout << app.help();
+    return kExitFailure;
+  }
+  for (const std::string& name : kPathOptions) {
+    const CLI::Option* option = app.get_subcommands().front()->get_option_no_throw(name);
+    if (option == nullptr || option->count() == 0) continue;
+    for (const std::string& value : option->results())
+      if (value.empty()) return usage_error(app, name + ": must name a file or directory, got ''");
+  }
+  check_environment();
   try {
     if (version->parsed()) return run_version(std::cout);
     if (explain->parsed()) return run_explain(explain_options, std::cout);
@@ -303,6 +404,7 @@ int run(int argc, char** argv) {
     if (tokenize->parsed()) {
       if (to_text->count() == 0 && to_file->count() == 0)
         throw UsageError("--text", "one of --text or --file is required");
+      to.has_file = to_file->count() > 0;
       return run_tokenize(to, std::cout);
     }
     // Dispatch: generate.
@@ -313,7 +415,10 @@ int run(int argc, char** argv) {
       for (int i = 1; i < argc; ++i) tr.command_line += " " + std::string(argv[i]);
       return run_train(tr, std::cout);
     }
-    if (translate->parsed()) return run_translate(tl, std::cout);
+    if (translate->parsed()) {
+      tl.has_file = translate->get_option("--file")->count() > 0;
+      return run_translate(tl, std::cout);
+    }
   } catch (const UsageError& e) {
     return usage_error(app, e.option() + ": " + e.what());
   }
@@ -328,13 +433,9 @@ int main(int argc, char** argv) {
   qkv::retain_freed_memory();  // every command runs models in a loop (qkv/memory.h)
   try {
     return qkv::cli::run(argc, argv);
-  } catch (const qkv::Error& e) {
+  } catch (const std::exception& e) {  // qkv::Error and anything else
     std::cout.flush();
-    std::cerr << "qkv: error: " << e.what() << '\n';
-    return qkv::cli::kExitFailure;
-  } catch (const std::exception& e) {
-    std::cout.flush();
-    std::cerr << "qkv: error: " << e.what() << '\n';
+    std::cerr << "qkv: error: " << qkv::cli::printable(e.what()) << '\n';
     return qkv::cli::kExitFailure;
   }
 }

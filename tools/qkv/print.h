@@ -81,6 +81,16 @@ void print_attention_heatmap(std::ostream& out, const Matrix& probs,
                              const std::vector<std::string>& row_tokens,
                              const std::vector<std::string>& col_tokens);
 
+// A value given by the user, as messages quote it: in single quotes, at most max_chars
+// characters (then "…" and the full size in bytes), with control characters, single
+// quotes, backslashes and bytes that are not UTF-8 written \xNN, so that a hostile value can
+// neither flood the terminal nor drive it with escape sequences.
+std::string quote_value(std::string_view text, std::size_t max_chars = 60);
+
+// A message as the tool prints it: control characters and bytes that are not UTF-8 as
+// \xNN (file names and values inside it come from the user), at most max_chars characters.
+std::string printable(std::string_view message, std::size_t max_chars = 2000);
+
 // printf-style formatting into a std::string.
 std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -59,7 +59,10 @@ Matrix head_matrix(const Tensor& probs, std::int64_t head) {
 int run_run(const RunOptions& o, std::ostream& out) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  QKV_CHECK(fs::is_directory(o.model, ec), "model directory '" << o.model << "' does not exist");
+  if (!o.output.empty()) check_output_path("--output", o.output);
+  if (!o.html.empty()) check_output_path("--html", o.html);
+  QKV_CHECK(fs::is_directory(o.model, ec),
+            "model directory " << quote_value(o.model) << " does not exist");
   const models::BertModel model = models::BertModel::load(o.model);
   const models::BertConfig& c = model.config;
   const std::int64_t layer = o.layer < 0 ? c.num_hidden_layers - 1 : o.layer;
@@ -79,7 +82,12 @@ int run_run(const RunOptions& o, std::ostream& out) {
   QKV_CHECK(wp != nullptr, "model directory '" << o.model
                                                << "': qkv run needs a WordPiece (BERT) tokenizer "
                                                   "(vocab.txt or tokenizer.json), found BPE");
-  const Encoding enc = o.pair.empty() ? wp->encode(o.text) : wp->encode_pair(o.text, o.pair);
+  Encoding enc;
+  try {
+    enc = o.pair.empty() ? wp->encode(o.text) : wp->encode_pair(o.text, o.pair);
+  } catch (const Error& e) {
+    throw Error((o.pair.empty() ? "--text: " : "--text/--pair: ") + std::string(e.what()));
+  }
   const auto L = static_cast<std::int64_t>(enc.ids.size());
   QKV_CHECK(L <= c.max_position_embeddings,
             "the input is " << L << " tokens, longer than max_position_embeddings = "

@@ -2,13 +2,14 @@
 // tokenizer directory — BERT WordPiece ([CLS] text [SEP]) or GPT-2 byte-level BPE (the
 // plain ids), whichever Tokenizer::load finds.
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "commands.h"
+#include "io/text_input.h"
+#include "print.h"
 #include "qkv/error.h"
 #include "qkv/tokenizer.h"
 
@@ -44,18 +45,28 @@ void encode_line(const Tokenizer& tokenizer, const std::string& text, bool json,
 int run_tokenize(const TokenizeOptions& o, std::ostream& out) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  QKV_CHECK(fs::is_directory(o.model, ec), "model directory '" << o.model << "' does not exist");
+  QKV_CHECK(fs::is_directory(o.model, ec),
+            "model directory " << quote_value(o.model) << " does not exist");
   const Tokenizer tokenizer = Tokenizer::load(o.model);
-  if (o.file.empty()) {
-    encode_line(tokenizer, o.text, o.json, out);
+  if (!o.has_file) {
+    try {
+      encode_line(tokenizer, o.text, o.json, out);
+    } catch (const Error& e) {
+      throw Error(std::string("--text: ") + e.what());
+    }
     return 0;
   }
-  std::ifstream in(o.file, std::ios::binary);
-  QKV_CHECK(in.is_open(), "--file '" << o.file << "': cannot open");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF files
-    encode_line(tokenizer, line, o.json, out);
+  if (o.file.empty()) throw UsageError("--file", "must name a file, or '-' for standard input");
+  // Line by line, so that input of any length streams through in bounded memory; a line
+  // that cannot be encoded stops the command, naming its line.
+  io::LineReader reader(o.file, "--file");
+  for (std::string line; reader.next(line);) {
+    try {
+      encode_line(tokenizer, line, o.json, out);
+    } catch (const Error& e) {
+      out.flush();
+      throw Error(reader.where() + ": " + e.what());
+    }
   }
   return 0;
 }

@@ -45,7 +45,8 @@ std::string progress_line(const models::TrainingProgress& p) {
 }  // namespace
 
 int run_train(const TrainOptions& o, std::ostream& out) {
-  if (o.task != "dates") throw UsageError("TASK", "the only task is 'dates', got '" + o.task + "'");
+  if (o.task != "dates")
+    throw UsageError("TASK", "the only task is 'dates', got " + quote_value(o.task));
   models::DateTrainingOptions t;
   t.steps = o.steps;
   t.batch = o.batch;

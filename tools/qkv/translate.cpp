@@ -2,8 +2,9 @@
 // --model DIR), and what it attended to: the cross-attention as a terminal heatmap
 // (--show), every attention of every layer and head as an HTML page (--html), one head as
 // an SVG heatmap (--svg).
-#include <fstream>
+#include <exception>
 #include <iostream>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "io/text_input.h"
 #include "print.h"
 #include "qkv/dates.h"
 #include "qkv/error.h"
@@ -100,64 +102,141 @@ Matrix cross_matrix(const Explained& e, std::int64_t layer, std::int64_t head) {
   return m;
 }
 
-std::string json_line(const std::string& input, const std::string& output) {
+// One object per input: {"input", "output"}, or for a refused input "output": null and
+// "error" (and "guess" with --raw).
+std::string json_line(const std::string& input, const models::DateTranslation& t, bool raw) {
   nlohmann::ordered_json j;
   j["input"] = input;
-  j["output"] = output;
+  if (t.ok()) {
+    j["output"] = t.output;
+  } else {
+    j["output"] = nullptr;
+    if (raw && !t.output.empty()) j["guess"] = t.output;
+    j["error"] = t.problem;
+  }
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
+
+// Inputs arrive in batches of this many (the positional ones, then --file's lines), so a
+// file of any length streams through in bounded memory, as translate_dates decodes.
+constexpr std::size_t kBatch = 512;
+
+struct Input {
+  std::string text;
+  std::string name;  // "input 3" or "--file 'dates.txt' line 7"
+};
 
 }  // namespace
 
 int run_translate(const TranslateOptions& o, std::ostream& out) {
-  std::vector<std::string> inputs = o.texts;
-  if (!o.file.empty()) {
-    std::ifstream f(o.file);
-    QKV_CHECK(f.good(), "cannot read --file '" << o.file << "'");
-    std::string line;
-    while (std::getline(f, line)) {
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (!line.empty()) inputs.push_back(line);
-    }
-  }
-  if (inputs.empty()) throw UsageError("TEXT", "give dates to translate, or --file");
+  if (o.texts.empty() && !o.has_file)
+    throw UsageError("TEXT", "give dates to translate, or --file");
+  if (o.has_file && o.file.empty())
+    throw UsageError("--file", "must name a file, or '-' for standard input");
+  if (!o.html.empty()) check_output_path("--html", o.html);
+  if (!o.svg.empty()) check_output_path("--svg", o.svg);
   const bool embedded = o.model.empty();
   const models::Seq2Seq model = embedded ? models::embedded_date_model() : models::Seq2Seq::load(o.model);
   const std::int64_t layers = model.config.num_decoder_layers;
   const std::int64_t layer = o.layer < 0 ? layers - 1 : o.layer;
   if (layer >= layers)
-    throw UsageError("--layer", format("the model has %lld decoder layers", static_cast<long long>(layers)));
+    throw UsageError("--layer", format("must be in [0, %lld) for this model, got %lld",
+                                       static_cast<long long>(layers),
+                                       static_cast<long long>(layer)));
   if (o.head >= model.config.nhead)
-    throw UsageError("--head", format("the model has %lld heads", static_cast<long long>(model.config.nhead)));
+    throw UsageError("--head", format("must be in [0, %lld) for this model, got %lld",
+                                      static_cast<long long>(model.config.nhead),
+                                      static_cast<long long>(o.head)));
 
-  const std::vector<std::string> outputs = models::translate_dates(model, inputs);
+  std::optional<io::LineReader> reader;
+  if (o.has_file) reader.emplace(o.file, "--file");
+  std::size_t next_text = 0;
+  // A line the reader refuses ends the input: the lines before it are still translated,
+  // then its error is raised.
+  std::exception_ptr read_error;
+  // The next batch: positional inputs first, then non-empty lines of --file.
+  const auto read_batch = [&] {
+    std::vector<Input> batch;
+    for (; next_text < o.texts.size() && batch.size() < kBatch; ++next_text)
+      batch.push_back({o.texts[next_text], "input " + std::to_string(next_text + 1)});
+    std::string line;
+    try {
+      while (reader && !read_error && batch.size() < kBatch && reader->next(line))
+        if (!line.empty()) batch.push_back({line, reader->where()});
+    } catch (const Error&) {
+      read_error = std::current_exception();
+    }
+    return batch;
+  };
+
   const std::string title = embedded ? "qkv date translator (embedded model)" : o.model;
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    if (o.json) out << json_line(inputs[i], outputs[i]) << '\n';
-    else if (!o.show) out << outputs[i] << '\n';
-    if (!o.show) continue;
-    const Explained e = explain(model, inputs[i], outputs[i]);
-    out << (i ? "\n" : "") << inputs[i] << "  →  " << outputs[i] << '\n';
-    out << "cross-attention, decoder layer " << layer << " (of 0-" << layers - 1 << "), "
-        << (o.head < 0 ? std::string("mean of the heads")
-                       : format("head %lld", static_cast<long long>(o.head)))
-        << " (rows: output characters, columns: input characters):\n";
-    // Each row is the query of the decoder input token (<s>, 2, 0, ...), which predicts
-    // the next output character: label rows with what they produced.
-    print_attention_heatmap(out, cross_matrix(e, layer, o.head), e.target_out, e.source_tokens);
+  std::int64_t inputs = 0, refused = 0;
+  std::optional<Input> first;
+  models::DateTranslation first_translation;
+  for (std::vector<Input> batch = read_batch(); !batch.empty(); batch = read_batch()) {
+    std::vector<std::string> texts;
+    for (const Input& in : batch) texts.push_back(in.text);
+    const std::vector<models::DateTranslation> got = models::translate_dates_checked(model, texts);
+    if (!first) {
+      first = batch.front();
+      first_translation = got.front();
+    }
+    for (std::size_t i = 0; i < batch.size(); ++i, ++inputs) {
+      const models::DateTranslation& t = got[i];
+      const std::string& input = batch[i].text;
+      if (!t.ok()) {
+        ++refused;
+        out.flush();  // what came before stays before the message
+        std::cerr << "qkv: error: " << printable(batch[i].name) << " " << quote_value(input) << ": "
+                  << t.problem << '\n';
+      }
+      const bool shown = t.ok() || (o.raw && !t.output.empty());
+      if (o.json) out << json_line(input, t, o.raw) << '\n';
+      else if (!o.show && shown) out << t.output << (t.ok() ? "" : "  (guess, refused)") << '\n';
+      if (!o.show || !shown) continue;
+      const Explained e = explain(model, input, t.output);
+      out << (inputs ? "\n" : "") << input << "  →  " << t.output
+          << (t.ok() ? "" : "  (guess, refused)") << '\n';
+      out << "cross-attention, decoder layer " << layer << " (of 0-" << layers - 1 << "), "
+          << (o.head < 0 ? std::string("mean of the heads")
+                         : format("head %lld", static_cast<long long>(o.head)))
+          << " (rows: output characters, columns: input characters):\n";
+      // Each row is the query of the decoder input token (<s>, 2, 0, ...), which predicts
+      // the next output character: label rows with what they produced.
+      print_attention_heatmap(out, cross_matrix(e, layer, o.head), e.target_out, e.source_tokens);
+    }
   }
-  if (!o.html.empty() || !o.svg.empty()) {
-    const Explained e = explain(model, inputs.front(), outputs.front());
-    const viz::AttentionView v = view_of(e, inputs.front(), outputs.front(), title);
+  if (read_error) {
+    out.flush();
+    std::rethrow_exception(read_error);
+  }
+  if (!first) throw Error(reader->name() + ": has no dates to translate (only empty lines)");
+
+  const models::DateTranslation& t = first_translation;
+  const bool pages = !o.html.empty() || !o.svg.empty();
+  if (pages && !t.ok() && !(o.raw && !t.output.empty())) {
+    std::cerr << "qkv: error: --html/--svg: not written, as " << printable(first->name)
+              << " was refused (--raw shows the model's guess)\n";
+  } else if (pages) {
+    const std::string output = t.output + (t.ok() ? "" : " (guess, refused)");
+    const Explained e = explain(model, first->text, t.output);
+    const viz::AttentionView v = view_of(e, first->text, output, title);
     if (!o.html.empty()) {
       viz::write_file(o.html, viz::render_html(v));
       (o.json ? std::cerr : out) << "wrote " << o.html << " (every layer and head of \""
-                                 << inputs.front() << "\")\n";
+                                 << first->text << "\")\n";
     }
     if (!o.svg.empty()) {
       viz::write_file(o.svg, viz::render_svg(v.groups[2], layer, o.head < 0 ? 0 : o.head));
       (o.json ? std::cerr : out) << "wrote " << o.svg << "\n";
     }
+  }
+  if (refused > 0) {
+    out.flush();
+    std::cerr << "qkv: error: " << refused << " of " << inputs << " input"
+              << (inputs == 1 ? " was" : "s were") << " not translated"
+              << (o.raw ? "" : " (--raw prints the model's guesses, marked)") << '\n';
+    return kExitFailure;
   }
   return 0;
 }
