@@ -10,7 +10,8 @@
 //   (torch: t.view(torch.int16).numpy()), and comes back the same way.
 // - Results are handed to NumPy with no copy: the array's base is a capsule that owns
 //   the qkv::Tensor.
-// - The GIL is released around every computation.
+// - The GIL is released around every computation; attention's calls from the main thread
+//   run on a worker thread so that Ctrl-C stops them (interruptible.h).
 // - qkv::Error becomes ValueError, TypeError, MemoryError or KeyboardInterrupt (its kind()).
 
 #include <pybind11/numpy.h>
@@ -24,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "interruptible.h"
 #include "qkv/qkv.h"
 
 namespace py = pybind11;
@@ -172,11 +174,8 @@ py::tuple attention(const qkv::Tensor& q, const qkv::Tensor& k, const qkv::Tenso
   options.return_lse = return_lse;
   options.return_probs = return_probs;
 
-  qkv::AttentionResult result;
-  {
-    py::gil_scoped_release release;
-    result = qkv::attention(q, k, v, options);
-  }
+  const qkv::AttentionResult result =
+      qkv::python::interruptible([&] { return qkv::attention(q, k, v, options); });
   return py::make_tuple(array_from_tensor(result.out), optional_array(result.lse),
                         optional_array(result.probs));
 }
@@ -194,21 +193,14 @@ py::tuple attention_backward(const qkv::Tensor& dout, const qkv::Tensor& q, cons
   const qkv::AttentionOptions options =
       make_options(std::move(mask), scale, causal, alignment, std::move(key_lengths), window,
                    std::move(alibi_slopes), softcap, dropout_p, seed, impl);
-  qkv::AttentionGradients grads;
-  {
-    py::gil_scoped_release release;
-    grads = qkv::attention_backward(dout, q, k, v, out, lse, options);
-  }
+  const qkv::AttentionGradients grads = qkv::python::interruptible(
+      [&] { return qkv::attention_backward(dout, q, k, v, out, lse, options); });
   return py::make_tuple(array_from_tensor(grads.dq), array_from_tensor(grads.dk),
                         array_from_tensor(grads.dv));
 }
 
 py::array self_attention_raw(const qkv::Tensor& x, std::optional<double> scale) {
-  qkv::Tensor out;
-  {
-    py::gil_scoped_release release;
-    out = qkv::self_attention_raw(x, scale);
-  }
+  const qkv::Tensor out = qkv::python::interruptible([&] { return qkv::self_attention_raw(x, scale); });
   return array_from_tensor(out);
 }
 
@@ -237,6 +229,7 @@ PYBIND11_MODULE(_qkv, m) {
   });
 
   m.attr("__version__") = qkv::kVersion;
+  qkv::python::init_interruptible();
 
   py::class_<qkv::Tensor>(m, "_Tensor",
                           "A qkv::Tensor: a strided view over memory (here, usually a NumPy "
@@ -293,6 +286,11 @@ PYBIND11_MODULE(_qkv, m) {
   m.def("_set_storage_cache_limit", &qkv::set_storage_cache_limit, py::arg("nbytes"));
   m.def("_cached_storage_bytes", &qkv::cached_storage_bytes);
   m.def("_release_cached_storage", &qkv::release_cached_storage);
+  m.def("_memory_limit", &qkv::memory_limit);
+  m.def("_set_memory_limit", [](std::optional<std::size_t> bytes) {
+    if (bytes) qkv::set_memory_limit(*bytes); else qkv::reset_memory_limit();
+  }, py::arg("nbytes"));
+  m.def("_default_memory_limit", &qkv::default_memory_limit);
   register_nn(m);
   register_models(m);
   register_train(m);
