@@ -381,7 +381,7 @@ std::string describe_bytes(std::size_t bytes) {
   }
   char text[96];
   if (unit == 0)
-    std::snprintf(text, sizeof text, "%zu bytes", bytes);
+    std::snprintf(text, sizeof text, bytes == 1 ? "%zu byte" : "%zu bytes", bytes);
   else
     std::snprintf(text, sizeof text, "%.3g %s (%zu bytes)", value, kUnits[unit], bytes);
   return text;
