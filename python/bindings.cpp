@@ -160,6 +160,19 @@ qkv::AttentionOptions make_options(std::optional<qkv::Tensor> mask, std::optiona
   return options;
 }
 
+// Whether an attention call is long enough to run interruptibly (interruptible.h): its
+// multiply-adds B·Hq·Lq·Lk·(Dk + Dv) times `factor` (the backward's are 2.5 times the
+// forward's), 32 times more on the reference path, which is about that much slower.
+bool long_attention(const qkv::Tensor& q, const qkv::Tensor& k, const qkv::Tensor& v,
+                    const qkv::AttentionOptions& options, double factor) {
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return false;  // an error, raised by the call
+  double work = factor;
+  for (double size : {q.size(0), q.size(1), q.size(2), k.size(2)}) work *= size;
+  work *= static_cast<double>(q.size(3) + v.size(3));
+  const bool reference = options.impl == qkv::AttentionImpl::reference || options.return_probs;
+  return qkv::python::long_call(reference ? 32.0 * work : work);
+}
+
 // The whole of qkv::attention: q, k, v, mask are tensors made by _Tensor.from_array.
 py::tuple attention(const qkv::Tensor& q, const qkv::Tensor& k, const qkv::Tensor& v,
                     std::optional<qkv::Tensor> mask, std::optional<double> scale, bool causal,
@@ -175,7 +188,7 @@ py::tuple attention(const qkv::Tensor& q, const qkv::Tensor& k, const qkv::Tenso
   options.return_probs = return_probs;
 
   const qkv::AttentionResult result =
-      qkv::python::interruptible([&] { return qkv::attention(q, k, v, options); });
+      qkv::python::interruptible(long_attention(q, k, v, options, 1.0), [&] { return qkv::attention(q, k, v, options); });
   return py::make_tuple(array_from_tensor(result.out), optional_array(result.lse),
                         optional_array(result.probs));
 }
@@ -194,13 +207,17 @@ py::tuple attention_backward(const qkv::Tensor& dout, const qkv::Tensor& q, cons
       make_options(std::move(mask), scale, causal, alignment, std::move(key_lengths), window,
                    std::move(alibi_slopes), softcap, dropout_p, seed, impl);
   const qkv::AttentionGradients grads = qkv::python::interruptible(
-      [&] { return qkv::attention_backward(dout, q, k, v, out, lse, options); });
+      long_attention(q, k, v, options, 2.5), [&] { return qkv::attention_backward(dout, q, k, v, out, lse, options); });
   return py::make_tuple(array_from_tensor(grads.dq), array_from_tensor(grads.dk),
                         array_from_tensor(grads.dv));
 }
 
 py::array self_attention_raw(const qkv::Tensor& x, std::optional<double> scale) {
-  const qkv::Tensor out = qkv::python::interruptible([&] { return qkv::self_attention_raw(x, scale); });
+  const bool batched = x.dim() == 3;
+  const double L = x.dim() >= 2 ? static_cast<double>(x.size(batched ? 1 : 0)) : 0.0;
+  const double work = (batched ? static_cast<double>(x.size(0)) : 1.0) * L * L * 2.0 * static_cast<double>(x.dim() >= 1 ? x.size(-1) : 0);
+  const qkv::Tensor out =
+      qkv::python::interruptible(qkv::python::long_call(work), [&] { return qkv::self_attention_raw(x, scale); });
   return array_from_tensor(out);
 }
 
