@@ -10,7 +10,8 @@
 //   (torch: t.view(torch.int16).numpy()), and comes back the same way.
 // - Results are handed to NumPy with no copy: the array's base is a capsule that owns
 //   the qkv::Tensor.
-// - The GIL is released around every computation.
+// - The GIL is released around every computation; attention's calls from the main thread
+//   run on a worker thread so that Ctrl-C stops them (interruptible.h).
 // - qkv::Error becomes ValueError, TypeError, MemoryError or KeyboardInterrupt (its kind());
 //   std::bad_alloc and std::length_error (a container asked for more than it can hold)
 //   become MemoryError, naming what was being done where a binding knows it
@@ -29,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "interruptible.h"
 #include "qkv/qkv.h"
 
 namespace py = pybind11;
@@ -177,6 +179,19 @@ qkv::AttentionOptions make_options(std::optional<qkv::Tensor> mask, std::optiona
   return options;
 }
 
+// Whether an attention call is long enough to run interruptibly (interruptible.h): its
+// multiply-adds B·Hq·Lq·Lk·(Dk + Dv) times `factor` (the backward's are 2.5 times the
+// forward's), 32 times more on the reference path, which is about that much slower.
+bool long_attention(const qkv::Tensor& q, const qkv::Tensor& k, const qkv::Tensor& v,
+                    const qkv::AttentionOptions& options, double factor) {
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return false;  // an error, raised by the call
+  double work = factor;
+  for (double size : {q.size(0), q.size(1), q.size(2), k.size(2)}) work *= size;
+  work *= static_cast<double>(q.size(3) + v.size(3));
+  const bool reference = options.impl == qkv::AttentionImpl::reference || options.return_probs;
+  return qkv::python::long_call(reference ? 32.0 * work : work);
+}
+
 // The whole of qkv::attention: q, k, v, mask are tensors made by _Tensor.from_array.
 py::tuple attention(const qkv::Tensor& q, const qkv::Tensor& k, const qkv::Tensor& v,
                     std::optional<qkv::Tensor> mask, std::optional<double> scale, bool causal,
@@ -191,11 +206,8 @@ py::tuple attention(const qkv::Tensor& q, const qkv::Tensor& k, const qkv::Tenso
   options.return_lse = return_lse;
   options.return_probs = return_probs;
 
-  qkv::AttentionResult result;
-  {
-    py::gil_scoped_release release;
-    result = qkv::attention(q, k, v, options);
-  }
+  const qkv::AttentionResult result =
+      qkv::python::interruptible(long_attention(q, k, v, options, 1.0), [&] { return qkv::attention(q, k, v, options); });
   return py::make_tuple(array_from_tensor(result.out), optional_array(result.lse),
                         optional_array(result.probs));
 }
@@ -213,21 +225,18 @@ py::tuple attention_backward(const qkv::Tensor& dout, const qkv::Tensor& q, cons
   const qkv::AttentionOptions options =
       make_options(std::move(mask), scale, causal, alignment, std::move(key_lengths), window,
                    std::move(alibi_slopes), softcap, dropout_p, seed, impl);
-  qkv::AttentionGradients grads;
-  {
-    py::gil_scoped_release release;
-    grads = qkv::attention_backward(dout, q, k, v, out, lse, options);
-  }
+  const qkv::AttentionGradients grads = qkv::python::interruptible(
+      long_attention(q, k, v, options, 2.5), [&] { return qkv::attention_backward(dout, q, k, v, out, lse, options); });
   return py::make_tuple(array_from_tensor(grads.dq), array_from_tensor(grads.dk),
                         array_from_tensor(grads.dv));
 }
 
 py::array self_attention_raw(const qkv::Tensor& x, std::optional<double> scale) {
-  qkv::Tensor out;
-  {
-    py::gil_scoped_release release;
-    out = qkv::self_attention_raw(x, scale);
-  }
+  const bool batched = x.dim() == 3;
+  const double L = x.dim() >= 2 ? static_cast<double>(x.size(batched ? 1 : 0)) : 0.0;
+  const double work = (batched ? static_cast<double>(x.size(0)) : 1.0) * L * L * 2.0 * static_cast<double>(x.dim() >= 1 ? x.size(-1) : 0);
+  const qkv::Tensor out =
+      qkv::python::interruptible(qkv::python::long_call(work), [&] { return qkv::self_attention_raw(x, scale); });
   return array_from_tensor(out);
 }
 
@@ -264,6 +273,7 @@ PYBIND11_MODULE(_qkv, m) {
   });
 
   m.attr("__version__") = qkv::kVersion;
+  qkv::python::init_interruptible();
 
   py::class_<qkv::Tensor>(m, "_Tensor",
                           "A qkv::Tensor: a strided view over memory (here, usually a NumPy "
@@ -320,6 +330,11 @@ PYBIND11_MODULE(_qkv, m) {
   m.def("_set_storage_cache_limit", &qkv::set_storage_cache_limit, py::arg("nbytes"));
   m.def("_cached_storage_bytes", &qkv::cached_storage_bytes);
   m.def("_release_cached_storage", &qkv::release_cached_storage);
+  m.def("_memory_limit", &qkv::memory_limit);
+  m.def("_set_memory_limit", [](std::optional<std::size_t> bytes) {
+    if (bytes) qkv::set_memory_limit(*bytes); else qkv::reset_memory_limit();
+  }, py::arg("nbytes"));
+  m.def("_default_memory_limit", &qkv::default_memory_limit);
   register_nn(m);
   register_models(m);
   register_train(m);

@@ -1,10 +1,30 @@
-// Process-wide memory policy for programs that run models in a loop, and the cache that
-// tensor storage comes from.
+// Process-wide memory policy: the memory limit every call is checked against before it
+// allocates, the allocator setting for programs that run models in a loop, and the cache
+// that tensor storage comes from.
 #pragma once
 
 #include <cstddef>
 
 namespace qkv {
+
+// The memory limit. Before a call allocates memory whose size follows from its input (an
+// output from shapes, kernel scratch per thread, a temporary copy of an input), it adds the
+// sizes up, with overflow-checked arithmetic, and compares the sum with this limit; over it,
+// nothing is allocated and the call throws qkv::Error of ErrorKind::memory (Python:
+// MemoryError) naming the bytes and what they were for. Any single tensor of 128 KiB or more
+// is checked against it too. An allocation that fails all the same (memory taken by others)
+// is also ErrorKind::memory, never std::bad_alloc or a crash.
+// Default: 80% of the least of physical memory, the cgroup's memory limit (v2 memory.max,
+// v1 memory.limit_in_bytes, of the process's cgroup and its ancestors) and the address-space
+// limit (RLIMIT_AS, as `ulimit -v` or `prlimit --as` set it). The environment variable
+// QKV_MEMORY_LIMIT (bytes, or with a suffix K, M, G or T for 2^10, 2^20, 2^30, 2^40:
+// "8G", "512M") replaces the default, and set_memory_limit() replaces both. While
+// QKV_MEMORY_LIMIT is malformed, memory_limit() and the calls it guards throw qkv::Error
+// naming it (until set_memory_limit()).
+std::size_t memory_limit();
+void set_memory_limit(std::size_t bytes);  // bytes >= 1, else qkv::Error
+void reset_memory_limit();                 // back to QKV_MEMORY_LIMIT, else the default
+std::size_t default_memory_limit();        // the default, whatever overrides it
 
 // Every forward (and training step) allocates and frees the same activation sizes,
 // megabytes each, again and again. glibc returns such blocks to the kernel (mmap'd

@@ -17,9 +17,39 @@
 // OpenMP. Pinned workers start on time after idle (see src/core/threads.cpp).
 #pragma once
 
+#include <atomic>
+
 namespace qkv {
 
 int num_threads();              // throws qkv::Error when QKV_NUM_THREADS or QKV_BIND_THREADS is malformed
 void set_num_threads(int count);  // count >= 1, else qkv::Error
+
+// Stopping a computation that is running (Ctrl-C).
+//
+// Every parallel loop of qkv checks an interrupt flag between its units of work (a block of
+// queries of an attention kernel, a query row of the reference, a key/value head of the
+// backward, a thread's share of an element-wise loop). Once the flag is set, the next check
+// stops the computation, and the call throws qkv::Error of ErrorKind::interrupted on the
+// thread that made it (Python: KeyboardInterrupt). What has not reached a check (a oneDNN
+// product, a single-threaded copy) runs to its end first. The flag checked is the one of the
+// thread that started the computation: an InterruptScope's while one is alive there, else the
+// process-wide flag. The flag is never cleared by qkv: whoever set it clears it.
+void request_interrupt() noexcept;  // sets the process-wide flag; async-signal-safe (a SIGINT handler may call it)
+void clear_interrupt() noexcept;    // clears it
+bool interrupt_requested() noexcept;  // the process-wide flag
+
+// While alive, computations started by this thread check `flag` instead of the process-wide
+// one (Python's binding gives each call its own, so Ctrl-C stops only the call it interrupts).
+// Scopes nest; destroy them in reverse order on the thread that made them.
+class InterruptScope {
+ public:
+  explicit InterruptScope(const std::atomic<bool>& flag) noexcept;
+  ~InterruptScope();
+  InterruptScope(const InterruptScope&) = delete;
+  InterruptScope& operator=(const InterruptScope&) = delete;
+
+ private:
+  const std::atomic<bool>* previous_;
+};
 
 }  // namespace qkv

@@ -56,6 +56,8 @@ __all__ = [
     "set_storage_cache_limit",
     "cached_storage_bytes",
     "release_cached_storage",
+    "memory_limit",
+    "set_memory_limit",
     "__version__",
     "MultiheadAttention",
     "TransformerEncoderLayer",
@@ -127,6 +129,31 @@ def release_cached_storage():
     """Give every cached block back to the system allocator, as
     ``torch.cuda.empty_cache()`` does for PyTorch's GPU cache."""
     _qkv._release_cached_storage()
+
+
+def memory_limit():
+    """The most bytes one call may allocate (its outputs, scratch and temporary copies, added
+    up before anything is allocated; beyond it the call raises MemoryError naming the bytes
+    and what they were for). Default: 80% of the least of physical memory, the cgroup's
+    memory limit and the address-space limit (``ulimit -v``); the environment variable
+    ``QKV_MEMORY_LIMIT`` (bytes, or with a suffix K, M, G or T: "8G") or
+    ``set_memory_limit`` replaces it."""
+    return _qkv._memory_limit()
+
+
+def set_memory_limit(nbytes):
+    """Set the memory limit in bytes (>= 1); None goes back to ``QKV_MEMORY_LIMIT`` or the
+    default. ValueError for a size below 1, TypeError for a non-integer."""
+    if nbytes is None:
+        _qkv._set_memory_limit(None)
+        return
+    try:
+        n = operator.index(nbytes)
+    except TypeError:
+        raise TypeError(f"set_memory_limit: nbytes must be an int or None, got {nbytes!r}") from None
+    if n < 1 or n >= 1 << 64:
+        raise ValueError(f"set_memory_limit: nbytes must be in [1, 2^64), got {n}")
+    _qkv._set_memory_limit(n)
 
 
 # --------------------------------------------------------------------------------------

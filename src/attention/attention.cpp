@@ -22,8 +22,10 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
     case AttentionImpl::automatic:
     case AttentionImpl::fast:
       // The fused kernel never forms the Lq×Lk matrix, so probabilities (for heatmaps)
-      // come from the reference, which does.
-      if (options.return_probs) return detail::reference_attention(problem, q, k, v, options);
+      // come from the reference, which does; and head dimensions too wide for the kernel's
+      // scratch per thread run there too (flash.h).
+      if (options.return_probs || !detail::fast_kernel_takes(problem))
+        return detail::reference_attention(problem, q, k, v, options);
       return detail::flash_attention(problem, q, k, v, options.return_lse, detail::selected_isa());
   }
   throw Error("scaled_dot_product_attention: unknown AttentionImpl value");

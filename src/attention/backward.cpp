@@ -1,8 +1,11 @@
 // qkv::attention_backward: validate as the forward does, then dispatch.
 #include "attention/backward.h"
 
+#include <new>
+
 #include "qkv/attention.h"
 #include "qkv/error.h"
+#include "qkv/threads.h"
 
 namespace qkv {
 namespace detail {
@@ -25,13 +28,27 @@ AttentionGradients flash_attention_backward(const AttentionProblem& problem, con
                                             const Tensor& q, const Tensor& k, const Tensor& v,
                                             const Tensor& out, const Tensor& lse, Isa isa) {
   const IsaKernels& kernels = isa_kernels(isa);
-  AttentionGradients g;
-  // Uninitialized: the kernel writes every element (zeroing first cost 3% at B = 128, L = 32).
-  g.dq = Tensor::empty({problem.B, problem.Hq, problem.Lq, problem.Dk});   // (B, Hq, Lq, Dk)
-  g.dk = Tensor::empty({problem.B, problem.Hkv, problem.Lk, problem.Dk});  // (B, Hkv, Lk, Dk)
-  g.dv = Tensor::empty({problem.B, problem.Hkv, problem.Lk, problem.Dv});  // (B, Hkv, Lk, Dv)
-  kernels.backward(problem, dout, q, k, v, out, lse, g);
-  return g;
+  const AttentionProblem& p = problem;
+  MemoryPlan plan("attention_backward");
+  plan.add("dq (B, Hq, Lq, Dk) f32", {p.B, p.Hq, p.Lq, p.Dk, 4});
+  plan.add("dk (B, Hkv, Lk, Dk) f32", {p.B, p.Hkv, p.Lk, p.Dk, 4});
+  plan.add("dv (B, Hkv, Lk, Dv) f32", {p.B, p.Hkv, p.Lk, p.Dv, 4});
+  kernels.backward_memory(p, num_threads(), plan);
+  plan.check();
+  try {
+    AttentionGradients g;
+    // Uninitialized: the kernel writes every element (zeroing first cost 3% at B = 128, L = 32).
+    g.dq = Tensor::empty({p.B, p.Hq, p.Lq, p.Dk});   // (B, Hq, Lq, Dk)
+    g.dk = Tensor::empty({p.B, p.Hkv, p.Lk, p.Dk});  // (B, Hkv, Lk, Dk)
+    g.dv = Tensor::empty({p.B, p.Hkv, p.Lk, p.Dv});  // (B, Hkv, Lk, Dv)
+    kernels.backward(p, dout, q, k, v, out, lse, g);
+    return g;
+  } catch (const std::bad_alloc&) {
+    plan.throw_allocation_failed("std::bad_alloc");
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::memory) throw;
+    plan.throw_allocation_failed(e.what());
+  }
 }
 
 }  // namespace detail
@@ -54,6 +71,8 @@ AttentionGradients attention_backward(const Tensor& dout, const Tensor& q, const
       return detail::reference_attention_backward(problem, dout, q, k, v);
     case AttentionImpl::automatic:
     case AttentionImpl::fast:
+      // Head dimensions too wide for the kernel's scratch run the reference (flash.h).
+      if (!detail::fast_kernel_takes(problem)) return detail::reference_attention_backward(problem, dout, q, k, v);
       return detail::flash_attention_backward(problem, dout, q, k, v, out, lse, detail::selected_isa());
   }
   throw Error("attention_backward: unknown AttentionImpl value");

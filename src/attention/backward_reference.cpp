@@ -19,16 +19,53 @@
 
 #include <cmath>
 #include <limits>
+#include <new>
 #include <vector>
 
 #include "attention/backward.h"
 #include "attention/reference.h"
+#include "core/parallel.h"
+#include "qkv/error.h"
 #include "qkv/threads.h"
 
 namespace qkv::detail {
+namespace {
+
+AttentionGradients reference_backward_planned(const AttentionProblem& p, const Tensor& dout_in,
+                                              const Tensor& q_in, const Tensor& k_in, const Tensor& v_in);
+
+}  // namespace
+
 AttentionGradients reference_attention_backward(const AttentionProblem& p, const Tensor& dout_in,
                                                 const Tensor& q_in, const Tensor& k_in,
                                                 const Tensor& v_in) {
+  MemoryPlan plan("attention_backward (reference)");
+  plan_f32_contiguous(plan, "q as contiguous f32", q_in);
+  plan_f32_contiguous(plan, "k as contiguous f32", k_in);
+  plan_f32_contiguous(plan, "v as contiguous f32", v_in);
+  plan_f32_contiguous(plan, "dout as contiguous f32", dout_in);
+  plan.add("dq (B, Hq, Lq, Dk) f32", {p.B, p.Hq, p.Lq, p.Dk, 4});
+  plan.add("dk (B, Hkv, Lk, Dk) f32", {p.B, p.Hkv, p.Lk, p.Dk, 4});
+  plan.add("dv (B, Hkv, Lk, Dv) f32", {p.B, p.Hkv, p.Lk, p.Dv, 4});
+  // Per thread, in double: a head's dk and dv (Lk, Dk + Dv), five rows of Lk and one of Dk.
+  const auto per_thread = checked_product({p.Lk, p.Dk + p.Dv});
+  plan.add_per_thread("a head's dk and dv and rows of scores in double", num_threads(),
+                      per_thread && *per_thread < (std::size_t{1} << 59) ? static_cast<std::int64_t>(*per_thread + 5 * p.Lk + p.Dk) * 8 : -1);
+  plan.check();
+  try {
+    return reference_backward_planned(p, dout_in, q_in, k_in, v_in);
+  } catch (const std::bad_alloc&) {
+    plan.throw_allocation_failed("std::bad_alloc");
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::memory) throw;
+    plan.throw_allocation_failed(e.what());
+  }
+}
+
+namespace {
+
+AttentionGradients reference_backward_planned(const AttentionProblem& p, const Tensor& dout_in,
+                                              const Tensor& q_in, const Tensor& k_in, const Tensor& v_in) {
   const Tensor q = as_f32_contiguous(q_in);        // (B, Hq, Lq, Dk)
   const Tensor k = as_f32_contiguous(k_in);        // (B, Hkv, Lk, Dk)
   const Tensor v = as_f32_contiguous(v_in);        // (B, Hkv, Lk, Dv)
@@ -50,14 +87,19 @@ AttentionGradients reference_attention_backward(const AttentionProblem& p, const
   const double keep_scale = p.dropout_p < 1.0 ? 1.0 / (1.0 - p.dropout_p) : 0.0;
   const std::int64_t tasks = p.B * p.Hkv;  // one (b, key/value head): owns its dk, dv rows
 
+  RegionErrors errors("attention.backward_reference");
 #pragma omp parallel num_threads(num_threads())
   {
     const auto Lk = static_cast<std::size_t>(p.Lk);
-    std::vector<double> s(Lk), t(Lk), P(Lk), Z(Lk), dP(Lk);  // (Lk) one row each
-    std::vector<double> dq_row(static_cast<std::size_t>(p.Dk));  // (Dk)
-    std::vector<double> dk_acc(Lk * p.Dk), dv_acc(Lk * p.Dv);   // (Lk, Dk), (Lk, Dv)
+    std::vector<double> s, t, P, Z, dP, dq_row, dk_acc, dv_acc;
+    errors.run([&] {
+      for (std::vector<double>* row : {&s, &t, &P, &Z, &dP}) row->resize(Lk);  // (Lk) one row each
+      dq_row.resize(static_cast<std::size_t>(p.Dk));                           // (Dk)
+      dk_acc.resize(Lk * p.Dk);                                                // (Lk, Dk)
+      dv_acc.resize(Lk * p.Dv);                                                // (Lk, Dv)
+    });
 #pragma omp for schedule(dynamic, 1)
-    for (std::int64_t task = 0; task < tasks; ++task) {
+    for (std::int64_t task = 0; task < tasks; ++task) errors.run([&] {  // not where the buffers failed
       const std::int64_t b = task / p.Hkv, hk = task % p.Hkv;
       const float* kb = kd + task * p.Lk * p.Dk;  // (Lk, Dk) of (b, hk)
       const float* vb = vd + task * p.Lk * p.Dv;  // (Lk, Dv) of (b, hk)
@@ -112,9 +154,12 @@ AttentionGradients reference_attention_backward(const AttentionProblem& p, const
       }
       for (std::int64_t n = 0; n < p.Lk * p.Dk; ++n) dk[task * p.Lk * p.Dk + n] = static_cast<float>(dk_acc[n]);
       for (std::int64_t n = 0; n < p.Lk * p.Dv; ++n) dv[task * p.Lk * p.Dv + n] = static_cast<float>(dv_acc[n]);
-    }
+    });
   }
+  errors.rethrow();
   return g;
 }
+
+}  // namespace
 
 }  // namespace qkv::detail

@@ -1,5 +1,9 @@
 #include "attention/problem.h"
 
+#include <algorithm>
+#include <cmath>
+#include <string>
+
 #include "qkv/error.h"
 #include "qkv/rng.h"
 
@@ -80,8 +84,22 @@ AttentionProblem make_problem(const Tensor& q, const Tensor& k, const Tensor& v,
                    << " must be a multiple of the key/value heads k.size(1) = " << p.Hkv);
   p.group = p.Hq / p.Hkv;
 
+  // Float options are checked in the precision the computation uses them in: the fast
+  // kernels (automatic and fast, even where they hand over to the reference) in float32,
+  // where 1e39 is infinite and made every score NaN; the reference in double.
+  const bool in_float = o.impl != AttentionImpl::reference;
+  const auto representable = [in_float](double x) {
+    return in_float ? std::isfinite(static_cast<float>(x)) : std::isfinite(x);
+  };
+  // What to add to a message about x when only float32 rules it out.
+  const auto in_float_note = [in_float](double x) -> std::string {
+    if (!in_float || !std::isfinite(x)) return "";
+    return std::string(static_cast<float>(x) == 0.0f ? ", which is 0" : ", which is not finite") +
+           " in float32, the fast kernels' precision (impl = reference computes in double)";
+  };
   if (o.scale) {
-    QKV_CHECK(std::isfinite(*o.scale), kWhere << "scale must be finite, got " << *o.scale);
+    QKV_CHECK(representable(*o.scale),
+              kWhere << "scale must be finite, got " << *o.scale << in_float_note(*o.scale));
     p.scale = *o.scale;
   } else {
     p.scale = p.Dk > 0 ? 1.0 / std::sqrt(static_cast<double>(p.Dk)) : 1.0;
@@ -95,8 +113,10 @@ AttentionProblem make_problem(const Tensor& q, const Tensor& k, const Tensor& v,
     QKV_CHECK(o.window->right >= -1, kWhere << "window.right must be >= 0, or -1 for unbounded, got "
                                             << o.window->right);
     p.has_window = o.window->left >= 0 || o.window->right >= 0;
-    p.window_left = o.window->left;
-    p.window_right = o.window->right;
+    // A side wider than Lq + Lk keys reaches past every key from every diagonal (i′ lies in
+    // [−Lq, Lk)), so it is the same window; clamped, i′ ± side cannot overflow.
+    p.window_left = std::min(o.window->left, p.Lq + p.Lk);
+    p.window_right = std::min(o.window->right, p.Lq + p.Lk);
   }
 
   if (o.key_lengths.empty()) {
@@ -117,19 +137,31 @@ AttentionProblem make_problem(const Tensor& q, const Tensor& k, const Tensor& v,
     QKV_CHECK(static_cast<std::int64_t>(o.alibi_slopes.size()) == p.Hq,
               kWhere << "alibi_slopes must have Hq = " << p.Hq << " entries, got "
                      << o.alibi_slopes.size());
-    for (std::size_t h = 0; h < o.alibi_slopes.size(); ++h)
+    // The kernels subtract slope·|i′ − j| in float32, and |i′ − j| < Lq + Lk.
+    const double reach = static_cast<double>(p.Lq + p.Lk);
+    for (std::size_t h = 0; h < o.alibi_slopes.size(); ++h) {
       QKV_CHECK(std::isfinite(o.alibi_slopes[h]),
                 kWhere << "alibi_slopes[" << h << "] must be finite, got " << o.alibi_slopes[h]);
+      const double reached = std::abs(static_cast<double>(o.alibi_slopes[h])) * reach;
+      QKV_CHECK(representable(reached),
+                kWhere << "alibi_slopes[" << h << "] times the largest distance |i' - j| < Lq + Lk = "
+                       << p.Lq + p.Lk << " must be finite, got slope " << o.alibi_slopes[h] << " (times "
+                       << p.Lq + p.Lk << ": " << reached << in_float_note(reached) << ")");
+    }
     p.alibi_slopes = o.alibi_slopes;
   }
 
   if (o.softcap) {
-    QKV_CHECK(std::isfinite(*o.softcap) && *o.softcap > 0,
-              kWhere << "softcap must be a finite number > 0, got " << *o.softcap);
+    // In float32 also not so small that it rounds to 0 (c·tanh(s/c) would then be 0·…).
+    QKV_CHECK(representable(*o.softcap) && *o.softcap > 0 && (!in_float || static_cast<float>(*o.softcap) > 0.0f),
+              kWhere << "softcap must be a finite number > 0, got " << *o.softcap
+                     << (*o.softcap > 0 ? in_float_note(*o.softcap) : ""));
     p.has_softcap = true;
     p.softcap = *o.softcap;
   }
 
+  // dropout_p is used in double and as an integer threshold (dropout_threshold), exact for
+  // every double in [0, 1]; 1/(1 − p) <= 2^53 is finite in float32 as well.
   QKV_CHECK(o.dropout_p >= 0.0 && o.dropout_p <= 1.0,
             kWhere << "dropout_p must be in [0, 1], got " << o.dropout_p);
   p.dropout_p = o.dropout_p;

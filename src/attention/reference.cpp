@@ -4,8 +4,11 @@
 
 #include <cmath>
 #include <limits>
+#include <new>
 #include <vector>
 
+#include "core/parallel.h"
+#include "qkv/error.h"
 #include "qkv/threads.h"
 
 namespace qkv::detail {
@@ -46,9 +49,41 @@ double reference_score_row(const AttentionProblem& p, std::int64_t b, std::int64
   return m;
 }
 
+namespace {
+
+AttentionResult reference_attention_planned(const AttentionProblem& p, const Tensor& q_in,
+                                            const Tensor& k_in, const Tensor& v_in,
+                                            const AttentionOptions& options);
+
+}  // namespace
+
 AttentionResult reference_attention(const AttentionProblem& p, const Tensor& q_in,
                                     const Tensor& k_in, const Tensor& v_in,
                                     const AttentionOptions& options) {
+  MemoryPlan plan("scaled_dot_product_attention (reference)");
+  plan_f32_contiguous(plan, "q as contiguous f32", q_in);
+  plan_f32_contiguous(plan, "k as contiguous f32", k_in);
+  plan_f32_contiguous(plan, "v as contiguous f32", v_in);
+  plan.add("the output (B, Hq, Lq, Dv)", {p.B, p.Hq, p.Lq, p.Dv, static_cast<std::int64_t>(dtype_size(q_in.dtype()))});
+  if (options.return_lse) plan.add("the log-sum-exp (B, Hq, Lq) f32", {p.B, p.Hq, p.Lq, 4});
+  if (options.return_probs) plan.add("the probabilities (B, Hq, Lq, Lk) f32", {p.B, p.Hq, p.Lq, p.Lk, 4});
+  plan.add_per_thread("a row of scores and one of output in double", num_threads(), (p.Lk + p.Dv) * 8);
+  plan.check();
+  try {
+    return reference_attention_planned(p, q_in, k_in, v_in, options);
+  } catch (const std::bad_alloc&) {
+    plan.throw_allocation_failed("std::bad_alloc");
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::memory) throw;
+    plan.throw_allocation_failed(e.what());
+  }
+}
+
+namespace {
+
+AttentionResult reference_attention_planned(const AttentionProblem& p, const Tensor& q_in,
+                                            const Tensor& k_in, const Tensor& v_in,
+                                            const AttentionOptions& options) {
   const Tensor q = as_f32_contiguous(q_in);  // (B, Hq, Lq, Dk)
   const Tensor k = as_f32_contiguous(k_in);  // (B, Hkv, Lk, Dk)
   const Tensor v = as_f32_contiguous(v_in);  // (B, Hkv, Lk, Dv)
@@ -70,12 +105,16 @@ AttentionResult reference_attention(const AttentionProblem& p, const Tensor& q_i
   // 1/(1 − p) for kept weights; p = 1 drops everything.
   const double keep_scale = p.dropout_p < 1.0 ? 1.0 / (1.0 - p.dropout_p) : 0.0;
 
+  RegionErrors errors("attention.reference");
 #pragma omp parallel num_threads(num_threads())
   {
-    std::vector<double> s(static_cast<std::size_t>(p.Lk));    // (Lk) scores, then weights
-    std::vector<double> acc(static_cast<std::size_t>(p.Dv));  // (Dv) output accumulator
+    std::vector<double> s, acc;
+    errors.run([&] {
+      s.resize(static_cast<std::size_t>(p.Lk));    // (Lk) scores, then weights
+      acc.resize(static_cast<std::size_t>(p.Dv));  // (Dv) output accumulator
+    });
 #pragma omp for schedule(static)
-    for (std::int64_t row = 0; row < rows; ++row) {
+    for (std::int64_t row = 0; row < rows; ++row) errors.run([&] {  // not where the buffers failed
       const std::int64_t i = row % p.Lq;
       const std::int64_t h = (row / p.Lq) % p.Hq;
       const std::int64_t b = row / (p.Lq * p.Hq);
@@ -112,9 +151,12 @@ AttentionResult reference_attention(const AttentionProblem& p, const Tensor& q_i
       }
       for (std::int64_t d = 0; d < p.Dv; ++d)
         store_from_f32(out, row * p.Dv + d, out_dtype, static_cast<float>(acc[d]));
-    }
+    });
   }
+  errors.rethrow();
   return result;
 }
+
+}  // namespace
 
 }  // namespace qkv::detail

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "attention/problem.h"
+#include "core/budget.h"
 
 namespace qkv::detail {
 
@@ -10,6 +11,11 @@ namespace qkv::detail {
 // and keeps the reference loops (forward and backward) free of per-element dtype dispatch.
 inline Tensor as_f32_contiguous(const Tensor& t) {
   return t.dtype() == DType::f32 ? t.contiguous() : t.to(DType::f32);
+}
+
+// Adds the copy as_f32_contiguous(t) makes, if any, to `plan`.
+inline void plan_f32_contiguous(MemoryPlan& plan, const char* what, const Tensor& t) {
+  if (t.dtype() != DType::f32 || !t.is_contiguous()) plan.add(what, {t.numel(), 4});
 }
 
 // The scores of query row (b, h, i) against all Lk keys, in double and in the order

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/parallel.h"
 #include "qkv/error.h"
 
 namespace qkv {
@@ -132,15 +133,18 @@ void bind_workers(int n) {
     placed.worker.assign(n, 0);
     placed.cpu_of.assign(n, -1);
     Placement* shared = &placed;  // the workers' own t_placement is another object
+    // Never interrupted: a half-pinned team would stay so.
+    detail::RegionErrors errors("threads.pin", /*interruptible=*/false);
 #pragma omp parallel num_threads(n)
-    {
+    errors.run([&] {
       const int t = omp_get_thread_num();
       if (t > 0) {
         shared->worker[t] = gettid();
         shared->cpu_of[t] = shared->cpus[t];
         pin(0, shared->cpus[t]);
       }
-    }
+    });
+    errors.rethrow();
 #else
     (void)wanted;
 #endif
@@ -179,5 +183,60 @@ void set_num_threads(int count) {
             "set_num_threads: count must be in [1, 4096], got " << count);
   g_threads.store(count, std::memory_order_relaxed);
 }
+
+namespace {
+
+// Lock-free, so that storing to it from a signal handler is safe.
+std::atomic<bool> g_interrupt{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+thread_local const std::atomic<bool>* t_interrupt = nullptr;  // the innermost InterruptScope's
+
+}  // namespace
+
+void request_interrupt() noexcept { g_interrupt.store(true, std::memory_order_relaxed); }
+void clear_interrupt() noexcept { g_interrupt.store(false, std::memory_order_relaxed); }
+bool interrupt_requested() noexcept { return g_interrupt.load(std::memory_order_relaxed); }
+
+InterruptScope::InterruptScope(const std::atomic<bool>& flag) noexcept : previous_(t_interrupt) {
+  t_interrupt = &flag;
+}
+InterruptScope::~InterruptScope() { t_interrupt = previous_; }
+
+namespace detail {
+
+const std::atomic<bool>& current_interrupt_flag() noexcept {
+  return t_interrupt != nullptr ? *t_interrupt : g_interrupt;
+}
+
+void fail_region_for_test(const char* region) noexcept {
+  RegionErrors::fault_.store(region, std::memory_order_relaxed);
+}
+
+void RegionErrors::stop_or_fail() const {
+  if (interrupt_->load(std::memory_order_relaxed))
+    throw Error(std::string(region_) + ": interrupted", ErrorKind::interrupted);
+  const char* fault = fault_.load(std::memory_order_relaxed);
+  if (fault != nullptr && std::strcmp(fault, region_) == 0)
+    throw Error(std::string(region_) + ": fault injected by a test on thread " +
+                std::to_string(omp_get_thread_num()));
+}
+
+void RegionErrors::keep(std::exception_ptr error) noexcept {
+  if (!claimed_.exchange(true, std::memory_order_acq_rel)) first_ = std::move(error);
+  // first_ is read only after the region's closing barrier, which orders this store before it.
+  failed_.store(true, std::memory_order_relaxed);
+}
+
+void RegionErrors::rethrow() const {
+  if (!failed_.load(std::memory_order_relaxed)) return;
+  try {
+    std::rethrow_exception(first_);
+  } catch (const std::bad_alloc&) {
+    throw Error(std::string(region_) + ": out of memory (an allocation inside the parallel region failed)",
+                ErrorKind::memory);
+  }
+}
+
+}  // namespace detail
 
 }  // namespace qkv

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "nn/common.h"
+#include "core/parallel.h"
 #include "qkv/threads.h"
 
 namespace qkv::nn {
@@ -15,16 +16,18 @@ Tensor gelu(const Tensor& x, GeluApproximation approximate) {
   float* po = out.data_as<float>();
   const std::int64_t n = out.numel();
   if (approximate == GeluApproximation::none) {
-#pragma omp parallel for schedule(static) num_threads(num_threads())
-    for (std::int64_t i = 0; i < n; ++i)
-      po[i] = static_cast<float>(0.5 * px[i] * (1.0 + std::erf(px[i] * M_SQRT1_2)));
+    qkv::detail::parallel_chunks("nn.gelu", n, true, num_threads(), [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i)
+        po[i] = static_cast<float>(0.5 * px[i] * (1.0 + std::erf(px[i] * M_SQRT1_2)));
+    });
   } else {
     const double c = std::sqrt(2.0 / M_PI);
-#pragma omp parallel for schedule(static) num_threads(num_threads())
-    for (std::int64_t i = 0; i < n; ++i) {
-      const double v = px[i];
-      po[i] = static_cast<float>(0.5 * v * (1.0 + std::tanh(c * (v + 0.044715 * v * v * v))));
-    }
+    qkv::detail::parallel_chunks("nn.gelu", n, true, num_threads(), [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i) {
+        const double v = px[i];
+        po[i] = static_cast<float>(0.5 * v * (1.0 + std::tanh(c * (v + 0.044715 * v * v * v))));
+      }
+    });
   }
   return out;
 }
@@ -36,8 +39,9 @@ Tensor relu(const Tensor& x) {
   float* po = out.data_as<float>();
   // x > 0 ? x : 0 keeps NaN as torch does (std::max(x, 0) would give 0).
   const std::int64_t n = out.numel();
-#pragma omp parallel for schedule(static) num_threads(num_threads())
-  for (std::int64_t i = 0; i < n; ++i) po[i] = px[i] < 0.f ? 0.f : px[i];
+  qkv::detail::parallel_chunks("nn.relu", n, true, num_threads(), [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) po[i] = px[i] < 0.f ? 0.f : px[i];
+  });
   return out;
 }
 
@@ -56,22 +60,24 @@ Tensor gelu_backward(const Tensor& dy, const Tensor& x, GeluApproximation approx
   const std::int64_t n = dx.numel();
   if (approximate == GeluApproximation::none) {
     const double inv_sqrt_2pi = 0.5 * M_2_SQRTPI * M_SQRT1_2;
-#pragma omp parallel for schedule(static) num_threads(num_threads())
-    for (std::int64_t i = 0; i < n; ++i) {
-      const double v = px[i];
-      const double cdf = 0.5 * (1.0 + std::erf(v * M_SQRT1_2));
-      const double pdf = inv_sqrt_2pi * std::exp(-0.5 * v * v);
-      pd[i] = static_cast<float>(pg[i] * (cdf + v * pdf));
-    }
+    qkv::detail::parallel_chunks("nn.gelu_backward", n, true, num_threads(), [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i) {
+        const double v = px[i];
+        const double cdf = 0.5 * (1.0 + std::erf(v * M_SQRT1_2));
+        const double pdf = inv_sqrt_2pi * std::exp(-0.5 * v * v);
+        pd[i] = static_cast<float>(pg[i] * (cdf + v * pdf));
+      }
+    });
   } else {
     const double c = std::sqrt(2.0 / M_PI), a = 0.044715;
-#pragma omp parallel for schedule(static) num_threads(num_threads())
-    for (std::int64_t i = 0; i < n; ++i) {
-      const double v = px[i];
-      const double t = std::tanh(c * (v + a * v * v * v));
-      pd[i] = static_cast<float>(pg[i] * (0.5 * (1.0 + t) +
-                                          0.5 * v * (1.0 - t * t) * c * (1.0 + 3.0 * a * v * v)));
-    }
+    qkv::detail::parallel_chunks("nn.gelu_backward", n, true, num_threads(), [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i) {
+        const double v = px[i];
+        const double t = std::tanh(c * (v + a * v * v * v));
+        pd[i] = static_cast<float>(pg[i] * (0.5 * (1.0 + t) +
+                                            0.5 * v * (1.0 - t * t) * c * (1.0 + 3.0 * a * v * v)));
+      }
+    });
   }
   return dx;
 }
@@ -80,8 +86,9 @@ namespace {
 
 // dx = dy·[x > 0], element-wise; dx may be dy (in place).
 void relu_mask(const float* dy, const float* x, float* dx, std::int64_t n) {
-#pragma omp parallel for schedule(static) num_threads(num_threads())
-  for (std::int64_t i = 0; i < n; ++i) dx[i] = x[i] > 0.f ? dy[i] : 0.f;
+  qkv::detail::parallel_chunks("nn.relu_backward", n, true, num_threads(), [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) dx[i] = x[i] > 0.f ? dy[i] : 0.f;
+  });
 }
 
 }  // namespace

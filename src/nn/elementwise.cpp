@@ -2,6 +2,7 @@
 // scale (qkv/nn/functional.h).
 
 #include "nn/common.h"
+#include "core/parallel.h"
 #include "qkv/threads.h"
 
 namespace qkv::nn {
@@ -35,8 +36,9 @@ void add_(Tensor& a, const Tensor& b) {
   float* pa = a.data_as<float>();
   const float* pb = bc.data_as<float>();
   const std::int64_t n = a.numel();
-#pragma omp parallel for schedule(static) num_threads(num_threads()) if (n >= kParallelFrom)
-  for (std::int64_t i = 0; i < n; ++i) pa[i] += pb[i];
+  qkv::detail::parallel_chunks("nn.add", n, n >= kParallelFrom, num_threads(), [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) pa[i] += pb[i];
+  });
 }
 
 void scale_(Tensor& a, float s) {
@@ -44,8 +46,9 @@ void scale_(Tensor& a, float s) {
             "scale_: a must be a contiguous f32 tensor (it is written in place)");
   float* pa = a.data_as<float>();
   const std::int64_t n = a.numel();
-#pragma omp parallel for schedule(static) num_threads(num_threads()) if (n >= kParallelFrom)
-  for (std::int64_t i = 0; i < n; ++i) pa[i] *= s;
+  qkv::detail::parallel_chunks("nn.scale", n, n >= kParallelFrom, num_threads(), [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) pa[i] *= s;
+  });
 }
 
 }  // namespace qkv::nn

@@ -2,10 +2,9 @@
 
 #include <algorithm>
 
-#include <omp.h>
-
 #include "nn/common.h"
 #include "qkv/rng.h"
+#include "core/parallel.h"
 #include "qkv/threads.h"
 
 namespace qkv::nn {
@@ -44,9 +43,11 @@ Tensor Embedding::forward(std::span<const std::int64_t> ids, const Shape& shape,
   Tensor out = Tensor::empty(out_shape);  // (shape..., E)
   const float* pw = w.data_as<float>();
   float* po = out.data_as<float>();
-#pragma omp parallel for schedule(static) num_threads(num_threads()) if (count * E >= (1 << 15))
-  for (std::int64_t i = 0; i < count; ++i)
-    std::copy_n(pw + ids[static_cast<std::size_t>(i)] * E, E, po + i * E);
+  qkv::detail::parallel_chunks("nn.embedding", count, count * E >= (1 << 15), num_threads(),
+                          [&](std::int64_t i0, std::int64_t i1) {
+                            for (std::int64_t i = i0; i < i1; ++i)
+                              std::copy_n(pw + ids[static_cast<std::size_t>(i)] * E, E, po + i * E);
+                          });
   if (record) record->ids.assign(ids.begin(), ids.end());
   return out;
 }
@@ -68,13 +69,11 @@ void Embedding::backward(const Tensor& dy, const Record& record, Embedding& grad
   // rows: each column's additions run in the order of the ids whatever the thread count.
   const int threads = static_cast<int>(
       std::min<std::int64_t>(num_threads(), std::max<std::int64_t>(E / 16, 1)));
-#pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+  qkv::detail::parallel_team("nn.embedding_backward", threads, [&](int t, int T) {
     const std::int64_t e0 = E * t / T, e1 = E * (t + 1) / T;
     for (std::int64_t i = 0; i < n; ++i)
       for (std::int64_t e = e0; e < e1; ++e) pw[ids[i] * E + e] += pg[i * E + e];
-  }
+  });
 }
 
 ParameterList Embedding::parameters(const std::string& prefix) {

@@ -8,6 +8,7 @@
 
 #include "nn/common.h"
 #include "nn/onednn.h"
+#include "core/parallel.h"
 #include "qkv/threads.h"
 
 namespace qkv::nn {
@@ -185,8 +186,10 @@ Tensor run_linear(const Tensor& x, std::int64_t N, std::int64_t K_w, const Tenso
     const float* from = x2.data_as<float>();
     std::uint16_t* to = x_bf16.data_as<std::uint16_t>();
     const std::int64_t n = M * K;
-#pragma omp parallel for schedule(static) num_threads(num_threads()) if (n >= (1 << 16))
-    for (std::int64_t i = 0; i < n; ++i) to[i] = f32_to_bf16(from[i]);
+    qkv::detail::parallel_chunks("nn.linear_bf16_input", n, n >= (1 << 16), num_threads(),
+                            [&](std::int64_t i0, std::int64_t i1) {
+                              for (std::int64_t i = i0; i < i1; ++i) to[i] = f32_to_bf16(from[i]);
+                            });
     src = dnnl::memory({{M, K}, dt::bf16, dnnl::memory::dims{K, 1}}, engine, x_bf16.data());
   }
   dnnl::memory weights;
@@ -263,13 +266,11 @@ Tensor linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, 
     // db (N) += Σ_m dy[m]: each thread owns a range of columns, so the sum order is fixed.
     float* pb = dbias->data_as<float>();
     const int threads = static_cast<int>(std::min<std::int64_t>(num_threads(), (N + 15) / 16));
-#pragma omp parallel num_threads(std::max(threads, 1))
-    {
-      const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    qkv::detail::parallel_team("nn.linear_bias_grad", std::max(threads, 1), [&](int t, int T) {
       const std::int64_t n0 = N * t / T, n1 = N * (t + 1) / T;
       for (std::int64_t m = 0; m < M; ++m)
         for (std::int64_t n = n0; n < n1; ++n) pb[n] += pg[m * N + n];
-    }
+    });
   }
   return dx;
 }

@@ -8,6 +8,7 @@
 
 #include "nn/common.h"
 #include "qkv/attention.h"
+#include "core/parallel.h"
 #include "qkv/threads.h"
 
 namespace qkv::nn {
@@ -152,11 +153,13 @@ Tensor concat_heads(std::initializer_list<const Tensor*> parts) {
   for (const Tensor* part : parts) {
     const Tensor s = detail::contiguous_f32(*part, "MultiheadAttention", "gradient");  // (B, H, L, D)
     const float* ps = s.data_as<float>();
-#pragma omp parallel for collapse(2) schedule(static) num_threads(num_threads())
-    for (std::int64_t b = 0; b < B; ++b)
-      for (std::int64_t h = 0; h < H; ++h)
+    qkv::detail::parallel_chunks("nn.concat_heads", B * H, true, num_threads(), [&](std::int64_t bh0, std::int64_t bh1) {
+      for (std::int64_t bh = bh0; bh < bh1; ++bh) {
+        const std::int64_t b = bh / H, h = bh % H;
         for (std::int64_t l = 0; l < L; ++l)
           std::copy_n(ps + ((b * H + h) * L + l) * D, D, po + (b * L + l) * n * H * D + col + h * D);
+      }
+    });
     col += H * D;
   }
   return out;

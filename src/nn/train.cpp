@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "nn/common.h"
+#include "core/parallel.h"
 #include "qkv/threads.h"
 
 namespace qkv::train {
@@ -38,12 +39,13 @@ double clip_grad_norm(const nn::ParameterList& grads, double max_norm) {
     // double in a fixed order, so the norm does not depend on the thread count.
     const std::int64_t chunks = (n + 1023) / 1024;
     std::vector<double> partial(static_cast<std::size_t>(chunks));
-#pragma omp parallel for schedule(static) num_threads(num_threads()) if (n > 16384)
-    for (std::int64_t c = 0; c < chunks; ++c) {
-      float s = 0.f;
-      for (std::int64_t i = c * 1024; i < std::min(n, (c + 1) * 1024); ++i) s += p[i] * p[i];
-      partial[static_cast<std::size_t>(c)] = s;
-    }
+    qkv::detail::parallel_chunks("nn.clip_grad_norm", chunks, n > 16384, num_threads(), [&](std::int64_t c0, std::int64_t c1) {
+      for (std::int64_t c = c0; c < c1; ++c) {
+        float s = 0.f;
+        for (std::int64_t i = c * 1024; i < std::min(n, (c + 1) * 1024); ++i) s += p[i] * p[i];
+        partial[static_cast<std::size_t>(c)] = s;
+      }
+    });
     for (double s : partial) sum += s;
   }
   const double norm = std::sqrt(sum);
@@ -52,8 +54,9 @@ double clip_grad_norm(const nn::ParameterList& grads, double max_norm) {
     for (const auto& [name, g] : grads) {
       float* p = grad_data(g, "clip_grad_norm", name);
       const std::int64_t n = g->numel();
-#pragma omp parallel for schedule(static) num_threads(num_threads()) if (n > 16384)
-      for (std::int64_t i = 0; i < n; ++i) p[i] *= factor;
+      qkv::detail::parallel_chunks("nn.clip_grad_norm", n, n > 16384, num_threads(), [&](std::int64_t i0, std::int64_t i1) {
+        for (std::int64_t i = i0; i < i1; ++i) p[i] *= factor;
+      });
     }
   }
   return norm;
@@ -98,13 +101,14 @@ void AdamW::step(const nn::ParameterList& grads, double lr) {
     const bool decay = options_.decay_vectors || p.dim() >= 2;
     const auto keep = static_cast<float>(1.0 - lr * (decay ? options_.weight_decay : 0.0));
     const std::int64_t n = p.numel();
-#pragma omp parallel for schedule(static) num_threads(num_threads()) if (n > 4096)
-    for (std::int64_t j = 0; j < n; ++j) {
-      pp[j] *= keep;
-      pm[j] = fb1 * pm[j] + (1.f - fb1) * pg[j];
-      pv[j] = fb2 * pv[j] + (1.f - fb2) * pg[j] * pg[j];
-      pp[j] -= step_size * pm[j] / (std::sqrt(pv[j]) * inv_sqrt_bias2 + eps);
-    }
+    qkv::detail::parallel_chunks("nn.adamw", n, n > 4096, num_threads(), [&](std::int64_t j0, std::int64_t j1) {
+      for (std::int64_t j = j0; j < j1; ++j) {
+        pp[j] *= keep;
+        pm[j] = fb1 * pm[j] + (1.f - fb1) * pg[j];
+        pv[j] = fb2 * pv[j] + (1.f - fb2) * pg[j] * pg[j];
+        pp[j] -= step_size * pm[j] / (std::sqrt(pv[j]) * inv_sqrt_bias2 + eps);
+      }
+    });
   }
 }
 

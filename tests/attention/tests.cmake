@@ -5,4 +5,5 @@ list(APPEND QKV_UNIT_TESTS
   attention/test_fast.cpp
   attention/test_dispatch.cpp
   attention/test_backward.cpp
+  attention/test_limits.cpp
 )

@@ -244,6 +244,24 @@ test_errors() {
   expect_in err "^qkv: error: .*QKV_STORAGE_CACHE_MB" "QKV_STORAGE_CACHE_MB=-1 names the variable"
   QKV_STORAGE_CACHE_MB=0 run bench --batch 1 --heads 4 --seq 1024 --dim 64 --repeats 1
   if [[ $status -eq 0 ]]; then pass; else fail "QKV_STORAGE_CACHE_MB=0 (cache off): exit status $status"; fi
+  # The memory limit (qkv/memory.h): over it is a message naming the sizes, not a crash.
+  QKV_MEMORY_LIMIT=lots run bench --batch 1 --heads 4 --seq 1024 --dim 64 --repeats 1
+  if [[ $status -eq 1 ]]; then pass; else fail "QKV_MEMORY_LIMIT=lots: exit status $status, expected 1"; fi
+  expect_in err "^qkv: error: .*QKV_MEMORY_LIMIT" "QKV_MEMORY_LIMIT=lots names the variable"
+  # 256 KiB of inputs and output, 2 × 17 MiB of kernel scratch at D = 16384.
+  QKV_MEMORY_LIMIT=8M run bench --batch 1 --heads 1 --seq 1 --dim 16384 --threads 2 --repeats 1
+  if [[ $status -eq 1 ]]; then pass; else fail "QKV_MEMORY_LIMIT=8M: exit status $status, expected 1"; fi
+  expect_in err "^qkv: error: scaled_dot_product_attention: needs .*kernel scratch.*set by QKV_MEMORY_LIMIT=8M" \
+    "QKV_MEMORY_LIMIT=8M: the sizes and the limit"
+  # Issue 29, row 2: per-thread scratch grew with the head dimension (1.1 GiB at 2^20) and
+  # its allocation failed inside a parallel region (SIGABRT); wide heads run the reference.
+  if command -v prlimit >/dev/null; then
+    local command=("${QKV_COMMAND[@]}")
+    QKV_COMMAND=(prlimit --as=3000000000 "${command[@]}")
+    run bench --batch 1 --heads 1 --seq 8 --dim 1048576 --repeats 1 --warmup 0
+    QKV_COMMAND=("${command[@]}")
+    if [[ $status -eq 0 ]]; then pass; else fail "D = 2^20 under a 3 GB address space: exit status $status: $(head -c 400 "$TMP/err")"; fi
+  fi
 }
 
 case "$GROUP" in

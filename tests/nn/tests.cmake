@@ -12,4 +12,5 @@ list(APPEND QKV_UNIT_TESTS
   nn/test_transformer.cpp
   nn/test_vector_attention.cpp
   nn/test_train.cpp
+  nn/test_parallel_regions.cpp  # every region of the library, attention's included
 )

@@ -46,14 +46,6 @@ double median(std::vector<double> x) {
   return n % 2 == 1 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
-// Physical memory in bytes, or 0 when unknown.
-double physical_memory() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page_size = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size)
-                                    : 0.0;
-}
-
 // The resident set now, in MiB (second field of /proc/self/statm, in pages); 0 where
 // /proc is not there.
 double resident_mib() {
@@ -115,12 +107,14 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
   const double elements =
       d(B) * (d(Hq) * d(Lq) * d(Dk) + d(Hkv) * d(Lk) * (d(Dk) + d(Dv)) + d(Hq) * d(Lq) * d(Dv));
   const double bytes = elements * static_cast<double>(qkv::dtype_size(dtype));
-  const double memory = physical_memory();
-  const double max_bytes = memory > 0 ? 0.8 * memory : 0x1p40;
+  // The library's memory limit (qkv/memory.h): each call checks its own output and scratch
+  // against it; the inputs made here are checked the same way first.
+  const double max_bytes = static_cast<double>(qkv::memory_limit());
   if (bytes > max_bytes) {
     throw UsageError("--batch/--heads/--kv-heads/--seq/--kv-seq/--dim/--dim-v",
-                     format("q, k, v and the output would need %.3g GiB, more than the %.3g GiB "
-                            "this machine can spare (80%% of its memory); choose smaller sizes",
+                     format("q, k, v and the output would need %.3g GiB, more than the memory limit "
+                            "of %.3g GiB (QKV_MEMORY_LIMIT; default 80%% of the least of physical "
+                            "memory, the cgroup's limit and ulimit -v); choose smaller sizes",
                             bytes / 0x1p30, max_bytes / 0x1p30));
   }
 

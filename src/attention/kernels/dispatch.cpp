@@ -6,23 +6,40 @@
 #include <atomic>
 #include <cstdlib>
 #include <iterator>
+#include <new>
 #include <string>
 
 #include "attention/kernels/flash.h"
 #include "qkv/cpu.h"
 #include "qkv/error.h"
+#include "qkv/threads.h"
 
 namespace qkv::detail {
 
 // The entry points each variant's sources define in its namespace (flash_<isa>.cpp,
 // flash_backward_<isa>.cpp); x86-64 variants compile to nothing on other CPUs.
-namespace simd128 { FlashForward flash_forward, flash_decode; FlashBackward flash_backward; }
+namespace simd128 {
+FlashForward flash_forward, flash_decode;
+FlashBackward flash_backward;
+FlashForwardMemory flash_forward_memory;
+FlashBackwardMemory flash_backward_memory;
+}  // namespace simd128
 #if defined(__x86_64__)
-namespace avx2 { FlashForward flash_forward, flash_decode; FlashBackward flash_backward; }
-namespace avx512 { FlashForward flash_forward, flash_decode; FlashBackward flash_backward; }
-namespace avx512_bf16 { FlashForward flash_forward, flash_decode; }
-namespace amx { FlashForward flash_forward, flash_decode; }
-namespace amx_emulated { FlashForward flash_forward, flash_decode; }
+namespace avx2 {
+FlashForward flash_forward, flash_decode;
+FlashBackward flash_backward;
+FlashForwardMemory flash_forward_memory;
+FlashBackwardMemory flash_backward_memory;
+}  // namespace avx2
+namespace avx512 {
+FlashForward flash_forward, flash_decode;
+FlashBackward flash_backward;
+FlashForwardMemory flash_forward_memory;
+FlashBackwardMemory flash_backward_memory;
+}  // namespace avx512
+namespace avx512_bf16 { FlashForward flash_forward, flash_decode; FlashForwardMemory flash_forward_memory; }
+namespace amx { FlashForward flash_forward, flash_decode; FlashForwardMemory flash_forward_memory; }
+namespace amx_emulated { FlashForward flash_forward, flash_decode; FlashForwardMemory flash_forward_memory; }
 #endif
 
 namespace {
@@ -41,19 +58,27 @@ struct IsaRow {
 // Best last: with no QKV_ISA the last row this CPU runs is chosen (stand-ins aside).
 constexpr IsaRow kRows[] = {
     {"simd128", [](const CpuFeatures&) { return true; }, nullptr,
-     {simd128::flash_forward, simd128::flash_decode, simd128::flash_backward}},
+     {simd128::flash_forward, simd128::flash_decode, simd128::flash_backward, simd128::flash_forward_memory,
+      simd128::flash_backward_memory}},
 #if defined(__x86_64__)
     {"avx2", [](const CpuFeatures& f) { return f.avx2 && f.fma && f.f16c; }, nullptr,
-     {avx2::flash_forward, avx2::flash_decode, avx2::flash_backward}},
-    {"avx512", has_avx512, nullptr, {avx512::flash_forward, avx512::flash_decode, avx512::flash_backward}},
+     {avx2::flash_forward, avx2::flash_decode, avx2::flash_backward, avx2::flash_forward_memory,
+      avx2::flash_backward_memory}},
+    {"avx512", has_avx512, nullptr,
+     {avx512::flash_forward, avx512::flash_decode, avx512::flash_backward, avx512::flash_forward_memory,
+      avx512::flash_backward_memory}},
     {"avx512_bf16", [](const CpuFeatures& f) { return has_avx512(f) && f.avx512_bf16; }, nullptr,
-     {avx512_bf16::flash_forward, avx512_bf16::flash_decode, avx512::flash_backward}},
+     {avx512_bf16::flash_forward, avx512_bf16::flash_decode, avx512::flash_backward,
+      avx512_bf16::flash_forward_memory, avx512::flash_backward_memory}},
     // amx_tile: the CPU has the tiles and Linux granted their state (qkv/cpu.h).
     {"amx", [](const CpuFeatures& f) { return has_avx512(f) && f.avx512_bf16 && f.amx_tile && f.amx_bf16; },
-     nullptr, {amx::flash_forward, amx::flash_decode, avx512::flash_backward}},
+     nullptr,
+     {amx::flash_forward, amx::flash_decode, avx512::flash_backward, amx::flash_forward_memory,
+      avx512::flash_backward_memory}},
     // The tile model needs no AMX.
     {"amx_emulated", [](const CpuFeatures& f) { return has_avx512(f) && f.avx512_bf16; }, "amx",
-     {amx_emulated::flash_forward, amx_emulated::flash_decode, avx512::flash_backward}},
+     {amx_emulated::flash_forward, amx_emulated::flash_decode, avx512::flash_backward,
+      amx_emulated::flash_forward_memory, avx512::flash_backward_memory}},
 #endif
 };
 constexpr int kRowCount = static_cast<int>(std::size(kRows));
@@ -129,13 +154,26 @@ bool is_decode(const AttentionProblem& p) {
 AttentionResult flash_attention(const AttentionProblem& problem, const Tensor& q, const Tensor& k,
                                 const Tensor& v, bool return_lse, Isa isa) {
   const IsaKernels& kernels = isa_kernels(isa);
-  AttentionResult result;
-  result.out = Tensor::empty({problem.B, problem.Hq, problem.Lq, problem.Dv}, q.dtype());
-  if (return_lse) result.lse = Tensor::empty({problem.B, problem.Hq, problem.Lq}, DType::f32);
-  float* lse = return_lse ? result.lse.data_as<float>() : nullptr;
-  FlashForward* run = is_decode(problem) ? kernels.decode : kernels.forward;
-  run(problem, q, k, v, result.out, lse);
-  return result;
+  const AttentionProblem& p = problem;
+  MemoryPlan plan("scaled_dot_product_attention");
+  plan.add("the output (B, Hq, Lq, Dv)", {p.B, p.Hq, p.Lq, p.Dv, static_cast<std::int64_t>(dtype_size(q.dtype()))});
+  if (return_lse) plan.add("the log-sum-exp (B, Hq, Lq) f32", {p.B, p.Hq, p.Lq, 4});
+  kernels.forward_memory(p, q, k, v, num_threads(), plan);
+  plan.check();
+  try {
+    AttentionResult result;
+    result.out = Tensor::empty({p.B, p.Hq, p.Lq, p.Dv}, q.dtype());
+    if (return_lse) result.lse = Tensor::empty({p.B, p.Hq, p.Lq}, DType::f32);
+    float* lse = return_lse ? result.lse.data_as<float>() : nullptr;
+    FlashForward* run = is_decode(p) ? kernels.decode : kernels.forward;
+    run(p, q, k, v, result.out, lse);
+    return result;
+  } catch (const std::bad_alloc&) {
+    plan.throw_allocation_failed("std::bad_alloc");
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::memory) throw;
+    plan.throw_allocation_failed(e.what());
+  }
 }
 
 }  // namespace qkv::detail

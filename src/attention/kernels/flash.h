@@ -19,10 +19,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "attention/problem.h"
+#include "core/budget.h"    // MemoryPlan: every entry point's memory is planned first
+#include "core/parallel.h"  // RegionErrors: every parallel region of the kernels
 
 namespace qkv::detail {
 
@@ -56,10 +59,17 @@ using FlashForward = void(const AttentionProblem& p, const Tensor& q, const Tens
 using FlashBackward = void(const AttentionProblem& p, const Tensor& dout, const Tensor& q,
                            const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                            AttentionGradients& g);
+//   forward_memory, backward_memory: add to `plan` what forward (or decode) and backward
+//   allocate besides their outputs, on `threads` threads (temporary copies, scratch per thread).
+using FlashForwardMemory = void(const AttentionProblem& p, const Tensor& q, const Tensor& k,
+                                const Tensor& v, int threads, MemoryPlan& plan);
+using FlashBackwardMemory = void(const AttentionProblem& p, int threads, MemoryPlan& plan);
 struct IsaKernels {
   FlashForward* forward;    // every problem but decode's: tasks of one query block each
   FlashForward* decode;     // is_decode(p): each task's keys split into chunks (below)
   FlashBackward* backward;  // the bf16-pair and tile variants run the avx512 one (f32)
+  FlashForwardMemory* forward_memory;
+  FlashBackwardMemory* backward_memory;  // the backward's, as `backward`
 };
 // The entry points of `isa`; throws qkv::Error when this CPU cannot run it.
 const IsaKernels& isa_kernels(Isa isa);
@@ -72,7 +82,19 @@ constexpr std::int64_t kSplitMaxRows = 16;  // queries (Lq) at most
 constexpr std::int64_t kSplitKeys = 512;    // keys per chunk; decode needs more than two chunks
 bool is_decode(const AttentionProblem& p);
 
-// Allocates out (and lse when wanted) and runs isa's forward or decode entry point.
+// The head dimensions the fast kernels take, forward and backward. Their scratch per thread
+// holds tiles and blocks of whole rows of the head dimension: forward about 132 rows of Dk and
+// of Dv (0.5 KiB per unit of Dk + Dv: 17 MiB at 16384 each, but 1.1 GiB at 2^20, which made
+// legal inputs fail), backward about 256 rows of Dk and 192 of Dv plus the task's dQ. Wider
+// heads run the reference (attention.cpp), whose scratch per thread is Lk + Dv doubles
+// forward (Lk·(Dk + Dv) backward).
+constexpr std::int64_t kMaxFastHeadDim = 16384;
+inline bool fast_kernel_takes(const AttentionProblem& p) {
+  return p.Dk <= kMaxFastHeadDim && p.Dv <= kMaxFastHeadDim;
+}
+
+// Checks the memory the call needs (the outputs and forward_memory's) against the limit,
+// then allocates out (and lse when wanted) and runs isa's forward or decode entry point.
 AttentionResult flash_attention(const AttentionProblem& problem, const Tensor& q, const Tensor& k,
                                 const Tensor& v, bool return_lse, Isa isa);
 
