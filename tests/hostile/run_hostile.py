@@ -54,7 +54,7 @@ def check(case, status, out, err):
         # What qkv prints: "qkv: error: ..." for a failure, "qkv <command>: ..." for a
         # usage error (other lines may come first: libgomp's, generate's timings).
         lines = err.split("\n")
-        ours = case.argv[0] == "{qkv}" or case.shell
+        ours = case.argv[0] == "{qkv}" or (case.shell and "{qkv}" in case.argv[0])
         if not err.strip():
             problems.append("no message on stderr")
         elif ours and status == 1 and not any(x.startswith("qkv: error: ") for x in lines):

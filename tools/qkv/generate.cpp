@@ -27,6 +27,7 @@ int run_generate(const GenerateOptions& options, std::ostream& out) {
   if (!options.html.empty()) check_output_path("--html", options.html);
   const auto model = qkv::models::Gpt2Model::load(
       options.model, options.weights == "bf16" ? qkv::DType::bf16 : qkv::DType::f32);
+  warn_unused_tensors(model.weights.unused_tensors, options.model, "GPT-2");
   const qkv::Tokenizer tokenizer = qkv::Tokenizer::load(options.model);
   const qkv::BpeTokenizer* bpe = tokenizer.bpe();
   if (bpe == nullptr)

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdarg>
 #include <cstdio>
+#include <iostream>
 
 #include <unicode/uchar.h>
 #include <unicode/utf8.h>
@@ -52,6 +53,19 @@ std::string quote_value(std::string_view text, std::size_t max_chars) {
   bool cut = false;
   const std::string body = escaped(text, max_chars, true, &cut);
   return "'" + body + (cut ? format("…' (%zu bytes)", text.size()) : "'");
+}
+
+void warn_unused_tensors(const std::vector<std::string>& names, std::string_view directory,
+                         std::string_view model) {
+  if (names.empty()) return;
+  std::string shown;
+  for (std::size_t i = 0; i < names.size() && i < 10; ++i) shown += (i ? ", " : "") + names[i];
+  if (names.size() > 10) shown += format(", ... (%zu in all)", names.size());
+  std::cerr << printable(format("qkv: warning: %zu tensor(s) of the checkpoint in ", names.size()) +
+                         quote_value(directory) + " are not used by " + std::string(model) +
+                         " and were ignored: " + shown +
+                         ". Check that config.json and the weights belong together.")
+            << "\n";
 }
 
 std::string printable(std::string_view message, std::size_t max_chars) {

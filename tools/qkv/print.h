@@ -91,6 +91,12 @@ std::string quote_value(std::string_view text, std::size_t max_chars = 60);
 // \xNN (file names and values inside it come from the user), at most max_chars characters.
 std::string printable(std::string_view message, std::size_t max_chars = 2000);
 
+// Hugging Face's "Some weights of the model checkpoint ... were not used" on stderr: the
+// library records a checkpoint's unread tensors (BertWeights/Gpt2Weights::unused_tensors)
+// and never prints; the tool warns with their names (the first ten) and goes on.
+void warn_unused_tensors(const std::vector<std::string>& names, std::string_view directory,
+                         std::string_view model);
+
 // printf-style formatting into a std::string.
 std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 

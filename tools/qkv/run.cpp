@@ -64,6 +64,7 @@ int run_run(const RunOptions& o, std::ostream& out) {
   QKV_CHECK(fs::is_directory(o.model, ec),
             "model directory " << quote_value(o.model) << " does not exist");
   const models::BertModel model = models::BertModel::load(o.model);
+  warn_unused_tensors(model.weights.unused_tensors, o.model, "BERT");
   const models::BertConfig& c = model.config;
   const std::int64_t layer = o.layer < 0 ? c.num_hidden_layers - 1 : o.layer;
   if (c.num_hidden_layers == 0)
