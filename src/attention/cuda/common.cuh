@@ -28,6 +28,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 template <class T> struct ElementTraits;
 template <> struct ElementTraits<__nv_bfloat16> {
+  using T = __nv_bfloat16;
   static constexpr bool is_bf16 = true;
   __device__ static std::uint32_t pack(float lo, float hi) {
     __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // .x = lo (the lower 16 bits)
@@ -37,6 +38,7 @@ template <> struct ElementTraits<__nv_bfloat16> {
   __device__ static float to_float(T x) { return __bfloat162float(x); }
 };
 template <> struct ElementTraits<__half> {
+  using T = __half;
   static constexpr bool is_bf16 = false;
   __device__ static std::uint32_t pack(float lo, float hi) {
     __half2 h = __floats2half2_rn(lo, hi);
