@@ -21,6 +21,9 @@ qkv::cuda::Strides strides(const int64_t (&s)[3]) { return qkv::cuda::Strides{s[
 
 }  // namespace
 
+// python/qkv/cuda.py mirrors the struct; a field added or moved must change both.
+static_assert(sizeof(qkv_cuda_forward_args) == 272, "capi.h changed: update python/qkv/cuda.py and QKV_CUDA_ABI_VERSION");
+
 extern "C" int qkv_cuda_abi_version(void) { return QKV_CUDA_ABI_VERSION; }
 
 extern "C" int qkv_cuda_available(char* reason, size_t reason_size) {
