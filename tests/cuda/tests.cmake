@@ -2,7 +2,8 @@
 # shipped to a GPU machine alone (scripts/cuda/pack_device.sh). Without a usable GPU the
 # GPU cases skip with the reason and the error-path cases run.
 set(QKV_CUDA_TEST_SOURCES cuda/test_cuda_forward.cpp)
-if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/test_cuda_backward.cpp)
+option(QKV_CUDA_BACKWARD_TESTS "Build tests/cuda/test_cuda_backward.cpp into qkv_cuda_tests" ON)
+if(QKV_CUDA_BACKWARD_TESTS AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/test_cuda_backward.cpp)
   list(APPEND QKV_CUDA_TEST_SOURCES cuda/test_cuda_backward.cpp)
 endif()
 add_executable(qkv_cuda_tests ${QKV_CUDA_TEST_SOURCES})
