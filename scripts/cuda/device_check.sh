@@ -42,7 +42,7 @@ if ! python3 -c "import ctypes,sys; ctypes.CDLL(sys.argv[1])" "$LIB" > "$OUT/lib
   mkdir -p /tmp/qkvbuild
   NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
   if $NVCC -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --use_fast_math -Xcompiler -fPIC -shared \
-      -Iinclude -Isrc src/attention/cuda/forward.cu src/attention/cuda/device.cpp src/attention/cuda/capi.cpp \
+      -Iinclude -Isrc src/attention/cuda/forward.cu src/attention/cuda/backward.cu src/attention/cuda/device.cpp src/attention/cuda/capi.cpp \
       -cudart static -o /tmp/qkvbuild/libqkv_cuda.so > "$OUT/nvcc.log" 2>&1; then
     LIB=/tmp/qkvbuild/libqkv_cuda.so
     say "lib: rebuilt with nvcc"
@@ -61,6 +61,12 @@ sed -n '/^== speed/,$p' "$OUT/check_torch.log"
 grep -E 'Traceback|Error' "$OUT/check_torch.log" | grep -v '^ok\|^FAIL' | head -n 10
 say "torch: exit $rc ($(grep -E '^correctness:' "$OUT/check_torch.log" | head -1))"
 [ $rc = 124 ] && { say "torch: TIMED OUT (partial log follows)"; tail -n 30 "$OUT/check_torch.log"; }
+
+echo "== PyTorch: the backward against float64 autograd"
+timeout 120 python3 scripts/cuda/check_torch_backward.py --lib "$LIB" > "$OUT/check_torch_backward.log" 2>&1
+rc=$?
+grep -vE '^ok' "$OUT/check_torch_backward.log" | head -n 40
+say "torch backward: exit $rc ($(tail -n 1 "$OUT/check_torch_backward.log"))"
 
 echo "== qkv bench --device cuda"
 if timeout 60 $DEV/qkv bench --device cuda --batch 4 --heads 16 --seq 4096 --dim 128 --dtype bf16 \

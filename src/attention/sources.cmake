@@ -25,11 +25,11 @@ list(APPEND QKV_SOURCES
 if(QKV_CUDA_ENABLED)
   set(QKV_CUDA_DEVICE_SOURCES
     src/attention/cuda/forward.cu
+    src/attention/cuda/backward.cu
     src/attention/cuda/device.cpp
   )
   set(QKV_CUDA_HOST_SOURCES
     src/attention/cuda/host.cpp
-    src/attention/cuda/backward.cu
     src/attention/cuda/host_backward.cpp
   )
 else()

@@ -33,9 +33,21 @@ struct qkv_cuda_forward_args {
   void* stream;                      /* cudaStream_t; NULL = default stream */
 };
 
+/* The gradients of a forward call (FlashAttention-2's backward): forward's out and lse
+ * (required) are read, its splits ignored, its stream used. */
+struct qkv_cuda_backward_args {
+  struct qkv_cuda_forward_args forward;
+  const void* dout;
+  int64_t dout_strides[3]; /* batch, head, row */
+  float* dq;               /* contiguous (B, Hq, Lq, D) f32 */
+  float* dk;               /* contiguous (B, Hkv, Lk, D) f32 */
+  float* dv;               /* contiguous (B, Hkv, Lk, D) f32 */
+};
+
 int qkv_cuda_abi_version(void);
 /* 0 on success; otherwise 1 and the message in error[0..error_size). */
 int qkv_cuda_attention_forward(const struct qkv_cuda_forward_args* args, char* error, size_t error_size);
+int qkv_cuda_attention_backward(const struct qkv_cuda_backward_args* args, char* error, size_t error_size);
 /* 1 when a usable CUDA device is there; else 0 and the reason in reason[0..reason_size). */
 int qkv_cuda_available(char* reason, size_t reason_size);
 
