@@ -16,7 +16,9 @@ Inputs
       computed as f16.
     * CPU ``torch.Tensor`` s of ``float32``, ``float16`` and ``bfloat16`` (and ``float64``,
       as above) are read in place; tensors that require grad are detached (qkv does not
-      record an autograd graph); tensors on other devices raise ValueError.
+      record an autograd graph). CUDA ``torch.Tensor`` s (bf16/f16, 4-d) of
+      ``scaled_dot_product_attention`` go to the GPU kernels (``qkv.cuda``, through
+      libqkv_cuda.so); tensors on other devices raise ValueError.
     * ``bool`` is accepted for ``attn_mask`` only. Any other dtype raises TypeError
       naming the argument and the dtype.
 
@@ -621,6 +623,20 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     """
     fn = "scaled_dot_product_attention"
     return_lse = _bool(return_lse, fn, "return_lse")
+    if getattr(query, "is_cuda", False):
+        # CUDA torch tensors: the GPU kernels (qkv/cuda.py, through libqkv_cuda.so's C ABI).
+        if attn_mask is not None or dropout_p:
+            raise ValueError(f"{fn}: attn_mask and dropout_p are not supported for CUDA "
+                             "tensors (use is_causal, window or key_lengths)")
+        if query.dim() != 4:
+            raise ValueError(f"{fn}: CUDA tensors must be 4-d (B, H, L, D), got {query.dim()}-d")
+        if key.shape[1] != query.shape[1] and not enable_gqa:
+            raise ValueError(f"{fn}: Hq != Hkv needs enable_gqa=True")
+        from . import cuda
+        return cuda.attention(query, key, value, scale=scale, is_causal=is_causal,
+                              causal_alignment=causal_alignment, window=window,
+                              key_lengths=key_lengths, alibi_slopes=alibi_slopes,
+                              softcap=softcap, return_lse=return_lse)
     out, lse, _ = _run(fn, query, key, value, attn_mask, dropout_p, is_causal, scale,
                        enable_gqa, causal_alignment, key_lengths, window, alibi_slopes,
                        softcap, seed, return_lse, False, impl)

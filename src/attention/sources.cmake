@@ -18,3 +18,20 @@ list(APPEND QKV_SOURCES
   src/attention/backward_reference.cpp
   src/attention/backward.cpp
 )
+
+# The CUDA backend (include/qkv/cuda.h; top-level CMakeLists.txt decides QKV_CUDA_ENABLED).
+# Device part: kernels, device queries, argument checks — only the CUDA runtime and qkv's
+# headers (libqkv_cuda.so is made of it). Host part: the host forms over qkv::Tensor.
+if(QKV_CUDA_ENABLED)
+  set(QKV_CUDA_DEVICE_SOURCES
+    src/attention/cuda/forward.cu
+    src/attention/cuda/backward.cu
+    src/attention/cuda/device.cpp
+  )
+  set(QKV_CUDA_HOST_SOURCES
+    src/attention/cuda/host.cpp
+    src/attention/cuda/host_backward.cpp
+  )
+else()
+  list(APPEND QKV_SOURCES src/attention/cuda/unavailable.cpp)
+endif()

@@ -65,8 +65,10 @@ struct BenchOptions {
   int warmup = 1;             // discarded runs before timing
   std::uint64_t seed = 0;     // inputs
   bool json = false;
+  std::string device = "cpu";  // cpu | cuda (bench_cuda.cpp)
 };
 int run_bench(const BenchOptions& options, std::ostream& out);
+int run_bench_cuda(const BenchOptions& options, std::ostream& out);
 
 // qkv run, qkv tokenize (BERT, tokenizers)
 struct RunOptions {

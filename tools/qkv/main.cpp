@@ -215,6 +215,11 @@ int run(int argc, char** argv) {
       ->capture_default_str()
       ->check(kSeed);
   bench->add_flag("--json", b.json, "Print one JSON object instead of text");
+  bench->add_option("--device", b.device,
+                    "cpu, or cuda (the GPU kernels on device memory, CUDA events; bf16/f16; "
+                    "needs qkv built with CUDA and a GPU)")
+      ->capture_default_str()
+      ->check(one_of({"cpu", "cuda"}));
   bench->footer("Example: qkv bench --batch 1 --heads 12 --seq 512 --dim 64 --causal");
 
   // Model commands (run, tokenize: BERT and tokenizers).
@@ -398,7 +403,7 @@ int run(int argc, char** argv) {
   try {
     if (version->parsed()) return run_version(std::cout);
     if (explain->parsed()) return run_explain(explain_options, std::cout);
-    if (bench->parsed()) return run_bench(b, std::cout);
+    if (bench->parsed()) return b.device == "cuda" ? run_bench_cuda(b, std::cout) : run_bench(b, std::cout);
     // Dispatch: run, tokenize.
     if (run_cmd->parsed()) return run_run(ro, std::cout);
     if (tokenize->parsed()) {

@@ -1,0 +1,465 @@
+// The forward attention kernel, FlashAttention-2's algorithm (Dao, "FlashAttention-2:
+// Faster Attention with Better Parallelism and Work Partitioning", 2023) on mma.sync:
+//
+// - One CTA per (64 query rows, query head, batch [, key split]); 4 warps, warp w owns
+//   query rows 16w..16w+15 of the block, so a row's softmax state never leaves its warp.
+// - Q (64, D) is read once into shared memory (and, for D <= 128, into registers); K and
+//   V tiles (BN, D) stream through two shared buffers each with cp.async, the next tile's
+//   copy in flight while this one is multiplied.
+// - S = Q·Kᵀ and O += P·V on mma.sync.m16n8k16 (bf16 or f16 in, f32 accumulate); P stays
+//   in registers (an accumulator fragment is an operand fragment, common.cuh).
+// - Online softmax in base 2: scores carry scale·log2(e), exp2 is one MUFU instruction.
+// - Only key tiles that some row of the block may see are visited (causal, window, key
+//   length); only tiles that cross a mask boundary pay the per-element mask.
+// - Split-KV (decode, small grids): each split writes its normalised partial output and
+//   log-sum-exp in f32; combine_kernel merges them.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <string>
+
+#include "attention/cuda/check.h"
+#include "attention/cuda/common.cuh"
+
+namespace qkv::cuda::detail {
+namespace {
+
+constexpr int kBlockM = 64;  // query rows per CTA
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+
+struct ForwardParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* out;
+  float* lse;  // (B, Hq, Lq) or null
+  long long q_b, q_h, q_r, k_b, k_h, k_r, v_b, v_h, v_r, o_b, o_h, o_r;
+  int B, Hq, Lq, Lk, group;  // group = Hq / Hkv
+  float scale_log2, softcap_log2;
+  const float* alibi;       // (Hq) or null
+  const int* key_lengths;   // (B) or null
+  bool causal, bottom_right;
+  int window_left, window_right;
+  int splits;
+  float* partial_out;  // (splits, B, Hq, Lq, D) f32, when splits > 1
+  float* partial_lse;  // (splits, B, Hq, Lq) f32, when splits > 1
+};
+
+// Key block size per head dim: as large as registers (S is 16 x BN per warp) and two CTAs'
+// shared memory per SM allow. Shared memory: Q (64, D) + 2 K + 2 V buffers (BN, D).
+template <int D> __host__ __device__ constexpr int key_block() { return D == 64 ? 128 : D == 128 ? 64 : 32; }
+template <int D> __host__ __device__ constexpr int shared_bytes() { return (kBlockM + 4 * key_block<D>()) * D * 2; }
+
+// Copies rows [row0, row0 + ROWS) of a (rows, D) global matrix into a swizzled shared tile;
+// rows >= limit are zero-filled (not read). All threads of the CTA take part.
+template <int ROWS, int D, class T>
+__device__ __forceinline__ void load_tile(std::uint32_t dst, const T* src, long long row_stride,
+                                          int row0, int limit, int tid) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+#pragma unroll
+  for (int c = tid; c < ROWS * kChunks; c += kThreads) {
+    const int row = c / kChunks, chunk = c % kChunks;
+    const bool valid = row0 + row < limit;
+    const T* p = src + (valid ? static_cast<long long>(row0 + row) * row_stride : 0) + chunk * 8;
+    cp_async_16(dst + swizzled_offset<D>(row, chunk), p, valid);
+  }
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads, 2) forward_kernel(const ForwardParams p) {
+  constexpr int BN = key_block<D>();
+  constexpr bool kQInRegisters = D <= 128;  // D = 256 would not fit beside O's 128 floats
+  using E = ElementTraits<T>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const std::uint32_t q_smem = shared_address(smem);           // (64, D)
+  const std::uint32_t k_smem = q_smem + kBlockM * D * 2;        // (2, BN, D)
+  const std::uint32_t v_smem = k_smem + 2 * BN * D * 2;         // (2, BN, D)
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;  // fragment row and column group (common.cuh)
+  const int h = blockIdx.y;
+  const int b = blockIdx.z / p.splits, split = blockIdx.z % p.splits;
+  const int m0 = blockIdx.x * kBlockM;
+  const int key_length = p.key_lengths ? min(max(p.key_lengths[b], 0), p.Lk) : p.Lk;
+  const int offset = p.bottom_right ? key_length - p.Lq : 0;  // i' − i
+
+  // The keys any row of this block may see, then this split's share of their tiles.
+  const int row_last = min(m0 + kBlockM, p.Lq) - 1;
+  int k_begin = 0, k_end = key_length;
+  if (p.causal) k_end = min(k_end, row_last + offset + 1);
+  if (p.window_right >= 0) k_end = min(k_end, row_last + offset + p.window_right + 1);
+  if (p.window_left >= 0) k_begin = max(k_begin, m0 + offset - p.window_left);
+  const int first_tile = k_begin / BN;
+  const int end_tile = k_end > k_begin ? (k_end + BN - 1) / BN : first_tile;
+  const int per_split = (end_tile - first_tile + p.splits - 1) / p.splits;
+  const int tile_lo = min(first_tile + split * per_split, end_tile);
+  const int tile_hi = min(tile_lo + per_split, end_tile);
+
+  const T* q = static_cast<const T*>(p.q) + b * p.q_b + h * p.q_h;
+  const T* k = static_cast<const T*>(p.k) + b * p.k_b + (h / p.group) * p.k_h;
+  const T* v = static_cast<const T*>(p.v) + b * p.v_b + (h / p.group) * p.v_h;
+
+  ScoreParams sp;
+  sp.scale_log2 = p.scale_log2;
+  sp.softcap_log2 = p.softcap_log2;
+  sp.alibi_log2 = p.alibi ? p.alibi[h] * kLog2e : 0.0f;
+  sp.causal = p.causal;
+  sp.window_left = p.window_left;
+  sp.window_right = p.window_right;
+  sp.key_length = key_length;
+  sp.diagonal_offset = offset;
+  const bool plain_scores = sp.softcap_log2 == 0.0f && sp.alibi_log2 == 0.0f;
+
+  // Prologue: Q and the first K tile in one group, the first V tile in the next.
+  load_tile<kBlockM, D>(q_smem, q, p.q_r, m0, p.Lq, tid);
+  if (tile_lo < tile_hi) load_tile<BN, D>(k_smem, k, p.k_r, tile_lo * BN, key_length, tid);
+  cp_async_commit();
+  if (tile_lo < tile_hi) load_tile<BN, D>(v_smem, v, p.v_r, tile_lo * BN, key_length, tid);
+  cp_async_commit();
+
+  const int warp_row0 = warp * 16;  // in the block
+  const bool warp_active = m0 + warp_row0 < p.Lq;  // rows past Lq: load, but skip the math
+  float acc_o[D / 8][4];  // O (16, D) of this warp: n-tile d of 8 columns
+#pragma unroll
+  for (int d = 0; d < D / 8; ++d) acc_o[d][0] = acc_o[d][1] = acc_o[d][2] = acc_o[d][3] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY};  // rows g and g + 8, base-2 scores
+  float row_sum[2] = {0.0f, 0.0f};            // this thread's part of Σ exp2(s − max)
+
+  std::uint32_t q_frag[kQInRegisters ? D / 16 : 1][4];
+  cp_async_wait<1>();
+  __syncthreads();
+  if constexpr (kQInRegisters) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      ldmatrix_x4(q_frag[kk], a_operand_address<D>(q_smem, warp_row0, kk * 16, lane));
+    }
+  }
+
+  for (int tile = tile_lo; tile < tile_hi; ++tile) {
+    const int buffer = (tile - tile_lo) & 1;
+    const std::uint32_t k_buf = k_smem + buffer * BN * D * 2;
+    const std::uint32_t v_buf = v_smem + buffer * BN * D * 2;
+    const int n0 = tile * BN;
+    cp_async_wait<1>();  // this tile's K (its V may still be in flight)
+    __syncthreads();     // ... for every thread; and all are done with the other buffers
+    if (tile + 1 < tile_hi) {
+      load_tile<BN, D>(k_smem + (buffer ^ 1) * BN * D * 2, k, p.k_r, n0 + BN, key_length, tid);
+    }
+    cp_async_commit();
+
+    float s[BN / 8][4];  // S (16, BN) of this warp
+    if (warp_active) {
+#pragma unroll
+      for (int n = 0; n < BN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        std::uint32_t a_reg[4];
+        if constexpr (kQInRegisters) {
+          a_reg[0] = q_frag[kk][0], a_reg[1] = q_frag[kk][1];
+          a_reg[2] = q_frag[kk][2], a_reg[3] = q_frag[kk][3];
+        } else {
+          ldmatrix_x4(a_reg, a_operand_address<D>(q_smem, warp_row0, kk * 16, lane));
+        }
+#pragma unroll
+        for (int nn = 0; nn < BN / 16; ++nn) {
+          std::uint32_t b_reg[4];
+          ldmatrix_x4(b_reg, bt_operand_address<D>(k_buf, nn * 16, kk * 16, lane));
+          mma_16816<T>(s[2 * nn], a_reg, b_reg[0], b_reg[1]);
+          mma_16816<T>(s[2 * nn + 1], a_reg, b_reg[2], b_reg[3]);
+        }
+      }
+
+      // Scores: the per-element function only where a mask boundary crosses the tile or
+      // softcap/ALiBi ask for it.
+      const bool boundary =
+          n0 + BN > key_length || (p.causal && n0 + BN - 1 > m0 + offset) ||
+          (p.window_left >= 0 && n0 < m0 + kBlockM - 1 + offset - p.window_left) ||
+          (p.window_right >= 0 && n0 + BN - 1 > m0 + offset + p.window_right);
+      if (plain_scores && !boundary) {
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[n][e] *= sp.scale_log2;
+        }
+      } else {
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int i = m0 + warp_row0 + g + (e >= 2 ? 8 : 0);
+            const int j = n0 + n * 8 + 2 * t + (e & 1);
+            const float value = score_value(sp, s[n][e], i, j);
+            s[n][e] = (!boundary || score_allowed(sp, i, j)) ? value : -INFINITY;
+          }
+        }
+      }
+
+      // Online softmax: new running max, rescale what was summed so far.
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float m = row_max[r];
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n) m = fmaxf(m, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        const float base = m == -INFINITY ? 0.0f : m;  // all masked so far: exp2(−inf) = 0
+        const float correction = fast_exp2(row_max[r] - base);
+        row_max[r] = m;
+        float sum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n) {
+          s[n][2 * r] = fast_exp2(s[n][2 * r] - base);
+          s[n][2 * r + 1] = fast_exp2(s[n][2 * r + 1] - base);
+          sum += s[n][2 * r] + s[n][2 * r + 1];
+        }
+        row_sum[r] = row_sum[r] * correction + sum;
+#pragma unroll
+        for (int d = 0; d < D / 8; ++d) {
+          acc_o[d][2 * r] *= correction;
+          acc_o[d][2 * r + 1] *= correction;
+        }
+      }
+    }
+
+    cp_async_wait<1>();  // this tile's V (the next K may still be in flight)
+    __syncthreads();
+    if (tile + 1 < tile_hi) {
+      load_tile<BN, D>(v_smem + (buffer ^ 1) * BN * D * 2, v, p.v_r, n0 + BN, key_length, tid);
+    }
+    cp_async_commit();
+
+    if (warp_active) {
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        // Two adjacent score accumulators are the A fragment of P (16, 16).
+        const std::uint32_t a_reg[4] = {
+            E::pack(s[2 * kk][0], s[2 * kk][1]), E::pack(s[2 * kk][2], s[2 * kk][3]),
+            E::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+            E::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (int dd = 0; dd < D / 16; ++dd) {
+          std::uint32_t b_reg[4];
+          ldmatrix_x4_trans(b_reg, b_operand_trans_address<D>(v_buf, kk * 16, dd * 16, lane));
+          mma_16816<T>(acc_o[2 * dd], a_reg, b_reg[0], b_reg[1]);
+          mma_16816<T>(acc_o[2 * dd + 1], a_reg, b_reg[2], b_reg[3]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();  // nothing may land in shared memory after the kernel's end
+
+  if (!warp_active) return;
+  // Normalise; a row that saw no key (sum 0) is 0 with lse −inf (include/qkv/attention.h).
+  float inverse[2], lse[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = row_sum[r];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    inverse[r] = sum == 0.0f ? 0.0f : 1.0f / sum;
+    lse[r] = sum == 0.0f ? -INFINITY : (row_max[r] + __log2f(sum)) * kLn2;
+  }
+
+  const int row_a = m0 + warp_row0 + g, row_b = row_a + 8;  // this thread's two rows
+  if (p.splits > 1) {
+    // Partial results, f32, normalised by this split's own sum.
+    const long long row_base = ((static_cast<long long>(split) * p.B + b) * p.Hq + h) * p.Lq;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = r == 0 ? row_a : row_b;
+      if (row >= p.Lq) continue;
+      float* dst = p.partial_out + (row_base + row) * D;
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d) {
+        *reinterpret_cast<float2*>(dst + d * 8 + 2 * t) =
+            make_float2(acc_o[d][2 * r] * inverse[r], acc_o[d][2 * r + 1] * inverse[r]);
+      }
+      if (t == 0) p.partial_lse[row_base + row] = lse[r];
+    }
+    return;
+  }
+
+  // Stage the warp's 16 output rows in its own rows of the Q buffer (no other warp reads
+  // them), then write whole 16-byte chunks per row: coalesced, and rows past Lq skipped.
+#pragma unroll
+  for (int d = 0; d < D / 8; ++d) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const std::uint32_t pair = E::pack(acc_o[d][2 * r] * inverse[r], acc_o[d][2 * r + 1] * inverse[r]);
+      const std::uint32_t address = q_smem + swizzled_offset<D>(warp_row0 + g + 8 * r, d) + 4 * t;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(pair));
+    }
+  }
+  __syncwarp();
+  T* out = static_cast<T*>(p.out) + b * p.o_b + h * p.o_h;
+#pragma unroll
+  for (int c = lane; c < 16 * (D / 8); c += 32) {
+    const int row = c / (D / 8), chunk = c % (D / 8);
+    const int i = m0 + warp_row0 + row;
+    if (i < p.Lq) {
+      const uint4 value = *reinterpret_cast<const uint4*>(smem + swizzled_offset<D>(warp_row0 + row, chunk));
+      *reinterpret_cast<uint4*>(out + i * p.o_r + chunk * 8) = value;
+    }
+  }
+  if (p.lse != nullptr && t == 0) {
+    float* lse_row = p.lse + (static_cast<long long>(b) * p.Hq + h) * p.Lq;
+    if (row_a < p.Lq) lse_row[row_a] = lse[0];
+    if (row_b < p.Lq) lse_row[row_b] = lse[1];
+  }
+}
+
+// Merges the splits' partial results of one row: lse = log Σ_s exp(lse_s) and
+// out = Σ_s exp(lse_s − lse)·out_s. kRows rows per CTA, D/4 threads per row (float4).
+template <class T, int D>
+__global__ void __launch_bounds__(128) combine_kernel(const ForwardParams p) {
+  constexpr int kThreadsPerRow = D / 4;
+  constexpr int kRows = 128 / kThreadsPerRow;
+  const long long rows = static_cast<long long>(p.B) * p.Hq * p.Lq;
+  const long long row = static_cast<long long>(blockIdx.x) * kRows + threadIdx.x / kThreadsPerRow;
+  if (row >= rows) return;
+  const int column = (threadIdx.x % kThreadsPerRow) * 4;
+  float max_lse = -INFINITY;
+  for (int s = 0; s < p.splits; ++s) max_lse = fmaxf(max_lse, p.partial_lse[s * rows + row]);
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float lse = -INFINITY;
+  if (max_lse != -INFINITY) {
+    float total = 0.0f;
+    for (int s = 0; s < p.splits; ++s) total += expf(p.partial_lse[s * rows + row] - max_lse);
+    lse = max_lse + logf(total);
+    for (int s = 0; s < p.splits; ++s) {
+      const float weight = expf(p.partial_lse[s * rows + row] - lse);
+      if (weight == 0.0f) continue;  // an empty split's zeros (or a far smaller one)
+      const float4 x = *reinterpret_cast<const float4*>(p.partial_out + (s * rows + row) * D + column);
+      acc.x += weight * x.x, acc.y += weight * x.y, acc.z += weight * x.z, acc.w += weight * x.w;
+    }
+  }
+  const int i = static_cast<int>(row % p.Lq);
+  const long long bh = row / p.Lq;
+  const int h = static_cast<int>(bh % p.Hq), b = static_cast<int>(bh / p.Hq);
+  T* out = static_cast<T*>(p.out) + b * p.o_b + h * p.o_h + i * p.o_r + column;
+  using E = ElementTraits<T>;
+  const std::uint32_t pair[2] = {E::pack(acc.x, acc.y), E::pack(acc.z, acc.w)};
+  *reinterpret_cast<uint2*>(out) = make_uint2(pair[0], pair[1]);
+  if (p.lse != nullptr && column == 0) p.lse[row] = lse;
+}
+
+int multiprocessor_count() {
+  int device = 0, count = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
+             "cudaDeviceGetAttribute(multiprocessor count)");
+  return count;
+}
+
+// Splits for a grid of `ctas` CTAs over at most `tiles` key tiles each: none when the grid
+// already fills the GPU (two CTAs per SM), else enough to fill it, each split keeping at
+// least two tiles (a split's fixed cost — Q load, partial write, combine — needs work to
+// hide behind).
+int automatic_splits(long long ctas, int tiles) {
+  if (const char* forced = std::getenv("QKV_CUDA_SPLITS"); forced != nullptr && *forced != '\0') {
+    const int n = std::atoi(forced);
+    if (n >= 1) return n;
+  }
+  const long long slots = 2LL * multiprocessor_count();
+  if (ctas >= slots) return 1;
+  const long long wanted = (slots + ctas - 1) / ctas;
+  return static_cast<int>(std::max(1LL, std::min({wanted, static_cast<long long>(tiles / 2), 64LL})));
+}
+
+template <class T, int D>
+void launch(ForwardParams p, int splits, cudaStream_t stream) {
+  constexpr int BN = key_block<D>();
+  const int m_blocks = (p.Lq + kBlockM - 1) / kBlockM;
+  const int tiles = (p.Lk + BN - 1) / BN;
+  if (splits <= 0) splits = automatic_splits(static_cast<long long>(m_blocks) * p.Hq * p.B, tiles);
+  splits = std::max(1, std::min({splits, std::max(tiles, 1), 65535 / std::max(p.B, 1)}));
+  p.splits = splits;
+
+  float* workspace = nullptr;
+  const long long rows = static_cast<long long>(p.B) * p.Hq * p.Lq;
+  if (splits > 1) {
+    const std::size_t bytes = static_cast<std::size_t>(splits) * rows * (D + 1) * sizeof(float);
+    check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&workspace), bytes, stream),
+               "cudaMallocAsync(split-KV workspace)");
+    p.partial_out = workspace;
+    p.partial_lse = workspace + static_cast<std::size_t>(splits) * rows * D;
+  }
+  auto kernel = forward_kernel<T, D>;
+  constexpr int kSmem = shared_bytes<D>();
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+             "cudaFuncSetAttribute(forward kernel shared memory)");
+  const dim3 grid(m_blocks, p.Hq, p.B * splits);
+  kernel<<<grid, kThreads, kSmem, stream>>>(p);
+  cudaError_t status = cudaGetLastError();
+  if (status == cudaSuccess && splits > 1) {
+    constexpr int kRows = 128 / (D / 4);
+    combine_kernel<T, D><<<static_cast<unsigned>((rows + kRows - 1) / kRows), 128, 0, stream>>>(p);
+    status = cudaGetLastError();
+  }
+  if (workspace != nullptr) {
+    const cudaError_t freed = cudaFreeAsync(workspace, stream);
+    if (status == cudaSuccess) status = freed;
+  }
+  check_cuda(status, "forward attention kernel launch");
+}
+
+template <class T>
+void launch_for_dim(const ForwardParams& p, int D, int splits, cudaStream_t stream) {
+  switch (D) {
+    case 64: return launch<T, 64>(p, splits, stream);
+    case 128: return launch<T, 128>(p, splits, stream);
+    default: return launch<T, 256>(p, splits, stream);  // check_arguments let only 256 through
+  }
+}
+
+}  // namespace
+
+void attention_forward_splits(const DeviceAttention& a, int splits, void* stream) {
+  check_arguments(a);
+  if (a.B == 0 || a.Hq == 0 || a.Lq == 0) return;
+  ForwardParams p{};
+  p.q = a.q, p.k = a.k, p.v = a.v, p.out = a.out, p.lse = a.lse;
+  p.q_b = a.q_strides.batch, p.q_h = a.q_strides.head, p.q_r = a.q_strides.row;
+  p.k_b = a.k_strides.batch, p.k_h = a.k_strides.head, p.k_r = a.k_strides.row;
+  p.v_b = a.v_strides.batch, p.v_h = a.v_strides.head, p.v_r = a.v_strides.row;
+  p.o_b = a.out_strides.batch, p.o_h = a.out_strides.head, p.o_r = a.out_strides.row;
+  p.B = static_cast<int>(a.B), p.Hq = static_cast<int>(a.Hq);
+  p.Lq = static_cast<int>(a.Lq), p.Lk = static_cast<int>(a.Lk);
+  p.group = static_cast<int>(a.Hq / a.Hkv);
+  if (a.softcap > 0.0f) {
+    p.scale_log2 = a.scale / a.softcap;  // tanh's argument; score_value multiplies by c·log2(e)
+    p.softcap_log2 = a.softcap * kLog2e;
+  } else {
+    p.scale_log2 = a.scale * kLog2e;
+    p.softcap_log2 = 0.0f;
+  }
+  p.alibi = a.alibi_slopes;
+  p.key_lengths = a.key_lengths;
+  p.causal = a.causal;
+  p.bottom_right = a.alignment == Alignment::bottom_right;
+  // A window wider than both lengths bounds nothing; clamping keeps the kernel's int sums
+  // (row + offset + window) from overflowing.
+  const std::int64_t wide = a.Lq + a.Lk + 1;
+  p.window_left = a.window_left < 0 ? -1 : static_cast<int>(std::min(a.window_left, wide));
+  p.window_right = a.window_right < 0 ? -1 : static_cast<int>(std::min(a.window_right, wide));
+  p.splits = 1;
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (a.dtype == ElementType::bf16) {
+    launch_for_dim<__nv_bfloat16>(p, static_cast<int>(a.D), splits, s);
+  } else {
+    launch_for_dim<__half>(p, static_cast<int>(a.D), splits, s);
+  }
+}
+
+}  // namespace qkv::cuda::detail
+
+namespace qkv::cuda {
+
+void attention_forward(const DeviceAttention& args, void* stream) {
+  detail::attention_forward_splits(args, 0, stream);
+}
+
+}  // namespace qkv::cuda
