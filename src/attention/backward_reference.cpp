@@ -51,15 +51,9 @@ AttentionGradients reference_attention_backward(const AttentionProblem& p, const
   const auto per_thread = checked_product({p.Lk, p.Dk + p.Dv});
   plan.add_per_thread("a head's dk and dv and rows of scores in double", num_threads(),
                       per_thread && *per_thread < (std::size_t{1} << 59) ? static_cast<std::int64_t>(*per_thread + 5 * p.Lk + p.Dk) * 8 : -1);
-  plan.check();
-  try {
+  return plan.run([&] {
     return reference_backward_planned(p, dout_in, q_in, k_in, v_in);
-  } catch (const std::bad_alloc&) {
-    plan.throw_allocation_failed("std::bad_alloc");
-  } catch (const Error& e) {
-    if (e.kind() != ErrorKind::memory) throw;
-    plan.throw_allocation_failed(e.what());
-  }
+  });
 }
 
 namespace {

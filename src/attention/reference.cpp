@@ -68,15 +68,9 @@ AttentionResult reference_attention(const AttentionProblem& p, const Tensor& q_i
   if (options.return_lse) plan.add("the log-sum-exp (B, Hq, Lq) f32", {p.B, p.Hq, p.Lq, 4});
   if (options.return_probs) plan.add("the probabilities (B, Hq, Lq, Lk) f32", {p.B, p.Hq, p.Lq, p.Lk, 4});
   plan.add_per_thread("a row of scores and one of output in double", num_threads(), (p.Lk + p.Dv) * 8);
-  plan.check();
-  try {
+  return plan.run([&] {
     return reference_attention_planned(p, q_in, k_in, v_in, options);
-  } catch (const std::bad_alloc&) {
-    plan.throw_allocation_failed("std::bad_alloc");
-  } catch (const Error& e) {
-    if (e.kind() != ErrorKind::memory) throw;
-    plan.throw_allocation_failed(e.what());
-  }
+  });
 }
 
 namespace {

@@ -6,8 +6,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <new>
 #include <optional>
 #include <string>
+
+#include "qkv/error.h"
 
 namespace qkv::detail {
 
@@ -33,6 +36,7 @@ std::optional<std::size_t> parse_memory_size(const char* text);
 //   plan.add("the output (B, Hq, Lq, Dv)", {B, Hq, Lq, Dv, 4});
 //   plan.add_per_thread("kernel scratch", threads, scratch_bytes);
 //   plan.check();  // qkv::Error of ErrorKind::memory over the limit, naming every part
+//   (or plan.run([&] { ...allocate and compute... }), which checks first)
 // `what` must outlive the plan (a string literal). No allocation unless a check fails.
 class MemoryPlan {
  public:
@@ -53,6 +57,22 @@ class MemoryPlan {
   // For an allocation that failed although the plan was within the limit: a qkv::Error of
   // ErrorKind::memory naming the plan (`cause`: what failed, e.g. "std::bad_alloc").
   [[noreturn]] void throw_allocation_failed(const std::string& cause) const;
+
+  // check(), then body(): an allocation inside it that fails anyway (std::bad_alloc, or a
+  // qkv::Error of ErrorKind::memory from a parallel region) becomes throw_allocation_failed,
+  // so the message names the whole plan; other errors pass through unchanged.
+  template <class Body>
+  auto run(Body&& body) const -> decltype(body()) {
+    check();
+    try {
+      return body();
+    } catch (const std::bad_alloc&) {
+      throw_allocation_failed("std::bad_alloc");
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::memory) throw;
+      throw_allocation_failed(e.what());
+    }
+  }
 
  private:
   std::string parts_text() const;

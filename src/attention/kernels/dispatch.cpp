@@ -159,8 +159,7 @@ AttentionResult flash_attention(const AttentionProblem& problem, const Tensor& q
   plan.add("the output (B, Hq, Lq, Dv)", {p.B, p.Hq, p.Lq, p.Dv, static_cast<std::int64_t>(dtype_size(q.dtype()))});
   if (return_lse) plan.add("the log-sum-exp (B, Hq, Lq) f32", {p.B, p.Hq, p.Lq, 4});
   kernels.forward_memory(p, q, k, v, num_threads(), plan);
-  plan.check();
-  try {
+  return plan.run([&] {
     AttentionResult result;
     result.out = Tensor::empty({p.B, p.Hq, p.Lq, p.Dv}, q.dtype());
     if (return_lse) result.lse = Tensor::empty({p.B, p.Hq, p.Lq}, DType::f32);
@@ -168,12 +167,7 @@ AttentionResult flash_attention(const AttentionProblem& problem, const Tensor& q
     FlashForward* run = is_decode(p) ? kernels.decode : kernels.forward;
     run(p, q, k, v, result.out, lse);
     return result;
-  } catch (const std::bad_alloc&) {
-    plan.throw_allocation_failed("std::bad_alloc");
-  } catch (const Error& e) {
-    if (e.kind() != ErrorKind::memory) throw;
-    plan.throw_allocation_failed(e.what());
-  }
+  });
 }
 
 }  // namespace qkv::detail
