@@ -4,86 +4,22 @@
 The reference is float64 autograd through the attention formula of include/qkv/attention.h
 (scores, softcap, ALiBi, causal/window/key-length masks, softmax, P·V), with GQA as
 repeat_interleave; qkv's backward runs through libqkv_cuda.so's C ABI
-(src/attention/cuda/capi.h, qkv_cuda_attention_backward) on CUDA torch tensors, with
+(qkv.cuda.attention_backward, python/qkv/cuda.py) on CUDA torch tensors, with
 q, k, v and dout given as (B, L, H, D) projections permuted to (B, H, L, D), so the device
 form's strides are exercised. For the cases SDPA can express, bf16/f16 SDPA autograd's
 own error against the same float64 reference is printed beside qkv's, as a yardstick.
 
 Usage: python3 scripts/cuda/check_torch_backward.py [--lib build/libqkv_cuda.so]
            [--qkv-forward]   (out and lse from qkv's forward instead of the reference)
-Exits 1 when a case exceeds its tolerance, 2 when the library has no backward entry.
+Exits 1 when a case exceeds its tolerance.
 """
 import argparse
-import ctypes
 import math
-import os
 import sys
 
 import torch
 
-
-# ---------------------------------------------------------------------------------------
-# The C ABI (capi.h), field by field.
-
-class ForwardArgs(ctypes.Structure):
-    _fields_ = [
-        ("dtype", ctypes.c_int64),
-        ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
-        ("out", ctypes.c_void_p), ("lse", ctypes.c_void_p),
-        ("q_strides", ctypes.c_int64 * 3), ("k_strides", ctypes.c_int64 * 3),
-        ("v_strides", ctypes.c_int64 * 3), ("out_strides", ctypes.c_int64 * 3),
-        ("B", ctypes.c_int64), ("Hq", ctypes.c_int64), ("Hkv", ctypes.c_int64),
-        ("Lq", ctypes.c_int64), ("Lk", ctypes.c_int64), ("D", ctypes.c_int64),
-        ("scale", ctypes.c_double),
-        ("causal", ctypes.c_int64), ("bottom_right", ctypes.c_int64),
-        ("window_left", ctypes.c_int64), ("window_right", ctypes.c_int64),
-        ("key_lengths", ctypes.c_void_p), ("alibi_slopes", ctypes.c_void_p),
-        ("softcap", ctypes.c_double), ("splits", ctypes.c_int64), ("stream", ctypes.c_void_p),
-    ]
-
-
-class BackwardArgs(ctypes.Structure):
-    _fields_ = [
-        ("forward", ForwardArgs),
-        ("dout", ctypes.c_void_p), ("dout_strides", ctypes.c_int64 * 3),
-        ("dq", ctypes.c_void_p), ("dk", ctypes.c_void_p), ("dv", ctypes.c_void_p),
-    ]
-
-
-def find_library(path):
-    for p in [path, "build/libqkv_cuda.so", "build-cuda/libqkv_cuda.so", "build/release/libqkv_cuda.so"]:
-        if p and os.path.exists(p):
-            return ctypes.CDLL(os.path.abspath(p))
-    sys.exit("libqkv_cuda.so not found (build with -DQKV_CUDA=ON, or pass --lib)")
-
-
-def strides3(t):
-    return (ctypes.c_int64 * 3)(t.stride(0), t.stride(1), t.stride(2))
-
-
-def fill_forward(args, q, k, v, out, lse, c, slopes, lengths):
-    args.dtype = 0 if q.dtype == torch.bfloat16 else 1
-    args.q, args.k, args.v, args.out = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()
-    args.lse = lse.data_ptr()
-    args.q_strides, args.k_strides = strides3(q), strides3(k)
-    args.v_strides, args.out_strides = strides3(v), strides3(out)
-    args.B, args.Hq, args.Lq, args.D = q.shape
-    args.Hkv, args.Lk = k.shape[1], k.shape[2]
-    args.scale = c["scale"]
-    args.causal = int(c["causal"])
-    args.bottom_right = int(c["bottom_right"])
-    args.window_left, args.window_right = c["window"]
-    args.key_lengths = lengths.data_ptr() if lengths is not None else None
-    args.alibi_slopes = slopes.data_ptr() if slopes is not None else None
-    args.softcap = c["softcap"]
-    args.splits = 0
-    args.stream = torch.cuda.current_stream().cuda_stream
-
-
-def call(fn, args):
-    error = ctypes.create_string_buffer(1024)
-    if fn(ctypes.byref(args), error, ctypes.c_size_t(len(error))) != 0:
-        raise RuntimeError(error.value.decode())
+from check_torch import load_qkv_cuda  # qkv/cuda.py alone, as on the GPU machine
 
 
 # ---------------------------------------------------------------------------------------
@@ -152,13 +88,8 @@ def projection(B, L, H, D, dtype, scale=1.0):
     return (torch.randn(B, L, H, D, device="cuda") * scale).to(dtype).transpose(1, 2)
 
 
-def check_backward(lib, use_qkv_forward=False):
-    """Runs the case matrix; returns the number of failures."""
-    if not hasattr(lib, "qkv_cuda_attention_backward"):
-        print("libqkv_cuda.so has no qkv_cuda_attention_backward (see the C ABI entry needed)")
-        sys.exit(2)
-    backward = lib.qkv_cuda_attention_backward
-    forward = lib.qkv_cuda_attention_forward
+def check_backward(qc, use_qkv_forward=False):
+    """Runs the case matrix through qkv.cuda (qc); returns the number of failures."""
     cases = []
     for dtype in (torch.bfloat16, torch.float16):
         for D in (64, 128, 256):
@@ -192,23 +123,19 @@ def check_backward(lib, use_qkv_forward=False):
                    if c["key_lengths"] else None)
         ref_out, ref_lse, *want = reference(q, k, v, dout, c, slopes, lengths)
 
+        options = dict(scale=c["scale"], is_causal=c["causal"],
+                       causal_alignment="bottom_right" if c["bottom_right"] else "top_left",
+                       window=c["window"], key_lengths=lengths, alibi_slopes=slopes,
+                       softcap=c["softcap"] or None)
         if use_qkv_forward:
-            out = torch.empty(B, Hq, c["Lq"], D, dtype=dtype, device="cuda")
-            lse = torch.empty(B, Hq, c["Lq"], dtype=torch.float32, device="cuda")
-            fa = ForwardArgs()
-            fill_forward(fa, q, k, v, out, lse, c, slopes, lengths)
-            call(forward, fa)
+            out, lse = qc.attention(q, k, v, return_lse=True, **options)
         else:
             out = ref_out.to(dtype)
             lse = ref_lse.float().contiguous()
-        dq = torch.full((B, Hq, c["Lq"], D), math.nan, device="cuda")  # poisoned
-        dk = torch.full((B, Hkv, c["Lk"], D), math.nan, device="cuda")
+        dq = torch.full((B, Hq, c["Lq"], D), math.nan, device="cuda")  # poisoned: every
+        dk = torch.full((B, Hkv, c["Lk"], D), math.nan, device="cuda")  # element must be written
         dv = torch.full((B, Hkv, c["Lk"], D), math.nan, device="cuda")
-        args = BackwardArgs()
-        fill_forward(args.forward, q, k, v, out, lse, c, slopes, lengths)
-        args.dout, args.dout_strides = dout.data_ptr(), strides3(dout)
-        args.dq, args.dk, args.dv = dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
-        call(backward, args)
+        qc.attention_backward(dout, q, k, v, out, lse, dq=dq, dk=dk, dv=dv, **options)
         torch.cuda.synchronize()
 
         errors = [rel_l2(dq, want[0]), rel_l2(dk, want[1]), rel_l2(dv, want[2])]
@@ -232,8 +159,7 @@ def main():
     a = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("no CUDA device for torch")
-    lib = find_library(a.lib)
-    sys.exit(1 if check_backward(lib, a.qkv_forward) else 0)
+    sys.exit(1 if check_backward(load_qkv_cuda(a.lib), a.qkv_forward) else 0)
 
 
 if __name__ == "__main__":
