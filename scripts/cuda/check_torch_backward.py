@@ -152,14 +152,61 @@ def check_backward(qc, use_qkv_forward=False):
     return failures
 
 
+def speed(qc):
+    """The backward alone, bf16, beside SDPA's flash and cuDNN backends' backward (autograd
+    with the graph kept). FLOPs: the five products of the backward, 2.5 times the forward's
+    4·B·H·L²·D (halved when causal)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from check_torch import cuda_time
+
+    print(f"\n== backward speed (bf16, median of CUDA events) ==\n{'case':<34}{'qkv ms':>9}{'TFLOP/s':>9}"
+          f"{'flash ms':>10}{'TFLOP/s':>9}{'cudnn ms':>10}{'TFLOP/s':>9}{'qkv/flash':>10}")
+    for B, H, L, D, causal in ((4, 16, 4096, 128, False), (4, 16, 4096, 128, True), (8, 32, 2048, 64, False)):
+        flops = 2.5 * 4.0 * B * H * L * L * D * (0.5 if causal else 1.0)
+        mk = lambda: torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16)  # noqa: E731
+        sets = [(mk(), mk(), mk(), mk()) for _ in range(2)]
+        cells = {}
+        try:
+            prepared = [(dout, q, k, v, *qc.attention(q, k, v, is_causal=causal, return_lse=True))
+                        for q, k, v, dout in sets]
+            cells["qkv"] = cuda_time(lambda dout, q, k, v, out, lse: qc.attention_backward(
+                dout, q, k, v, out, lse, is_causal=causal), prepared)
+        except Exception as e:  # noqa: BLE001 — reported in the table
+            cells["qkv"] = f"err {e}"[:30]
+        for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+            try:
+                with sdpa_kernel([backend]):
+                    graphs = []
+                    for q, k, v, dout in sets:
+                        qs, ks, vs = (t.clone().requires_grad_() for t in (q, k, v))
+                        graphs.append((torch.nn.functional.scaled_dot_product_attention(
+                            qs, ks, vs, is_causal=causal), dout))
+                    cells[name] = cuda_time(lambda out, dout: out.backward(dout, retain_graph=True), graphs)
+            except Exception as e:  # noqa: BLE001
+                cells[name] = f"n/a {type(e).__name__}"
+        fmt = lambda x: f"{x[:18]:>18}" if isinstance(x, str) else f"{x:>9.3f}{flops / (x * 1e9):>9.1f}"  # noqa: E731
+        ratio = (cells["flash"] / cells["qkv"] if all(isinstance(cells[n], float) for n in ("qkv", "flash"))
+                 else float("nan"))
+        print(f"{f'B={B} H={H} L={L} D={D}' + (' causal' if causal else ''):<34}{fmt(cells['qkv'])} "
+              f"{fmt(cells['flash'])} {fmt(cells['cudnn'])}{ratio:>9.2f}x", flush=True)
+        del sets
+        torch.cuda.empty_cache()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lib", default=None)
     parser.add_argument("--qkv-forward", action="store_true")
+    parser.add_argument("--skip-speed", action="store_true")
     a = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("no CUDA device for torch")
-    sys.exit(1 if check_backward(load_qkv_cuda(a.lib), a.qkv_forward) else 0)
+    qc = load_qkv_cuda(a.lib)
+    failures = check_backward(qc, a.qkv_forward)
+    if not a.skip_speed:
+        speed(qc)
+    sys.exit(1 if failures else 0)
 
 
 if __name__ == "__main__":
