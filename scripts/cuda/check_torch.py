@@ -10,7 +10,9 @@
     where SDPA can run the case in the same dtype, SDPA's own error for scale.
 (b) Speed: qkv vs SDPA's flash and cuDNN backends (torch.nn.attention.sdpa_kernel), bf16,
     median of CUDA-event timings over rotating input sets; TFLOP/s as tools/qkv/bench.cpp
-    counts them (4·B·H·Lq·Lk·D, halved when causal with Lq == Lk).
+    counts them (4·B·H·Lq·Lk·D, halved when causal with Lq == Lk). qkv twice: its default
+    CTA shape ("qkv") and QKV_CUDA_BLOCK_M=64's narrow one ("qkv64"), with the relative L2
+    difference of their outputs ("qkv~qkv64", bf16 rounding: ~1e-3).
 Exit status 1 when a correctness case fails. Runs on the CPU too (torch without CUDA): then
 only the float64 reference is checked against SDPA's math, which tests this script.
 """
@@ -181,12 +183,41 @@ def cuda_time(fn, input_sets, warmup=3, repeats=12):
     return times[len(times) // 2]
 
 
+# qkv's forward timed twice per case: the default CTA shape (128 query rows where Lq > 64)
+# and the narrow 64-row one, through QKV_CUDA_BLOCK_M, which libqkv_cuda.so reads at every
+# call (src/attention/cuda/forward.cu, wide_block).
+QKV_VARIANTS = (("qkv", None), ("qkv64", "64"))
+
+
+class BlockM:
+    """QKV_CUDA_BLOCK_M set to `value` (None: unset) inside the with-block."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __enter__(self):
+        self.saved = os.environ.get("QKV_CUDA_BLOCK_M")
+        self._set(self.value)
+
+    def __exit__(self, *exc):
+        self._set(self.saved)
+
+    @staticmethod
+    def _set(value):
+        if value is None:
+            os.environ.pop("QKV_CUDA_BLOCK_M", None)
+        else:
+            os.environ["QKV_CUDA_BLOCK_M"] = value
+
+
 def speed(qc, results):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
+    names = [n for n, _ in QKV_VARIANTS] + [n for n, _ in backends]
     rows = []
-    header = f"{'case':<40}{'qkv ms':>9}{'TFLOP/s':>9}{'flash ms':>10}{'TFLOP/s':>9}{'cudnn ms':>10}{'TFLOP/s':>9}{'qkv/flash':>10}"
+    header = f"{'case':<40}" + "".join(f"{n + ' ms':>10}{'TFLOP/s':>9}" for n in names)
+    header += "".join(f"{n + '/flash':>12}" for n, _ in QKV_VARIANTS) + f"{'qkv~qkv64':>11}"
     print("\n" + header, flush=True)
     configs = []
     for D in (64, 128, 256):
@@ -202,12 +233,17 @@ def speed(qc, results):
         for n in range(3):
             mk = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16)
             sets.append((mk(B, Hq, Lq, D), mk(B, Hkv, Lk, D), mk(B, Hkv, Lk, D)))
-        cells = {}
-        try:
-            ms = cuda_time(lambda q, k, v: qc.attention(q, k, v, is_causal=causal), sets)
-            cells["qkv"] = ms
-        except Exception as e:  # noqa: BLE001
-            cells["qkv"] = f"err {e}"[:60]
+        cells, outs = {}, {}
+        for vname, block_m in QKV_VARIANTS:
+            with BlockM(block_m):
+                try:
+                    cells[vname] = cuda_time(lambda q, k, v: qc.attention(q, k, v, is_causal=causal), sets)
+                    outs[vname] = qc.attention(*sets[0], is_causal=causal)
+                except Exception as e:  # noqa: BLE001
+                    cells[vname] = f"err {e}"[:60]
+        # The two shapes compute the same thing: their outputs must agree to bf16 rounding.
+        agree = rel(outs["qkv"], outs["qkv64"]) if len(outs) == 2 else float("nan")
+        del outs
         if Hq != Hkv:
             sets = [(q, k.repeat_interleave(Hq // Hkv, 1), v.repeat_interleave(Hq // Hkv, 1)) for q, k, v in sets]
         for bname, backend in backends:
@@ -218,13 +254,18 @@ def speed(qc, results):
                 cells[bname] = f"n/a {type(e).__name__}"
         def fmt(x):
             if isinstance(x, str):
-                return f"{x[:18]:>18}"
-            return f"{x:>9.3f}{flops / (x * 1e9):>9.1f}" if Lq > 1 else f"{x:>9.3f}{'(' + format(2 * B * Hkv * Lk * D * 2 / (x * 1e6), '.0f') + 'GB/s)':>9}"
-        ratio = cells["flash"] / cells["qkv"] if all(isinstance(cells[n], float) for n in ("qkv", "flash")) else float("nan")
-        line = f"{name:<40}{fmt(cells['qkv'])}{' '}{fmt(cells['flash'])}{' '}{fmt(cells['cudnn'])}{ratio:>9.2f}x"
+                return f"{x[:18]:>19}"
+            return f"{x:>10.3f}{flops / (x * 1e9):>9.1f}" if Lq > 1 else f"{x:>10.3f}{'(' + format(2 * B * Hkv * Lk * D * 2 / (x * 1e6), '.0f') + 'GB/s)':>9}"
+        def ratio(n):
+            ok = all(isinstance(cells[c], float) for c in (n, "flash"))
+            return f"{cells['flash'] / cells[n] if ok else float('nan'):>11.2f}x"
+        line = f"{name:<40}" + "".join(fmt(cells[n]) for n in names)
+        line += "".join(ratio(n) for n, _ in QKV_VARIANTS) + f"{agree:>11.1e}"
+        if not agree < 1e-2:
+            line += "  MISMATCH"
         print(line, flush=True)
         rows.append(line)
-        results.append({"case": name, "flops": flops, **{k: v for k, v in cells.items()}})
+        results.append({"case": name, "flops": flops, "qkv_vs_qkv64_rel": agree, **{k: v for k, v in cells.items()}})
         del sets
         torch.cuda.empty_cache()
     return header, rows

@@ -68,14 +68,16 @@ rc=$?
 grep -vE '^ok' "$OUT/check_torch_backward.log" | head -n 40
 say "torch backward: exit $rc ($(grep -E 'backward cases within tolerance' "$OUT/check_torch_backward.log"))"
 
-echo "== qkv bench --device cuda"
-if timeout 60 $DEV/qkv bench --device cuda --batch 4 --heads 16 --seq 4096 --dim 128 --dtype bf16 \
-    --repeats 20 --warmup 5 > "$OUT/bench.log" 2>&1; then
-  cat "$OUT/bench.log"
-  say "bench: $(tail -n 1 "$OUT/bench.log" | tr -s ' ')"
-else
-  say "bench: FAILED: $(tail -c 400 "$OUT/bench.log")"
-fi
+echo "== qkv bench --device cuda (the default CTA, then QKV_CUDA_BLOCK_M=64's narrow one)"
+for block_m in "" 64; do
+  if QKV_CUDA_BLOCK_M=$block_m timeout 60 $DEV/qkv bench --device cuda --batch 4 --heads 16 --seq 4096 --dim 128 --dtype bf16 \
+      --repeats 20 --warmup 5 > "$OUT/bench$block_m.log" 2>&1; then
+    cat "$OUT/bench$block_m.log"
+    say "bench${block_m:+ (block_m $block_m)}: $(tail -n 1 "$OUT/bench$block_m.log" | tr -s ' ')"
+  else
+    say "bench${block_m:+ (block_m $block_m)}: FAILED: $(tail -c 400 "$OUT/bench$block_m.log")"
+  fi
+done
 
 echo
 echo "== summary ($(( $(date +%s) - START )) s; logs in $OUT)"

@@ -28,7 +28,8 @@ struct Case {
   DType dtype = DType::bf16;
   std::int64_t D = 64, B = 1, Hq = 2, Hkv = 2, Lq = 1, Lk = 1;
   AttentionOptions options;
-  int splits = 0;  // QKV_CUDA_SPLITS while it runs; 0 = automatic
+  int splits = 0;   // QKV_CUDA_SPLITS while it runs; 0 = automatic
+  int block_m = 0;  // QKV_CUDA_BLOCK_M while it runs (64: the narrow CTA); 0 = the default
 
   std::string name() const {
     std::ostringstream s;
@@ -45,6 +46,7 @@ struct Case {
     }
     if (options.return_lse) s << " lse";
     if (splits) s << " splits=" << splits;
+    if (block_m) s << " block_m=" << block_m;
     return s.str();
   }
 };
@@ -52,13 +54,19 @@ struct Case {
 #define SKIP_WITHOUT_GPU() \
   if (!qkv::cuda::available()) GTEST_SKIP() << qkv::cuda::unavailable_reason()
 
-// Sets QKV_CUDA_SPLITS for the lifetime of the object (0: leaves it unset).
-class SplitsOverride {
+// Sets the environment variable `name` to `value` for the lifetime of the object (0:
+// leaves it unset), then unsets it: QKV_CUDA_SPLITS, QKV_CUDA_BLOCK_M.
+class EnvOverride {
  public:
-  explicit SplitsOverride(int splits) {
-    if (splits > 0) setenv("QKV_CUDA_SPLITS", std::to_string(splits).c_str(), 1);
+  EnvOverride(const char* name, int value) : name_(name) {
+    if (value > 0) setenv(name, std::to_string(value).c_str(), 1);
   }
-  ~SplitsOverride() { unsetenv("QKV_CUDA_SPLITS"); }
+  ~EnvOverride() { unsetenv(name_); }
+  EnvOverride(const EnvOverride&) = delete;
+  EnvOverride& operator=(const EnvOverride&) = delete;
+
+ private:
+  const char* name_;
 };
 
 std::uint64_t case_seed = 1;
@@ -74,7 +82,8 @@ void run_case(const Case& c) {
   const qkv::AttentionResult want = qkv::attention(q, k, v, reference_options);
   qkv::AttentionResult got;
   {
-    SplitsOverride splits(c.splits);
+    EnvOverride splits("QKV_CUDA_SPLITS", c.splits);
+    EnvOverride block_m("QKV_CUDA_BLOCK_M", c.block_m);
     got = qkv::cuda::attention(q, k, v, c.options);
   }
   const std::vector<float> w = want.out.to_vector(), g = got.out.to_vector();
@@ -176,6 +185,42 @@ TEST(CudaForward, KeyLengths) {
       }
     }
   }
+}
+
+// Both CTA shapes (forward.cu's Tiling) on the same problems: the default (128 query rows
+// per CTA where Lq > 64) and the narrow one QKV_CUDA_BLOCK_M=64 selects, over lengths
+// that leave partial CTAs and partial warps in each, masks included.
+TEST(CudaForward, BothBlockShapes) {
+  SKIP_WITHOUT_GPU();
+  for (int block_m : {64, 128}) {
+    for (std::int64_t D : {64, 128, 256}) {
+      for (int variant = 0; variant < 4; ++variant) {
+        for (auto [Lq, Lk] : std::vector<std::pair<std::int64_t, std::int64_t>>{{65, 200}, {200, 161}}) {
+          Case c;
+          c.dtype = D == 128 ? DType::f16 : DType::bf16;
+          c.D = D, c.B = 2, c.Hq = 4, c.Hkv = 2, c.Lq = Lq, c.Lk = Lk, c.block_m = block_m;
+          c.options.return_lse = true;
+          switch (variant) {
+            case 0: break;
+            case 1: c.options.causal = true; break;
+            case 2: c.options.causal = true; c.options.alignment = Alignment::bottom_right; break;
+            case 3:
+              c.options.window = qkv::Window{40, 3};
+              c.options.key_lengths = {Lk, Lk / 2};
+              c.options.softcap = 15.0;
+              break;
+          }
+          run_case(c);
+        }
+      }
+    }
+  }
+  Case c;  // the wide CTA split over keys (a small grid, a long key range)
+  c.D = 128, c.B = 1, c.Hq = 1, c.Hkv = 1, c.Lq = 100, c.Lk = 3000, c.splits = 5;
+  c.options.causal = true;
+  c.options.alignment = Alignment::bottom_right;
+  c.options.return_lse = true;
+  run_case(c);
 }
 
 // Fully masked rows from the diagonal: bottom-right with Lq > Lk leaves the first rows

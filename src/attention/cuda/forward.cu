@@ -1,11 +1,13 @@
 // The forward attention kernel, FlashAttention-2's algorithm (Dao, "FlashAttention-2:
 // Faster Attention with Better Parallelism and Work Partitioning", 2023) on mma.sync:
 //
-// - One CTA per (64 query rows, query head, batch [, key split]); 4 warps, warp w owns
-//   query rows 16w..16w+15 of the block, so a row's softmax state never leaves its warp.
-// - Q (64, D) is read once into shared memory (and, for D <= 128, into registers); K and
-//   V tiles (BN, D) stream through two shared buffers each with cp.async, the next tile's
-//   copy in flight while this one is multiplied.
+// - One CTA per (BM query rows, query head, batch [, key split]); warp w owns a band of
+//   16 or 32 rows of the block (one or two m16 tiles), so a row's softmax state never
+//   leaves its warp. Two CTA shapes (Tiling): BM = 128 (FlashAttention-2's, the default)
+//   and BM = 64 (4 warps x 16 rows: decode, short queries, and QKV_CUDA_BLOCK_M=64).
+// - Q (BM, D) is read once into shared memory (and, where registers allow, into
+//   registers); K and V tiles (BN, D) stream through two shared buffers each with
+//   cp.async, the next tile's copy in flight while this one is multiplied.
 // - S = Q·Kᵀ and O += P·V on mma.sync.m16n8k16 (bf16 or f16 in, f32 accumulate); P stays
 //   in registers (an accumulator fragment is an operand fragment, common.cuh).
 // - Online softmax in base 2: scores carry scale·log2(e), exp2 is one MUFU instruction.
@@ -26,10 +28,6 @@
 namespace qkv::cuda::detail {
 namespace {
 
-constexpr int kBlockM = 64;  // query rows per CTA
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
-
 struct ForwardParams {
   const void* q;
   const void* k;
@@ -48,19 +46,43 @@ struct ForwardParams {
   float* partial_lse;  // (splits, B, Hq, Lq) f32, when splits > 1
 };
 
-// Key block size per head dim: as large as registers (S is 16 x BN per warp) and two CTAs'
-// shared memory per SM allow. Shared memory: Q (64, D) + 2 K + 2 V buffers (BN, D).
-template <int D> __host__ __device__ constexpr int key_block() { return D == 64 ? 128 : D == 128 ? 64 : 32; }
-template <int D> __host__ __device__ constexpr int shared_bytes() { return (kBlockM + 4 * key_block<D>()) * D * 2; }
+// The CTA shapes, two of them (host code picks one per call, wide_block below):
+// - narrow (kWide = false): 64 query rows, 4 warps x 16 rows; the shape this kernel began
+//   with, kept for decode and short queries and as the A/B baseline;
+// - wide (kWide = true): FlashAttention-2's 128 rows. For D = 64 and 128, 4 warps x 32 rows:
+//   two m16 tiles per warp, so every K or V fragment that ldmatrix reads from shared memory
+//   feeds two MMAs instead of one. For D = 256, where a warp's O (32, 256) would not fit its
+//   registers, 8 warps x 16 rows. Both halve the shared-memory writes (cp.async of K and V)
+//   per MMA, since each key tile serves twice the rows.
+template <int D, bool kWide>
+struct Tiling {
+  static constexpr int kRowsPerWarp = kWide && D <= 128 ? 32 : 16;
+  static constexpr int kMTiles = kRowsPerWarp / 16;  // m16 tiles per warp
+  static constexpr int kWarps = kWide && D == 256 ? 8 : 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBlockM = kWarps * kRowsPerWarp;  // query rows per CTA
+  // Keys per tile, as many as registers allow without spilling (ptxas, sm_90a: a warp
+  // holds S (kRowsPerWarp, kBlockN) and O (kRowsPerWarp, D) in f32, with addresses beside;
+  // wide D = 64 at 128 keys and wide D = 128 at 64 or 48 spill).
+  static constexpr int kBlockN = D == 64 ? (kWide ? 64 : 128) : D == 128 && !kWide ? 64 : 32;
+  // Q's fragments stay in registers through the key loop where they fit beside S and O;
+  // else they are read from shared memory at every tile.
+  static constexpr bool kQInRegisters = !kWide && D <= 128;
+  // Shared memory: Q (kBlockM, D) + two K and two V buffers (kBlockN, D).
+  static constexpr int kSharedBytes = (kBlockM + 4 * kBlockN) * D * 2;
+  // Two CTAs per SM where their shared memory fits (228 KB per SM, 1 KB of it reserved
+  // per CTA); the wide D = 256 CTA (128 KB, 8 warps) runs alone.
+  static constexpr int kBlocksPerSM = kSharedBytes <= 112 * 1024 ? 2 : 1;
+};
 
 // Copies rows [row0, row0 + ROWS) of a (rows, D) global matrix into a swizzled shared tile;
-// rows >= limit are zero-filled (not read). All threads of the CTA take part.
-template <int ROWS, int D, class T>
+// rows >= limit are zero-filled (not read). All THREADS threads of the CTA take part.
+template <int ROWS, int D, int THREADS, class T>
 __device__ __forceinline__ void load_tile(std::uint32_t dst, const T* src, long long row_stride,
                                           int row0, int limit, int tid) {
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
 #pragma unroll
-  for (int c = tid; c < ROWS * kChunks; c += kThreads) {
+  for (int c = tid; c < ROWS * kChunks; c += THREADS) {
     const int row = c / kChunks, chunk = c % kChunks;
     const bool valid = row0 + row < limit;
     const T* p = src + (valid ? static_cast<long long>(row0 + row) * row_stride : 0) + chunk * 8;
@@ -68,26 +90,29 @@ __device__ __forceinline__ void load_tile(std::uint32_t dst, const T* src, long 
   }
 }
 
-template <class T, int D>
-__global__ void __launch_bounds__(kThreads, 2) forward_kernel(const ForwardParams p) {
-  constexpr int BN = key_block<D>();
-  constexpr bool kQInRegisters = D <= 128;  // D = 256 would not fit beside O's 128 floats
+template <class T, int D, bool kWide>
+__global__ void __launch_bounds__(Tiling<D, kWide>::kThreads, Tiling<D, kWide>::kBlocksPerSM)
+    forward_kernel(const ForwardParams p) {
+  using Tile = Tiling<D, kWide>;
+  constexpr int BM = Tile::kBlockM, BN = Tile::kBlockN, MT = Tile::kMTiles;
+  constexpr int kThreads = Tile::kThreads;
+  constexpr bool kQInRegisters = Tile::kQInRegisters;
   using E = ElementTraits<T>;
   extern __shared__ __align__(128) unsigned char smem[];
-  const std::uint32_t q_smem = shared_address(smem);           // (64, D)
-  const std::uint32_t k_smem = q_smem + kBlockM * D * 2;        // (2, BN, D)
+  const std::uint32_t q_smem = shared_address(smem);           // (BM, D)
+  const std::uint32_t k_smem = q_smem + BM * D * 2;             // (2, BN, D)
   const std::uint32_t v_smem = k_smem + 2 * BN * D * 2;         // (2, BN, D)
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;  // fragment row and column group (common.cuh)
   const int h = blockIdx.y;
   const int b = blockIdx.z / p.splits, split = blockIdx.z % p.splits;
-  const int m0 = blockIdx.x * kBlockM;
+  const int m0 = blockIdx.x * BM;
   const int key_length = p.key_lengths ? min(max(p.key_lengths[b], 0), p.Lk) : p.Lk;
   const int offset = p.bottom_right ? key_length - p.Lq : 0;  // i' − i
 
   // The keys any row of this block may see, then this split's share of their tiles.
-  const int row_last = min(m0 + kBlockM, p.Lq) - 1;
+  const int row_last = min(m0 + BM, p.Lq) - 1;
   int k_begin = 0, k_end = key_length;
   if (p.causal) k_end = min(k_end, row_last + offset + 1);
   if (p.window_right >= 0) k_end = min(k_end, row_last + offset + p.window_right + 1);
@@ -114,27 +139,36 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(const ForwardParam
   const bool plain_scores = sp.softcap_log2 == 0.0f && sp.alibi_log2 == 0.0f;
 
   // Prologue: Q and the first K tile in one group, the first V tile in the next.
-  load_tile<kBlockM, D>(q_smem, q, p.q_r, m0, p.Lq, tid);
-  if (tile_lo < tile_hi) load_tile<BN, D>(k_smem, k, p.k_r, tile_lo * BN, key_length, tid);
+  load_tile<BM, D, kThreads>(q_smem, q, p.q_r, m0, p.Lq, tid);
+  if (tile_lo < tile_hi) load_tile<BN, D, kThreads>(k_smem, k, p.k_r, tile_lo * BN, key_length, tid);
   cp_async_commit();
-  if (tile_lo < tile_hi) load_tile<BN, D>(v_smem, v, p.v_r, tile_lo * BN, key_length, tid);
+  if (tile_lo < tile_hi) load_tile<BN, D, kThreads>(v_smem, v, p.v_r, tile_lo * BN, key_length, tid);
   cp_async_commit();
 
-  const int warp_row0 = warp * 16;  // in the block
+  // Warp w owns rows warp_row0 .. warp_row0 + 16·MT − 1 of the block, as MT m16 tiles;
+  // in tile m, this thread holds rows 16m + g and 16m + g + 8 (index r = 0, 1 below).
+  const int warp_row0 = warp * Tile::kRowsPerWarp;  // in the block
   const bool warp_active = m0 + warp_row0 < p.Lq;  // rows past Lq: load, but skip the math
-  float acc_o[D / 8][4];  // O (16, D) of this warp: n-tile d of 8 columns
+  float acc_o[MT][D / 8][4];  // O (16·MT, D) of this warp: m-tile, n-tile d of 8 columns
+  float row_max[MT][2], row_sum[MT][2];  // base-2 running max; this thread's part of Σ exp2(s − max)
 #pragma unroll
-  for (int d = 0; d < D / 8; ++d) acc_o[d][0] = acc_o[d][1] = acc_o[d][2] = acc_o[d][3] = 0.0f;
-  float row_max[2] = {-INFINITY, -INFINITY};  // rows g and g + 8, base-2 scores
-  float row_sum[2] = {0.0f, 0.0f};            // this thread's part of Σ exp2(s − max)
+  for (int m = 0; m < MT; ++m) {
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d) acc_o[m][d][0] = acc_o[m][d][1] = acc_o[m][d][2] = acc_o[m][d][3] = 0.0f;
+    row_max[m][0] = row_max[m][1] = -INFINITY;
+    row_sum[m][0] = row_sum[m][1] = 0.0f;
+  }
 
-  std::uint32_t q_frag[kQInRegisters ? D / 16 : 1][4];
+  std::uint32_t q_frag[kQInRegisters ? MT : 1][kQInRegisters ? D / 16 : 1][4];
   cp_async_wait<1>();
   __syncthreads();
   if constexpr (kQInRegisters) {
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      ldmatrix_x4(q_frag[kk], a_operand_address<D>(q_smem, warp_row0, kk * 16, lane));
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        ldmatrix_x4(q_frag[m][kk], a_operand_address<D>(q_smem, warp_row0 + 16 * m, kk * 16, lane));
+      }
     }
   }
 
@@ -146,29 +180,38 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(const ForwardParam
     cp_async_wait<1>();  // this tile's K (its V may still be in flight)
     __syncthreads();     // ... for every thread; and all are done with the other buffers
     if (tile + 1 < tile_hi) {
-      load_tile<BN, D>(k_smem + (buffer ^ 1) * BN * D * 2, k, p.k_r, n0 + BN, key_length, tid);
+      load_tile<BN, D, kThreads>(k_smem + (buffer ^ 1) * BN * D * 2, k, p.k_r, n0 + BN, key_length, tid);
     }
     cp_async_commit();
 
-    float s[BN / 8][4];  // S (16, BN) of this warp
+    float s[MT][BN / 8][4];  // S (16·MT, BN) of this warp
     if (warp_active) {
 #pragma unroll
-      for (int n = 0; n < BN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      for (int m = 0; m < MT; ++m) {
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n) s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.0f;
+      }
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
-        std::uint32_t a_reg[4];
-        if constexpr (kQInRegisters) {
-          a_reg[0] = q_frag[kk][0], a_reg[1] = q_frag[kk][1];
-          a_reg[2] = q_frag[kk][2], a_reg[3] = q_frag[kk][3];
-        } else {
-          ldmatrix_x4(a_reg, a_operand_address<D>(q_smem, warp_row0, kk * 16, lane));
+        std::uint32_t a_reg[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          if constexpr (kQInRegisters) {
+            a_reg[m][0] = q_frag[m][kk][0], a_reg[m][1] = q_frag[m][kk][1];
+            a_reg[m][2] = q_frag[m][kk][2], a_reg[m][3] = q_frag[m][kk][3];
+          } else {
+            ldmatrix_x4(a_reg[m], a_operand_address<D>(q_smem, warp_row0 + 16 * m, kk * 16, lane));
+          }
         }
 #pragma unroll
         for (int nn = 0; nn < BN / 16; ++nn) {
-          std::uint32_t b_reg[4];
+          std::uint32_t b_reg[4];  // one K fragment, used by every m-tile
           ldmatrix_x4(b_reg, bt_operand_address<D>(k_buf, nn * 16, kk * 16, lane));
-          mma_16816<T>(s[2 * nn], a_reg, b_reg[0], b_reg[1]);
-          mma_16816<T>(s[2 * nn + 1], a_reg, b_reg[2], b_reg[3]);
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            mma_16816<T>(s[m][2 * nn], a_reg[m], b_reg[0], b_reg[1]);
+            mma_16816<T>(s[m][2 * nn + 1], a_reg[m], b_reg[2], b_reg[3]);
+          }
         }
       }
 
@@ -176,50 +219,70 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(const ForwardParam
       // softcap/ALiBi ask for it.
       const bool boundary =
           n0 + BN > key_length || (p.causal && n0 + BN - 1 > m0 + offset) ||
-          (p.window_left >= 0 && n0 < m0 + kBlockM - 1 + offset - p.window_left) ||
+          (p.window_left >= 0 && n0 < m0 + BM - 1 + offset - p.window_left) ||
           (p.window_right >= 0 && n0 + BN - 1 > m0 + offset + p.window_right);
       if (plain_scores && !boundary) {
 #pragma unroll
-        for (int n = 0; n < BN / 8; ++n) {
+        for (int m = 0; m < MT; ++m) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) s[n][e] *= sp.scale_log2;
+          for (int n = 0; n < BN / 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[m][n][e] *= sp.scale_log2;
+          }
         }
       } else {
 #pragma unroll
-        for (int n = 0; n < BN / 8; ++n) {
+        for (int m = 0; m < MT; ++m) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int i = m0 + warp_row0 + g + (e >= 2 ? 8 : 0);
-            const int j = n0 + n * 8 + 2 * t + (e & 1);
-            const float value = score_value(sp, s[n][e], i, j);
-            s[n][e] = (!boundary || score_allowed(sp, i, j)) ? value : -INFINITY;
+          for (int n = 0; n < BN / 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int i = m0 + warp_row0 + 16 * m + g + (e >= 2 ? 8 : 0);
+              const int j = n0 + n * 8 + 2 * t + (e & 1);
+              const float value = score_value(sp, s[m][n][e], i, j);
+              s[m][n][e] = (!boundary || score_allowed(sp, i, j)) ? value : -INFINITY;
+            }
           }
         }
       }
 
-      // Online softmax: new running max, rescale what was summed so far.
+      // Online softmax: new running max, rescale what was summed so far. A row whose max
+      // did not change keeps its sums as they are (correction exactly 1), and O, D/8·4·MT
+      // multiplies per thread, is rescaled only when some row of the warp needs it: once
+      // a long row's max has settled, most tiles skip it.
+      float correction[MT][2];
+      bool changed = false;
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float m = row_max[r];
+      for (int m = 0; m < MT; ++m) {
 #pragma unroll
-        for (int n = 0; n < BN / 8; ++n) m = fmaxf(m, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-        const float base = m == -INFINITY ? 0.0f : m;  // all masked so far: exp2(−inf) = 0
-        const float correction = fast_exp2(row_max[r] - base);
-        row_max[r] = m;
-        float sum = 0.0f;
+        for (int r = 0; r < 2; ++r) {
+          float mx = row_max[m][r];
 #pragma unroll
-        for (int n = 0; n < BN / 8; ++n) {
-          s[n][2 * r] = fast_exp2(s[n][2 * r] - base);
-          s[n][2 * r + 1] = fast_exp2(s[n][2 * r + 1] - base);
-          sum += s[n][2 * r] + s[n][2 * r + 1];
+          for (int n = 0; n < BN / 8; ++n) mx = fmaxf(mx, fmaxf(s[m][n][2 * r], s[m][n][2 * r + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float base = mx == -INFINITY ? 0.0f : mx;  // all masked so far: exp2(−inf) = 0
+          correction[m][r] = mx == row_max[m][r] ? 1.0f : fast_exp2(row_max[m][r] - base);
+          changed = changed || mx != row_max[m][r];
+          row_max[m][r] = mx;
+          float sum = 0.0f;
+#pragma unroll
+          for (int n = 0; n < BN / 8; ++n) {
+            s[m][n][2 * r] = fast_exp2(s[m][n][2 * r] - base);
+            s[m][n][2 * r + 1] = fast_exp2(s[m][n][2 * r + 1] - base);
+            sum += s[m][n][2 * r] + s[m][n][2 * r + 1];
+          }
+          row_sum[m][r] = row_sum[m][r] * correction[m][r] + sum;
         }
-        row_sum[r] = row_sum[r] * correction + sum;
+      }
+      if (__any_sync(0xffffffffu, changed)) {
 #pragma unroll
-        for (int d = 0; d < D / 8; ++d) {
-          acc_o[d][2 * r] *= correction;
-          acc_o[d][2 * r + 1] *= correction;
+        for (int m = 0; m < MT; ++m) {
+#pragma unroll
+          for (int d = 0; d < D / 8; ++d) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc_o[m][d][e] *= correction[m][e / 2];
+          }
         }
       }
     }
@@ -227,7 +290,7 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(const ForwardParam
     cp_async_wait<1>();  // this tile's V (the next K may still be in flight)
     __syncthreads();
     if (tile + 1 < tile_hi) {
-      load_tile<BN, D>(v_smem + (buffer ^ 1) * BN * D * 2, v, p.v_r, n0 + BN, key_length, tid);
+      load_tile<BN, D, kThreads>(v_smem + (buffer ^ 1) * BN * D * 2, v, p.v_r, n0 + BN, key_length, tid);
     }
     cp_async_commit();
 
@@ -235,16 +298,23 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(const ForwardParam
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
         // Two adjacent score accumulators are the A fragment of P (16, 16).
-        const std::uint32_t a_reg[4] = {
-            E::pack(s[2 * kk][0], s[2 * kk][1]), E::pack(s[2 * kk][2], s[2 * kk][3]),
-            E::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-            E::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        std::uint32_t a_reg[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          a_reg[m][0] = E::pack(s[m][2 * kk][0], s[m][2 * kk][1]);
+          a_reg[m][1] = E::pack(s[m][2 * kk][2], s[m][2 * kk][3]);
+          a_reg[m][2] = E::pack(s[m][2 * kk + 1][0], s[m][2 * kk + 1][1]);
+          a_reg[m][3] = E::pack(s[m][2 * kk + 1][2], s[m][2 * kk + 1][3]);
+        }
 #pragma unroll
         for (int dd = 0; dd < D / 16; ++dd) {
-          std::uint32_t b_reg[4];
+          std::uint32_t b_reg[4];  // one V fragment, used by every m-tile
           ldmatrix_x4_trans(b_reg, b_operand_trans_address<D>(v_buf, kk * 16, dd * 16, lane));
-          mma_16816<T>(acc_o[2 * dd], a_reg, b_reg[0], b_reg[1]);
-          mma_16816<T>(acc_o[2 * dd + 1], a_reg, b_reg[2], b_reg[3]);
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            mma_16816<T>(acc_o[m][2 * dd], a_reg[m], b_reg[0], b_reg[1]);
+            mma_16816<T>(acc_o[m][2 * dd + 1], a_reg[m], b_reg[2], b_reg[3]);
+          }
         }
       }
     }
@@ -253,50 +323,61 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(const ForwardParam
 
   if (!warp_active) return;
   // Normalise; a row that saw no key (sum 0) is 0 with lse −inf (include/qkv/attention.h).
-  float inverse[2], lse[2];
+  float inverse[MT][2], lse[MT][2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float sum = row_sum[r];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    inverse[r] = sum == 0.0f ? 0.0f : 1.0f / sum;
-    lse[r] = sum == 0.0f ? -INFINITY : (row_max[r] + __log2f(sum)) * kLn2;
+  for (int m = 0; m < MT; ++m) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum = row_sum[m][r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      inverse[m][r] = sum == 0.0f ? 0.0f : 1.0f / sum;
+      lse[m][r] = sum == 0.0f ? -INFINITY : (row_max[m][r] + __log2f(sum)) * kLn2;
+    }
   }
 
-  const int row_a = m0 + warp_row0 + g, row_b = row_a + 8;  // this thread's two rows
+  // This thread's rows: m0 + row_of(m, r) for m-tile m, r = 0 (g) or 1 (g + 8).
+  const auto row_of = [&](int m, int r) { return warp_row0 + 16 * m + g + 8 * r; };
   if (p.splits > 1) {
     // Partial results, f32, normalised by this split's own sum.
     const long long row_base = ((static_cast<long long>(split) * p.B + b) * p.Hq + h) * p.Lq;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = r == 0 ? row_a : row_b;
-      if (row >= p.Lq) continue;
-      float* dst = p.partial_out + (row_base + row) * D;
+    for (int m = 0; m < MT; ++m) {
 #pragma unroll
-      for (int d = 0; d < D / 8; ++d) {
-        *reinterpret_cast<float2*>(dst + d * 8 + 2 * t) =
-            make_float2(acc_o[d][2 * r] * inverse[r], acc_o[d][2 * r + 1] * inverse[r]);
+      for (int r = 0; r < 2; ++r) {
+        const int row = m0 + row_of(m, r);
+        if (row >= p.Lq) continue;
+        float* dst = p.partial_out + (row_base + row) * D;
+#pragma unroll
+        for (int d = 0; d < D / 8; ++d) {
+          *reinterpret_cast<float2*>(dst + d * 8 + 2 * t) =
+              make_float2(acc_o[m][d][2 * r] * inverse[m][r], acc_o[m][d][2 * r + 1] * inverse[m][r]);
+        }
+        if (t == 0) p.partial_lse[row_base + row] = lse[m][r];
       }
-      if (t == 0) p.partial_lse[row_base + row] = lse[r];
     }
     return;
   }
 
-  // Stage the warp's 16 output rows in its own rows of the Q buffer (no other warp reads
+  // Stage the warp's output rows in its own rows of the Q buffer (no other warp reads
   // them), then write whole 16-byte chunks per row: coalesced, and rows past Lq skipped.
 #pragma unroll
-  for (int d = 0; d < D / 8; ++d) {
+  for (int m = 0; m < MT; ++m) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const std::uint32_t pair = E::pack(acc_o[d][2 * r] * inverse[r], acc_o[d][2 * r + 1] * inverse[r]);
-      const std::uint32_t address = q_smem + swizzled_offset<D>(warp_row0 + g + 8 * r, d) + 4 * t;
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(pair));
+    for (int d = 0; d < D / 8; ++d) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const std::uint32_t pair =
+            E::pack(acc_o[m][d][2 * r] * inverse[m][r], acc_o[m][d][2 * r + 1] * inverse[m][r]);
+        const std::uint32_t address = q_smem + swizzled_offset<D>(row_of(m, r), d) + 4 * t;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(pair));
+      }
     }
   }
   __syncwarp();
   T* out = static_cast<T*>(p.out) + b * p.o_b + h * p.o_h;
 #pragma unroll
-  for (int c = lane; c < 16 * (D / 8); c += 32) {
+  for (int c = lane; c < Tile::kRowsPerWarp * (D / 8); c += 32) {
     const int row = c / (D / 8), chunk = c % (D / 8);
     const int i = m0 + warp_row0 + row;
     if (i < p.Lq) {
@@ -306,8 +387,14 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(const ForwardParam
   }
   if (p.lse != nullptr && t == 0) {
     float* lse_row = p.lse + (static_cast<long long>(b) * p.Hq + h) * p.Lq;
-    if (row_a < p.Lq) lse_row[row_a] = lse[0];
-    if (row_b < p.Lq) lse_row[row_b] = lse[1];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = m0 + row_of(m, r);
+        if (row < p.Lq) lse_row[row] = lse[m][r];
+      }
+    }
   }
 }
 
@@ -355,26 +442,29 @@ int multiprocessor_count() {
 }
 
 // Splits for a grid of `ctas` CTAs over at most `tiles` key tiles each: none when the grid
-// already fills the GPU (two CTAs per SM), else enough to fill it, each split keeping at
-// least two tiles (a split's fixed cost — Q load, partial write, combine — needs work to
-// hide behind).
-int automatic_splits(long long ctas, int tiles) {
+// already fills the GPU (`per_sm` CTAs per SM), else enough to fill it, each split keeping
+// at least two tiles (a split's fixed cost — Q load, partial write, combine — needs work
+// to hide behind).
+int automatic_splits(long long ctas, int tiles, int per_sm) {
   if (const char* forced = std::getenv("QKV_CUDA_SPLITS"); forced != nullptr && *forced != '\0') {
     const int n = std::atoi(forced);
     if (n >= 1) return n;
   }
-  const long long slots = 2LL * multiprocessor_count();
+  const long long slots = static_cast<long long>(per_sm) * multiprocessor_count();
   if (ctas >= slots) return 1;
   const long long wanted = (slots + ctas - 1) / ctas;
   return static_cast<int>(std::max(1LL, std::min({wanted, static_cast<long long>(tiles / 2), 64LL})));
 }
 
-template <class T, int D>
+template <class T, int D, bool kWide>
 void launch(ForwardParams p, int splits, cudaStream_t stream) {
-  constexpr int BN = key_block<D>();
-  const int m_blocks = (p.Lq + kBlockM - 1) / kBlockM;
+  using Tile = Tiling<D, kWide>;
+  constexpr int BN = Tile::kBlockN;
+  const int m_blocks = (p.Lq + Tile::kBlockM - 1) / Tile::kBlockM;
   const int tiles = (p.Lk + BN - 1) / BN;
-  if (splits <= 0) splits = automatic_splits(static_cast<long long>(m_blocks) * p.Hq * p.B, tiles);
+  if (splits <= 0) {
+    splits = automatic_splits(static_cast<long long>(m_blocks) * p.Hq * p.B, tiles, Tile::kBlocksPerSM);
+  }
   splits = std::max(1, std::min({splits, std::max(tiles, 1), 65535 / std::max(p.B, 1)}));
   p.splits = splits;
 
@@ -387,12 +477,12 @@ void launch(ForwardParams p, int splits, cudaStream_t stream) {
     p.partial_out = workspace;
     p.partial_lse = workspace + static_cast<std::size_t>(splits) * rows * D;
   }
-  auto kernel = forward_kernel<T, D>;
-  constexpr int kSmem = shared_bytes<D>();
+  auto kernel = forward_kernel<T, D, kWide>;
+  constexpr int kSmem = Tile::kSharedBytes;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
              "cudaFuncSetAttribute(forward kernel shared memory)");
   const dim3 grid(m_blocks, p.Hq, p.B * splits);
-  kernel<<<grid, kThreads, kSmem, stream>>>(p);
+  kernel<<<grid, Tile::kThreads, kSmem, stream>>>(p);
   cudaError_t status = cudaGetLastError();
   if (status == cudaSuccess && splits > 1) {
     constexpr int kRows = 128 / (D / 4);
@@ -406,12 +496,28 @@ void launch(ForwardParams p, int splits, cudaStream_t stream) {
   check_cuda(status, "forward attention kernel launch");
 }
 
+// The CTA shape (Tiling): the wide 128-row one, unless Lq <= 64 (decode and short queries,
+// where half of a 128-row CTA or more would multiply padding) or QKV_CUDA_BLOCK_M=64 asks
+// for the narrow 64-row one (A/B timing). The variable is read at every call, as
+// QKV_CUDA_SPLITS is, so that one process can time both shapes.
+bool wide_block(int Lq) {
+  if (Lq <= 64) return false;
+  const char* forced = std::getenv("QKV_CUDA_BLOCK_M");
+  return forced == nullptr || std::atoi(forced) != 64;
+}
+
+template <class T, int D>
+void launch_for_shape(const ForwardParams& p, int splits, cudaStream_t stream) {
+  if (wide_block(p.Lq)) return launch<T, D, true>(p, splits, stream);
+  return launch<T, D, false>(p, splits, stream);
+}
+
 template <class T>
 void launch_for_dim(const ForwardParams& p, int D, int splits, cudaStream_t stream) {
   switch (D) {
-    case 64: return launch<T, 64>(p, splits, stream);
-    case 128: return launch<T, 128>(p, splits, stream);
-    default: return launch<T, 256>(p, splits, stream);  // check_arguments let only 256 through
+    case 64: return launch_for_shape<T, 64>(p, splits, stream);
+    case 128: return launch_for_shape<T, 128>(p, splits, stream);
+    default: return launch_for_shape<T, 256>(p, splits, stream);  // check_arguments let only 256 through
   }
 }
 
