@@ -187,8 +187,8 @@ TEST(CudaForward, KeyLengths) {
   }
 }
 
-// Both CTA shapes (forward.cu's Tiling) on the same problems: the default (128 query rows
-// per CTA where Lq > 64) and the narrow one QKV_CUDA_BLOCK_M=64 selects, over lengths
+// Both CTA shapes (forward.cu's Tiling) on the same problems, each forced through
+// QKV_CUDA_BLOCK_M (64: narrow; 128: wide, which D = 256 does not take by default), over lengths
 // that leave partial CTAs and partial warps in each, masks included.
 TEST(CudaForward, BothBlockShapes) {
   SKIP_WITHOUT_GPU();

@@ -496,19 +496,25 @@ void launch(ForwardParams p, int splits, cudaStream_t stream) {
   check_cuda(status, "forward attention kernel launch");
 }
 
-// The CTA shape (Tiling): the wide 128-row one, unless Lq <= 64 (decode and short queries,
-// where half of a 128-row CTA or more would multiply padding) or QKV_CUDA_BLOCK_M=64 asks
-// for the narrow 64-row one (A/B timing). The variable is read at every call, as
-// QKV_CUDA_SPLITS is, so that one process can time both shapes.
-bool wide_block(int Lq) {
+// The CTA shape (Tiling): the wide 128-row one for D = 64 and 128, unless Lq <= 64 (decode
+// and short queries, where half of a 128-row CTA or more would multiply padding); the
+// narrow 64-row one for D = 256, where the wide shape holds one CTA per SM (8 warps, 128 KB
+// of shared memory) and was slower in 5 of the 6 cases measured on an H100 (BENCHMARKS.md,
+// "GPU"). QKV_CUDA_BLOCK_M=64 or 128 forces either (A/B timing, tests); it is read at every
+// call, as QKV_CUDA_SPLITS is, so that one process can time both shapes.
+bool wide_block(int Lq, int D) {
   if (Lq <= 64) return false;
-  const char* forced = std::getenv("QKV_CUDA_BLOCK_M");
-  return forced == nullptr || std::atoi(forced) != 64;
+  if (const char* forced = std::getenv("QKV_CUDA_BLOCK_M"); forced != nullptr && *forced != '\0') {
+    const int rows = std::atoi(forced);
+    if (rows == 64) return false;
+    if (rows == 128) return true;
+  }
+  return D != 256;
 }
 
 template <class T, int D>
 void launch_for_shape(const ForwardParams& p, int splits, cudaStream_t stream) {
-  if (wide_block(p.Lq)) return launch<T, D, true>(p, splits, stream);
+  if (wide_block(p.Lq, D)) return launch<T, D, true>(p, splits, stream);
   return launch<T, D, false>(p, splits, stream);
 }
 
