@@ -29,6 +29,7 @@ if(QKV_CUDA_ENABLED)
     src/attention/cuda/device.cpp
   )
   set(QKV_CUDA_HOST_SOURCES
+    src/attention/cuda/host_common.cpp
     src/attention/cuda/host.cpp
     src/attention/cuda/host_backward.cpp
   )
