@@ -68,6 +68,25 @@ std::vector<std::string> JsonConfig::keys() const {
   QKV_CHECK((value) != nullptr,                                                      \
             "config '" << label_ << "': missing key '" << (key) << "' (" << (kind) << ")")
 
+std::vector<std::int64_t> JsonConfig::get_int_list(const std::string& key) const {
+  const json* v = find(data_->value, key);
+  QKV_CONFIG_REQUIRE(v, key, "a list of integers");
+  QKV_CHECK(v->is_array(), "config '" << label_ << "': key '" << key
+                                      << "' must be a list of integers, got " << brief(*v));
+  std::vector<std::int64_t> out;
+  for (std::size_t i = 0; i < v->size(); ++i) {
+    const json& e = (*v)[i];
+    QKV_CHECK(e.is_number_integer() &&
+                  (!e.is_number_unsigned() ||
+                   e.get<std::uint64_t>() <=
+                       static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())),
+              "config '" << label_ << "': key '" << key << "'[" << i
+                         << "] must be a 64-bit integer, got " << brief(e));
+    out.push_back(e.get<std::int64_t>());
+  }
+  return out;
+}
+
 std::int64_t JsonConfig::get_int(const std::string& key) const {
   const json* v = find(data_->value, key);
   QKV_CONFIG_REQUIRE(v, key, "an integer");

@@ -28,6 +28,8 @@ class JsonConfig {
 
   std::int64_t get_int(const std::string& key) const;
   std::int64_t get_int(const std::string& key, std::int64_t fallback) const;
+  // A list of integers (e.g. [256, 512]); each element checked as get_int checks one.
+  std::vector<std::int64_t> get_int_list(const std::string& key) const;
   double get_double(const std::string& key) const;
   double get_double(const std::string& key, double fallback) const;
   std::string get_string(const std::string& key) const;

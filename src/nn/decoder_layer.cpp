@@ -16,6 +16,9 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerConfig& c
       norm3({c.d_model}, c.layer_norm_eps) {
   QKV_CHECK(c.dim_feedforward >= 1, "TransformerDecoderLayer: dim_feedforward must be >= 1, got "
                                         << c.dim_feedforward);
+  QKV_CHECK(c.d_out == 0 || c.d_out == c.d_model,
+            "TransformerDecoderLayer: d_out must be 0 or d_model (" << c.d_model
+                << "): decoder layers do not change width, got " << c.d_out);
 }
 
 void TransformerDecoderLayer::pack(DType dtype) {

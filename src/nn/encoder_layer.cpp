@@ -12,6 +12,7 @@ MultiheadAttentionConfig attention_config(const TransformerLayerConfig& c) {
   m.embed_dim = c.d_model;
   m.num_heads = c.nhead;
   m.bias = c.bias;
+  m.out_dim = c.d_out;
   return m;
 }
 
@@ -21,34 +22,42 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerConfig& c
                                                  std::uint64_t seed)
     : config(c),
       self_attn(detail::attention_config(c), seed),
-      ff(c.d_model, c.dim_feedforward, c.activation, c.bias, seed + 10),
-      norm1({c.d_model}, c.layer_norm_eps),
-      norm2({c.d_model}, c.layer_norm_eps) {
+      ff(out_features(), c.dim_feedforward, c.activation, c.bias, seed + 10),
+      norm1({c.norm_first ? c.d_model : out_features()}, c.layer_norm_eps),
+      norm2({out_features()}, c.layer_norm_eps) {
   QKV_CHECK(c.dim_feedforward >= 1, "TransformerEncoderLayer: dim_feedforward must be >= 1, got "
                                         << c.dim_feedforward);
+  QKV_CHECK(c.d_out >= 0, "TransformerEncoderLayer: d_out must be >= 0 (0 = d_model), got "
+                              << c.d_out);
+  if (out_features() != c.d_model) residual_proj = Linear(c.d_model, out_features(), c.bias, seed + 20);
 }
 
 void TransformerEncoderLayer::pack(DType dtype) {
   self_attn.pack(dtype);
   ff.pack(dtype);
+  if (residual_proj.weight.defined()) residual_proj.pack(dtype);
 }
 
 Tensor TransformerEncoderLayer::forward(const Tensor& src, const AttentionMasks& masks,
                                         KVCache* cache, Tensor* probs, Record* record) const {
   detail::check_batch_first(src, config.d_model, "TransformerEncoderLayer", "src");
   Record* r = record;
-  // The residual adds run inside the output products (out_proj, linear2).
+  // The residual adds run inside the output products (out_proj, linear2). A width change
+  // projects the residual first: r(x) (B, L, d_out).
+  const bool project = residual_proj.weight.defined() || residual_proj.packed.defined();
+  const Tensor res = project ? residual_proj.forward(src, {}, r ? &r->residual_proj : nullptr)
+                             : src;
   if (config.norm_first) {
-    // x1 = x + sa(norm1(x)); y = x1 + ff(norm2(x1))
+    // x1 = r(x) + sa(norm1(x)); y = x1 + ff(norm2(x1))
     const Tensor n1 = norm1.forward(src, r ? &r->norm1 : nullptr);
-    const Tensor x1 = self_attn.forward(n1, n1, n1, masks, src, cache, probs,
+    const Tensor x1 = self_attn.forward(n1, n1, n1, masks, res, cache, probs,
                                         r ? &r->self_attn : nullptr);
     const Tensor n2 = norm2.forward(x1, r ? &r->norm2 : nullptr);
     return ff.forward(n2, x1, r ? &r->ff : nullptr);
   }
-  // x1 = norm1(x + sa(x)); y = norm2(x1 + ff(x1))
+  // x1 = norm1(r(x) + sa(x)); y = norm2(x1 + ff(x1))
   const Tensor x1 = norm1.forward(
-      self_attn.forward(src, src, src, masks, src, cache, probs, r ? &r->self_attn : nullptr),
+      self_attn.forward(src, src, src, masks, res, cache, probs, r ? &r->self_attn : nullptr),
       r ? &r->norm1 : nullptr);
   return norm2.forward(ff.forward(x1, x1, r ? &r->ff : nullptr), r ? &r->norm2 : nullptr);
 }
@@ -59,21 +68,27 @@ Tensor TransformerEncoderLayer::backward(const Tensor& dy, const Record& r,
     // y = x1 + ff(norm2(x1))
     Tensor dx1 = norm2.backward(ff.backward(dy, r.ff, g.ff), r.norm2, g.norm2);
     add_(dx1, dy);
-    // x1 = x + sa(norm1(x))
+    // x1 = r(x) + sa(norm1(x))
     Tensor dx = norm1.backward(self_attn.backward(dx1, r.self_attn, g.self_attn).query, r.norm1,
                                g.norm1);
-    add_(dx, dx1);
+    add_(dx, residual_backward(dx1, r, g));
     return dx;
   }
   // y = norm2(x1 + ff(x1))
   const Tensor ds2 = norm2.backward(dy, r.norm2, g.norm2);
   Tensor dx1 = ff.backward(ds2, r.ff, g.ff);
   add_(dx1, ds2);
-  // x1 = norm1(x + sa(x))
+  // x1 = norm1(r(x) + sa(x))
   const Tensor ds1 = norm1.backward(dx1, r.norm1, g.norm1);
   Tensor dx = self_attn.backward(ds1, r.self_attn, g.self_attn).query;
-  add_(dx, ds1);
+  add_(dx, residual_backward(ds1, r, g));
   return dx;
+}
+
+Tensor TransformerEncoderLayer::residual_backward(const Tensor& d, const Record& r,
+                                                  TransformerEncoderLayer& g) const {
+  if (!residual_proj.weight.defined()) return d;  // the identity
+  return residual_proj.backward(d, r.residual_proj, g.residual_proj);
 }
 
 ParameterList TransformerEncoderLayer::parameters(const std::string& prefix) {
@@ -81,6 +96,8 @@ ParameterList TransformerEncoderLayer::parameters(const std::string& prefix) {
   detail::append(list, ff.parameters(prefix));
   detail::append(list, norm1.parameters(prefix + "norm1."));
   detail::append(list, norm2.parameters(prefix + "norm2."));
+  if (residual_proj.weight.defined())
+    detail::append(list, residual_proj.parameters(prefix + "residual_proj."));
   return list;
 }
 

@@ -179,9 +179,10 @@ MultiheadAttention::MultiheadAttention(const MultiheadAttentionConfig& cfg, std:
                                               << config.num_heads << ")");
   if (config.kdim == 0) config.kdim = config.embed_dim;
   if (config.vdim == 0) config.vdim = config.embed_dim;
-  QKV_CHECK(config.kdim >= 1 && config.vdim >= 1,
-            "MultiheadAttention: kdim and vdim must be >= 1, got " << config.kdim << ", "
-                                                                   << config.vdim);
+  if (config.out_dim == 0) config.out_dim = config.embed_dim;
+  QKV_CHECK(config.kdim >= 1 && config.vdim >= 1 && config.out_dim >= 1,
+            "MultiheadAttention: kdim, vdim and out_dim must be >= 1, got "
+                << config.kdim << ", " << config.vdim << ", " << config.out_dim);
   const std::int64_t E = config.embed_dim;
   // torch: xavier_uniform_ on the projections (bound √(6/(fan_in + fan_out))), zero biases.
   auto xavier = [](Tensor& w, std::uint64_t s) {
@@ -200,8 +201,8 @@ MultiheadAttention::MultiheadAttention(const MultiheadAttentionConfig& cfg, std:
     xavier(v_proj_weight, seed + 2);
   }
   if (config.bias) in_proj.bias = Tensor::zeros({3 * E});
-  out_proj = Linear(E, E, config.bias, seed + 3);
-  if (config.bias) out_proj.bias = Tensor::zeros({E});
+  out_proj = Linear(E, config.out_dim, config.bias, seed + 3);
+  if (config.bias) out_proj.bias = Tensor::zeros({config.out_dim});
 }
 
 void MultiheadAttention::pack(DType dtype) {
@@ -290,7 +291,7 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
   if (probs) *probs = r.probs;                      // (B, H, L, S)
   const Tensor merged = merge_heads(r.out);         // (B, L, E)
   const Tensor y = out_proj.forward(merged, {LinearActivation::none, residual},
-                                    record ? &rec.out_proj : nullptr);  // (B, L, E)
+                                    record ? &rec.out_proj : nullptr);  // (B, L, out_dim)
   if (record) {
     options.return_probs = false;
     rec.q = q;

@@ -2,6 +2,7 @@
 // combine a table with token embeddings.
 
 #include <cmath>
+#include <vector>
 
 #include "nn/common.h"
 
@@ -21,6 +22,33 @@ Tensor sinusoidal_positional_encoding(std::int64_t length, std::int64_t dim, dou
                            std::pow(base, static_cast<double>(i) / static_cast<double>(dim));
       p[pos * dim + i] = static_cast<float>(std::sin(angle));
       if (i + 1 < dim) p[pos * dim + i + 1] = static_cast<float>(std::cos(angle));
+    }
+  }
+  return pe;
+}
+
+Tensor timing_signal(std::int64_t length, std::int64_t dim, double min_timescale,
+                     double max_timescale) {
+  QKV_CHECK(length >= 0, "timing_signal: length must be >= 0, got " << length);
+  QKV_CHECK(dim >= 4 && dim % 2 == 0, "timing_signal: dim must be even and >= 4, got " << dim);
+  QKV_CHECK(min_timescale > 0 && std::isfinite(min_timescale) && max_timescale >= min_timescale &&
+                std::isfinite(max_timescale),
+            "timing_signal: timescales must be finite with 0 < min <= max, got "
+                << min_timescale << ", " << max_timescale);
+  const std::int64_t half = dim / 2;
+  // TensorFlow: the increment in double (Python), cast to f32; the rest in f32.
+  const float increment = static_cast<float>(std::log(max_timescale / min_timescale) /
+                                             static_cast<double>(half - 1));
+  std::vector<float> inv(static_cast<std::size_t>(half));
+  for (std::int64_t i = 0; i < half; ++i)
+    inv[i] = static_cast<float>(min_timescale) * std::exp(static_cast<float>(i) * -increment);
+  Tensor pe = Tensor::empty({length, dim});  // (L, D)
+  float* p = pe.data_as<float>();
+  for (std::int64_t pos = 0; pos < length; ++pos) {
+    for (std::int64_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(pos) * inv[i];
+      p[pos * dim + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      p[pos * dim + half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
     }
   }
   return pe;

@@ -22,6 +22,30 @@ TEST(NnPositional, SinusoidalTable) {
   }
 }
 
+// tensor2tensor's layout: sines in the first half, cosines in the second, frequencies
+// 10^4^(−i/(D/2 − 1)) — the last exactly 1e-4. Against the definition in double: the f32
+// steps TensorFlow takes (and the table reproduces) move the angle by at most a few f32
+// ulps of p·inv (< 128 · 2^−23 here), within 2e-5 of the double-precision table.
+TEST(NnPositional, TimingSignalTable) {
+  for (std::int64_t D : {4, 10, 256}) {
+    Tensor pe = nn::timing_signal(128, D);  // (128, D)
+    ASSERT_EQ(pe.shape(), (Shape{128, D}));
+    const std::int64_t half = D / 2;
+    std::vector<double> want;
+    for (std::int64_t p = 0; p < 128; ++p)
+      for (std::int64_t d = 0; d < D; ++d) {
+        const std::int64_t i = d % half;
+        const double angle = p * std::exp(-static_cast<double>(i) * std::log(1e4) / (half - 1));
+        want.push_back(d < half ? std::sin(angle) : std::cos(angle));
+      }
+    expect_close(pe, want, 2e-5, "timing_signal D=" + std::to_string(D));
+  }
+  EXPECT_EQ(nn::timing_signal(3, 8).to_vector()[4], 1.0f);  // cos(0) opens the second half
+  EXPECT_THROW(nn::timing_signal(4, 7), qkv::Error);  // odd
+  EXPECT_THROW(nn::timing_signal(4, 2), qkv::Error);  // one frequency: no spread
+  EXPECT_THROW(nn::timing_signal(4, 8, 0.0), qkv::Error);
+}
+
 TEST(NnPositional, RopeRotateHalfWithOffset) {
   const std::int64_t B = 2, H = 3, L = 5, D = 8;
   Tensor x = randn({B, L, H, D}, 4).permute({0, 2, 1, 3});  // (B, H, L, D) strided

@@ -74,6 +74,67 @@ TEST(NnBlocks, TransformerParameterNamesAndLoad) {
   EXPECT_THROW(t.forward(src, randn({3, 3, 8}, 1)), qkv::Error);
 }
 
+// A layer that changes width (d_model 6 -> d_out 10, as the Universal Sentence Encoder
+// lite's first layer): the attention's out_proj and a residual projection map to d_out,
+// norm2 and the feed-forward work there; norm1 is at the input width pre-norm, at the
+// output width post-norm. Forward against its definition composed from the pieces,
+// backward (every parameter, the input) against finite differences.
+class WidthChange : public ::testing::TestWithParam<bool> {};  // norm_first
+
+TEST_P(WidthChange, ForwardIsItsDefinitionAndBackwardMatchesFiniteDifferences) {
+  nn::TransformerLayerConfig c;
+  c.d_model = 6;
+  c.d_out = 10;
+  c.nhead = 2;
+  c.dim_feedforward = 12;
+  c.norm_first = GetParam();
+  c.activation = nn::Activation::gelu;  // smooth: central differences across a ReLU kink fail
+  nn::TransformerEncoderLayer layer(c, 31), grads(c, 31);
+  ASSERT_EQ(layer.self_attn.out_proj.weight.shape(), (Shape{10, 6}));
+  ASSERT_EQ(layer.residual_proj.weight.shape(), (Shape{10, 6}));
+  ASSERT_EQ(layer.norm1.weight.shape(), (Shape{c.norm_first ? 6 : 10}));
+  ASSERT_EQ(layer.ff.linear1.weight.shape(), (Shape{12, 10}));
+  layer.self_attn.out_proj.bias = randn({10}, 32);
+  layer.residual_proj.bias = randn({10}, 33);
+  Tensor x = randn({2, 4, 6}, 34);
+  nn::AttentionMasks masks;
+  masks.key_lengths = {4, 2};
+  const Tensor y = layer.forward(x, masks);
+  ASSERT_EQ(y.shape(), (Shape{2, 4, 10}));
+  // The definition: r = residual_proj(x); pre-norm x1 = r + sa(norm1(x)), post-norm
+  // x1 = norm1(r + sa(x)); then the feed-forward block at width 10.
+  const Tensor r = layer.residual_proj.forward(x);
+  const Tensor a = c.norm_first ? layer.norm1.forward(x) : x;
+  Tensor x1 = layer.self_attn.forward(a, a, a, masks, r);
+  if (!c.norm_first) x1 = layer.norm1.forward(x1);
+  const Tensor want = c.norm_first ? layer.ff.forward(layer.norm2.forward(x1), x1)
+                                   : layer.norm2.forward(layer.ff.forward(x1, x1));
+  EXPECT_EQ(y.to_vector(), want.to_vector());
+  // The state dict names the projection.
+  EXPECT_EQ(nn::state_dict(layer).count("residual_proj.weight"), 1u);
+
+  train::zero_grad(grads.parameters());
+  Tensor w = randn({2, 4, 10}, 35);
+  nn::TransformerEncoderLayer::Record record;
+  layer.forward(x, masks, nullptr, nullptr, &record);
+  Tensor dx = layer.backward(w, record, grads);
+  auto loss = [&] { return dot(layer.forward(x, masks), w); };
+  check_gradient(x, dx, loss, "dx");
+  auto p = layer.parameters(), g = grads.parameters();
+  ASSERT_EQ(p.size(), g.size());
+  for (std::size_t i = 0; i < p.size(); ++i) check_gradient(*p[i].second, *g[i].second, loss, p[i].first);
+}
+
+INSTANTIATE_TEST_SUITE_P(NnBlocks, WidthChange, ::testing::Bool());
+
+TEST(NnBlocks, DecoderLayerRefusesAWidthChange) {
+  nn::TransformerLayerConfig c;
+  c.d_model = 8;
+  c.nhead = 2;
+  c.d_out = 16;
+  EXPECT_THROW(nn::TransformerDecoderLayer(c, 1), qkv::Error);
+}
+
 class LayerBackward : public ::testing::TestWithParam<bool> {};  // norm_first
 
 

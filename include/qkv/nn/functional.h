@@ -133,6 +133,18 @@ void relu_backward_(Tensor& dy, const Tensor& x);
 // on what it is added to.
 Tensor sinusoidal_positional_encoding(std::int64_t length, std::int64_t dim, double base = 10000.0);
 
+// tensor2tensor's timing signal (get_timing_signal_1d), which the Universal Sentence
+// Encoder adds: the same sines and cosines as above, but the sines in the first half of
+// the row and the cosines in the second, and the frequencies spread so the last is
+// exactly 1/max_timescale:
+//   inv_i = min_timescale · exp(−i · ln(max_timescale / min_timescale) / (D/2 − 1)),  i < D/2
+//   pe[p] = [sin(p·inv_0), …, sin(p·inv_{D/2−1}), cos(p·inv_0), …, cos(p·inv_{D/2−1})]
+// Computed in f32 step by step as TensorFlow computes it (the increment, the exponent,
+// p·inv rounded to f32), the sine and cosine of that f32 angle to f32 accuracy, so a
+// converted model sees the table it was trained with. -> (L, D); D even, >= 4.
+Tensor timing_signal(std::int64_t length, std::int64_t dim, double min_timescale = 1.0,
+                     double max_timescale = 1.0e4);
+
 // Rotary position embedding, rotate-half form (GPT-NeoX, Llama in HF transformers):
 //   θ_i = base^(−2i/D), angle = (offset + l)·θ_i for i < D/2,
 //   out[..., i]       = x[i]·cos − x[i + D/2]·sin

@@ -26,6 +26,10 @@ struct MultiheadAttentionConfig {
   bool bias = true;
   std::int64_t kdim = 0;  // key features; 0 = embed_dim
   std::int64_t vdim = 0;  // value features; 0 = embed_dim
+  // Output features of out_proj; 0 = embed_dim. torch fixes it to embed_dim; models that
+  // change width inside a layer (the Universal Sentence Encoder lite's first layer, 256
+  // wide in, 512 out) project the attention straight to the new width.
+  std::int64_t out_dim = 0;
 };
 
 // The masks of one attention call, in torch.nn.MultiheadAttention's polarity.
@@ -75,7 +79,7 @@ class MultiheadAttention {
   Tensor q_proj_weight;  // (E, E)    when kdim or vdim differ from E
   Tensor k_proj_weight;  // (E, kdim) when kdim or vdim differ from E
   Tensor v_proj_weight;  // (E, vdim) when kdim or vdim differ from E
-  Linear out_proj;       // weight (E, E), bias (E)
+  Linear out_proj;       // weight (out_dim, E), bias (out_dim)
 
   // What the backward needs, kept by a forward given a record.
   struct Record {
@@ -106,8 +110,8 @@ class MultiheadAttention {
   // Packs in_proj and out_proj for inference (Linear::pack).
   void pack(DType dtype = DType::f32);
 
-  // query (B, L, E), key (B, S, kdim), value (B, S, vdim) -> (B, L, E), + residual (B, L, E)
-  // when given (added inside out_proj's product, as the layers use it).
+  // query (B, L, E), key (B, S, kdim), value (B, S, vdim) -> (B, L, out_dim), + residual
+  // (B, L, out_dim) when given (added inside out_proj's product, as the layers use it).
   // - Self-attention (the same tensor as query, key and value) projects all three in one
   //   product; key-is-value (cross-attention on a memory) projects k and v in one.
   // - cache (decoding; no record): for self-attention, the L new tokens' keys and values
@@ -121,7 +125,7 @@ class MultiheadAttention {
                  const AttentionMasks& masks = {}, const Tensor& residual = {},
                  KVCache* cache = nullptr, Tensor* probs = nullptr,
                  Record* record = nullptr) const;
-  // dy (B, L, E) -> the inputs' gradients (the residual's is dy itself: the caller's).
+  // dy (B, L, out_dim) -> the inputs' gradients (the residual's is dy itself: the caller's).
   Gradients backward(const Tensor& dy, const Record& record, MultiheadAttention& grads) const;
 
   // An empty cache for self-attention decoding of up to `capacity` tokens, or for the

@@ -32,6 +32,12 @@ struct TransformerLayerConfig {
   double layer_norm_eps = 1e-5;
   bool norm_first = false;
   bool bias = true;
+  // The encoder layer's output width; 0 = d_model. When it differs, the layer changes
+  // width (the Universal Sentence Encoder lite's first layer: 256 in, 512 out): the
+  // attention's out_proj maps to d_out, a residual_proj Linear(d_model, d_out) carries the
+  // residual across, and norm2 and the feed-forward work at d_out. Decoder layers keep
+  // d_model (d_out must be 0 or d_model).
+  std::int64_t d_out = 0;
 };
 
 // linear2(activation(linear1(x))) [+ residual].
@@ -60,27 +66,36 @@ struct FeedForward {
 
 struct TransformerEncoderLayer {
   TransformerLayerConfig config;
-  MultiheadAttention self_attn;
-  FeedForward ff;  // state-dict names linear1.*, linear2.* (as torch)
-  LayerNorm norm1, norm2;
+  MultiheadAttention self_attn;  // out_proj (d_out, d_model)
+  FeedForward ff;  // state-dict names linear1.*, linear2.* (as torch); at d_out
+  LayerNorm norm1, norm2;  // norm1 at d_model (norm_first) or d_out; norm2 at d_out
+  Linear residual_proj;    // (d_out, d_model); undefined unless d_out != d_model
 
   struct Record {
     LayerNorm::Record norm1, norm2;
     MultiheadAttention::Record self_attn;
     FeedForward::Record ff;
+    Linear::Record residual_proj;
   };
 
   TransformerEncoderLayer() = default;
   explicit TransformerEncoderLayer(const TransformerLayerConfig& config, std::uint64_t seed = 0);
   void pack(DType dtype = DType::f32);  // the attention's and feed-forward's Linears
-  //   norm_first:  x = x + sa(norm1(x));  y = x + ff(norm2(x))
-  //   otherwise:   x = norm1(x + sa(x));  y = norm2(x + ff(x))
-  // src (B, L, E) -> (B, L, E). cache: self-attention decoding (see MultiheadAttention);
-  // probs receives the self-attention probabilities (B, H, L, S).
+  //   norm_first:  x = r(x) + sa(norm1(x));  y = x + ff(norm2(x))
+  //   otherwise:   x = norm1(r(x) + sa(x));  y = norm2(x + ff(x))
+  // where r is residual_proj when the width changes, else the identity.
+  // src (B, L, d_model) -> (B, L, d_out). cache: self-attention decoding (see
+  // MultiheadAttention); probs receives the self-attention probabilities (B, H, L, S).
   Tensor forward(const Tensor& src, const AttentionMasks& masks = {}, KVCache* cache = nullptr,
                  Tensor* probs = nullptr, Record* record = nullptr) const;
   Tensor backward(const Tensor& dy, const Record& record, TransformerEncoderLayer& grads) const;
-  ParameterList parameters(const std::string& prefix = "");
+  ParameterList parameters(const std::string& prefix = "");  // + residual_proj.* when defined
+  std::int64_t out_features() const { return config.d_out == 0 ? config.d_model : config.d_out; }
+
+ private:
+  // d (B, L, d_out), the gradient of r(x) -> its share of dx (B, L, d_model)
+  Tensor residual_backward(const Tensor& d, const Record& record,
+                           TransformerEncoderLayer& grads) const;
 };
 
 struct TransformerDecoderLayer {
