@@ -1,5 +1,6 @@
-// Models and tokenizers for Python (_qkv._BertModel, _qkv._Gpt2Model, _qkv._Tokenizer):
-// thin wrappers over qkv::models and qkv::Tokenizer.
+// Models and tokenizers for Python (_qkv._BertModel, _qkv._Gpt2Model, _qkv._UseLiteModel,
+// _qkv._SearchIndex, _qkv._Tokenizer): thin wrappers over qkv::models, qkv::SearchIndex and
+// qkv::Tokenizer.
 //
 // Results cross as the _Tensor views bindings.cpp registers; python/qkv/models.py turns
 // them into NumPy arrays or torch tensors and holds the friendly signatures. Every check
@@ -21,7 +22,9 @@
 #include "qkv/bert.h"
 #include "qkv/error.h"
 #include "qkv/gpt2.h"
+#include "qkv/search.h"
 #include "qkv/tokenizer.h"
+#include "qkv/use_lite.h"
 
 namespace py = pybind11;
 namespace models = qkv::models;
@@ -64,6 +67,35 @@ py::dict gpt2_config(const models::Gpt2Model& m) {
   d["activation_function"] = gelu_name(c.activation);
   d["eos_token_id"] = c.eos_token_id ? py::object(py::int_(*c.eos_token_id)) : py::object(py::none());
   return d;
+}
+
+py::dict use_lite_config(const models::UseLiteModel& m) {
+  const auto& c = m.config;
+  py::dict d;
+  d["model_type"] = "use_lite";
+  d["vocab_size"] = c.vocab_size;
+  d["embedding_rows"] = c.embedding_rows;
+  d["layer_widths"] = c.layer_widths;
+  d["output_size"] = c.output_size;
+  d["num_attention_heads"] = c.num_attention_heads;
+  d["dim_feedforward"] = c.dim_feedforward;
+  d["layer_norm_eps"] = c.layer_norm_eps;
+  d["max_length"] = c.max_length;
+  d["embedding_scale"] = c.embedding_scale;
+  return d;
+}
+
+py::list search_hits(const std::vector<qkv::SearchHit>& hits) {
+  py::list out;
+  for (const auto& h : hits) {
+    py::dict d;
+    d["rank"] = h.rank;
+    d["score"] = h.score;
+    d["line"] = h.line;
+    d["text"] = h.text;
+    out.append(d);
+  }
+  return out;
 }
 
 const qkv::WordPieceTokenizer& wordpiece_or_throw(const qkv::Tokenizer& t, const char* what) {
@@ -169,6 +201,82 @@ void register_models(py::module_& m) {
           py::arg("top_p"), py::arg("seed"), py::arg("eos_id"),
           "The generated ids (prompt excluded), stopping after eos_id. Releases the GIL.");
 
+  // ---- The Universal Sentence Encoder lite and semantic search ------------------------
+  py::class_<models::UseLiteModel, std::shared_ptr<models::UseLiteModel>>(
+      m, "_UseLiteModel", "qkv::models::UseLiteModel (use qkv.load_model / qkv.UseLiteModel).")
+      .def_static(
+          "load",
+          [](const std::string& dir) {
+            py::gil_scoped_release release;
+            return naming_allocations("UseLiteModel.load('" + dir + "')", [&] {
+              return std::make_shared<models::UseLiteModel>(models::UseLiteModel::load(dir));
+            });
+          },
+          py::arg("dir"))
+      .def_property_readonly("config", &use_lite_config)
+      .def_property_readonly("unused_tensors",
+                             [](const models::UseLiteModel&) { return std::vector<std::string>{}; },
+                             "Always empty: a tensor the model does not read is a load error.")
+      .def(
+          "encode_ids",
+          [](const models::UseLiteModel& model, const std::string& text) {
+            bool clipped = false;
+            std::vector<std::int64_t> ids;
+            {
+              py::gil_scoped_release release;
+              ids = model.encode(text, &clipped);
+            }
+            return py::make_tuple(ids, clipped);
+          },
+          py::arg("text"), "(ids clipped to max_length, whether it clipped). Releases the GIL.")
+      .def(
+          "embed_ids",
+          [](const models::UseLiteModel& model, const std::vector<std::vector<std::int64_t>>& ids,
+             bool attentions, std::int64_t batch_size) {
+            models::UseLiteOutput out;
+            {
+              py::gil_scoped_release release;
+              out = naming_allocations(
+                  "UseLiteModel embedding of " + std::to_string(ids.size()) + " sentences",
+                  [&] { return model.embed_ids(ids, attentions, batch_size); });
+            }
+            return py::make_tuple(out.embeddings, out.attentions);
+          },
+          py::arg("ids"), py::arg("attentions"), py::arg("batch_size"),
+          "(embeddings (N, O), [per input: per layer (H, n, n)]) as _Tensor. Releases the GIL.");
+
+  py::class_<qkv::SearchIndex, std::shared_ptr<qkv::SearchIndex>>(
+      m, "_SearchIndex", "qkv::SearchIndex (use qkv.SearchIndex / qkv.search).")
+      .def_static(
+          "open_or_build",
+          [](const models::UseLiteModel& model, const std::string& model_dir,
+             const std::string& corpus, const std::string& index, bool rebuild) {
+            bool built = false;
+            py::gil_scoped_release release;
+            auto result = naming_allocations("SearchIndex of '" + corpus + "'", [&] {
+              return std::make_shared<qkv::SearchIndex>(qkv::SearchIndex::open_or_build(
+                  model, model_dir, corpus, index, {}, rebuild, &built));
+            });
+            return std::make_pair(result, built);
+          },
+          py::arg("model"), py::arg("model_dir"), py::arg("corpus"), py::arg("index"),
+          py::arg("rebuild"), "(index, whether it was built). Releases the GIL.")
+      .def_property_readonly("embeddings", [](const qkv::SearchIndex& s) { return s.embeddings(); })
+      .def_property_readonly("lines", [](const qkv::SearchIndex& s) { return s.lines(); })
+      .def(
+          "search",
+          [](const qkv::SearchIndex& s, const models::UseLiteModel& model, const std::string& query,
+             std::int64_t top) {
+            std::vector<qkv::SearchHit> hits;
+            {
+              py::gil_scoped_release release;
+              hits = s.search(model, query, top);
+            }
+            return search_hits(hits);
+          },
+          py::arg("model"), py::arg("query"), py::arg("top"),
+          "[{rank, score, line, text}] best first. Releases the GIL.");
+
   // ---- Tokenizer --------------------------------------------------------------------
   py::class_<qkv::Tokenizer, std::shared_ptr<qkv::Tokenizer>>(
       m, "_Tokenizer", "qkv::Tokenizer (use qkv.Tokenizer).")
@@ -183,7 +291,9 @@ void register_models(py::module_& m) {
           py::arg("dir"))
       .def_property_readonly("kind",
                              [](const qkv::Tokenizer& t) {
-                               return std::string(t.wordpiece() ? "wordpiece" : "bpe");
+                               return std::string(t.wordpiece() ? "wordpiece"
+                                                  : t.bpe()     ? "bpe"
+                                                                : "sentencepiece");
                              })
       .def_property_readonly("vocab_size", &qkv::Tokenizer::vocab_size)
       .def(
@@ -216,6 +326,7 @@ void register_models(py::module_& m) {
             return naming_allocations(
                 "Tokenizer.tokenize of a text of " + std::to_string(text.size()) + " bytes", [&] {
                   if (const auto* wp = t.wordpiece()) return wp->tokenize(text);
+                  if (const auto* sp = t.sentencepiece()) return sp->tokenize(text);
                   std::vector<std::string> out;
                   for (auto id : t.bpe()->encode(text)) out.push_back(t.bpe()->id_to_token(id));
                   return out;
@@ -241,13 +352,13 @@ void register_models(py::module_& m) {
       .def(
           "token_to_id",
           [](const qkv::Tokenizer& t, const std::string& token) {
-            return t.wordpiece() ? t.wordpiece()->token_to_id(token) : t.bpe()->token_to_id(token);
+            return t.token_to_id(token);
           },
           py::arg("token"))
       .def(
           "id_to_token",
           [](const qkv::Tokenizer& t, std::int64_t id) {
-            return t.wordpiece() ? t.wordpiece()->id_to_token(id) : t.bpe()->id_to_token(id);
+            return t.id_to_token(id);
           },
           py::arg("id"))
       .def_property_readonly("eos_id", [](const qkv::Tokenizer& t) -> std::optional<std::int64_t> {

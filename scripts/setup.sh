@@ -5,7 +5,7 @@
 # As root it runs apt-get; otherwise it stops and prints the command to run.
 set -euo pipefail
 
-build_packages=(cmake g++ make libgtest-dev nlohmann-json3-dev libcli11-dev libdnnl-dev libicu-dev
+build_packages=(cmake g++ make libgtest-dev nlohmann-json3-dev libcli11-dev libdnnl-dev libicu-dev libssl-dev
                 pybind11-dev python3-dev python3-numpy)
 # clang + its runtimes: libFuzzer targets; npm: test vocabularies from npm packages;
 # chromium: headless, draws the attention page in tests/viz/test_browser.sh;

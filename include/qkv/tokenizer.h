@@ -1,10 +1,13 @@
-// qkv tokenizers: BERT WordPiece and GPT-2 byte-level BPE, with Hugging Face semantics.
+// qkv tokenizers: BERT WordPiece, GPT-2 byte-level BPE and SentencePiece unigram.
 //
 // WordPieceTokenizer is BertTokenizer (tokenizers' BertNormalizer + BertPreTokenizer +
 // WordPiece): clean text, split CJK ideographs, optionally lowercase and strip accents,
 // split on whitespace and punctuation, then greedy longest-match-first WordPiece with "##"
 // continuations. BpeTokenizer is GPT-2's byte-level BPE: the GPT-2 pre-tokenization
 // pattern, every byte mapped through bytes_to_unicode, merges applied by lowest rank.
+// SentencePieceTokenizer is the unigram segmentation of the Universal Sentence Encoder
+// lite's published pipeline (npm @energetic-ai/embeddings 0.2.0): NFKC, "▁" for spaces,
+// and that code's Viterbi pass, whose ids it reproduces exactly (see the class).
 //
 // All text is UTF-8. encode() of text that is not valid UTF-8 throws qkv::Error naming the
 // byte offset; so do missing or malformed vocabulary files (the message names the file and
@@ -12,7 +15,8 @@
 // 64 MiB; ids are checked against the number of tokens before anything is sized from them.
 // The special tokens of a vocabulary ([CLS], [SEP], [PAD], [MASK], [UNK] for WordPiece;
 // "<|endoftext|>" for GPT-2) written literally in the text are kept whole, as Hugging
-// Face's tokenizers keep added special tokens.
+// Face's tokenizers keep added special tokens. SentencePiece's reserved pieces (<s>, </s>,
+// the unknown piece) are never matched from text, as in SentencePiece itself.
 #pragma once
 
 #include <cstdint>
@@ -127,24 +131,97 @@ class BpeTokenizer {
   std::vector<std::string> specials_;  // kept whole when met in text
 };
 
-// A tokenizer directory as Hugging Face lays it out: tokenizer.json if present, else
-// vocab.txt (WordPiece, lowercased) or vocab.json + merges.txt (byte-level BPE).
+// SentencePiece unigram, as the Universal Sentence Encoder lite's published pipeline
+// segments text (npm @energetic-ai/embeddings 0.2.0: lib/tokenizer.ts, lib/trie.ts).
+// encode(text):
+//   1. NFKC (ICU); if the result is not empty, "▁" (U+2581) in front and every U+0020 space
+//      replaced by "▁". Other whitespace is kept, nothing is collapsed or stripped.
+//   2. The symbols are the code points. At each position every non-reserved piece that is a
+//      prefix of the rest is a candidate; where there is none, the single symbol is an
+//      unknown candidate (unk_id, score 0).
+//   3. Viterbi over end positions, the candidates ending at one in ascending start order:
+//      score = piece score + best[start], taken when best[end] == 0 || score >= best[end].
+//      A best of exactly 0 counts as unset, and a later candidate wins a tie; a position
+//      no candidate reaches keeps best 0 and the unknown id.
+//   4. Backtrack from the end by the length of each chosen piece, the unknown one included,
+//      in UTF-16 code units (the JavaScript string length): 1 for the USE unknown piece
+//      U+FFFD, 2 per character above U+FFFF, so a piece holding one skips a symbol more
+//      (the USE vocabulary has none), as the pipeline does.
+//   5. Runs of the unknown id merged into one.
+// These rules, quirks included, are the pipeline's; the ids agree with it on every input
+// whose NFKC is the same under this ICU and the pipeline's (text assigned in Unicode
+// versions newer than the linked ICU may normalize differently).
+class SentencePieceTokenizer {
+ public:
+  // tokenizer.json as qkv's converter writes it: normalizer {"type": "NFKC"}, pre_tokenizer
+  // Metaspace ("▁", add_prefix_space true), model {"type": "Unigram", "unk_id", "vocab":
+  // [[piece, score], ...]}, added_tokens [{"id", "content", "special": true}] for the
+  // reserved pieces. Anything else is an Error naming the file and the field.
+  static SentencePieceTokenizer from_tokenizer_json(const std::filesystem::path& path);
+  // pieces[i] has id i and scores[i] (finite). Pieces are valid UTF-8 and not empty; the
+  // same piece may appear twice (the USE vocabulary has "”5" three times): the later id
+  // is the one matched, as the pipeline's trie keeps the last inserted. unk_id and the ids
+  // in `reserved` are never matched from text.
+  static SentencePieceTokenizer from_pieces(std::vector<std::string> pieces,
+                                            std::vector<double> scores, std::int64_t unk_id,
+                                            std::vector<std::int64_t> reserved);
+
+  std::vector<std::int64_t> encode(std::string_view text) const;
+  std::vector<std::string> tokenize(std::string_view text) const;  // the pieces of encode()
+  // The pieces joined, "▁" as a space, the leading space (the one encode adds) removed.
+  std::string decode(const std::vector<std::int64_t>& ids) const;
+
+  // The id a piece is matched as (the later of duplicates), reserved pieces included.
+  std::optional<std::int64_t> token_to_id(std::string_view piece) const;
+  const std::string& id_to_token(std::int64_t id) const;  // throws for an id out of range
+  double score(std::int64_t id) const;                    // throws for an id out of range
+  bool is_reserved(std::int64_t id) const;
+  std::size_t vocab_size() const { return pieces_.size(); }
+  std::int64_t unk_id() const { return unk_id_; }
+
+ private:
+  SentencePieceTokenizer() = default;
+  std::int64_t child(std::int64_t node, char32_t symbol) const;
+
+  std::vector<std::string> pieces_;                    // id -> piece
+  std::vector<double> scores_;                         // id -> score
+  std::vector<std::int64_t> utf16_lengths_;            // id -> JavaScript length of the piece
+  std::vector<bool> reserved_;                         // id -> never matched from text
+  std::unordered_map<std::string, std::int64_t> ids_;  // piece -> id (the later of duplicates)
+  // The trie of the matchable pieces over code points, flattened: node k's children are
+  // edges_[edge_begin_[k] .. edge_begin_[k + 1]), sorted by symbol; node 0 is the root.
+  std::vector<std::int64_t> edge_begin_;                  // (nodes + 1)
+  std::vector<std::pair<char32_t, std::int64_t>> edges_;  // (edges) symbol, child node
+  std::vector<std::int64_t> node_piece_;                  // (nodes) piece id ending here, or -1
+  std::int64_t unk_id_ = 0;
+};
+
+// A tokenizer directory as Hugging Face lays it out: tokenizer.json if present (model.type
+// "WordPiece", "BPE" or "Unigram"), else vocab.txt (WordPiece, lowercased) or vocab.json +
+// merges.txt (byte-level BPE).
 class Tokenizer {
  public:
   static Tokenizer load(const std::filesystem::path& directory);
   explicit Tokenizer(WordPieceTokenizer t) : impl_(std::move(t)) {}
   explicit Tokenizer(BpeTokenizer t) : impl_(std::move(t)) {}
+  explicit Tokenizer(SentencePieceTokenizer t) : impl_(std::move(t)) {}
 
-  // WordPiece: [CLS] text [SEP]; BPE: the plain ids.
+  // WordPiece: [CLS] text [SEP]; BPE and SentencePiece: the plain ids.
   std::vector<std::int64_t> encode(std::string_view text) const;
   std::string decode(const std::vector<std::int64_t>& ids) const;
   std::size_t vocab_size() const;
+  // Any of the three: the vocabulary string of an id and back.
+  std::optional<std::int64_t> token_to_id(std::string_view token) const;
+  const std::string& id_to_token(std::int64_t id) const;
 
   const WordPieceTokenizer* wordpiece() const { return std::get_if<WordPieceTokenizer>(&impl_); }
   const BpeTokenizer* bpe() const { return std::get_if<BpeTokenizer>(&impl_); }
+  const SentencePieceTokenizer* sentencepiece() const {
+    return std::get_if<SentencePieceTokenizer>(&impl_);
+  }
 
  private:
-  std::variant<WordPieceTokenizer, BpeTokenizer> impl_;
+  std::variant<WordPieceTokenizer, BpeTokenizer, SentencePieceTokenizer> impl_;
 };
 
 }  // namespace qkv

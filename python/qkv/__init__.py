@@ -69,6 +69,9 @@ __all__ = [
     "translate_dates",
     "BertModel",
     "GPT2Model",
+    "UseLiteModel",
+    "SearchIndex",
+    "search",
     "Tokenizer",
 ]
 
@@ -722,4 +725,5 @@ def self_attention_raw(x, scale=1.0):
     out = _qkv._self_attention_raw(c.tensor, _optional_float(scale, fn, "scale"))
     return _result(out, c, False)
 from .nn import MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer, Transformer  # noqa: E402
-from .models import load_model, translate_dates, BertModel, GPT2Model, Tokenizer  # noqa: E402
+from .models import (load_model, translate_dates, BertModel, GPT2Model, UseLiteModel,  # noqa: E402
+                     SearchIndex, search, Tokenizer)

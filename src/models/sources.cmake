@@ -2,4 +2,5 @@
 list(APPEND QKV_SOURCES src/models/bert.cpp)
 list(APPEND QKV_SOURCES src/models/gpt2.cpp)
 list(APPEND QKV_SOURCES src/models/seq2seq.cpp)
+list(APPEND QKV_SOURCES src/models/use_lite.cpp)
 list(APPEND QKV_SOURCES src/models/checkpoint.cpp)

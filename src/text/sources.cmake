@@ -1,9 +1,10 @@
 # Sources of src/text, appended to QKV_SOURCES (paths relative to the project root).
-# ICU gives the Unicode character classes, lowercasing and NFD the tokenizers need.
+# ICU gives the Unicode character classes, lowercasing, NFD and NFKC the tokenizers need.
 list(APPEND QKV_SOURCES
   src/text/unicode.cpp
   src/text/wordpiece.cpp
   src/text/bpe.cpp
+  src/text/sentencepiece.cpp
   src/text/tokenizer.cpp
 )
 find_package(ICU REQUIRED COMPONENTS uc i18n)

@@ -28,8 +28,9 @@ Tokenizer Tokenizer::load(const std::filesystem::path& directory) {
     }
     if (type == "WordPiece") return Tokenizer(WordPieceTokenizer::from_tokenizer_json(json));
     if (type == "BPE") return Tokenizer(BpeTokenizer::from_tokenizer_json(json));
+    if (type == "Unigram") return Tokenizer(SentencePieceTokenizer::from_tokenizer_json(json));
     throw Error("Tokenizer::load: model.type in '" + json.string() +
-                "' must be \"WordPiece\" or \"BPE\", got \"" + type + "\"");
+                "' must be \"WordPiece\", \"BPE\" or \"Unigram\", got \"" + type + "\"");
   }
   if (fs::exists(directory / "vocab.txt", ec))
     return Tokenizer(WordPieceTokenizer::from_vocab_txt(directory / "vocab.txt"));
@@ -41,17 +42,24 @@ Tokenizer Tokenizer::load(const std::filesystem::path& directory) {
 
 std::vector<std::int64_t> Tokenizer::encode(std::string_view text) const {
   if (const auto* w = wordpiece()) return w->encode(text).ids;
-  return bpe()->encode(text);
+  if (const auto* b = bpe()) return b->encode(text);
+  return sentencepiece()->encode(text);
 }
 
 std::string Tokenizer::decode(const std::vector<std::int64_t>& ids) const {
-  if (const auto* w = wordpiece()) return w->decode(ids);
-  return bpe()->decode(ids);
+  return std::visit([&](const auto& t) { return t.decode(ids); }, impl_);
 }
 
 std::size_t Tokenizer::vocab_size() const {
-  if (const auto* w = wordpiece()) return w->vocab_size();
-  return bpe()->vocab_size();
+  return std::visit([](const auto& t) { return t.vocab_size(); }, impl_);
+}
+
+std::optional<std::int64_t> Tokenizer::token_to_id(std::string_view token) const {
+  return std::visit([&](const auto& t) { return t.token_to_id(token); }, impl_);
+}
+
+const std::string& Tokenizer::id_to_token(std::int64_t id) const {
+  return std::visit([&](const auto& t) -> const std::string& { return t.id_to_token(id); }, impl_);
 }
 
 }  // namespace qkv

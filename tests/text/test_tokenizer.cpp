@@ -1,11 +1,16 @@
 // Tokenizers on small hand-made vocabularies (no files to fetch). The real BERT-uncased
-// and GPT-2 vocabularies are exercised by test_real_vocabularies.cpp.
+// and GPT-2 vocabularies are exercised by test_real_vocabularies.cpp, the Universal
+// Sentence Encoder's SentencePiece vocabulary by test_sentencepiece_pipeline.cpp.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,6 +22,7 @@
 namespace {
 
 using qkv::BpeTokenizer;
+using qkv::SentencePieceTokenizer;
 using qkv::WordPieceTokenizer;
 using Ids = std::vector<std::int64_t>;
 using Strings = std::vector<std::string>;
@@ -586,6 +592,412 @@ TEST(Tokenizer, LoadPicksTheFormat) {
   std::filesystem::create_symlink("/dev/zero", empty.path / "vocab.txt");
   expect_error([&] { qkv::Tokenizer::load(empty.path); },
                {"vocab.txt", "not a regular file (a character device)"});
+}
+
+// ---------------------------------------------------------------------------------------
+// SentencePiece unigram with the rules of the Universal Sentence Encoder lite's pipeline
+// (qkv/tokenizer.h). Each expected id list is what the pipeline's JavaScript
+// (@energetic-ai/embeddings 0.2.0, Tokenizer.encode) returns for this vocabulary; the
+// comments work them out. Scores are multiples of 1/4, so every sum is exact and the ties
+// are real ties.
+
+struct Piece {
+  std::u32string piece;
+  double score;
+};
+// Ids 0-5 are reserved as in the USE vocabulary (0 the unknown piece U+FFFD); "zz" and "q"
+// are reserved pieces that look like text. "y" appears twice.
+const std::vector<Piece> kUnigramVocab = {
+    {U"\uFFFD", 0}, {U"<s>", 0},     {U"</s>", 0},      {U"<pad>", 0}, {U"zz", 0},     // 0-4
+    {U"q", 0},      {U"▁", -2},      {U"a", -1},        {U"b", -1},    {U"▁a", -3},    // 5-9
+    {U"ab", -2},    {U"▁:", 0},      {U":", 0},         {U")", -1},    {U"cd", -1},    // 10-14
+    {U"de", -1},    {U"e", -1},      {U"\u00E9", -1.5}, {U"fi", -0.5}, {U"1", -1},     // 15-19
+    {U"kg", -2},    {U"y", -8},      {U"y", -0.5},      {U"😀", -1},    {U"▁▁", -2.5},  // 20-24
+    {U"f", -1},     {U"u", -1},      {U"l", -1.25},     {U"s", -1},    {U"<", -1},     // 25-29
+    {U">", -1},     {U"zzz", -0.25}, {U"z", -1},        {U"k", -3},    {U"g", -3},     // 30-34
+    {U"ay", -2},    {U"i", -1},                                                        // 35-36
+};
+const Ids kUnigramReserved = {1, 2, 3, 4, 5};  // and the unknown piece, 0
+
+std::string utf8_for_test(const std::u32string& s) {
+  std::string out;
+  for (char32_t c : s) append_utf8_for_test(out, c);
+  return out;
+}
+
+SentencePieceTokenizer small_sentencepiece() {
+  Strings pieces;
+  std::vector<double> scores;
+  for (const Piece& p : kUnigramVocab) {
+    pieces.push_back(utf8_for_test(p.piece));
+    scores.push_back(p.score);
+  }
+  return SentencePieceTokenizer::from_pieces(pieces, scores, 0, kUnigramReserved);
+}
+
+TEST(SentencePiece, LaterCandidateWinsATie) {
+  const auto t = small_sentencepiece();
+  // "ab" is ▁ a b. best[2]: "▁a" -3, then ▁ + a = -2 - 1 = -3, equal: the later start wins.
+  // best[3]: ▁ + "ab" = -4, then ▁ a + b = -4: the later again.
+  EXPECT_EQ(t.encode("ab"), (Ids{6, 7, 8}));
+  // "  a" is ▁ ▁ ▁ a. best[2] = "▁▁" -2.5 (▁ + ▁ is -4); best[3]: "▁▁" after ▁ is -4.5,
+  // ▁ after "▁▁" is -4.5: the later, so "▁▁" comes first.
+  EXPECT_EQ(t.encode("  a"), (Ids{24, 6, 7}));
+}
+
+TEST(SentencePiece, BestOfZeroCountsAsUnset) {
+  const auto t = small_sentencepiece();
+  // ":" is ▁ :. "▁:" (score 0) leaves best[2] = 0, so the next candidate, ▁ + ":" = -2,
+  // replaces it although it is worse. The USE vocabulary's ":" pieces score 0 as well.
+  EXPECT_EQ(t.encode(":"), (Ids{6, 12}));
+  EXPECT_EQ(t.encode(":)"), (Ids{6, 12, 13}));
+}
+
+TEST(SentencePiece, UnknownOnlyWhereNoPieceMatches) {
+  const auto t = small_sentencepiece();
+  // "cd" is ▁ c d. At c only "cd" matches (there is no "c"), so no candidate ends after c:
+  // best[2] stays 0 and words[2] the unknown id. d matches nothing: its unknown candidate
+  // scores 0 + best[2] = 0 and beats ▁ + "cd" (-3). Back: unknown, the unreached position
+  // (unknown), ▁; the two unknowns merge.
+  EXPECT_EQ(t.encode("cd"), (Ids{6, 0}));
+  // "cde": "de" scores -1 + best[2] = -1 and beats ▁ cd e (-4); back from "de" the
+  // unreached position gives an unknown although ▁ cd e covers the text.
+  EXPECT_EQ(t.encode("cde"), (Ids{6, 0, 15}));
+}
+
+TEST(SentencePiece, UnknownRunsMerge) {
+  const auto t = small_sentencepiece();
+  EXPECT_EQ(t.encode("ç"), (Ids{6, 0}));
+  EXPECT_EQ(t.encode("ççç"), (Ids{6, 0}));        // one unknown for the run
+  EXPECT_EQ(t.encode("çaç"), (Ids{6, 0, 7, 0}));  // runs apart stay apart
+  EXPECT_EQ(t.encode(std::string("ab\0b", 4)), (Ids{6, 7, 8, 0, 8}));
+  EXPECT_EQ(t.tokenize("çaç"), (Strings{"▁", "\xEF\xBF\xBD", "a", "\xEF\xBF\xBD"}));
+  // The unknown piece's own text is unknown too: id 0 is reserved.
+  EXPECT_EQ(t.encode("\xEF\xBF\xBD"), (Ids{6, 0}));
+}
+
+TEST(SentencePiece, BacktrackStepsByUtf16Length) {
+  const auto t = small_sentencepiece();
+  // 😀 (U+1F600) is one symbol but two UTF-16 code units: stepping back from it skips the
+  // symbol before it as well, as the pipeline's JavaScript does. ▁ a 😀 loses the a;
+  // ▁ 😀 loses the ▁.
+  EXPECT_EQ(t.encode("a😀"), (Ids{6, 23}));
+  EXPECT_EQ(t.encode("😀"), (Ids{23}));
+}
+
+TEST(SentencePiece, TextIsNfkcNormalized) {
+  const auto t = small_sentencepiece();
+  EXPECT_EQ(t.encode("full"), (Ids{6, 25, 26, 27, 27}));
+  EXPECT_EQ(t.encode("ｆｕｌｌ"), (Ids{6, 25, 26, 27, 27}));  // full-width U+FF46 ...
+  EXPECT_EQ(t.encode("\xEF\xAC\x81"), (Ids{6, 18}));          // U+FB01 ligature -> "fi"
+  EXPECT_EQ(t.encode("①"), (Ids{6, 19}));                     // U+2460 -> "1"
+  EXPECT_EQ(t.encode("㎏"), (Ids{6, 20}));                    // U+338F -> "kg"
+  EXPECT_EQ(t.encode("\xC3\xA9"), (Ids{6, 17}));              // é, U+00E9
+  EXPECT_EQ(t.encode("e\xCC\x81"), (Ids{6, 17}));             // e + U+0301 composes to it
+}
+
+TEST(SentencePiece, OnlyTheAsciiSpaceBecomesTheMetaSymbol) {
+  const auto t = small_sentencepiece();
+  EXPECT_EQ(t.encode("a b"), (Ids{6, 7, 6, 8}));
+  // NFKC maps NO-BREAK SPACE and IDEOGRAPHIC SPACE to U+0020 first.
+  EXPECT_EQ(t.encode("a\xC2\xA0"
+                     "b"),
+            (Ids{6, 7, 6, 8}));
+  EXPECT_EQ(t.encode("a\xE3\x80\x80"
+                     "b"),
+            (Ids{6, 7, 6, 8}));
+  // Tab and newline stay symbols of their own (unknown here).
+  EXPECT_EQ(t.encode("a\tb"), (Ids{6, 7, 0, 8}));
+  EXPECT_EQ(t.encode("a\nb"), (Ids{6, 7, 0, 8}));
+  // Nothing is collapsed or stripped.
+  EXPECT_EQ(t.encode("a  "), (Ids{6, 7, 24}));
+  EXPECT_EQ(t.encode("a  b"), (Ids{6, 7, 24, 8}));
+  EXPECT_EQ(t.encode(" "), (Ids{24}));
+  EXPECT_EQ(t.encode("▁a"), (Ids{24, 7}));  // a "▁" in the text is the same symbol
+  EXPECT_EQ(t.encode(""), Ids{});           // no "▁" for empty text
+}
+
+TEST(SentencePiece, ReservedPiecesAreNeverMatched) {
+  const auto t = small_sentencepiece();
+  EXPECT_EQ(t.encode("<s>"), (Ids{6, 29, 28, 30}));
+  EXPECT_EQ(t.encode("q"), (Ids{6, 0}));
+  EXPECT_EQ(t.encode("zz"), (Ids{6, 32, 32}));  // "zz" is no piece of the trie,
+  EXPECT_EQ(t.encode("zzz"), (Ids{6, 31}));     // though "zzz" runs through it
+  for (std::int64_t id : {0, 1, 4, 5}) EXPECT_TRUE(t.is_reserved(id)) << id;
+  for (std::int64_t id : {6, 31, -1, 99}) EXPECT_FALSE(t.is_reserved(id)) << id;
+  EXPECT_EQ(t.token_to_id("<s>"), 1);
+}
+
+TEST(SentencePiece, DuplicatePieceTheLaterIdWins) {
+  const auto t = small_sentencepiece();
+  // "y" has the ids 21 (-8) and 22 (-0.5). The later is matched, with its own score: "ay"
+  // is a + y (-3 - 0.5) rather than "ay" (-4), which the score -8 would have chosen.
+  EXPECT_EQ(t.encode("y"), (Ids{6, 22}));
+  EXPECT_EQ(t.encode("ay"), (Ids{6, 7, 22}));
+  EXPECT_EQ(t.token_to_id("y"), 22);
+  EXPECT_EQ(t.id_to_token(21), "y");
+}
+
+TEST(SentencePiece, DecodeAndLookups) {
+  const auto t = small_sentencepiece();
+  EXPECT_EQ(t.decode(t.encode("ab  a b")), "ab  a b");
+  EXPECT_EQ(t.decode(t.encode("  a ")), "  a ");
+  EXPECT_EQ(t.decode(t.encode("ｆｕｌｌ")), "full");  // the normalized text
+  EXPECT_EQ(t.decode({6, 0, 7}),
+            "\xEF\xBF\xBD"
+            "a");
+  EXPECT_EQ(t.decode({7, 6}), "a ");  // only a leading space is removed
+  EXPECT_EQ(t.decode({}), "");
+  expect_error([&] { t.decode({37}); }, {"id 37", "out of range [0, 37)"});
+  expect_error([&] { t.decode({-1}); }, {"id -1"});
+  EXPECT_EQ(t.vocab_size(), kUnigramVocab.size());
+  EXPECT_EQ(t.unk_id(), 0);
+  EXPECT_EQ(t.score(27), -1.25);
+  EXPECT_EQ(t.token_to_id("▁a"), 9);
+  EXPECT_EQ(t.token_to_id("nope"), std::nullopt);
+  EXPECT_EQ(t.id_to_token(23), "😀");
+  expect_error([&] { t.score(40); }, {"id 40"});
+}
+
+// The pipeline's Tokenizer.encode written out step by step for kUnigramVocab and text that
+// NFKC leaves alone: the lattice nodes[end][start] from comparing every substring with every
+// piece, then the loops of the JavaScript over it. encode() must agree with it.
+Ids pipeline_encode_for_test(const std::u32string& text) {
+  if (text.empty()) return {};
+  std::u32string symbols = U"▁";
+  for (char32_t c : text) symbols += c == U' ' ? U'▁' : c;
+  const std::size_t n = symbols.size();
+  struct Candidate {
+    std::int64_t id;
+    double score;
+    std::size_t length;
+  };
+  std::vector<std::map<std::size_t, std::vector<Candidate>>> nodes(n + 1);
+  for (std::size_t i = 0; i < n; ++i) {
+    bool matched = false;
+    for (std::size_t length = 1; i + length <= n; ++length) {
+      std::int64_t found = -1;  // the last id of the piece, as the trie keeps it
+      for (std::size_t id = 6; id < kUnigramVocab.size(); ++id)
+        if (kUnigramVocab[id].piece == symbols.substr(i, length))
+          found = static_cast<std::int64_t>(id);
+      if (found < 0) continue;
+      nodes[i + length][i].push_back({found, kUnigramVocab[found].score, length});
+      matched = true;
+    }
+    if (!matched) nodes[i + 1][i].push_back({0, 0.0, 1});
+  }
+  std::vector<double> best(n + 1, 0.0);
+  Ids words(n + 1, 0);
+  for (std::size_t end = 0; end <= n; ++end)
+    for (const auto& [start, candidates] : nodes[end])
+      for (const Candidate& c : candidates) {
+        const double score = c.score + best[end - c.length];
+        if (best[end] == 0 || score >= best[end]) {
+          best[end] = score;
+          words[end] = c.id;
+        }
+      }
+  Ids reversed;
+  for (auto iter = static_cast<std::int64_t>(n); iter > 0;) {
+    reversed.push_back(words[iter]);
+    for (char32_t c : kUnigramVocab[words[iter]].piece) iter -= c > 0xFFFF ? 2 : 1;
+  }
+  Ids ids;
+  bool previous_unknown = false;
+  for (std::int64_t id : reversed) {
+    if (!(previous_unknown && id == 0)) ids.push_back(id);
+    previous_unknown = id == 0;
+  }
+  return Ids(ids.rbegin(), ids.rend());
+}
+
+TEST(SentencePiece, AgreesWithAStepByStepPipeline) {
+  const auto t = small_sentencepiece();
+  // The pieces' characters, the meta symbol itself, ones in no piece, an astral one.
+  const std::u32string alphabet = U"abcdeyzqfiklgus:)<> \t\u00E9\u00E7▁😀";
+  std::mt19937 rng(2024);
+  std::uniform_int_distribution<std::size_t> pick(0, alphabet.size() - 1), length(0, 24);
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::u32string text;
+    for (std::size_t k = length(rng); k > 0; --k) text += alphabet[pick(rng)];
+    const std::string utf8 = utf8_for_test(text);
+    ASSERT_EQ(t.encode(utf8), pipeline_encode_for_test(text)) << "text \"" << utf8 << "\"";
+  }
+}
+
+// One trie walk per position, at most as deep as the longest piece: 300k symbols encode
+// in milliseconds (a lattice of every substring, or a string per position, would not).
+TEST(SentencePiece, LongTextIsLinear) {
+  const auto t = small_sentencepiece();
+  std::string text;
+  for (int i = 0; i < 100000; ++i) text += "ab ";
+  const Ids ids = t.encode(text);
+  ASSERT_EQ(ids.size(), 300001u);  // ▁ a b for each "ab ", then ▁ for the last space
+  EXPECT_EQ(t.decode(ids), text);
+}
+
+TEST(SentencePiece, InvalidUtf8IsAnError) {
+  const auto t = small_sentencepiece();
+  expect_error([&] { t.encode("abc\xFF"); },
+               {"SentencePieceTokenizer::encode", "not valid UTF-8", "byte offset 3"});
+  expect_error([&] { t.encode("\xC0\x80"); }, {"byte offset 0"});          // overlong NUL
+  expect_error([&] { t.encode("ok \xED\xA0\x80"); }, {"byte offset 3"});   // surrogate
+  expect_error([&] { t.encode("\xE2\x82"); }, {"byte offset 0"});          // truncated
+  expect_error([&] { t.encode("\xF4\x90\x80\x80"); }, {"byte offset 0"});  // > U+10FFFF
+  expect_error([&] { t.tokenize("a\x80"); }, {"byte offset 1"});           // lone continuation
+}
+
+TEST(SentencePiece, FromPiecesErrors) {
+  const std::vector<double> two = {0.0, -1.0};
+  expect_error(
+      [&] {
+        SentencePieceTokenizer::from_pieces({"a", "b"}, {0.0}, 0, {});
+      },
+      {"2 pieces but 1 scores"});
+  expect_error([&] { SentencePieceTokenizer::from_pieces({}, {}, 0, {}); }, {"no pieces"});
+  expect_error(
+      [&] {
+        SentencePieceTokenizer::from_pieces({"a", "b"}, two, 2, {});
+      },
+      {"unk_id 2 is out of range [0, 2)"});
+  expect_error(
+      [&] {
+        SentencePieceTokenizer::from_pieces({"a", "b"}, two, 0, {-1});
+      },
+      {"reserved id -1 is out of range [0, 2)"});
+  expect_error(
+      [&] {
+        SentencePieceTokenizer::from_pieces({"a", ""}, two, 0, {});
+      },
+      {"piece 1 is empty"});
+  expect_error(
+      [&] {
+        SentencePieceTokenizer::from_pieces({"a", "b\xFF"}, two, 0, {});
+      },
+      {"piece 1 \"b\\xff\" is not valid UTF-8"});
+  for (const double bad : {std::nan(""), std::numeric_limits<double>::infinity()})
+    expect_error(
+        [&] {
+          SentencePieceTokenizer::from_pieces({"a", "b"}, {0.0, bad}, 0, {});
+        },
+        {"piece 1 \"b\" has the score", "must be finite"});
+}
+
+// tokenizer.json in the converter's form, for kUnigramVocab.
+nlohmann::json unigram_json() {
+  nlohmann::json vocab = nlohmann::json::array(), added = nlohmann::json::array();
+  for (const Piece& p : kUnigramVocab) vocab.push_back({utf8_for_test(p.piece), p.score});
+  for (std::int64_t id : {0, 1, 2, 3, 4, 5})
+    added.push_back(
+        {{"id", id}, {"content", utf8_for_test(kUnigramVocab[id].piece)}, {"special", true}});
+  return {
+      {"version", "1.0"},
+      {"normalizer", {{"type", "NFKC"}}},
+      {"pre_tokenizer", {{"type", "Metaspace"}, {"replacement", "▁"}, {"add_prefix_space", true}}},
+      {"added_tokens", added},
+      {"model", {{"type", "Unigram"}, {"unk_id", 0}, {"vocab", vocab}}}};
+}
+
+TEST(SentencePiece, FromTokenizerJson) {
+  TempDir dir;
+  const auto t = SentencePieceTokenizer::from_tokenizer_json(
+      dir.write("tokenizer.json", unigram_json().dump()));
+  const auto expected = small_sentencepiece();
+  EXPECT_EQ(t.vocab_size(), expected.vocab_size());
+  for (const char* text : {"ab", ":)", "cde", "a😀", "ｆｕｌｌ  <s> zzz ay ç"})
+    EXPECT_EQ(t.encode(text), expected.encode(text)) << text;
+  // Reserved: the special added tokens, and unk_id.
+  auto j = unigram_json();
+  j["added_tokens"].erase(4);  // "zz" is a piece again
+  j["model"]["unk_id"] = 5;    // "q" is the unknown piece
+  const auto q = SentencePieceTokenizer::from_tokenizer_json(dir.write("q.json", j.dump()));
+  EXPECT_EQ(q.unk_id(), 5);
+  EXPECT_EQ(q.encode("zz"), (Ids{6, 4}));
+  EXPECT_EQ(q.encode("ççaq"), (Ids{6, 5, 7, 5}));
+  EXPECT_EQ(q.encode("\xEF\xBF\xBD"), (Ids{6, 5}));  // id 0 is still reserved
+  // The backtrack steps over an unknown by the length of the unknown piece, 1 for U+FFFD
+  // and "q"; an unknown piece "<pad>" (5 code units) would swallow the 4 symbols before
+  // it, the pipeline's rule applied to a vocabulary it was not written for.
+  j["model"]["unk_id"] = 3;
+  const auto pad = SentencePieceTokenizer::from_tokenizer_json(dir.write("pad.json", j.dump()));
+  EXPECT_EQ(pad.encode("abcdç"), (Ids{6, 3}));  // a b c d are gone
+}
+
+TEST(SentencePiece, TokenizerJsonErrors) {
+  TempDir dir;
+  // Each edit of the converter's file, and (a part of) the message it must give.
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
+      {[](nlohmann::json& j) { j["model"]["type"] = "BPE"; },
+       "model.type must be \"Unigram\", got \"BPE\""},
+      {[](nlohmann::json& j) { j.erase("normalizer"); }, "normalizer must be {\"type\": \"NFKC\"}"},
+      {[](nlohmann::json& j) { j["normalizer"]["type"] = "NFC"; }, "normalizer must be"},
+      {[](nlohmann::json& j) { j["pre_tokenizer"]["add_prefix_space"] = false; },
+       "pre_tokenizer must be"},
+      {[](nlohmann::json& j) { j["pre_tokenizer"]["split"] = true; }, "pre_tokenizer must be"},
+      {[](nlohmann::json& j) { j["pre_tokenizer"]["replacement"] = "_"; }, "pre_tokenizer must be"},
+      {[](nlohmann::json& j) {
+         j["post_processor"] = {{"type", "TemplateProcessing"}};
+       },
+       "post_processor must be null"},
+      {[](nlohmann::json& j) { j["model"]["byte_fallback"] = true; }, "model.byte_fallback"},
+      {[](nlohmann::json& j) { j["model"]["vocab"][12][1] = nullptr; },
+       "model.vocab[12] \":\": the score must be a number, got \"null\""},
+      {[](nlohmann::json& j) { j["model"]["vocab"][7][0] = ""; },
+       "model.vocab[7]: the piece is empty"},
+      {[](nlohmann::json& j) { j["model"]["vocab"][3] = "<pad>"; },
+       "model.vocab[3] must be [piece, score]"},
+      {[](nlohmann::json& j) { j["model"]["vocab"] = nlohmann::json::object(); },
+       "model.vocab must be an array"},
+      {[](nlohmann::json& j) { j["model"]["unk_id"] = 37; },
+       "model.unk_id must be an id in [0, 37), got \"37\""},
+      {[](nlohmann::json& j) { j["model"]["unk_id"] = -1; }, "model.unk_id must be an id"},
+      {[](nlohmann::json& j) { j["model"].erase("unk_id"); }, "model.unk_id must be an id"},
+      {[](nlohmann::json& j) { j["added_tokens"][1]["special"] = false; },
+       "added_tokens[1] must have \"special\": true"},
+      {[](nlohmann::json& j) { j["added_tokens"][2]["content"] = "<S>"; },
+       "added_tokens[2].content \"<S>\" is not model.vocab[2] \"</s>\""},
+      {[](nlohmann::json& j) { j["added_tokens"][0]["id"] = 100; },
+       "added_tokens[0].id \"100\" is out of range [0, 37)"},
+  };
+  for (const auto& [edit, message] : cases) {
+    auto j = unigram_json();
+    edit(j);
+    const auto path = dir.write("bad.json", j.dump());
+    expect_error([&] { SentencePieceTokenizer::from_tokenizer_json(path); },
+                 {"SentencePieceTokenizer::from_tokenizer_json", message, "bad.json"});
+  }
+  expect_error(
+      [&] { SentencePieceTokenizer::from_tokenizer_json(dir.write("b.json", "{\"model\": ")); },
+      {"malformed JSON", "b.json"});
+  expect_error([] { SentencePieceTokenizer::from_tokenizer_json("/nonexistent/tokenizer.json"); },
+               {"/nonexistent/tokenizer.json"});
+  std::filesystem::create_directories(dir.path / "json_dir");
+  expect_error([&] { SentencePieceTokenizer::from_tokenizer_json(dir.path / "json_dir"); },
+               {"json_dir", "not a regular file (a directory)"});
+}
+
+TEST(Tokenizer, LoadsUnigram) {
+  TempDir dir;
+  dir.write("tokenizer.json", unigram_json().dump());
+  const qkv::Tokenizer t = qkv::Tokenizer::load(dir.path);
+  ASSERT_NE(t.sentencepiece(), nullptr);
+  EXPECT_EQ(t.wordpiece(), nullptr);
+  EXPECT_EQ(t.bpe(), nullptr);
+  EXPECT_EQ(t.encode("ab :)"), (Ids{6, 7, 8, 11, 13}));  // no [CLS]/BOS: the plain ids
+  EXPECT_EQ(t.decode({6, 7, 8, 11, 13}), "ab :)");
+  EXPECT_EQ(t.vocab_size(), kUnigramVocab.size());
+  EXPECT_EQ(t.token_to_id("▁a"), 9);
+  EXPECT_EQ(t.id_to_token(9), "▁a");
+  dir.write("tokenizer.json", R"({"model": {"type": "WordLevel", "vocab": {}}})");
+  expect_error([&] { qkv::Tokenizer::load(dir.path); },
+               {"must be \"WordPiece\", \"BPE\" or \"Unigram\", got \"WordLevel\""});
+  // The lookups of the other two through Tokenizer.
+  const qkv::Tokenizer w(small_wordpiece());
+  EXPECT_EQ(w.token_to_id("##able"), 7);
+  EXPECT_EQ(w.id_to_token(10), "hello");
+  const qkv::Tokenizer b(SmallBpe().make());
+  EXPECT_EQ(b.token_to_id("hello"), SmallBpe().vocab.at("hello"));
+  EXPECT_EQ(b.id_to_token(SmallBpe().vocab.at("hello")), "hello");
 }
 
 }  // namespace

@@ -82,6 +82,27 @@ struct RunOptions {
 };
 int run_run(const RunOptions& options, std::ostream& out);
 
+// qkv embed, qkv search (the Universal Sentence Encoder lite; embed.cpp)
+struct EmbedOptions {
+  std::string model;               // directory from scripts/fetch_model.sh use-lite
+  std::vector<std::string> texts;  // --text, any number
+  std::string file;                // one text per line ("-": standard input)
+  bool has_file = false;
+  bool json = false;
+};
+int run_embed(const EmbedOptions& options, std::ostream& out);
+
+struct SearchOptions {
+  std::string model;
+  std::string corpus;  // one document per line
+  std::string query;
+  std::int64_t top = 10;
+  std::string index;   // index file; empty = corpus + ".qkv-index"
+  bool reindex = false;
+  bool json = false;
+};
+int run_search(const SearchOptions& options, std::ostream& out);
+
 struct TokenizeOptions {
   std::string model;  // directory with tokenizer.json, vocab.txt or vocab.json + merges.txt
   std::string text;

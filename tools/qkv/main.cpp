@@ -150,7 +150,7 @@ int usage_error(const CLI::App& app, const std::string& message) {
 // Options that name a file or directory. Given as "", each would read as not given (no
 // page written, the embedded model), so "" is refused instead.
 const std::vector<std::string> kPathOptions = {"--model", "--file", "--output", "--html", "--svg",
-                                               "--out"};
+                                               "--out", "--corpus", "--index"};
 
 int run(int argc, char** argv) {
   CLI::App app("qkv: Transformer attention, explained and measured.", "qkv");
@@ -225,11 +225,13 @@ int run(int argc, char** argv) {
   // Model commands (run, tokenize: BERT and tokenizers).
   RunOptions ro;
   CLI::App* run_cmd = app.add_subcommand(
-      "run", "Run a BERT checkpoint on a text and show its hidden states and attention");
+      "run", "Run a BERT checkpoint or the Universal Sentence Encoder lite on a text and show "
+             "its outputs and attention");
   run_cmd->add_option("--model", ro.model, "Model directory (config.json, model.safetensors or "
-                      "shards, tokenizer.json or vocab.txt)")->required();
+                      "shards, tokenizer.json or vocab.txt); config.json's model_type picks the "
+                      "model: bert (or none) or use_lite")->required();
   run_cmd->add_option("--text", ro.text, "Text (segment A)")->required();
-  run_cmd->add_option("--pair", ro.pair, "Second segment B: [CLS] A [SEP] B [SEP]");
+  run_cmd->add_option("--pair", ro.pair, "Second segment B: [CLS] A [SEP] B [SEP] (BERT)");
   run_cmd->add_option("--layer", ro.layer, "Layer whose attention is shown (default: the last)")
       ->check(kNonNegative);
   run_cmd->add_option("--head", ro.head, "Head whose attention is shown")
@@ -238,16 +240,55 @@ int run(int argc, char** argv) {
   run_cmd->add_option("--output", ro.output,
                       "Write input_ids and token_type_ids (B, L) as F32 values (exact below "
                       "2^24), last_hidden_state (B, L, E), pooler_output (B, E) and "
-                      "attentions.N (B, H, L, L) for every layer N to this .safetensors file");
+                      "attentions.N (B, H, L, L) for every layer N to this .safetensors file "
+                      "(use_lite: input_ids, embedding (1, 512), attentions.N)");
   run_cmd->add_option("--html", ro.html,
                       "Write a self-contained HTML page to explore the attention of every layer "
                       "and head (head view, model view, heatmaps; opens offline)");
-  run_cmd->footer("Example: qkv run --model bert-base-uncased/ --text \"the cat sat\" "
-                  "--layer 5 --head 3");
+  run_cmd->footer("Examples: qkv run --model bert-base-uncased/ --text \"the cat sat\" "
+                  "--layer 5 --head 3\n"
+                  "          qkv run --model use-lite/ --text \"the cat sat\" --html attention.html");
+
+  // Sentence embeddings and semantic search (the Universal Sentence Encoder lite).
+  EmbedOptions eo;
+  CLI::App* embed = app.add_subcommand(
+      "embed", "Sentence embeddings (512 values, unit length) of the Universal Sentence Encoder lite");
+  embed->add_option("--model", eo.model, "Model directory from scripts/fetch_model.sh use-lite DIR")
+      ->required();
+  CLI::Option* eo_text = embed->add_option("--text", eo.texts, "Texts to embed (any number)");
+  CLI::Option* eo_file = embed->add_option("--file", eo.file,
+                                           "Embed every line of this file ('-': standard input)");
+  eo_text->excludes(eo_file);
+  eo_file->excludes(eo_text);
+  embed->add_flag("--json", eo.json, "Print {\"text\": ..., \"embedding\": [...]} per input");
+  embed->footer("Texts longer than 128 tokens are clipped to their first 128, as the published "
+                "model does (a warning on stderr).\n\n"
+                "Example: qkv embed --model use-lite/ --text \"How old are you?\" --json");
+
+  SearchOptions so;
+  CLI::App* search = app.add_subcommand(
+      "search", "Rank the lines of a corpus by cosine similarity to a query (semantic search)");
+  search->add_option("--model", so.model, "Model directory from scripts/fetch_model.sh use-lite DIR")
+      ->required();
+  search->add_option("--corpus", so.corpus, "Corpus file: one document per line (UTF-8)")->required();
+  search->add_option("--query", so.query, "The query")->required();
+  search->add_option("--top", so.top, "Hits to print")->capture_default_str()->check(kPositive);
+  search->add_option("--index", so.index,
+                     "Index file (default: CORPUS.qkv-index): the corpus' embeddings, reused "
+                     "while the corpus and the model are unchanged (SHA-256)");
+  search->add_flag("--reindex", so.reindex, "Embed the corpus again and overwrite the index");
+  search->add_flag("--json", so.json,
+                   "Print {\"rank\", \"score\", \"line\" (1-based), \"text\"} per hit");
+  search->footer("The first query of a corpus embeds all of its lines (a progress bar on stderr);\n"
+                 "later ones read the index. A changed corpus is indexed again; an index built\n"
+                 "by another model, or damaged, is an error unless --reindex.\n\n"
+                 "Example: scripts/fetch_data.sh debian-packages data &&\n"
+                 "  qkv search --model use-lite/ --corpus data/debian-packages.txt "
+                 "--query \"play chess against the computer\"");
 
   TokenizeOptions to;
   CLI::App* tokenize = app.add_subcommand(
-      "tokenize", "Print the token ids of a text (BERT WordPiece or GPT-2 BPE directory)");
+      "tokenize", "Print the token ids of a text (BERT WordPiece, GPT-2 BPE or SentencePiece directory)");
   tokenize->add_option("--model", to.model, "Directory with tokenizer.json, vocab.txt, or "
                        "vocab.json + merges.txt")->required();
   CLI::Option* to_text = tokenize->add_option("--text", to.text, "Text to encode");
@@ -384,7 +425,8 @@ int run(int argc, char** argv) {
     if (app.get_subcommands().empty()) {
       return usage_error(app, quote_value(first) +
                                   " is not a command; the commands are version, "
-                                  "explain, bench, run, tokenize, generate, train and translate");
+                                  "explain, bench, run, embed, search, tokenize, generate, "
+                                  "train and translate");
     }
     return usage_error(app, "unexpected argument " + quote_value(first));
   }
@@ -406,6 +448,11 @@ int run(int argc, char** argv) {
     if (bench->parsed()) return b.device == "cuda" ? run_bench_cuda(b, std::cout) : run_bench(b, std::cout);
     // Dispatch: run, tokenize.
     if (run_cmd->parsed()) return run_run(ro, std::cout);
+    if (embed->parsed()) {
+      eo.has_file = eo_file->count() > 0;
+      return run_embed(eo, std::cout);
+    }
+    if (search->parsed()) return run_search(so, std::cout);
     if (tokenize->parsed()) {
       if (to_text->count() == 0 && to_file->count() == 0)
         throw UsageError("--text", "one of --text or --file is required");

@@ -1,6 +1,6 @@
 // qkv tokenize: the ids of a text (or of every line of a file) under a Hugging Face
-// tokenizer directory — BERT WordPiece ([CLS] text [SEP]) or GPT-2 byte-level BPE (the
-// plain ids), whichever Tokenizer::load finds.
+// tokenizer directory — BERT WordPiece ([CLS] text [SEP]), GPT-2 byte-level BPE or
+// SentencePiece unigram (the plain ids), whichever Tokenizer::load finds.
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -25,9 +25,9 @@ void encode_line(const Tokenizer& tokenizer, const std::string& text, bool json,
     ids = std::move(e.ids);
     tokens = std::move(e.tokens);
   } else {
-    const BpeTokenizer* bpe = tokenizer.bpe();
-    ids = bpe->encode(text);
-    for (auto id : ids) tokens.push_back(bpe->id_to_token(id));  // "Ġ" stands for a space
+    // BPE: "Ġ" stands for a space; SentencePiece: "▁".
+    ids = tokenizer.encode(text);
+    for (auto id : ids) tokens.push_back(tokenizer.id_to_token(id));
   }
   if (json) {
     nlohmann::json j;

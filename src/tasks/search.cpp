@@ -1,0 +1,243 @@
+// SearchIndex: a corpus' lines embedded by the Universal Sentence Encoder lite, kept in a
+// .safetensors file checked by content hashes, and searched by cosine similarity.
+
+#include "qkv/search.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <numeric>
+#include <utility>
+
+#include "io/text_input.h"
+#include "qkv/error.h"
+#include "qkv/safetensors.h"
+
+namespace qkv {
+
+namespace {
+
+constexpr const char* kFormat = "qkv-search-index/1";
+
+// Lines embedded per call of embed_ids: the unit of progress (a few hundred ms each).
+constexpr std::size_t kChunkLines = 2048;
+// Sentences per batch: the corpus is sorted by length first, so batches pad little, and
+// wide batches give the products enough rows even for short lines.
+constexpr std::int64_t kBatch = 128;
+
+class Sha256 {
+ public:
+  Sha256() : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
+    QKV_CHECK(ctx_ && EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) == 1,
+              "SHA-256: OpenSSL could not start a digest");
+  }
+  void update(const void* data, std::size_t size) {
+    QKV_CHECK(EVP_DigestUpdate(ctx_.get(), data, size) == 1, "SHA-256: OpenSSL digest failed");
+  }
+  std::string hex() {
+    std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
+    unsigned int size = 0;
+    QKV_CHECK(EVP_DigestFinal_ex(ctx_.get(), digest.data(), &size) == 1,
+              "SHA-256: OpenSSL digest failed");
+    std::string out;
+    char byte[3];
+    for (unsigned int i = 0; i < size; ++i) {
+      std::snprintf(byte, sizeof byte, "%02x", digest[i]);
+      out += byte;
+    }
+    return out;
+  }
+
+ private:
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx_;
+};
+
+bool blank(const std::string& line) {
+  return std::all_of(line.begin(), line.end(),
+                     [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; });
+}
+
+}  // namespace
+
+std::string file_sha256(const std::string& path) {
+  std::error_code ec;
+  QKV_CHECK(std::filesystem::is_regular_file(path, ec),
+            "'" << path << "' is not a regular file (or does not exist)");
+  std::ifstream in(path, std::ios::binary);
+  QKV_CHECK(in, "cannot open '" << path << "'");
+  Sha256 sha;
+  std::vector<char> buffer(std::size_t{1} << 20);
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    sha.update(buffer.data(), static_cast<std::size_t>(in.gcount()));
+  }
+  QKV_CHECK(in.eof(), "reading '" << path << "' failed");
+  return sha.hex();
+}
+
+std::string model_fingerprint(const std::string& model_dir) {
+  const std::filesystem::path d(model_dir);
+  Sha256 sha;
+  for (const char* name : {"config.json", "model.safetensors", "tokenizer.json"}) {
+    const std::string h = file_sha256((d / name).string());
+    sha.update(h.data(), h.size());
+  }
+  return sha.hex();
+}
+
+SearchIndex SearchIndex::build(const models::UseLiteModel& model, const std::string& model_dir,
+                               const std::string& corpus_path, const IndexProgress& progress) {
+  SearchIndex index;
+  index.model_fingerprint_ = model_fingerprint(model_dir);
+  index.corpus_sha256_ = file_sha256(corpus_path);
+  std::vector<std::vector<std::int64_t>> ids;
+  {
+    io::LineReader reader(corpus_path, "corpus");
+    for (std::string line; reader.next(line);) {
+      bool clipped = false;
+      try {
+        ids.push_back(blank(line) ? std::vector<std::int64_t>{} : model.encode(line, &clipped));
+      } catch (const Error& e) {
+        throw Error(reader.where() + ": " + e.what(), e.kind());
+      }
+      index.clipped_ += clipped;
+      index.lines_.push_back(std::move(line));
+    }
+  }
+  const auto N = static_cast<std::int64_t>(index.lines_.size());
+  std::vector<std::size_t> order;  // the non-blank lines, longest first: batches pad little
+  for (std::size_t i = 0; i < index.lines_.size(); ++i)
+    if (!blank(index.lines_[i])) order.push_back(i);
+  QKV_CHECK(!order.empty(), "corpus '" << corpus_path << "' has no non-blank line to index");
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return ids[a].size() > ids[b].size(); });
+
+  const std::int64_t O = model.config.output_size;
+  index.embeddings_ = Tensor::zeros({N, O});  // (N, O): blank lines keep a zero row
+  float* dst = index.embeddings_.data_as<float>();
+  std::int64_t done = 0;
+  if (progress) progress(0, static_cast<std::int64_t>(order.size()));
+  for (std::size_t start = 0; start < order.size(); start += kChunkLines) {
+    const std::size_t end = std::min(order.size(), start + kChunkLines);
+    std::vector<std::vector<std::int64_t>> chunk;
+    for (std::size_t k = start; k < end; ++k) chunk.push_back(std::move(ids[order[k]]));
+    const Tensor y = model.embed_ids(chunk, false, kBatch).embeddings;  // (chunk, O)
+    for (std::size_t k = start; k < end; ++k)
+      std::copy_n(y.data_as<float>() + static_cast<std::int64_t>(k - start) * O, O,
+                  dst + static_cast<std::int64_t>(order[k]) * O);
+    done += static_cast<std::int64_t>(end - start);
+    if (progress) progress(done, static_cast<std::int64_t>(order.size()));
+  }
+  return index;
+}
+
+SearchIndex SearchIndex::open_or_build(const models::UseLiteModel& model,
+                                       const std::string& model_dir,
+                                       const std::string& corpus_path,
+                                       const std::string& index_path, const IndexProgress& progress,
+                                       bool rebuild, bool* built) {
+  std::error_code ec;
+  if (!rebuild && std::filesystem::exists(index_path, ec)) {
+    SafeTensors file;
+    try {
+      file = SafeTensors::open(index_path);
+    } catch (const Error& e) {
+      throw Error("index '" + index_path + "' is damaged (" + e.what() +
+                  "): delete it, or rebuild it (qkv search --reindex)");
+    }
+    const auto& meta = file.metadata();
+    auto get = [&](const char* key) {
+      const auto it = meta.find(key);
+      return it == meta.end() ? std::string() : it->second;
+    };
+    QKV_CHECK(get("format") == kFormat, "index '" << index_path << "' is not a qkv search index ("
+                                                  << "format '" << get("format") << "', expected '"
+                                                  << kFormat << "')");
+    QKV_CHECK(get("model") == model_fingerprint(model_dir),
+              "index '" << index_path << "' was built by another model (fingerprint "
+                        << get("model").substr(0, 12) << "…, this model's "
+                        << model_fingerprint(model_dir).substr(0, 12)
+                        << "…): rebuild it (qkv search --reindex) or name another --index");
+    const std::string corpus_sha = file_sha256(corpus_path);
+    if (get("corpus") == corpus_sha) {
+      SearchIndex index;
+      index.model_fingerprint_ = get("model");
+      index.corpus_sha256_ = corpus_sha;
+      io::LineReader reader(corpus_path, "corpus");
+      for (std::string line; reader.next(line);) index.lines_.push_back(std::move(line));
+      const auto N = static_cast<std::int64_t>(index.lines_.size());
+      const std::int64_t O = model.config.output_size;
+      Tensor e;
+      try {
+        e = file.get("embeddings");
+      } catch (const Error& err) {
+        throw Error("index '" + index_path + "' is damaged (" + err.what() + ")");
+      }
+      QKV_CHECK(e.dtype() == DType::f32 && e.shape() == (Shape{N, O}),
+                "index '" << index_path << "' is damaged: embeddings " << e.shape_string()
+                          << ", the corpus has " << N << " lines of width " << O);
+      // A view into the mapping: a rewrite of the file (save_safetensors renames a new
+      // one over it) leaves this mapping's inode intact.
+      index.embeddings_ = e;
+      const float* p = index.embeddings_.data_as<float>();
+      for (std::int64_t i = 0; i < index.embeddings_.numel(); ++i)
+        QKV_CHECK(std::isfinite(p[i]), "index '" << index_path << "' is damaged: a NaN or an "
+                                                    "infinity at element " << i);
+      if (built) *built = false;
+      return index;
+    }
+  }
+  SearchIndex index = build(model, model_dir, corpus_path, progress);
+  index.save(index_path);
+  if (built) *built = true;
+  return index;
+}
+
+void SearchIndex::save(const std::string& path) const {
+  // save_safetensors writes beside and renames: an interrupted save leaves the old file
+  // or none, never half of one.
+  save_safetensors(path, {{"embeddings", embeddings_}},
+                   {{"format", kFormat}, {"model", model_fingerprint_},
+                    {"corpus", corpus_sha256_}, {"lines", std::to_string(lines_.size())}});
+}
+
+std::vector<SearchHit> SearchIndex::search(const models::UseLiteModel& model,
+                                           std::string_view query, std::int64_t top_k) const {
+  const Tensor q = model.embed({std::string(query)}).embeddings;  // (1, O)
+  return search(q.select(0, 0), top_k);
+}
+
+std::vector<SearchHit> SearchIndex::search(const Tensor& query, std::int64_t top_k) const {
+  QKV_CHECK(top_k >= 1, "search: top_k must be >= 1, got " << top_k);
+  const std::int64_t N = embeddings_.size(0), O = embeddings_.size(1);
+  QKV_CHECK(query.defined() && query.dim() == 1 && query.size(0) == O && query.dtype() == DType::f32,
+            "search: the query must be an f32 vector of " << O << ", got "
+                << (query.defined() ? query.shape_string() : std::string("undefined")));
+  const Tensor q = query.contiguous();
+  const float* e = embeddings_.data_as<float>();
+  std::vector<std::pair<float, std::int64_t>> scored;  // (score, line index)
+  for (std::int64_t i = 0; i < N; ++i) {
+    if (blank(lines_[static_cast<std::size_t>(i)])) continue;
+    double s = 0;
+    for (std::int64_t o = 0; o < O; ++o) s += double{e[i * O + o]} * q.data_as<float>()[o];
+    scored.emplace_back(static_cast<float>(s), i);
+  }
+  const auto k = static_cast<std::size_t>(std::min<std::int64_t>(top_k, static_cast<std::int64_t>(scored.size())));
+  std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(k), scored.end(),
+                    [](const auto& a, const auto& b) {
+                      return a.first != b.first ? a.first > b.first : a.second < b.second;
+                    });
+  std::vector<SearchHit> hits;
+  for (std::size_t r = 0; r < k; ++r)
+    hits.push_back({static_cast<std::int64_t>(r) + 1, scored[r].first, scored[r].second + 1,
+                    lines_[static_cast<std::size_t>(scored[r].second)]});
+  return hits;
+}
+
+}  // namespace qkv
