@@ -6,15 +6,19 @@ and its own table.
                itself with it first on LD_LIBRARY_PATH)
   build.py     building the qkv programs a script runs (CMake, Release)
   servers.py   the child processes a script times, each answering lines on its stdin with
-               JSON lines: ort_runner.js, ort_gpt2_decode.js, qkv_bench_products,
-               qkv_bench_models
+               JSON lines: ort_runner.js, ort_gpt2_decode.js, ort_use_lite.js,
+               use_pipeline.js, qkv_bench_products, qkv_bench_models
   ceilings.py  the machine's ceilings (build/bench/qkv_ceilings): measured at the start,
                sampled once per round, and percentages paired round by round
   rounds.py    interleaved rounds of several engines, and their medians
   report.py    table cells, output comparison, and what ran where (versions, commit, CPU)
+  use_lite_model.py, use_lite_torch.py, use_lite_onnx.py
+               the Universal Sentence Encoder lite rebuilt for its peers (scripts/
+               bench_use_lite.py): its weights read back, a torch module, an ONNX graph
 
-The Node.js programs beside them (ort_runner.js, ort_gpt2_decode.js and the session they
-share, ort_session.js) run ONNX Runtime for servers.py.
+The Node.js programs beside them (ort_runner.js, ort_gpt2_decode.js, ort_use_lite.js and
+the session they share, ort_session.js) run ONNX Runtime for servers.py; use_pipeline.js
+runs the USE-lite's published TensorFlow.js pipeline.
 
 The scripts import this package as `bench`: Python puts a script's own directory,
 scripts/, first on sys.path.

@@ -6,7 +6,10 @@ other engines' runs, so that every engine sees the same state of a noisy machine
   OrtRunner        scripts/bench/ort_runner.js --serve: one ONNX model in ONNX Runtime
   OrtGpt2Decoder   scripts/bench/ort_gpt2_decode.js: greedy GPT-2 decoding in ONNX Runtime
   ProductsRunner   build/bench/qkv_bench_products: attention's two products in oneDNN
-  QkvModelsServer  build/bench/qkv_bench_models: qkv's BERT and GPT-2
+  QkvModelsServer  build/bench/qkv_bench_models: qkv's BERT, GPT-2 and USE-lite
+  UsePipeline      scripts/bench/use_pipeline.js: the Universal Sentence Encoder lite's
+                   published pipeline (TensorFlow.js on WebAssembly)
+  OrtUseLite       scripts/bench/ort_use_lite.js: that model's ONNX graph in ONNX Runtime
 """
 import json
 import os
@@ -17,6 +20,8 @@ from bench.peers import without_openblas
 HERE = os.path.dirname(os.path.abspath(__file__))
 ORT_RUNNER = os.path.join(HERE, "ort_runner.js")
 ORT_GPT2_DECODER = os.path.join(HERE, "ort_gpt2_decode.js")
+ORT_USE_LITE = os.path.join(HERE, "ort_use_lite.js")
+USE_PIPELINE = os.path.join(HERE, "use_pipeline.js")
 
 
 class JsonLineServer:
@@ -121,16 +126,53 @@ class OrtGpt2Decoder(JsonLineServer):
 
 
 class QkvModelsServer(JsonLineServer):
-    """build/bench/qkv_bench_models with the checkpoints it serves (bert_dir, gpt2_dir:
-    either may be None)."""
+    """build/bench/qkv_bench_models with the checkpoints it serves (bert_dir, gpt2_dir,
+    use_lite_dir: any may be None)."""
 
-    def __init__(self, binary, threads, bert_dir, gpt2_dir):
+    def __init__(self, binary, threads, bert_dir, gpt2_dir, use_lite_dir=None):
         cmd = [binary, "--threads", str(threads)]
         if bert_dir:
             cmd += ["--bert", bert_dir]
         if gpt2_dir:
             cmd += ["--gpt2", gpt2_dir]
+        if use_lite_dir:
+            cmd += ["--use-lite", use_lite_dir]
         super().__init__("qkv_bench_models", cmd, without_openblas())
 
     def call(self, *words):
         return self.request(" ".join(str(w) for w in words))
+
+
+class UsePipeline(JsonLineServer):
+    """scripts/bench/use_pipeline.js: the published USE-lite pipeline, loaded from
+    node_modules (what scripts/fetch_model.sh --with-pipeline prints). self.hello holds its
+    versions, backend and WebAssembly flags."""
+
+    def __init__(self, node_modules):
+        super().__init__("use_pipeline", ["node", USE_PIPELINE],
+                         dict(without_openblas(), QKV_USE_NODE_MODULES=node_modules))
+
+    def embed(self, batch, text_file, out="-"):
+        """Every line of text_file, B at a time -> {"ms", "cpu_ms"}."""
+        return self.request(f"embed {batch} {text_file} {out}")
+
+    def tokenize(self, text_file):
+        """The pipeline's token ids of every line of text_file (unclipped)."""
+        return self.request(f"tokenize {text_file}")["ids"]
+
+    def threads(self):
+        """{"wall_ms", "thread_cpu_ms": [per thread, over every embed so far]}."""
+        return self.request("threads")
+
+
+class OrtUseLite(JsonLineServer):
+    """scripts/bench/ort_use_lite.js on a USE-lite graph (scripts/bench/use_lite_onnx.py)."""
+
+    def __init__(self, node_modules, model, threads):
+        super().__init__("ort_use_lite", ["node", ORT_USE_LITE, "--model", model, "--threads", str(threads)],
+                         ort_env(node_modules))
+        self.version = self.hello.get("ort_version")
+
+    def embed(self, batch, ids_file, out="-"):
+        """The sentences of ids_file (a JSON list of id lists), B at a time -> {"ms"}."""
+        return self.request(f"embed {batch} {ids_file} {out}")
