@@ -166,6 +166,25 @@ TEST(NnLinear, PackedWeightMatchesNaive) {
   EXPECT_THROW(nn::PackedWeight(Tensor::zeros({3})), qkv::Error);
 }
 
+// Linear::forward with both forms: where the packed copy is only transposed rows
+// (plain_layout(), f32 on CPUs without AVX-512), 32 rows of x and more take the stored
+// weight, fewer the packed copy; elsewhere always the packed copy. Either way the result
+// is the one of the form it took, bit for bit.
+TEST(NnLinear, ForwardPicksTheFormByRows) {
+  nn::Linear lin(48, 40, true, 5);
+  lin.pack();
+  for (std::int64_t M : {1, 31, 32, 100}) {
+    Tensor x = randn({M, 48}, 6);
+    const bool rows = lin.packed.plain_layout() && M >= 32;
+    const Tensor want = rows ? nn::linear(x, lin.weight, lin.bias) : nn::linear(x, lin.packed, lin.bias);
+    EXPECT_EQ(lin.forward(x).to_vector(), want.to_vector()) << "M=" << M;
+  }
+  nn::Linear packed_only = lin;
+  packed_only.weight = Tensor();  // a layer that dropped its plain copy uses the packed one
+  Tensor x = randn({64, 48}, 7);
+  EXPECT_EQ(packed_only.forward(x).to_vector(), nn::linear(x, lin.packed, lin.bias).to_vector());
+}
+
 // bf16 packing: oneDNN multiplies bf16(x) by bf16(W) and accumulates in f32, so the
 // result is the naive product of the rounded factors up to the f32 accumulation bound.
 TEST(NnLinear, PackedBf16WeightIsTheProductOfRoundedFactors) {

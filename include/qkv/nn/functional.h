@@ -67,6 +67,9 @@ class PackedWeight {
   DType dtype() const;
   std::int64_t out_features() const;
   std::int64_t in_features() const;
+  // Whether oneDNN chose a plain, unblocked layout: f32 on oneDNN 2.6 without AVX-512,
+  // where it has no blocked kernels and "packing" only transposes the rows.
+  bool plain_layout() const;
   const Impl& impl() const;
 
  private:
