@@ -90,7 +90,7 @@ EOF
   mkdir -p "$TMP/gpt"
   cp "$m"/* "$TMP/gpt/"
   sed -i 's/"model_type": "bert"/"model_type": "gpt2"/' "$TMP/gpt/config.json"
-  expect_failure 'model_type must be "bert", got "gpt2"' run --model "$TMP/gpt" --text "x"
+  expect_failure 'qkv run knows model_type "bert" and "use_lite", config.json has "gpt2"' run --model "$TMP/gpt" --text "x"
   mkdir -p "$TMP/broken"
   (cd "$HERE/../python" && "$PYTHON" -c "import sys, test_bert as t; t.write_checkpoint(sys.argv[1], drop='encoder.layer.0.output.dense.weight')" "$TMP/broken")
   expect_failure "missing tensor 'encoder.layer.0.output.dense.weight' of shape (32, 64)" \
