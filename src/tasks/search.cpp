@@ -58,6 +58,15 @@ class Sha256 {
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx_;
 };
 
+// file_sha256 of the corpus, its errors naming it as the corpus.
+std::string corpus_sha256(const std::string& path) {
+  try {
+    return file_sha256(path);
+  } catch (const Error& e) {
+    throw Error(std::string("corpus: ") + e.what(), e.kind());
+  }
+}
+
 bool blank(const std::string& line) {
   return std::all_of(line.begin(), line.end(),
                      [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; });
@@ -95,7 +104,7 @@ SearchIndex SearchIndex::build(const models::UseLiteModel& model, const std::str
                                const std::string& corpus_path, const IndexProgress& progress) {
   SearchIndex index;
   index.model_fingerprint_ = model_fingerprint(model_dir);
-  index.corpus_sha256_ = file_sha256(corpus_path);
+  index.corpus_sha256_ = corpus_sha256(corpus_path);
   std::vector<std::vector<std::int64_t>> ids;
   {
     io::LineReader reader(corpus_path, "corpus");
@@ -164,7 +173,7 @@ SearchIndex SearchIndex::open_or_build(const models::UseLiteModel& model,
                         << get("model").substr(0, 12) << "…, this model's "
                         << model_fingerprint(model_dir).substr(0, 12)
                         << "…): rebuild it (qkv search --reindex) or name another --index");
-    const std::string corpus_sha = file_sha256(corpus_path);
+    const std::string corpus_sha = corpus_sha256(corpus_path);
     if (get("corpus") == corpus_sha) {
       SearchIndex index;
       index.model_fingerprint_ = get("model");
