@@ -66,36 +66,27 @@ class Lookup {
   mutable std::set<std::string> read_;  // the full names get() and get_norm() returned
 };
 
-// Sizes are at most 2^31 - 1: every real checkpoint's are far below, and products of
-// two of them (the shapes the loader checks) then cannot overflow.
-constexpr std::int64_t kMaxSize = std::numeric_limits<std::int32_t>::max();
-
-std::int64_t positive(const JsonConfig& json, const std::string& key) {
-  const std::int64_t v = json.get_int(key);
-  QKV_CHECK(v > 0 && v <= kMaxSize, json.label() << ": \"" << key
-                                                << "\" must be an integer in [1, " << kMaxSize
-                                                << "], got " << v);
-  return v;
-}
+constexpr std::int64_t kMaxSize = detail::kMaxConfigSize;
+using detail::config_size;
 
 BertConfig read_config(const JsonConfig& json) {
   const std::string type = json.get_string("model_type", "bert");
   QKV_CHECK(type == "bert", json.label() << ": model_type must be \"bert\", got \"" << type
                                          << "\"");
   BertConfig c;
-  c.vocab_size = positive(json, "vocab_size");
-  c.hidden_size = positive(json, "hidden_size");
+  c.vocab_size = config_size(json, "vocab_size");
+  c.hidden_size = config_size(json, "hidden_size");
   // A model without layers is embeddings and a LayerNorm: no config.json of a real BERT
   // says so, and running it would answer without attention, so it is refused.
-  c.num_hidden_layers = positive(json, "num_hidden_layers");
-  c.num_attention_heads = positive(json, "num_attention_heads");
+  c.num_hidden_layers = config_size(json, "num_hidden_layers");
+  c.num_attention_heads = config_size(json, "num_attention_heads");
   QKV_CHECK(c.hidden_size % c.num_attention_heads == 0,
             json.label() << ": hidden_size " << c.hidden_size
                          << " must be a multiple of num_attention_heads "
                          << c.num_attention_heads);
-  c.intermediate_size = positive(json, "intermediate_size");
-  c.max_position_embeddings = positive(json, "max_position_embeddings");
-  c.type_vocab_size = json.has("type_vocab_size") ? positive(json, "type_vocab_size") : 2;
+  c.intermediate_size = config_size(json, "intermediate_size");
+  c.max_position_embeddings = config_size(json, "max_position_embeddings");
+  c.type_vocab_size = json.has("type_vocab_size") ? config_size(json, "type_vocab_size") : 2;
   c.layer_norm_eps = json.get_double("layer_norm_eps", 1e-12);
   // Checked as LayerNorm uses it, in float: 1e39 is finite as a double only.
   QKV_CHECK(c.layer_norm_eps >= 0 && std::isfinite(static_cast<float>(c.layer_norm_eps)),

@@ -91,4 +91,12 @@ std::vector<std::string> unused_tensors(const SafeTensors& tensors,
   return unused;
 }
 
+std::int64_t config_size(const JsonConfig& json, const std::string& key) {
+  const std::int64_t v = json.get_int(key);
+  QKV_CHECK(v > 0 && v <= kMaxConfigSize, json.label() << ": \"" << key
+                                                      << "\" must be an integer in [1, "
+                                                      << kMaxConfigSize << "], got " << v);
+  return v;
+}
+
 }  // namespace qkv::models::detail

@@ -9,10 +9,18 @@
 #include <string>
 #include <vector>
 
+#include "io/json_config.h"
 #include "qkv/safetensors.h"
 #include "qkv/tensor.h"
 
 namespace qkv::models::detail {
+
+// Sizes in a config.json are at most 2^31 - 1: every real checkpoint's are far below, and
+// products of two of them (the shapes the loaders check) then cannot overflow.
+inline constexpr std::int64_t kMaxConfigSize = 2147483647;
+
+// json[key], an integer in [1, kMaxConfigSize] (qkv::Error naming the file and the key).
+std::int64_t config_size(const JsonConfig& json, const std::string& key);
 
 // Throws qkv::Error naming `label` (the checkpoint), the tensor `name` and the index of its
 // first NaN or ±inf. A weight that is not finite makes every output it reaches NaN: a

@@ -21,49 +21,41 @@ namespace {
 
 UseLiteConfig read_config(const JsonConfig& j) {
   const std::string type = j.get_string("model_type", "");
-  QKV_CHECK(type == "use_lite", "config '" << j.label() << "': model_type must be \"use_lite\", got \""
+  QKV_CHECK(type == "use_lite", j.label() << ": model_type must be \"use_lite\", got \""
                                            << type << "\"");
   UseLiteConfig c;
-  c.vocab_size = j.get_int("vocab_size");
-  c.embedding_rows = j.get_int("embedding_rows", c.vocab_size);
+  c.vocab_size = detail::config_size(j, "vocab_size");
+  c.embedding_rows = j.has("embedding_rows") ? detail::config_size(j, "embedding_rows") : c.vocab_size;
   c.layer_widths = j.get_int_list("layer_widths");
-  c.output_size = j.get_int("output_size");
-  c.num_attention_heads = j.get_int("num_attention_heads");
-  c.dim_feedforward = j.get_int("dim_feedforward");
+  c.output_size = detail::config_size(j, "output_size");
+  c.num_attention_heads = detail::config_size(j, "num_attention_heads");
+  c.dim_feedforward = detail::config_size(j, "dim_feedforward");
   c.layer_norm_eps = j.get_double("layer_norm_eps");
-  c.max_length = j.get_int("max_length");
+  c.max_length = detail::config_size(j, "max_length");
   c.embedding_scale = j.get_double("embedding_scale", 1.0);
   const std::string activation = j.get_string("activation", "relu");
-  QKV_CHECK(activation == "relu", "config '" << j.label() << "': activation must be \"relu\", got \""
+  QKV_CHECK(activation == "relu", j.label() << ": activation must be \"relu\", got \""
                                              << activation << "\"");
-  auto size = [&](const char* key, std::int64_t v) {
-    QKV_CHECK(v >= 1 && v <= (std::int64_t{1} << 31) - 1,
-              "config '" << j.label() << "': " << key << " must be in [1, 2^31 - 1], got " << v);
-  };
-  size("vocab_size", c.vocab_size);
-  size("embedding_rows", c.embedding_rows);
-  size("output_size", c.output_size);
-  size("num_attention_heads", c.num_attention_heads);
-  size("dim_feedforward", c.dim_feedforward);
-  size("max_length", c.max_length);
-  QKV_CHECK(c.embedding_rows >= c.vocab_size, "config '" << j.label() << "': embedding_rows ("
+  QKV_CHECK(c.embedding_rows >= c.vocab_size, j.label() << ": embedding_rows ("
                                                   << c.embedding_rows << ") must be >= vocab_size ("
                                                   << c.vocab_size << ")");
   QKV_CHECK(!c.layer_widths.empty() && c.layer_widths.size() <= 1024,
-            "config '" << j.label() << "': layer_widths must list 1 to 1024 layers, got "
+            j.label() << ": layer_widths must list 1 to 1024 layers, got "
                        << c.layer_widths.size());
-  for (std::size_t i = 0; i <= c.layer_widths.size(); ++i) {
-    const std::int64_t w = i < c.layer_widths.size() ? c.layer_widths[i] : c.output_size;
-    size(i < c.layer_widths.size() ? "each of layer_widths" : "output_size", w);
-    QKV_CHECK(i == c.layer_widths.size() || w % c.num_attention_heads == 0,
-              "config '" << j.label() << "': layer_widths[" << i << "] = " << w
-                         << " must be a multiple of num_attention_heads ("
-                         << c.num_attention_heads << ")");
+  for (std::size_t i = 0; i < c.layer_widths.size(); ++i) {
+    const std::int64_t w = c.layer_widths[i];
+    QKV_CHECK(w >= 1 && w <= detail::kMaxConfigSize,
+              j.label() << ": layer_widths[" << i << "] must be an integer in [1, "
+                        << detail::kMaxConfigSize << "], got " << w);
+    QKV_CHECK(w % c.num_attention_heads == 0,
+              j.label() << ": layer_widths[" << i << "] = " << w
+                        << " must be a multiple of num_attention_heads (" << c.num_attention_heads
+                        << ")");
   }
   QKV_CHECK(std::isfinite(static_cast<float>(c.embedding_scale)),
-            "config '" << j.label() << "': embedding_scale must be finite, got " << c.embedding_scale);
+            j.label() << ": embedding_scale must be finite, got " << c.embedding_scale);
   QKV_CHECK(std::isfinite(static_cast<float>(c.layer_norm_eps)) && c.layer_norm_eps > 0,
-            "config '" << j.label() << "': layer_norm_eps must be finite and > 0, got "
+            j.label() << ": layer_norm_eps must be finite and > 0, got "
                        << c.layer_norm_eps);
   return c;
 }
