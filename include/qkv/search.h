@@ -67,6 +67,11 @@ class SearchIndex {
   std::int64_t clipped_lines() const { return clipped_; }  // lines longer than max_length tokens
 
  private:
+  // build() with the model's fingerprint and the corpus' SHA-256 already computed.
+  static SearchIndex embed_corpus(const models::UseLiteModel& model, std::string fingerprint,
+                                  const std::string& corpus_path, std::string corpus_sha,
+                                  const IndexProgress& progress);
+
   Tensor embeddings_;               // (N, O), a zero row for each blank line
   std::vector<std::string> lines_;  // N corpus lines
   std::string corpus_sha256_, model_fingerprint_;

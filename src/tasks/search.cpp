@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +15,7 @@
 #include <utility>
 
 #include "io/text_input.h"
+#include "models/checkpoint.h"
 #include "qkv/error.h"
 #include "qkv/safetensors.h"
 
@@ -102,9 +102,16 @@ std::string model_fingerprint(const std::string& model_dir) {
 
 SearchIndex SearchIndex::build(const models::UseLiteModel& model, const std::string& model_dir,
                                const std::string& corpus_path, const IndexProgress& progress) {
+  return embed_corpus(model, model_fingerprint(model_dir), corpus_path, corpus_sha256(corpus_path),
+                      progress);
+}
+
+SearchIndex SearchIndex::embed_corpus(const models::UseLiteModel& model, std::string fingerprint,
+                                      const std::string& corpus_path, std::string corpus_sha,
+                                      const IndexProgress& progress) {
   SearchIndex index;
-  index.model_fingerprint_ = model_fingerprint(model_dir);
-  index.corpus_sha256_ = corpus_sha256(corpus_path);
+  index.model_fingerprint_ = std::move(fingerprint);
+  index.corpus_sha256_ = std::move(corpus_sha);
   std::vector<std::vector<std::int64_t>> ids;
   {
     io::LineReader reader(corpus_path, "corpus");
@@ -151,6 +158,9 @@ SearchIndex SearchIndex::open_or_build(const models::UseLiteModel& model,
                                        const std::string& corpus_path,
                                        const std::string& index_path, const IndexProgress& progress,
                                        bool rebuild, bool* built) {
+  // Each hashed once: the model's files are tens of MB, the corpus may be too.
+  const std::string fingerprint = model_fingerprint(model_dir);
+  const std::string corpus_sha = corpus_sha256(corpus_path);
   std::error_code ec;
   if (!rebuild && std::filesystem::exists(index_path, ec)) {
     SafeTensors file;
@@ -168,15 +178,14 @@ SearchIndex SearchIndex::open_or_build(const models::UseLiteModel& model,
     QKV_CHECK(get("format") == kFormat, "index '" << index_path << "' is not a qkv search index ("
                                                   << "format '" << get("format") << "', expected '"
                                                   << kFormat << "')");
-    QKV_CHECK(get("model") == model_fingerprint(model_dir),
+    QKV_CHECK(get("model") == fingerprint,
               "index '" << index_path << "' was built by another model (fingerprint "
                         << get("model").substr(0, 12) << "…, this model's "
-                        << model_fingerprint(model_dir).substr(0, 12)
+                        << fingerprint.substr(0, 12)
                         << "…): rebuild it (qkv search --reindex) or name another --index");
-    const std::string corpus_sha = corpus_sha256(corpus_path);
     if (get("corpus") == corpus_sha) {
       SearchIndex index;
-      index.model_fingerprint_ = get("model");
+      index.model_fingerprint_ = fingerprint;
       index.corpus_sha256_ = corpus_sha;
       io::LineReader reader(corpus_path, "corpus");
       for (std::string line; reader.next(line);) index.lines_.push_back(std::move(line));
@@ -194,15 +203,12 @@ SearchIndex SearchIndex::open_or_build(const models::UseLiteModel& model,
       // A view into the mapping: a rewrite of the file (save_safetensors renames a new
       // one over it) leaves this mapping's inode intact.
       index.embeddings_ = e;
-      const float* p = index.embeddings_.data_as<float>();
-      for (std::int64_t i = 0; i < index.embeddings_.numel(); ++i)
-        QKV_CHECK(std::isfinite(p[i]), "index '" << index_path << "' is damaged: a NaN or an "
-                                                    "infinity at element " << i);
+      models::detail::check_finite(e, "index '" + index_path + "' is damaged", "embeddings");
       if (built) *built = false;
       return index;
     }
   }
-  SearchIndex index = build(model, model_dir, corpus_path, progress);
+  SearchIndex index = embed_corpus(model, fingerprint, corpus_path, corpus_sha, progress);
   index.save(index_path);
   if (built) *built = true;
   return index;
