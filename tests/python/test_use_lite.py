@@ -22,6 +22,7 @@ import pytest
 import torch
 
 import qkv
+from test_bert import read_safetensors
 
 _ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 _CONVERTER = os.path.join(_ROOT, "scripts", "models", "convert_use_lite.py")
@@ -55,18 +56,6 @@ def package_dist():
     with open(_env("QKV_TEST_USE_MODULES"), encoding="utf-8") as f:
         modules = f.read().strip()
     return os.path.join(modules, "@energetic-ai", "model-embeddings-en", "dist")
-
-
-def _safetensors(path):
-    """{name: float32 array} of a safetensors file, read with the standard library and numpy."""
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    base = 8 + n
-    return {k: np.frombuffer(data[base + v["data_offsets"][0]:base + v["data_offsets"][1]],
-                             np.float32).reshape(v["shape"])
-            for k, v in header.items() if k != "__metadata__"}
 
 
 def test_load_model_gives_the_sentence_encoder(model):
@@ -105,7 +94,7 @@ def test_attentions_equal_torch(model, model_dir):
     ids = model.tokenizer.encode(text)
     n = len(ids)
     assert [a.shape for a in attentions[0]] == [(4, n, n), (4, n, n)]
-    w = {k: torch.from_numpy(v.copy()) for k, v in _safetensors(os.path.join(model_dir, "model.safetensors")).items()}
+    w = {k: torch.from_numpy(v.copy()) for k, v in read_safetensors(os.path.join(model_dir, "model.safetensors")).items()}
     half = 128
     inv = torch.exp(torch.arange(half, dtype=torch.float32) * -np.float32(math.log(1e4) / (half - 1)))
     angle = torch.arange(n, dtype=torch.float32)[:, None] * inv[None]

@@ -18,6 +18,7 @@
 #include "qkv/use_lite.h"
 
 namespace qkv::cli {
+namespace {
 
 models::UseLiteModel load_use_lite(const std::string& dir) {
   std::error_code ec;
@@ -26,8 +27,6 @@ models::UseLiteModel load_use_lite(const std::string& dir) {
                                << "scripts/fetch_model.sh use-lite DIR)");
   return models::UseLiteModel::load(dir);
 }
-
-namespace {
 
 // The model keeps the first max_length tokens, as the published graph does: say so.
 void warn_clipped(const std::string& where, std::int64_t max_length) {
