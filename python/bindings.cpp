@@ -7,7 +7,8 @@
 // - NumPy arrays become qkv::Tensor views with no copy: strides are passed in elements
 //   (NumPy's are in bytes) and the array is kept alive by the Tensor's owner.
 // - bf16 has no NumPy dtype, so bf16 data crosses as int16 bits plus a flag
-//   (torch: t.view(torch.int16).numpy()), and comes back the same way.
+//   (torch: t.view(torch.int16).numpy()), and comes back the same way. float64 crosses as
+//   qkv::DType::f64 and comes back as float64.
 // - Results are handed to NumPy with no copy: the array's base is a capsule that owns
 //   the qkv::Tensor.
 // - The GIL is released around every computation; attention's calls from the main thread
@@ -86,11 +87,13 @@ qkv::Tensor tensor_from_array(const py::array& array, const std::string& name, b
     qdtype = qkv::DType::f32;
   } else if (kind == 'f' && itemsize == 2) {
     qdtype = qkv::DType::f16;
+  } else if (kind == 'f' && itemsize == 8) {
+    qdtype = qkv::DType::f64;  // computed in double by the reference attention; layers refuse it
   } else if (kind == 'b' && itemsize == 1) {
     qdtype = qkv::DType::boolean;
   } else {
     QKV_CHECK_TYPE(false, name << ": unsupported dtype " << dtype_string(dtype)
-                               << "; expected float32, float16, bfloat16 (or bool for a mask)");
+                               << "; expected float32, float64, float16, bfloat16 (or bool for a mask)");
   }
   QKV_CHECK(dtype.attr("isnative").cast<bool>(),
             name << ": the array must be in native byte order, got dtype "
@@ -119,6 +122,7 @@ py::dtype numpy_dtype(qkv::DType dtype) {
     case qkv::DType::f16: return py::dtype("float16");
     case qkv::DType::bf16: return py::dtype::of<std::int16_t>();  // bits; see the file comment
     case qkv::DType::boolean: return py::dtype::of<bool>();
+    case qkv::DType::f64: return py::dtype::of<double>();
   }
   return py::dtype::of<float>();  // unreachable
 }
@@ -213,7 +217,7 @@ py::tuple attention(const qkv::Tensor& q, const qkv::Tensor& k, const qkv::Tenso
 }
 
 // qkv::attention_backward: dout, q, k, v, out, lse and mask are _Tensor views; the options
-// are the forward's. Returns (dq, dk, dv), float32.
+// are the forward's. Returns (dq, dk, dv), float32 (float64 for float64 inputs).
 py::tuple attention_backward(const qkv::Tensor& dout, const qkv::Tensor& q, const qkv::Tensor& k,
                              const qkv::Tensor& v, const qkv::Tensor& out, const qkv::Tensor& lse,
                              std::optional<qkv::Tensor> mask, std::optional<double> scale,
@@ -280,15 +284,17 @@ PYBIND11_MODULE(_qkv, m) {
                           "array's, kept alive by the view).")
       .def_static("from_array", &tensor_from_array, py::arg("array"), py::arg("name"),
                   py::arg("bf16_bits") = false,
-                  "A zero-copy view of a NumPy array (float32, float16, bool, or bf16 bits "
-                  "as int16 with bf16_bits=True). `name` is the argument name used in "
-                  "error messages. Raises TypeError for other dtypes and ValueError for "
-                  "negative or unaligned strides.")
+                  "A zero-copy view of a NumPy array (float32, float64, float16, bool, or "
+                  "bf16 bits as int16 with bf16_bits=True). `name` is the argument name used "
+                  "in error messages. Raises TypeError for other dtypes and ValueError for "
+                  "negative or unaligned strides. float64 is computed in double by "
+                  "_attention/_attention_backward with impl 'reference' or 'automatic'; "
+                  "impl 'fast' and the layers raise TypeError for it.")
       .def("to_array", &array_from_tensor,
            "A zero-copy NumPy array over this tensor (bf16 comes back as int16 bits).")
       .def_property_readonly(
           "dtype", [](const qkv::Tensor& t) { return std::string(qkv::dtype_name(t.dtype())); },
-          "'f32', 'bf16', 'f16' or 'bool'.")
+          "'f32', 'bf16', 'f16', 'f64' or 'bool'.")
       .def_property_readonly(
           "shape", [](const qkv::Tensor& t) { return py::tuple(py::cast(t.shape())); },
           "The shape as a tuple.")
@@ -302,7 +308,8 @@ PYBIND11_MODULE(_qkv, m) {
         py::arg("seed"), py::arg("return_lse"), py::arg("return_probs"),
         py::arg("impl") = "automatic",
         "qkv::attention on 4-d _Tensor views: returns (out, lse or None, probs or None) as "
-        "NumPy arrays. window is (left, right) with -1 for unbounded. Releases the GIL.");
+        "NumPy arrays (lse and probs float32, or float64 for float64 q, k, v). window is "
+        "(left, right) with -1 for unbounded. Releases the GIL.");
 
   m.def("_attention_backward", &attention_backward, py::arg("dout"), py::arg("q"), py::arg("k"),
         py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("mask"), py::arg("scale"),
@@ -310,7 +317,8 @@ PYBIND11_MODULE(_qkv, m) {
         py::arg("alibi_slopes"), py::arg("softcap"), py::arg("dropout_p"), py::arg("seed"),
         py::arg("impl") = "automatic",
         "qkv::attention_backward on 4-d _Tensor views (out and lse from _attention with the "
-        "same options): returns (dq, dk, dv) as float32 NumPy arrays. Releases the GIL.");
+        "same options): returns (dq, dk, dv) as float32 NumPy arrays, or float64 for "
+        "float64 inputs (dout, q, k, v, out and lse all float64). Releases the GIL.");
 
   m.def("_self_attention_raw", &self_attention_raw, py::arg("x"), py::arg("scale"),
         "qkv::self_attention_raw on a _Tensor view: softmax(scale * x @ x^T) @ x as a NumPy "

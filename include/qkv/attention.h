@@ -8,6 +8,15 @@
 //   v:   (B, Hkv, Lk, Dv)      (GQA/MQA, as PyTorch's enable_gqa / repeat_interleave)
 //   out: (B, Hq,  Lq, Dv)      dtype of q; q, k and v share one floating dtype
 //
+// f64: q, k and v all f64 (mixing f64 with another dtype is an error naming them) are
+// computed by the reference in double from the f64 values themselves, with no rounding to
+// f32 anywhere: out, lse and probs are f64, and so are the backward's dq, dk and dv
+// (dout, out and lse must then be f64 too). impl automatic picks the reference for f64;
+// impl fast (f32 accumulation) refuses f64 with qkv::Error(type). This is the path for
+// gradient checks by finite differences (torch.autograd.gradcheck in float64). Float masks
+// may be f64 whatever q's dtype: the reference reads every mask value exactly, as double;
+// the fast kernels round it to f32 as they read it.
+//
 // Semantics (the README's table says the same):
 // - scale defaults to 1/sqrt(Dk).
 // - The score of query i and key j is built in this order: s = scale·(q_i·k_j);
@@ -26,8 +35,10 @@
 // - Dropout: each probability is kept with probability 1 − p and scaled by 1/(1 − p);
 //   whether (b, h, i, j) is kept is a pure function of (seed, b, h, i, j), so the
 //   result is identical for a seed whatever the thread count. p = 1 drops everything.
-// - lse (B, Hq, Lq), f32: log Σ_j exp(s_ij) over unmasked keys, before dropout.
-// - probs (B, Hq, Lq, Lk), f32: the softmax before dropout (what a heatmap shows).
+// - lse (B, Hq, Lq), f32 (f64 for f64 inputs): log Σ_j exp(s_ij) over unmasked keys,
+//   before dropout.
+// - probs (B, Hq, Lq, Lk), f32 (f64 for f64 inputs): the softmax before dropout (what a
+//   heatmap shows).
 // - NaN in q, k or v reaches only the output rows whose computation reads it: a NaN
 //   score makes its row NaN, and so does a +inf score (from the inputs or a float mask),
 //   as in PyTorch, whose softmax takes exp(+inf − +inf); a key that is masked or dropped
@@ -50,12 +61,15 @@ struct Window {
 };
 
 enum class AttentionImpl {
-  automatic,  // fast, except that probabilities (return_probs) come from the reference
-  reference,  // the naive double-precision twin every fast path is tested against
+  automatic,  // fast, except that probabilities (return_probs) and f64 inputs go to the
+              // reference
+  reference,  // the naive double-precision twin every fast path is tested against; the
+              // only one that takes f64 (computed in double end to end)
   fast,       // the fused tiled kernel (f32 accumulation, never materializes Lq×Lk), ISA
               // chosen at run time or by QKV_ISA (simd128, avx2, avx512, avx512_bf16,
               // amx, amx_emulated: src/attention/kernels/flash.h; scalar is simd128's
-              // former name); return_probs falls back to the reference
+              // former name); return_probs falls back to the reference; f64 inputs are
+              // a qkv::Error(type)
 };
 
 struct AttentionOptions {
@@ -76,8 +90,8 @@ struct AttentionOptions {
 
 struct AttentionResult {
   Tensor out;    // (B, Hq, Lq, Dv), dtype of q
-  Tensor lse;    // (B, Hq, Lq) f32, when return_lse
-  Tensor probs;  // (B, Hq, Lq, Lk) f32, when return_probs
+  Tensor lse;    // (B, Hq, Lq) f32 (f64 for f64 inputs), when return_lse
+  Tensor probs;  // (B, Hq, Lq, Lk) f32 (f64 for f64 inputs), when return_probs
 };
 
 // The full form: output plus whatever the options ask for.
@@ -97,7 +111,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 //   -> dq (B, Hq, Lq, Dk), dk (B, Hkv, Lk, Dk), dv (B, Hkv, Lk, Dv), contiguous f32
 //   (under GQA, dk and dv sum over the query heads sharing each key/value head).
 // options.impl picks the implementation as for the forward: reference (double,
-// materialized probabilities) or fast (automatic).
+// materialized probabilities) or fast (automatic). f64 as for the forward: with q, k, v
+// f64, dout and out must be f64 and lse f64 (what the forward returned), and dq, dk, dv
+// are f64, computed in double by the reference (automatic picks it; fast refuses f64);
+// otherwise dout and out are f32, bf16 or f16 and lse f32.
 struct AttentionGradients {
   Tensor dq;
   Tensor dk;
@@ -108,7 +125,8 @@ AttentionGradients attention_backward(const Tensor& dout, const Tensor& q, const
                                       const AttentionOptions& options = {});
 
 // The raw form of the classic explanations: softmax(X·Xᵀ)·X, with no projections and,
-// by default, no scaling. x: (L, D) or (B, L, D) -> same shape, f32/bf16/f16.
+// by default, no scaling. x: (L, D) or (B, L, D) -> same shape, f32/bf16/f16 (f64:
+// computed in double by the reference).
 Tensor self_attention_raw(const Tensor& x, std::optional<double> scale = 1.0);
 
 // The instruction set the fast kernel runs with in this process ("simd128", "avx2",

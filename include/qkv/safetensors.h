@@ -21,7 +21,9 @@
 // the f32 range to ±inf). F64, I64, I32, I16, I8, U8, U16, U32, U64, F8_E4M3 and F8_E5M2
 // are accepted in files and listed by names()/info(), but get() of any of them except F64
 // throws Error(ErrorKind::type) naming the tensor and its dtype; callers skip such tensors
-// by name (BERT checkpoints carry an I64 `position_ids`).
+// by name (BERT checkpoints carry an I64 `position_ids`). F64 stays f32 on reading although
+// DType::f64 exists: the models and layers that load checkpoints compute in f32, and f64
+// serves only the reference attention path. save_safetensors writes DType::f64 as F64.
 //
 // Every malformed file throws qkv::Error naming the file (or the label given to parse()),
 // the tensor when there is one, what was expected and what was found. A file that fails as
@@ -92,8 +94,8 @@ class SafeTensors {
 // Writes `tensors` (any strides; written row-major) and `metadata` as a safetensors file,
 // byte for byte as the reference writer lays it out: a compact JSON header ("__metadata__"
 // first, then the tensors in data order, keys "dtype", "shape", "data_offsets"), padded
-// with spaces to a multiple of 8 bytes, then the data ordered by dtype (F32, BF16, F16,
-// BOOL: largest first, as the reference sorts) and then by name, so every tensor is
+// with spaces to a multiple of 8 bytes, then the data ordered by dtype (F64, F32, BF16,
+// F16, BOOL: largest first, as the reference sorts) and then by name, so every tensor is
 // aligned and reads back zero-copy. Metadata keys are written sorted.
 // Names must be unique and not "__metadata__". The file is written to `path` + ".tmp" and
 // renamed over `path` once complete.

@@ -35,6 +35,9 @@ class Tensor {
   // Copies `values` (row-major, size == numel) converting to `dtype` (round to nearest even).
   static Tensor from_vector(const Shape& shape, std::span<const float> values,
                             DType dtype = DType::f32);
+  // The same from doubles (f64 keeps them exactly; other dtypes as store_from_f64).
+  static Tensor from_vector_f64(const Shape& shape, std::span<const double> values,
+                                DType dtype = DType::f64);
   // A view of memory owned by someone else; `owner` is kept alive as long as any view.
   static Tensor from_blob(void* data, const Shape& shape, const Strides& strides, DType dtype,
                           std::shared_ptr<void> owner = nullptr);
@@ -75,6 +78,8 @@ class Tensor {
   void copy_from(const Tensor& src);  // same shape; converts dtype
 
   // Element access for tests, printing and the reference path (slow, bounds-checked).
+  // get/set/to_vector work in f32 (an f64 element is rounded to f32); to_vector_f64 reads
+  // every dtype exactly.
   float get(std::span<const std::int64_t> index) const;
   float get(std::initializer_list<std::int64_t> index) const {
     return get(std::span<const std::int64_t>(index.begin(), index.size()));
@@ -84,6 +89,7 @@ class Tensor {
     set(std::span<const std::int64_t>(index.begin(), index.size()), value);
   }
   std::vector<float> to_vector() const;  // logical row-major order
+  std::vector<double> to_vector_f64() const;  // logical row-major order, exact
 
   std::string shape_string() const;  // "(2, 3, 4)"
 
@@ -105,10 +111,15 @@ class Tensor {
   bool defined_ = false;
 };
 
-// Reads element `offset` (in elements from `base`) of a tensor of `dtype` as f32.
+// Reads element `offset` (in elements from `base`) of a tensor of `dtype` as f32 (f64
+// rounded to nearest).
 float load_as_f32(const void* base, std::int64_t offset, DType dtype);
 // Writes `value` converted to `dtype` (round to nearest even) at element `offset`.
 void store_from_f32(void* base, std::int64_t offset, DType dtype, float value);
+// The same in double: every dtype reads exactly; a store to f32 is static_cast, to bf16
+// and f16 through f32 (dtype.h: as PyTorch).
+double load_as_f64(const void* base, std::int64_t offset, DType dtype);
+void store_from_f64(void* base, std::int64_t offset, DType dtype, double value);
 
 std::string shape_to_string(const Shape& shape);
 

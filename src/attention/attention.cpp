@@ -23,8 +23,9 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
     case AttentionImpl::fast:
       // The fused kernel never forms the Lq×Lk matrix, so probabilities (for heatmaps)
       // come from the reference, which does; and head dimensions too wide for the kernel's
-      // scratch per thread run there too (flash.h).
-      if (options.return_probs || !detail::fast_kernel_takes(problem))
+      // scratch per thread run there too (flash.h). f64 inputs run the reference, which
+      // computes them in double (make_problem has refused them to impl fast).
+      if (options.return_probs || q.dtype() == DType::f64 || !detail::fast_kernel_takes(problem))
         return detail::reference_attention(problem, q, k, v, options);
       return detail::flash_attention(problem, q, k, v, options.return_lse, detail::selected_isa());
   }

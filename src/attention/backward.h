@@ -1,11 +1,13 @@
 // The backward pass of attention: the naive double-precision twin and the tiled kernel.
 //
 // Both take a validated AttentionProblem and the forward's tensors (any strides, q's
-// dtype for q, k, v; dout and out any floating dtype):
+// dtype for q, k, v; dout and out any floating dtype, f64 exactly when q is):
 //   dout (B, Hq, Lq, Dv)   q (B, Hq, Lq, Dk)   k (B, Hkv, Lk, Dk)   v (B, Hkv, Lk, Dv)
-//   out  (B, Hq, Lq, Dv)   lse (B, Hq, Lq) f32
+//   out  (B, Hq, Lq, Dv)   lse (B, Hq, Lq) f32 (f64 with f64 inputs)
 // and return contiguous f32 gradients dq (B, Hq, Lq, Dk), dk (B, Hkv, Lk, Dk),
 // dv (B, Hkv, Lk, Dv); under GQA dk and dv sum over the query heads of their group.
+// f64 inputs are the reference's alone, which computes them in double and returns f64
+// gradients; the tiled kernel refuses them.
 #pragma once
 
 #include "attention/kernels/flash.h"

@@ -15,11 +15,15 @@
 //   dS_ij ← dS_ij·(1 − t_ij²)                   softcap: d(c·tanh(s/c))/ds
 //   dq_i   = scale·Σ_j dS_ij·k_j,   dk_j += scale·dS_ij·q_i
 // GQA: every query head of a group adds into its key/value head's dk and dv.
+// f64 inputs are read and computed in double and give f64 gradients; the rest is read as
+// f32 (exact) and gives f32 gradients (reference.h: the compute element type E).
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <new>
+#include <type_traits>
 #include <vector>
 
 #include "attention/backward.h"
@@ -31,6 +35,7 @@
 namespace qkv::detail {
 namespace {
 
+template <class E>
 AttentionGradients reference_backward_planned(const AttentionProblem& p, const Tensor& dout_in,
                                               const Tensor& q_in, const Tensor& k_in, const Tensor& v_in);
 
@@ -39,43 +44,51 @@ AttentionGradients reference_backward_planned(const AttentionProblem& p, const T
 AttentionGradients reference_attention_backward(const AttentionProblem& p, const Tensor& dout_in,
                                                 const Tensor& q_in, const Tensor& k_in,
                                                 const Tensor& v_in) {
+  // attention_backward has checked that dout is f64 exactly when q, k and v are.
+  const DType compute = reference_compute_dtype(q_in.dtype());
+  const bool f64 = compute == DType::f64;
+  const auto size = static_cast<std::int64_t>(dtype_size(compute));
   MemoryPlan plan("attention_backward (reference)");
-  plan_f32_contiguous(plan, "q as contiguous f32", q_in);
-  plan_f32_contiguous(plan, "k as contiguous f32", k_in);
-  plan_f32_contiguous(plan, "v as contiguous f32", v_in);
-  plan_f32_contiguous(plan, "dout as contiguous f32", dout_in);
-  plan.add("dq (B, Hq, Lq, Dk) f32", {p.B, p.Hq, p.Lq, p.Dk, 4});
-  plan.add("dk (B, Hkv, Lk, Dk) f32", {p.B, p.Hkv, p.Lk, p.Dk, 4});
-  plan.add("dv (B, Hkv, Lk, Dv) f32", {p.B, p.Hkv, p.Lk, p.Dv, 4});
+  plan_compute_contiguous(plan, f64 ? "q as contiguous f64" : "q as contiguous f32", q_in, compute);
+  plan_compute_contiguous(plan, f64 ? "k as contiguous f64" : "k as contiguous f32", k_in, compute);
+  plan_compute_contiguous(plan, f64 ? "v as contiguous f64" : "v as contiguous f32", v_in, compute);
+  plan_compute_contiguous(plan, f64 ? "dout as contiguous f64" : "dout as contiguous f32", dout_in, compute);
+  plan.add(f64 ? "dq (B, Hq, Lq, Dk) f64" : "dq (B, Hq, Lq, Dk) f32", {p.B, p.Hq, p.Lq, p.Dk, size});
+  plan.add(f64 ? "dk (B, Hkv, Lk, Dk) f64" : "dk (B, Hkv, Lk, Dk) f32", {p.B, p.Hkv, p.Lk, p.Dk, size});
+  plan.add(f64 ? "dv (B, Hkv, Lk, Dv) f64" : "dv (B, Hkv, Lk, Dv) f32", {p.B, p.Hkv, p.Lk, p.Dv, size});
   // Per thread, in double: a head's dk and dv (Lk, Dk + Dv), five rows of Lk and one of Dk.
   const auto per_thread = checked_product({p.Lk, p.Dk + p.Dv});
   plan.add_per_thread("a head's dk and dv and rows of scores in double", num_threads(),
                       per_thread && *per_thread < (std::size_t{1} << 59) ? static_cast<std::int64_t>(*per_thread + 5 * p.Lk + p.Dk) * 8 : -1);
   return plan.run([&] {
-    return reference_backward_planned(p, dout_in, q_in, k_in, v_in);
+    return f64 ? reference_backward_planned<double>(p, dout_in, q_in, k_in, v_in)
+               : reference_backward_planned<float>(p, dout_in, q_in, k_in, v_in);
   });
 }
 
 namespace {
 
+// E: the compute element type (float, or double for f64 inputs), also the gradients'.
+template <class E>
 AttentionGradients reference_backward_planned(const AttentionProblem& p, const Tensor& dout_in,
                                               const Tensor& q_in, const Tensor& k_in, const Tensor& v_in) {
-  const Tensor q = as_f32_contiguous(q_in);        // (B, Hq, Lq, Dk)
-  const Tensor k = as_f32_contiguous(k_in);        // (B, Hkv, Lk, Dk)
-  const Tensor v = as_f32_contiguous(v_in);        // (B, Hkv, Lk, Dv)
-  const Tensor dout = as_f32_contiguous(dout_in);  // (B, Hq, Lq, Dv)
-  const float* qd = q.data_as<float>();
-  const float* kd = k.data_as<float>();
-  const float* vd = v.data_as<float>();
-  const float* dod = dout.data_as<float>();
+  constexpr DType kCompute = std::is_same_v<E, double> ? DType::f64 : DType::f32;
+  const Tensor q = as_compute_contiguous(q_in, kCompute);        // (B, Hq, Lq, Dk)
+  const Tensor k = as_compute_contiguous(k_in, kCompute);        // (B, Hkv, Lk, Dk)
+  const Tensor v = as_compute_contiguous(v_in, kCompute);        // (B, Hkv, Lk, Dv)
+  const Tensor dout = as_compute_contiguous(dout_in, kCompute);  // (B, Hq, Lq, Dv)
+  const E* qd = q.data_as<E>();
+  const E* kd = k.data_as<E>();
+  const E* vd = v.data_as<E>();
+  const E* dod = dout.data_as<E>();
 
   AttentionGradients g;
-  g.dq = Tensor::zeros({p.B, p.Hq, p.Lq, p.Dk});   // (B, Hq, Lq, Dk)
-  g.dk = Tensor::zeros({p.B, p.Hkv, p.Lk, p.Dk});  // (B, Hkv, Lk, Dk)
-  g.dv = Tensor::zeros({p.B, p.Hkv, p.Lk, p.Dv});  // (B, Hkv, Lk, Dv)
-  float* dq = g.dq.data_as<float>();
-  float* dk = g.dk.data_as<float>();
-  float* dv = g.dv.data_as<float>();
+  g.dq = Tensor::zeros({p.B, p.Hq, p.Lq, p.Dk}, kCompute);   // (B, Hq, Lq, Dk)
+  g.dk = Tensor::zeros({p.B, p.Hkv, p.Lk, p.Dk}, kCompute);  // (B, Hkv, Lk, Dk)
+  g.dv = Tensor::zeros({p.B, p.Hkv, p.Lk, p.Dv}, kCompute);  // (B, Hkv, Lk, Dv)
+  E* dq = g.dq.data_as<E>();
+  E* dk = g.dk.data_as<E>();
+  E* dv = g.dv.data_as<E>();
 
   constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
   const double keep_scale = p.dropout_p < 1.0 ? 1.0 / (1.0 - p.dropout_p) : 0.0;
@@ -95,15 +108,15 @@ AttentionGradients reference_backward_planned(const AttentionProblem& p, const T
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t task = 0; task < tasks; ++task) errors.run([&] {  // not where the buffers failed
       const std::int64_t b = task / p.Hkv, hk = task % p.Hkv;
-      const float* kb = kd + task * p.Lk * p.Dk;  // (Lk, Dk) of (b, hk)
-      const float* vb = vd + task * p.Lk * p.Dv;  // (Lk, Dv) of (b, hk)
+      const E* kb = kd + task * p.Lk * p.Dk;  // (Lk, Dk) of (b, hk)
+      const E* vb = vd + task * p.Lk * p.Dv;  // (Lk, Dv) of (b, hk)
       std::fill(dk_acc.begin(), dk_acc.end(), 0.0);
       std::fill(dv_acc.begin(), dv_acc.end(), 0.0);
       for (std::int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) {
         for (std::int64_t i = 0; i < p.Lq; ++i) {
           const std::int64_t row = (b * p.Hq + h) * p.Lq + i;
-          const float* qi = qd + row * p.Dk;
-          const float* doi = dod + row * p.Dv;
+          const E* qi = qd + row * p.Dk;
+          const E* doi = dod + row * p.Dv;
           // The forward's scores, from the forward's own function.
           bool saw_nan = false;
           const double m = reference_score_row(p, b, h, i, qi, kb, s.data(), t.data(), &saw_nan);
@@ -143,11 +156,11 @@ AttentionGradients reference_backward_planned(const AttentionProblem& p, const T
               dk_acc[j * p.Dk + d] += ds * double{qi[d]};
             }
           }
-          for (std::int64_t d = 0; d < p.Dk; ++d) dq[row * p.Dk + d] = static_cast<float>(dq_row[d]);
+          for (std::int64_t d = 0; d < p.Dk; ++d) dq[row * p.Dk + d] = static_cast<E>(dq_row[d]);
         }
       }
-      for (std::int64_t n = 0; n < p.Lk * p.Dk; ++n) dk[task * p.Lk * p.Dk + n] = static_cast<float>(dk_acc[n]);
-      for (std::int64_t n = 0; n < p.Lk * p.Dv; ++n) dv[task * p.Lk * p.Dv + n] = static_cast<float>(dv_acc[n]);
+      for (std::int64_t n = 0; n < p.Lk * p.Dk; ++n) dk[task * p.Lk * p.Dk + n] = static_cast<E>(dk_acc[n]);
+      for (std::int64_t n = 0; n < p.Lk * p.Dv; ++n) dv[task * p.Lk * p.Dv + n] = static_cast<E>(dv_acc[n]);
     });
   }
   errors.rethrow();

@@ -16,7 +16,7 @@ void check_rank4(const Tensor& t, const char* name, const char* layout) {
   QKV_CHECK(t.defined(), kWhere << name << " is undefined");
   QKV_CHECK(t.dim() == 4, kWhere << name << " must be 4-d " << layout << ", got shape "
                                  << t.shape_string());
-  QKV_CHECK_TYPE(is_floating(t.dtype()), kWhere << name << " must be f32, bf16 or f16, got "
+  QKV_CHECK_TYPE(is_floating(t.dtype()), kWhere << name << " must be f32, bf16, f16 or f64, got "
                                                 << dtype_name(t.dtype()));
 }
 
@@ -60,6 +60,13 @@ AttentionProblem make_problem(const Tensor& q, const Tensor& k, const Tensor& v,
   QKV_CHECK_TYPE(k.dtype() == q.dtype() && v.dtype() == q.dtype(),
                  kWhere << "q, k and v must share one dtype, got q " << dtype_name(q.dtype())
                         << ", k " << dtype_name(k.dtype()) << ", v " << dtype_name(v.dtype()));
+  // f64 is computed by the reference alone, in double (attention.h); the fused kernels
+  // accumulate in f32 and read nothing wider, so rounding there would defeat the point.
+  const bool f64 = q.dtype() == DType::f64;
+  QKV_CHECK_TYPE(!(f64 && o.impl == AttentionImpl::fast),
+                 kWhere << "impl fast computes in float32 and does not take f64 inputs (q, k and "
+                           "v are f64); impl reference computes f64 in double (impl automatic "
+                           "picks it for f64)");
 
   AttentionProblem p;
   p.B = q.size(0);
@@ -86,8 +93,9 @@ AttentionProblem make_problem(const Tensor& q, const Tensor& k, const Tensor& v,
 
   // Float options are checked in the precision the computation uses them in: the fast
   // kernels (automatic and fast, even where they hand over to the reference) in float32,
-  // where 1e39 is infinite and made every score NaN; the reference in double.
-  const bool in_float = o.impl != AttentionImpl::reference;
+  // where 1e39 is infinite and made every score NaN; the reference in double, and so
+  // automatic with f64 inputs, which always runs the reference.
+  const bool in_float = o.impl != AttentionImpl::reference && !f64;
   const auto representable = [in_float](double x) {
     return in_float ? std::isfinite(static_cast<float>(x)) : std::isfinite(x);
   };

@@ -13,6 +13,7 @@ std::size_t dtype_size(DType dtype) {
     case DType::bf16: return 2;
     case DType::f16: return 2;
     case DType::boolean: return 1;
+    case DType::f64: return 8;
   }
   throw Error("dtype_size: unknown dtype", ErrorKind::type);
 }
@@ -23,6 +24,7 @@ const char* dtype_name(DType dtype) {
     case DType::bf16: return "bf16";
     case DType::f16: return "f16";
     case DType::boolean: return "bool";
+    case DType::f64: return "f64";
   }
   return "unknown";
 }
@@ -31,8 +33,9 @@ DType parse_dtype(std::string_view name) {
   if (name == "f32" || name == "float32") return DType::f32;
   if (name == "bf16" || name == "bfloat16") return DType::bf16;
   if (name == "f16" || name == "float16") return DType::f16;
+  if (name == "f64" || name == "float64") return DType::f64;
   if (name == "bool") return DType::boolean;
-  throw Error("dtype: expected one of f32, bf16, f16, bool; got '" + std::string(name) + "'",
+  throw Error("dtype: expected one of f32, bf16, f16, f64, bool; got '" + std::string(name) + "'",
               ErrorKind::type);
 }
 

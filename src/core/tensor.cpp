@@ -97,11 +97,24 @@ void copy_strided(const std::byte* from, std::int64_t src_at, std::int64_t src_s
 
 // n elements from element offset src_at (step src_step) of a `from`-dtype array to dst_at
 // (step dst_step) of a `to`-dtype array, converted (round to nearest even). The common
-// pairs have typed loops; the rest go through f32 element by element.
+// pairs have typed loops; the rest go through f32 element by element, or through double
+// where f64 is one side (so that f64 values are not rounded to f32 on the way).
 void convert_strided(const void* from, DType from_dtype, std::int64_t src_at,
                      std::int64_t src_step, void* to, DType to_dtype, std::int64_t dst_at,
                      std::int64_t dst_step, std::int64_t n) {
-  if (from_dtype == DType::f32 && to_dtype == DType::bf16) {
+  if (from_dtype == DType::f32 && to_dtype == DType::f64) {
+    const float* s = static_cast<const float*>(from) + src_at;
+    double* d = static_cast<double*>(to) + dst_at;
+    for (std::int64_t c = 0; c < n; ++c) d[c * dst_step] = s[c * src_step];
+  } else if (from_dtype == DType::f64 && to_dtype == DType::f32) {
+    const double* s = static_cast<const double*>(from) + src_at;
+    float* d = static_cast<float*>(to) + dst_at;
+    for (std::int64_t c = 0; c < n; ++c) d[c * dst_step] = static_cast<float>(s[c * src_step]);
+  } else if (from_dtype == DType::f64 || to_dtype == DType::f64) {
+    for (std::int64_t c = 0; c < n; ++c)
+      store_from_f64(to, dst_at + c * dst_step, to_dtype,
+                     load_as_f64(from, src_at + c * src_step, from_dtype));
+  } else if (from_dtype == DType::f32 && to_dtype == DType::bf16) {
     const float* s = static_cast<const float*>(from) + src_at;
     std::uint16_t* d = static_cast<std::uint16_t*>(to) + dst_at;
     for (std::int64_t c = 0; c < n; ++c) d[c * dst_step] = f32_to_bf16(s[c * src_step]);
@@ -139,6 +152,8 @@ void copy_rows(const Tensor& src, Tensor& dst) {
       std::memcpy(to + dst_at * static_cast<std::int64_t>(element),
                   from + src_at * static_cast<std::int64_t>(element),
                   static_cast<std::size_t>(n) * element);
+    } else if (element == 8) {
+      copy_strided<std::uint64_t>(from, src_at, src_step, to, dst_at, dst_step, n);
     } else if (element == 4) {
       copy_strided<std::uint32_t>(from, src_at, src_step, to, dst_at, dst_step, n);
     } else if (element == 2) {
@@ -176,6 +191,7 @@ float load_as_f32(const void* base, std::int64_t offset, DType dtype) {
     case DType::bf16: return bf16_to_f32(static_cast<const std::uint16_t*>(base)[offset]);
     case DType::f16: return f16_to_f32(static_cast<const std::uint16_t*>(base)[offset]);
     case DType::boolean: return static_cast<const std::uint8_t*>(base)[offset] ? 1.0f : 0.0f;
+    case DType::f64: return static_cast<float>(static_cast<const double*>(base)[offset]);
   }
   return 0.0f;
 }
@@ -186,7 +202,19 @@ void store_from_f32(void* base, std::int64_t offset, DType dtype, float value) {
     case DType::bf16: static_cast<std::uint16_t*>(base)[offset] = f32_to_bf16(value); return;
     case DType::f16: static_cast<std::uint16_t*>(base)[offset] = f32_to_f16(value); return;
     case DType::boolean: static_cast<std::uint8_t*>(base)[offset] = value != 0.0f; return;
+    case DType::f64: static_cast<double*>(base)[offset] = value; return;
   }
+}
+
+double load_as_f64(const void* base, std::int64_t offset, DType dtype) {
+  if (dtype == DType::f64) return static_cast<const double*>(base)[offset];
+  return load_as_f32(base, offset, dtype);  // exact: f32, bf16, f16 and bool are floats
+}
+
+void store_from_f64(void* base, std::int64_t offset, DType dtype, double value) {
+  if (dtype == DType::f64) static_cast<double*>(base)[offset] = value;
+  else if (dtype == DType::boolean) static_cast<std::uint8_t*>(base)[offset] = value != 0.0;
+  else store_from_f32(base, offset, dtype, static_cast<float>(value));  // bf16, f16: as PyTorch
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
@@ -222,6 +250,16 @@ Tensor Tensor::from_vector(const Shape& shape, std::span<const float> values, DT
                                           << " values, got " << values.size());
   for (std::size_t i = 0; i < values.size(); ++i)
     store_from_f32(t.data_, static_cast<std::int64_t>(i), dtype, values[i]);
+  return t;
+}
+
+Tensor Tensor::from_vector_f64(const Shape& shape, std::span<const double> values, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  QKV_CHECK(static_cast<std::int64_t>(values.size()) == t.numel(),
+            "Tensor::from_vector_f64: shape " << shape_to_string(shape) << " needs " << t.numel()
+                                              << " values, got " << values.size());
+  for (std::size_t i = 0; i < values.size(); ++i)
+    store_from_f64(t.data_, static_cast<std::int64_t>(i), dtype, values[i]);
   return t;
 }
 
@@ -390,7 +428,15 @@ void Tensor::copy_from(const Tensor& src) {
     return;
   }
   // Gather the source in logical order, then scatter into this tensor's layout (also
-  // right when the two share memory).
+  // right when the two share memory). In double where f64 is involved, to round once.
+  if (src.dtype_ == DType::f64 || dtype_ == DType::f64) {
+    std::vector<double> values = src.to_vector_f64();
+    std::int64_t i = 0;
+    for_each_offset(shape_, strides_, [&](std::int64_t, std::int64_t offset) {
+      store_from_f64(data_, offset, dtype_, values[i++]);
+    });
+    return;
+  }
   std::vector<float> values = src.to_vector();
   std::int64_t i = 0;
   for_each_offset(shape_, strides_, [&](std::int64_t, std::int64_t offset) {
@@ -423,6 +469,14 @@ std::vector<float> Tensor::to_vector() const {
   std::vector<float> values(static_cast<std::size_t>(numel()));
   for_each_offset(shape_, strides_, [&](std::int64_t linear, std::int64_t offset) {
     values[linear] = load_as_f32(data_, offset, dtype_);
+  });
+  return values;
+}
+
+std::vector<double> Tensor::to_vector_f64() const {
+  std::vector<double> values(static_cast<std::size_t>(numel()));
+  for_each_offset(shape_, strides_, [&](std::int64_t linear, std::int64_t offset) {
+    values[linear] = load_as_f64(data_, offset, dtype_);
   });
   return values;
 }

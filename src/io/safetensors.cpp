@@ -88,6 +88,7 @@ const char* file_dtype(DType dtype) {
     case DType::bf16: return "BF16";
     case DType::f16: return "F16";
     case DType::boolean: return "BOOL";
+    case DType::f64: return "F64";
   }
   return "?";
 }
@@ -522,10 +523,11 @@ Plan plan(const std::vector<std::pair<std::string, Tensor>>& tensors,
                                                                           << "' appears twice");
     order.push_back(i);
   }
-  // As the reference `prepare`: by dtype, descending in its enum order (F32, BF16, F16,
-  // BOOL), then by name. Largest elements first, so every tensor starts aligned.
+  // As the reference `prepare`: by dtype, descending in its enum order (F64, F32, BF16,
+  // F16, BOOL), then by name. Largest elements first, so every tensor starts aligned.
   const auto rank = [&](std::size_t i) {
     switch (tensors[i].second.dtype()) {
+      case DType::f64: return 4;
       case DType::f32: return 3;
       case DType::bf16: return 2;
       case DType::f16: return 1;

@@ -11,11 +11,15 @@
 
 namespace qkv::nn::detail {
 
-// x as a contiguous f32 tensor (shared when it already is one).
+// x as a contiguous f32 tensor (shared when it already is one). The layers compute in f32
+// and take f32, bf16 and f16; f64 is refused rather than quietly rounded (only the
+// reference attention computes f64, in double: attention.h).
 inline Tensor contiguous_f32(const Tensor& x, const char* fn, const char* name) {
   QKV_CHECK(x.defined(), fn << ": " << name << " is undefined");
-  QKV_CHECK_TYPE(x.dtype() != DType::boolean,
-                 fn << ": " << name << " must be floating (f32, bf16, f16), got bool");
+  QKV_CHECK_TYPE(x.dtype() != DType::boolean && x.dtype() != DType::f64,
+                 fn << ": " << name << " must be floating (f32, bf16, f16), got "
+                    << dtype_name(x.dtype())
+                    << (x.dtype() == DType::f64 ? " (the layers compute in f32; convert first)" : ""));
   Tensor t = x.dtype() == DType::f32 ? x : x.to(DType::f32);
   return t.contiguous();
 }

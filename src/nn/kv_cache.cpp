@@ -9,8 +9,9 @@ KVCache::KVCache(std::int64_t batch, std::int64_t heads, std::int64_t capacity,
   QKV_CHECK(batch >= 0 && heads >= 0 && capacity >= 0 && head_dim >= 0,
             "KVCache: sizes must be >= 0, got (" << batch << ", " << heads << ", " << capacity
                                                  << ", " << head_dim << ")");
-  QKV_CHECK_TYPE(is_floating(dtype), "KVCache: dtype must be f32, bf16 or f16, got "
-                                         << dtype_name(dtype));
+  // f64 is the reference attention's alone; the layers around a cache compute in f32.
+  QKV_CHECK_TYPE(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16,
+                 "KVCache: dtype must be f32, bf16 or f16, got " << dtype_name(dtype));
   k = Tensor::zeros({batch, heads, capacity, head_dim}, dtype);
   v = Tensor::zeros({batch, heads, capacity, head_dim}, dtype);
 }

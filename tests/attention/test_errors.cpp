@@ -54,7 +54,7 @@ TEST(AttentionErrors, DtypesAreTypeErrors) {
                "q, k and v must share one dtype, got q f32, k f16, v f32", ErrorKind::type);
   expect_error([&] {
     scaled_dot_product_attention(in.q.to(DType::boolean), in.k.to(DType::boolean), in.v.to(DType::boolean));
-  }, "q must be f32, bf16 or f16, got bool", ErrorKind::type);
+  }, "q must be f32, bf16, f16 or f64, got bool", ErrorKind::type);
 }
 
 TEST(AttentionErrors, MasksMustBroadcast) {

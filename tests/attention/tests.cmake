@@ -6,4 +6,5 @@ list(APPEND QKV_UNIT_TESTS
   attention/test_dispatch.cpp
   attention/test_backward.cpp
   attention/test_limits.cpp
+  attention/test_float64.cpp
 )

@@ -20,6 +20,11 @@ TEST(DType, SizesAndNames) {
   EXPECT_EQ(dtype_size(DType::bf16), 2u);
   EXPECT_EQ(dtype_size(DType::f16), 2u);
   EXPECT_EQ(dtype_size(DType::boolean), 1u);
+  EXPECT_EQ(dtype_size(DType::f64), 8u);
+  EXPECT_STREQ(dtype_name(DType::f64), "f64");
+  EXPECT_EQ(parse_dtype("f64"), DType::f64);
+  EXPECT_EQ(parse_dtype("float64"), DType::f64);
+  EXPECT_TRUE(is_floating(DType::f64));
   EXPECT_EQ(parse_dtype("bf16"), DType::bf16);
   EXPECT_EQ(parse_dtype("float16"), DType::f16);
   EXPECT_STREQ(dtype_name(parse_dtype("f32")), "f32");

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -102,6 +103,52 @@ TEST(Tensor, DtypeConversionRoundsToNearestEven) {
       EXPECT_EQ(xbt.get({j, i}), want);
       EXPECT_EQ(xh.get({i, j}), f16_to_f32(f32_to_f16(want)));
     }
+}
+
+// f64 is stored and copied exactly: strided copies of 8-byte elements, the overlapping
+// copy_from path, and conversions that go through double rather than f32. Rounding to
+// f32, bf16 and f16 is what PyTorch's .to() does: static_cast for f32, through f32 for
+// bf16 and f16 (torch 1.13: 1 + 2^-8 + 2^-30 in float64 .to(bfloat16) is 1, not 1 + 2^-7).
+TEST(Tensor, F64IsKeptExactlyAndConvertsAsPyTorch) {
+  std::vector<double> values(12);
+  for (std::size_t n = 0; n < values.size(); ++n) values[n] = 1.0 + double(n) * 0x1p-40 + 1.0 / 3.0;
+  const Tensor t = Tensor::from_vector_f64({3, 4}, values);
+  EXPECT_EQ(t.dtype(), DType::f64);
+  EXPECT_EQ(t.nbytes(), 96u);
+  EXPECT_EQ(t.to_vector_f64(), values);
+  // A strided view copied (8-byte elements, row by row) and converted from, in order.
+  const Tensor tt = t.transpose(0, 1);  // (4, 3), strides (1, 4)
+  const Tensor c = tt.contiguous();
+  const Tensor f = tt.to(DType::f32);
+  for (std::int64_t i = 0; i < 4; ++i)
+    for (std::int64_t j = 0; j < 3; ++j) {
+      const double want = values[static_cast<std::size_t>(j * 4 + i)];
+      EXPECT_EQ(c.to_vector_f64()[static_cast<std::size_t>(i * 3 + j)], want);
+      EXPECT_EQ(f.get({i, j}), static_cast<float>(want));
+      EXPECT_EQ(tt.get({i, j}), static_cast<float>(want));
+    }
+  // f32 -> f64 -> f32 is the identity; f16 -> f64 exact.
+  const Tensor back = f.to(DType::f64).to(DType::f32);
+  EXPECT_EQ(back.to_vector(), f.to_vector());
+  EXPECT_EQ(f.to(DType::f16).to(DType::f64).to_vector_f64()[0], double{f16_to_f32(f32_to_f16(f.get({0, 0})))});
+  // Double rounding to bf16 and f16, as PyTorch's CPU conversion does.
+  const Tensor ties = Tensor::from_vector_f64({2}, std::vector<double>{1.0 + 0x1p-8 + 0x1p-30, 1.0 + 0x1p-11 + 0x1p-40});
+  EXPECT_EQ(ties.to(DType::bf16).get({0}), 1.0f);
+  EXPECT_EQ(ties.to(DType::f16).get({1}), 1.0f);
+  EXPECT_EQ(ties.to(DType::f32).get({0}), 1.0f + 0x1p-8f);
+  // Beyond f32's range: ±inf, as static_cast.
+  const Tensor big = Tensor::from_vector_f64({2}, std::vector<double>{1e300, -1e300});
+  EXPECT_EQ(big.to(DType::f32).get({0}), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(big.to(DType::f32).get({1}), -std::numeric_limits<float>::infinity());
+  // copy_from between views of one storage (the gather-then-scatter path) stays exact.
+  Tensor square = Tensor::from_vector_f64({2, 2}, std::vector<double>{values[0], values[1], values[2], values[3]});
+  Tensor view = square.transpose(0, 1);
+  view.copy_from(square);  // square becomes its transpose, through overlapping memory
+  EXPECT_EQ(square.to_vector_f64(), (std::vector<double>{values[0], values[2], values[1], values[3]}));
+  // Into f64 from every dtype, exactly; f64 into bool is value != 0.
+  EXPECT_EQ(Tensor::full({1}, 0.1f).to(DType::f64).to_vector_f64()[0], double{0.1f});
+  EXPECT_EQ(Tensor::from_vector_f64({1}, std::vector<double>{1e-60}).to(DType::boolean).get({0}), 1.0f);
+  EXPECT_THROW(Tensor::from_vector_f64({2}, std::vector<double>{1.0}), Error);
 }
 
 TEST(Tensor, FromBlobKeepsOwnerAlive) {

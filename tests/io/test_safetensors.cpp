@@ -258,6 +258,28 @@ TEST(SafeTensorsWriter, BytesMatchTheReferenceLayout) {
                                                 bytes.size() - 8);
 }
 
+// An f64 tensor is written as F64, first (its enum value is the reference's largest of
+// these), so the F32 after it stays aligned; reading it back gives f32 (F64 loads as f32).
+TEST(SafeTensorsWriter, F64IsWrittenAsF64First) {
+  const Tensor d = Tensor::from_vector_f64({2}, std::vector<double>{0.1, -1e300});
+  const Tensor b = Tensor::from_vector({1}, std::vector<float>{3.0f});
+  const Bytes bytes = qkv::serialize_safetensors({{"b", b}, {"d", d}});
+  const std::string header =
+      "{\"d\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,16]},"
+      "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[16,20]}}";
+  Bytes data;
+  append_value<double>(&data, 0.1);
+  append_value<double>(&data, -1e300);
+  append_value<float>(&data, 3.0f);
+  const Bytes expected = image(header + std::string((8 - header.size() % 8) % 8, ' '), data);
+  EXPECT_TRUE(bytes == expected) << std::string(reinterpret_cast<const char*>(bytes.data()) + 8,
+                                                bytes.size() - 8);
+  const SafeTensors st = SafeTensors::parse(bytes);
+  EXPECT_EQ(st.info("d").dtype, "F64");
+  EXPECT_EQ(st.get("d").dtype(), DType::f32);
+  EXPECT_EQ(st.get("d").to_vector(), (std::vector<float>{0.1f, -std::numeric_limits<float>::infinity()}));
+}
+
 TEST(SafeTensorsWriter, HeaderIsPaddedToEightBytesForEveryLength) {
   // Names of length 1..16 move the header length through every residue mod 8.
   for (int len = 1; len <= 16; ++len) {

@@ -153,6 +153,10 @@ bool is_decode(const AttentionProblem& p) {
 
 AttentionResult flash_attention(const AttentionProblem& problem, const Tensor& q, const Tensor& k,
                                 const Tensor& v, bool return_lse, Isa isa) {
+  // The kernels read f32, bf16 and f16 (and f64 float masks); f64 data is the reference's,
+  // computed in double (attention.cpp sends it there; make_problem refuses impl fast).
+  QKV_CHECK_TYPE(q.dtype() != DType::f64,
+                 "scaled_dot_product_attention: the fast kernel does not take f64 inputs");
   const IsaKernels& kernels = isa_kernels(isa);
   const AttentionProblem& p = problem;
   MemoryPlan plan("scaled_dot_product_attention");
