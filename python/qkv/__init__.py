@@ -11,19 +11,25 @@ Inputs
     * NumPy ``float32`` arrays are read in place, whatever their strides (a (B, L, H, D)
       projection transposed to (B, H, L, D) is not copied); arrays with negative strides,
       a foreign byte order or unaligned data are copied first.
-    * NumPy ``float64`` is converted to ``float32`` (the result is computed in float32
-      and converted back to float64, so ``out.dtype == query.dtype``); ``float16`` is
+    * NumPy ``float64``: when query, key and value all are float64, the attention
+      functions compute in double end to end (the reference implementation; impl="fast"
+      instead rounds the inputs to float32 once and computes in float32); the layers of
+      qkv.nn round float64 to float32. The result is float64 either way
+      (``out.dtype == query.dtype``); ``float16`` is
       computed as f16.
     * CPU ``torch.Tensor`` s of ``float32``, ``float16`` and ``bfloat16`` (and ``float64``,
-      as above) are read in place; tensors that require grad are detached (qkv does not
-      record an autograd graph). CUDA ``torch.Tensor`` s (bf16/f16, 4-d) of
+      as above) are read in place. When one of query, key or value requires grad (and
+      grad mode is on), ``scaled_dot_product_attention`` records itself on torch's
+      autograd tape (``qkv.torch.AttentionFunction``: ``.backward()`` runs qkv's
+      backward); the other functions read the values and record nothing. CUDA ``torch.Tensor`` s (bf16/f16, 4-d) of
       ``scaled_dot_product_attention`` go to the GPU kernels (``qkv.cuda``, through
       libqkv_cuda.so); tensors on other devices raise ValueError.
     * ``bool`` is accepted for ``attn_mask`` only. Any other dtype raises TypeError
       naming the argument and the dtype.
 
 The result is a ``torch.Tensor`` when ``query`` is one, else a NumPy array; the output has
-``query``'s dtype, log-sum-exp and probabilities are always float32.
+``query``'s dtype; log-sum-exp and probabilities are float32, or float64 when computed
+in double.
 
 Errors: bad shapes, options and values raise ValueError; bad dtypes and arguments of the
 wrong type TypeError (as PyTorch: a bool is not accepted where an int is expected, nor an
@@ -199,8 +205,10 @@ def _dtype_error(fn, name, dtype, allow_bool):
     return TypeError(f"{fn}: {name} has unsupported dtype {dtype}; expected {accepted}")
 
 
-def _array_from_torch(x, fn, name, allow_bool):
-    """(ndarray, bf16_bits) sharing memory with the CPU tensor x where possible."""
+def _array_from_torch(x, fn, name, allow_bool, keep_f64=False):
+    """(ndarray, bf16_bits) sharing memory with the CPU tensor x where possible.
+    float64 stays float64 with keep_f64 (the reference attention computes it in double),
+    else it becomes float32."""
     torch = _torch_module()
     if x.device.type != "cpu":
         raise ValueError(f"{fn}: {name} must be a CPU tensor, got device '{x.device}'")
@@ -215,7 +223,7 @@ def _array_from_torch(x, fn, name, allow_bool):
     if x.dtype in (torch.float32, torch.float16):
         return x.numpy(), False
     if x.dtype == torch.float64:
-        return x.to(torch.float32).numpy(), False
+        return (x.numpy() if keep_f64 else x.to(torch.float32).numpy()), False
     if allow_bool and x.dtype == torch.bool:
         return x.numpy(), False
     raise _dtype_error(fn, name, x.dtype, allow_bool)
@@ -240,13 +248,15 @@ def _asarray(x, fn, name):
         raise ValueError(f"{fn}: {name} is not a rectangular array: {e}") from None
 
 
-def _array_from_other(x, fn, name, allow_bool):
-    """(ndarray, False) for NumPy arrays and anything np.asarray accepts."""
+def _array_from_other(x, fn, name, allow_bool, keep_f64=False):
+    """(ndarray, False) for NumPy arrays and anything np.asarray accepts (float64 kept
+    with keep_f64, else float32)."""
     _check_array_like(x, fn, name)
     a = _asarray(x, fn, name)
     dt = a.dtype
     if dt.kind == "f" and dt.itemsize == 8:
-        a = a.astype(np.float32)
+        if not keep_f64:
+            a = a.astype(np.float32)
     elif dt.kind == "f" and dt.itemsize in (4, 2):
         pass
     elif allow_bool and dt.kind == "b":
@@ -261,21 +271,46 @@ def _array_from_other(x, fn, name, allow_bool):
     return a, False
 
 
-def _convert(x, fn, name, allow_bool=False):
+def _convert(x, fn, name, allow_bool=False, keep_f64=False):
     if _is_torch(x):
-        array, bf16 = _array_from_torch(x, fn, name, allow_bool)
+        array, bf16 = _array_from_torch(x, fn, name, allow_bool, keep_f64)
         source, dtype = "torch", x.dtype
     else:
-        array, bf16 = _array_from_other(x, fn, name, allow_bool)
+        array, bf16 = _array_from_other(x, fn, name, allow_bool, keep_f64)
         source, dtype = "numpy", getattr(x, "dtype", array.dtype)
         if not isinstance(dtype, np.dtype):
             dtype = array.dtype
     return _Converted(None, source, dtype, array.ndim, array.shape), array, bf16
 
 
-def _view(x, fn, name, allow_bool=False, add_batch=False):
+def _is_f64(x):
+    """Whether x is a float64 NumPy array or torch tensor (a list has no dtype of its own:
+    it is read as float32, as before)."""
+    torch = _torch_module()
+    if torch is not None and isinstance(x, torch.Tensor):
+        return x.dtype == torch.float64
+    return isinstance(x, np.ndarray) and x.dtype.kind == "f" and x.dtype.itemsize == 8
+
+
+def _keeps_f64(impl, *tensors):
+    """float64 is computed in double end to end by impl "reference" and "automatic" when
+    query, key and value all are float64; anything else is computed in float32 as before."""
+    return impl != "fast" and all(_is_f64(t) for t in tensors)
+
+
+def _widened(x):
+    """x as float64 (exact from float32/16), for dout, out and lse of a float64 backward."""
+    if _is_f64(x):
+        return x
+    torch = _torch_module()
+    if torch is not None and isinstance(x, torch.Tensor):
+        return x.detach().to(torch.float64)
+    return np.asarray(x, dtype=np.float64)
+
+
+def _view(x, fn, name, allow_bool=False, add_batch=False, keep_f64=False):
     """The _Converted description of x with its C++ view; add_batch prepends a size-1 dim."""
-    converted, array, bf16 = _convert(x, fn, name, allow_bool)
+    converted, array, bf16 = _convert(x, fn, name, allow_bool, keep_f64)
     if add_batch:
         array = array[np.newaxis]
     converted.tensor = _qkv._Tensor.from_array(array, name, bf16)
@@ -475,7 +510,7 @@ def _dropout(dropout_p, fn):
     return p
 
 
-def _inputs(fn, query, key, value, enable_gqa):
+def _inputs(fn, query, key, value, enable_gqa, keep_f64=False):
     """Views of query, key and value as 4-d (B, H, L, D), checked for what the C++ side
     cannot see (rank, enable_gqa). Returns (q, k, v, add_batch); add_batch is True for
     3-d (H, L, D) inputs, which gain a batch dimension of 1."""
@@ -489,9 +524,9 @@ def _inputs(fn, query, key, value, enable_gqa):
             f"{fn}: query must be 4-d (B, Hq, Lq, Dk) or 3-d (Hq, Lq, Dk), "
             f"got {qnd}-d shape {shape}")
     add_batch = qnd == 3
-    q = _view(query, fn, "query", add_batch=add_batch)
-    k = _view(key, fn, "key", add_batch=add_batch)
-    v = _view(value, fn, "value", add_batch=add_batch)
+    q = _view(query, fn, "query", add_batch=add_batch, keep_f64=keep_f64)
+    k = _view(key, fn, "key", add_batch=add_batch, keep_f64=keep_f64)
+    v = _view(value, fn, "value", add_batch=add_batch, keep_f64=keep_f64)
     for name, c in (("key", k), ("value", v)):
         if c.ndim != qnd:
             raise ValueError(
@@ -507,11 +542,11 @@ def _inputs(fn, query, key, value, enable_gqa):
 
 
 def _options(fn, attn_mask, dropout_p, is_causal, scale, causal_alignment, key_lengths, window,
-             alibi_slopes, softcap, seed, impl):
+             alibi_slopes, softcap, seed, impl, keep_f64=False):
     """The keyword arguments _qkv._attention and _qkv._attention_backward share."""
     mask = None
     if attn_mask is not None:
-        mask = _view(attn_mask, fn, "attn_mask", allow_bool=True).tensor
+        mask = _view(attn_mask, fn, "attn_mask", allow_bool=True, keep_f64=keep_f64).tensor
     p = _dropout(dropout_p, fn)
     return dict(
         mask=mask,
@@ -535,9 +570,10 @@ def _run(fn, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_g
 
     Returns (out, lse, probs) in the caller's kind of array (lse/probs None unless asked).
     """
-    q, k, v, add_batch = _inputs(fn, query, key, value, enable_gqa)
+    keep_f64 = _keeps_f64(impl, query, key, value)
+    q, k, v, add_batch = _inputs(fn, query, key, value, enable_gqa, keep_f64)
     options = _options(fn, attn_mask, dropout_p, is_causal, scale, causal_alignment,
-                       key_lengths, window, alibi_slopes, softcap, seed, impl)
+                       key_lengths, window, alibi_slopes, softcap, seed, impl, keep_f64)
     out, lse, probs = _qkv._attention(q.tensor, k.tensor, v.tensor, return_lse=return_lse,
                                       return_probs=return_probs, **options)
     lse = _result(lse, None, add_batch)
@@ -560,6 +596,14 @@ def _gradient(array, like, drop_batch):
     return array.astype(like.dtype, copy=False)
 
 
+def _records_gradient(*tensors):
+    """Whether torch's autograd is recording and one of the tensors requires grad: then
+    scaled_dot_product_attention goes through qkv.torch.AttentionFunction."""
+    torch = _torch_module()
+    return (torch is not None and torch.is_grad_enabled()
+            and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors))
+
+
 # --------------------------------------------------------------------------------------
 # The public functions.
 
@@ -576,7 +620,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     Shapes (B batch, Hq/Hkv heads, Lq/Lk lengths, Dk/Dv head sizes)::
 
         query (B, Hq, Lq, Dk)   key (B, Hkv, Lk, Dk)   value (B, Hkv, Lk, Dv)
-        -> out (B, Hq, Lq, Dv)  [lse (B, Hq, Lq) float32 with return_lse=True]
+        -> out (B, Hq, Lq, Dv)  [lse (B, Hq, Lq) float32 (float64 for float64 inputs)
+                                 with return_lse=True]
 
     3-d inputs (H, L, D) are accepted too (as PyTorch does); the result is then 3-d.
 
@@ -606,11 +651,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             is drawn with ``random.getrandbits(64)`` (Python's ``random`` module: call
             ``random.seed(n)`` for reproducible unseeded calls).
         return_lse: also return the log-sum-exp of the scores over the kept keys
-            (before dropout), float32 (B, Hq, Lq).
-        impl: "automatic" (default: the fastest implementation for the request),
-            "fast" (the fused tiled kernel: float32 accumulation, instruction set chosen
-            at run time or by the environment variable QKV_ISA) or "reference" (the naive
-            double-precision twin the fast one is tested against).
+            (before dropout), float32 (B, Hq, Lq); float64 when computed in double.
+        impl: "automatic" (default: the fastest implementation for the request; for
+            float64 inputs the reference, which computes in double), "fast" (the fused
+            tiled kernel: float32 accumulation, instruction set chosen at run time or by
+            the environment variable QKV_ISA) or "reference" (the naive double-precision
+            twin the fast one is tested against).
 
     Scores are built in this order: s = scale·q·k; softcap; ALiBi; + float mask; every
     masked position (causal, window, key length, bool mask) -inf. A fully masked row
@@ -626,6 +672,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     """
     fn = "scaled_dot_product_attention"
     return_lse = _bool(return_lse, fn, "return_lse")
+    if _records_gradient(query, key, value):
+        from . import torch as qkv_torch  # imports torch, which the caller already has
+        return qkv_torch.scaled_dot_product_attention(
+            query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+            causal_alignment=causal_alignment, key_lengths=key_lengths, window=window,
+            alibi_slopes=alibi_slopes, softcap=softcap, seed=seed, return_lse=return_lse,
+            impl=impl)
     if getattr(query, "is_cuda", False):
         # CUDA torch tensors: the GPU kernels (qkv/cuda.py, through libqkv_cuda.so's C ABI).
         if attn_mask is not None or dropout_p:
@@ -689,23 +742,28 @@ def attention_backward(dout, query, key, value, out, lse, attn_mask=None, dropou
 
     The gradients come back in the kind (torch tensor or NumPy array) and dtype of
     query, key and value respectively; they are computed in float32 (impl="fast" or
-    "automatic") or double (impl="reference", the naive twin, rounded to float32).
+    "automatic") or double (impl="reference", the naive twin, rounded to float32), and in
+    double end to end when query, key and value are float64 (impl other than "fast";
+    dout, out and lse are then read as float64).
 
     Raises:
         ValueError for shapes (dout and out must have the output's shape, lse
         (B, Hq, Lq)), options, and dropout_p > 0 without a seed; TypeError for dtypes
-        (lse must be float32). Messages name the argument.
+        (lse must be float32, or float64 for float64 inputs). Messages name the argument.
     """
     fn = "attention_backward"
     if seed is None and _dropout(dropout_p, fn) > 0.0:
         raise ValueError(f"{fn}: seed must be given when dropout_p > 0 (the forward's seed: "
                          f"the dropout pattern is regenerated from it)")
-    q, k, v, add_batch = _inputs(fn, query, key, value, enable_gqa)
-    dout_view = _view(dout, fn, "dout", add_batch=add_batch)
-    out_view = _view(out, fn, "out", add_batch=add_batch)
-    lse_view = _view(lse, fn, "lse", add_batch=add_batch)
+    keep_f64 = _keeps_f64(impl, query, key, value)
+    if keep_f64:  # the C++ side takes float64 all the way or not at all
+        dout, out, lse = _widened(dout), _widened(out), _widened(lse)
+    q, k, v, add_batch = _inputs(fn, query, key, value, enable_gqa, keep_f64)
+    dout_view = _view(dout, fn, "dout", add_batch=add_batch, keep_f64=keep_f64)
+    out_view = _view(out, fn, "out", add_batch=add_batch, keep_f64=keep_f64)
+    lse_view = _view(lse, fn, "lse", add_batch=add_batch, keep_f64=keep_f64)
     options = _options(fn, attn_mask, dropout_p, is_causal, scale, causal_alignment,
-                       key_lengths, window, alibi_slopes, softcap, seed, impl)
+                       key_lengths, window, alibi_slopes, softcap, seed, impl, keep_f64)
     dq, dk, dv = _qkv._attention_backward(dout_view.tensor, q.tensor, k.tensor, v.tensor,
                                           out_view.tensor, lse_view.tensor, **options)
     return (_gradient(dq, q, add_batch), _gradient(dk, k, add_batch),
@@ -721,7 +779,7 @@ def self_attention_raw(x, scale=1.0):
     explanations write it); None means 1/sqrt(D).
     """
     fn = "self_attention_raw"
-    c = _view(x, fn, "x")
+    c = _view(x, fn, "x", keep_f64=_is_f64(x))
     out = _qkv._self_attention_raw(c.tensor, _optional_float(scale, fn, "scale"))
     return _result(out, c, False)
 from .nn import MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer, Transformer  # noqa: E402

@@ -10,7 +10,9 @@ A torch module's ``state_dict()`` loads 1:1 (torch tensors or NumPy arrays):
 ((1, 3, 8), (1, 3, 3))
 
 Inference only: dropout arguments are accepted (a float in [0, 1], as torch checks it)
-and ignored (torch's eval mode). Inputs are NumPy arrays or CPU torch tensors (float32;
+and ignored (torch's eval mode). To train inside a torch model, use qkv.torch's
+MultiheadAttention and TransformerEncoderLayer: torch.nn.Modules with the same arguments
+and parameter names, differentiated by torch's autograd, with qkv's attention inside. Inputs are NumPy arrays or CPU torch tensors (float32;
 float64 is computed in float32); outputs are of the query's kind and dtype. Arguments of
 the wrong type raise TypeError naming them (sizes must be ints, flags bools).
 

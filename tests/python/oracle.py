@@ -83,6 +83,32 @@ def oracle(q, k, v, mask=None, causal=False, alignment="top_left", key_lengths=N
     return out, lse, probs
 
 
+def backward_atols(q, k, v, dout, scale=None, dropout_p=0.0):
+    """(atol for dq and dk, atol for dv) of the float32 backward against a float64 oracle.
+
+    Derived: each gradient element is a sum of at most Lq·group or Lk products built from
+    length-D f32 dot products, each product bounded by G = |scale|·max‖dO‖·max‖v‖·
+    max(|q|, |k|, 1) (dq, dk) or max|dO| (dv), times 1/(1 − dropout_p) for the kept
+    probabilities. f32 rounding of the scores, the recomputed probabilities and the sums
+    gives at most (Lq·group + Lk + D + 16)·u relative to G, and the forward's own f32 out
+    and lse (which the backward reads) add the same again, hence
+    atol = 2·(Lq·group + Lk + D + 16)·u·G with u = 2^-24. A softcap's derivative is at
+    most 1 and ALiBi and masks add constants, so the bound covers every option.
+    """
+    u = 2.0 ** -24
+    B, Hq, Lq, Dk = q.shape
+    Hkv, Lk, Dv = k.shape[1], k.shape[2], v.shape[3]
+    scale = 1.0 / math.sqrt(Dk) if scale is None else scale
+    keep = 1.0 / (1.0 - dropout_p)
+    norm_do = dout.double().norm(dim=-1).max().item()
+    norm_v = v.double().norm(dim=-1).max().item()
+    big = max(q.abs().max().item(), k.abs().max().item(), 1.0)
+    terms = 2 * (Lq * (Hq // Hkv) + Lk + max(Dk, Dv) + 16) * u
+    g_qk = keep * abs(scale) * norm_do * norm_v * big
+    g_v = keep * dout.abs().max().item()
+    return terms * g_qk, terms * g_v
+
+
 def to_numpy64(x):
     if isinstance(x, torch.Tensor):
         return x.detach().to(torch.float64).numpy()

@@ -104,22 +104,29 @@ def test_f32_kinds_and_dtypes():
     assert_equal(listed, out_np, "lists")
 
 
-def test_float64_inputs_computed_in_float32():
+def test_float64_inputs_computed_in_double_or_with_impl_fast_in_float32():
     q, k, v = (np.random.default_rng(s).standard_normal((1, 2, 5, 4)) for s in (7, 8, 9))
     out = qkv.scaled_dot_product_attention(q, k, v)
-    assert out.dtype == np.float64  # the query's dtype; values computed in float32
-    ref = qkv.scaled_dot_product_attention(*(x.astype(np.float32) for x in (q, k, v)))
-    assert_equal(out, ref.astype(np.float64), "f64 in == f32 of the rounded inputs")
+    assert out.dtype == np.float64  # the query's dtype, computed in double (the reference)
+    want, _, _ = oracle(*(torch.from_numpy(x) for x in (q, k, v)))
+    assert_close(out, want, 1e-14, 1e-13, "f64 computed in double")
     t_out = qkv.scaled_dot_product_attention(*(torch.from_numpy(x) for x in (q, k, v)))
     assert t_out.dtype == torch.float64
     assert_equal(t_out.numpy(), out, "torch f64")
+    # impl="fast" has no double kernel: the inputs are rounded to float32 once.
+    fast = qkv.scaled_dot_product_attention(q, k, v, impl="fast")
+    ref = qkv.scaled_dot_product_attention(*(x.astype(np.float32) for x in (q, k, v)), impl="fast")
+    assert fast.dtype == np.float64
+    assert_equal(fast, ref.astype(np.float64), "impl=fast: f64 in == f32 of the rounded inputs")
 
 
-def test_requires_grad_is_detached():
+def test_requires_grad_records_on_the_autograd_tape_and_other_functions_detach():
     q = torch.randn(1, 2, 4, 8, requires_grad=True)
     out = qkv.scaled_dot_product_attention(q, q, q)
-    assert not out.requires_grad
-    assert_equal(out, qkv.scaled_dot_product_attention(q.detach(), q.detach(), q.detach()))
+    assert out.requires_grad and out.grad_fn is not None
+    assert_equal(out.detach(), qkv.scaled_dot_product_attention(q.detach(), q.detach(), q.detach()))
+    weights = qkv.attention_weights(q, q, q)
+    assert not weights.requires_grad
 
 
 def test_three_d_inputs():
