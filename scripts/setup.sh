@@ -5,13 +5,16 @@
 # As root it runs apt-get; otherwise it stops and prints the command to run.
 set -euo pipefail
 
-build_packages=(cmake g++ make libgtest-dev nlohmann-json3-dev libcli11-dev libdnnl-dev libicu-dev libssl-dev
-                pybind11-dev python3-dev python3-numpy)
+# pkg-config: qkv.pc, the installed library's link line (tests/install).
+build_packages=(cmake g++ make pkg-config libgtest-dev nlohmann-json3-dev libcli11-dev libdnnl-dev libicu-dev
+                libssl-dev pybind11-dev python3-dev python3-numpy)
 # clang + its runtimes: libFuzzer targets; npm: test vocabularies from npm packages;
 # chromium: headless, draws the attention page in tests/viz/test_browser.sh;
-# g++-aarch64-linux-gnu + qemu-user-static: the portable kernel on aarch64 (tests/cross).
+# g++-aarch64-linux-gnu + qemu-user-static: the portable kernel on aarch64 (tests/cross);
+# python3-venv, -pip, -build, -wheel, -setuptools: pip install and a wheel of the Python
+# package in a virtual environment, offline (tests/python/test_pip_install.sh).
 test_packages=(python3-torch python3-pytest clang libclang-rt-14-dev chromium g++-aarch64-linux-gnu
-               qemu-user-static)
+               qemu-user-static python3-venv python3-pip python3-build python3-wheel python3-setuptools)
 
 case "${1:-build}" in
   build) wanted=("${build_packages[@]}") ;;
