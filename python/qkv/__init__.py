@@ -15,15 +15,15 @@ Inputs
       functions compute in double end to end (the reference implementation; impl="fast"
       instead rounds the inputs to float32 once and computes in float32); the layers of
       qkv.nn round float64 to float32. The result is float64 either way
-      (``out.dtype == query.dtype``); ``float16`` is
-      computed as f16.
+      (``out.dtype == query.dtype``); ``float16`` is computed as f16.
     * CPU ``torch.Tensor`` s of ``float32``, ``float16`` and ``bfloat16`` (and ``float64``,
       as above) are read in place. When one of query, key or value requires grad (and
       grad mode is on), ``scaled_dot_product_attention`` records itself on torch's
       autograd tape (``qkv.torch.AttentionFunction``: ``.backward()`` runs qkv's
-      backward); the other functions read the values and record nothing. CUDA ``torch.Tensor`` s (bf16/f16, 4-d) of
-      ``scaled_dot_product_attention`` go to the GPU kernels (``qkv.cuda``, through
-      libqkv_cuda.so); tensors on other devices raise ValueError.
+      backward); the other functions read the values and record nothing. CUDA
+      ``torch.Tensor`` s (bf16/f16, 4-d) of ``scaled_dot_product_attention`` go to the
+      GPU kernels (``qkv.cuda``, through libqkv_cuda.so; not on the autograd tape: one
+      that requires grad raises ValueError); tensors on other devices raise ValueError.
     * ``bool`` is accepted for ``attn_mask`` only. Any other dtype raises TypeError
       naming the argument and the dtype.
 
