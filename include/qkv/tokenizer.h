@@ -131,6 +131,38 @@ class BpeTokenizer {
   std::vector<std::string> specials_;  // kept whole when met in text
 };
 
+// Byte-level BPE training, the way GPT-2's vocabulary was made (and Hugging Face's
+// BpeTrainer with the ByteLevel pre-tokenizer makes one):
+//   1. the text is split into GPT-2 pre-tokens (BpeTokenizer::pre_tokenize), and each
+//      distinct pre-token counted;
+//   2. every byte is a symbol of the bytes_to_unicode alphabet, ids 0..255 in code point
+//      order (GPT-2's vocab.json order);
+//   3. the adjacent pair of symbols that occurs most often, counted inside the pre-tokens
+//      weighted by their counts, becomes a new symbol (id 256, 257, ...; merges never
+//      cross pre-tokens), until the vocabulary holds vocab_size tokens or no pair occurs
+//      min_frequency times. Ties go to the smallest (left id, right id): deterministic.
+//   4. The special tokens take the last ids.
+// The result loads in BpeTokenizer and round-trips any UTF-8 text. Errors (qkv::Error): an
+// empty text, one that is not UTF-8 or holds a NUL byte (binary), vocab_size below 257 +
+// the special tokens, min_frequency below 1, an empty or repeated special token.
+struct BpeTrainingOptions {
+  std::int64_t vocab_size = 0;  // 256 bytes + merges + special tokens
+  std::int64_t min_frequency = 2;
+  std::vector<std::string> special_tokens{"<|endoftext|>"};
+};
+
+struct BpeVocabulary {
+  std::vector<std::string> tokens;                          // id -> token
+  std::vector<std::pair<std::string, std::string>> merges;  // rank -> (left, right)
+
+  BpeTokenizer tokenizer() const;
+  // DIR/vocab.json ({token: id}, in id order) and DIR/merges.txt ("#version: 0.2", then one
+  // "left right" line per merge): GPT-2's files, which BpeTokenizer::from_files reads.
+  void save(const std::filesystem::path& dir) const;
+};
+
+BpeVocabulary train_bpe(std::string_view text, const BpeTrainingOptions& options);
+
 // SentencePiece unigram, as the Universal Sentence Encoder lite's published pipeline
 // segments text (npm @energetic-ai/embeddings 0.2.0: lib/tokenizer.ts, lib/trie.ts).
 // encode(text):

