@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end tests of `qkv train` and `qkv translate`.
-#   tests/cli/test_train.sh PATH/TO/qkv GROUP     GROUP: train | translate
+#   tests/cli/test_train.sh PATH/TO/qkv GROUP     GROUP: train | tokenizer | translate
 # train: a few steps of training, checkpoints, --resume, Ctrl-C (SIGINT) saving a
-# checkpoint, bad options. translate: the embedded model on dates in every family of
+# checkpoint, bad options. tokenizer: `qkv train tokenizer` writes GPT-2 files that
+# `qkv tokenize` loads and that round-trip the text; bad input. translate: the embedded model on dates in every family of
 # formats, --file, --json, --show, --html, --svg, --model, bad input.
 # Every check asserts; the script prints each failure and exits 1 if there was any.
 set -u
@@ -75,7 +76,7 @@ PY
   expect_status 0 "resume after SIGINT"
   expect_in out "\"steps\":$((at + 2))" "resume after SIGINT reaches its steps"
 
-  expect_usage_error "the only task is 'dates'" train poems
+  expect_usage_error "the tasks are 'dates' and 'tokenizer'" train poems
   expect_usage_error "--steps" train dates --steps 0
   expect_usage_error "--batch" train dates --batch x
   expect_failure "no checkpoint" train dates --steps 3 --out "$TMP/empty" --resume
@@ -129,8 +130,58 @@ PY
   expect_failure "cannot" translate --html /nonexistent-dir/page.html "21.11.2026"
 }
 
+test_tokenizer() {
+  local text="$TMP/speech.txt" dir="$TMP/bpe"
+  for i in $(seq 1 40); do
+    echo "Mr. Speaker, the state of our Union is strong; the nation's $i-th budget is balanced."
+    echo "Naïve café owners — and 東京 — ask: what is the state of the Union? (Applause.)"
+  done >"$text"
+  run train tokenizer --text "$text" --vocab-size 300 --out "$dir"
+  expect_status 0 "train tokenizer"
+  expect_in out "wrote .*/vocab.json and .*/merges.txt" "train tokenizer says what it wrote"
+  for f in vocab.json merges.txt; do
+    if [[ -s "$dir/$f" ]]; then pass; else fail "train tokenizer did not write $f"; fi
+  done
+  # GPT-2's formats: vocab.json {token: id}, ids 0..N-1; merges.txt "#version" then pairs.
+  "$PYTHON" - "$dir" "$text" <<'PY' >"$TMP/check" 2>&1
+import json, sys
+d, text = sys.argv[1], open(sys.argv[2], encoding="utf-8").read()
+vocab = json.load(open(d + "/vocab.json", encoding="utf-8"))
+merges = open(d + "/merges.txt", encoding="utf-8").read().split("\n")
+assert merges[0] == "#version: 0.2", merges[0]
+pairs = [m.split(" ") for m in merges[1:] if m]
+assert sorted(vocab.values()) == list(range(len(vocab))), "ids are not 0..N-1"
+assert len(vocab) == 256 + len(pairs) + 1 and vocab["<|endoftext|>"] == len(vocab) - 1
+assert all(a + b in vocab for a, b in pairs), "a merge's result is not in the vocabulary"
+assert "Ġthe" in vocab, "the most frequent word is not a token"
+print("ok", len(vocab))
+PY
+  expect_in check "^ok 300$" "the files are GPT-2's format: $(head -c 300 "$TMP/check")"
+  mkdir -p "$TMP/model"
+  cp "$dir/vocab.json" "$dir/merges.txt" "$TMP/model/"
+  run tokenize --model "$TMP/model" --json --text "in the state of our Union 😀"
+  expect_status 0 "qkv tokenize loads the trained vocabulary"
+  expect_in out "Ġthe" "tokenize uses the learned merges"
+  run train tokenizer --text "$text" --vocab-size 300 --out "$TMP/again" --json
+  expect_status 0 "train tokenizer --json"
+  expect_in out '"merges":43,' "--json reports the merges"
+  if cmp -s "$dir/merges.txt" "$TMP/again/merges.txt"; then pass; else fail "training is not deterministic"; fi
+
+  : >"$TMP/empty.txt"
+  expect_failure "is empty" train tokenizer --text "$TMP/empty.txt" --out "$TMP/x"
+  printf 'ab\0cd\n' >"$TMP/binary.txt"
+  expect_failure "binary data" train tokenizer --text "$TMP/binary.txt" --out "$TMP/x"
+  printf 'ab\xff\n' >"$TMP/latin1.txt"
+  expect_failure "UTF-8" train tokenizer --text "$TMP/latin1.txt" --out "$TMP/x"
+  expect_usage_error "--vocab-size" train tokenizer --text "$text" --vocab-size 257
+  expect_usage_error "needs the training text" train tokenizer --out "$TMP/x"
+  expect_usage_error "--steps: does not apply" train tokenizer --text "$text" --steps 3
+  expect_usage_error "--text: does not apply" train dates --text "$text"
+}
+
 case "$GROUP" in
   train) test_train ;;
+  tokenizer) test_tokenizer ;;
   translate) test_translate ;;
   *) echo "unknown group $GROUP" >&2; exit 2 ;;
 esac

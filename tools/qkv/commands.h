@@ -129,7 +129,7 @@ int run_generate(const GenerateOptions& options, std::ostream& out);
 
 // qkv train (the date translator)
 struct TrainOptions {
-  std::string task;                  // "dates"
+  std::string task;                  // "dates" or "tokenizer"
   std::int64_t steps = 1500;
   std::int64_t batch = 128;
   double lr = 1e-3;                  // peak learning rate
@@ -143,6 +143,12 @@ struct TrainOptions {
   bool json = false;
   bool quiet = false;                // no progress bar
   std::string command_line;          // recorded in the weights' metadata
+  // train tokenizer (byte-level BPE; --out, --json and --quiet are shared)
+  std::string text;                  // the training text ("-": standard input)
+  std::int64_t vocab_size = 8192;    // 256 bytes + merges + <|endoftext|>
+  std::int64_t min_frequency = 2;
+  std::vector<std::string> given;    // the options on the command line, to refuse the
+                                     // other task's ("--steps" for tokenizer, say)
 };
 int run_train(const TrainOptions& options, std::ostream& out);
 

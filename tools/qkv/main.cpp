@@ -342,8 +342,9 @@ int run(int argc, char** argv) {
   // Training and the date translator.
   TrainOptions tr;
   CLI::App* train = app.add_subcommand(
-      "train", "Train the date translator from scratch (the embedded model's recipe)");
-  train->add_option("task", tr.task, "What to train: dates")->required();
+      "train", "Train the date translator from scratch (the embedded model's recipe), or a "
+               "byte-level BPE tokenizer on a text");
+  train->add_option("task", tr.task, "What to train: dates or tokenizer")->required();
   train->add_option("--steps", tr.steps, "Optimizer steps")
       ->capture_default_str()
       ->check(integer_in(1, kMaxSteps));
@@ -360,7 +361,8 @@ int run(int argc, char** argv) {
       ->capture_default_str()
       ->check(kSeed);
   train->add_option("--out", tr.out, "Output directory: model.safetensors, config.json, "
-                    "checkpoint.safetensors")->capture_default_str();
+                    "checkpoint.safetensors (dates); vocab.json, merges.txt (tokenizer)")
+      ->capture_default_str();
   train->add_flag("--resume", tr.resume, "Continue from OUT/checkpoint.safetensors");
   train->add_option("--checkpoint-every", tr.checkpoint_every, "Steps between checkpoints (0 = at the end only)")
       ->capture_default_str()
@@ -371,9 +373,19 @@ int run(int argc, char** argv) {
   train->add_option("--eval-size", tr.eval_size, "Held-out dates scored at the end")
       ->capture_default_str()
       ->check(integer_in(1, 14000));
+  train->add_option("--text", tr.text, "tokenizer: the training text, UTF-8 ('-': standard input)");
+  train->add_option("--vocab-size", tr.vocab_size, "tokenizer: tokens in all: the 256 bytes, the "
+                    "merges and <|endoftext|>")
+      ->capture_default_str()
+      ->check(integer_in(258, std::numeric_limits<std::int32_t>::max()));
+  train->add_option("--min-frequency", tr.min_frequency, "tokenizer: stop when no pair of "
+                    "symbols occurs this often")
+      ->capture_default_str()
+      ->check(kPositive);
   train->add_flag("--json", tr.json, "Print the result as one JSON object");
   train->add_flag("--quiet", tr.quiet, "No progress bar");
-  train->footer("Example: qkv train dates --steps 1500 --out dates-model --seed 0");
+  train->footer("Examples: qkv train dates --steps 1500 --out dates-model --seed 0\n"
+                "          qkv train tokenizer --text speeches.txt --vocab-size 8192 --out sotu-bpe");
 
   TranslateOptions tl;
   CLI::App* translate = app.add_subcommand(
@@ -465,6 +477,9 @@ int run(int argc, char** argv) {
     if (train->parsed()) {
       tr.command_line = "qkv";  // argv[0] would record where the binary happened to be
       for (int i = 1; i < argc; ++i) tr.command_line += " " + std::string(argv[i]);
+      for (const CLI::Option* option : train->get_options())
+        if (option->count() > 0 && !option->get_lnames().empty())
+          tr.given.push_back("--" + option->get_lnames().front());
       return run_train(tr, std::cout);
     }
     if (translate->parsed()) {

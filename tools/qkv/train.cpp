@@ -1,8 +1,11 @@
 // qkv train dates: trains the date translator from scratch (or resumes it), with a
 // progress bar, a checkpoint on Ctrl-C, and the held-out exact match at the end.
+// qkv train tokenizer: a byte-level BPE vocabulary (qkv::train_bpe) learned from a text.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <iostream>
 #include <ostream>
@@ -11,9 +14,11 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "io/text_input.h"
 #include "print.h"
 #include "qkv/dates.h"
 #include "qkv/threads.h"
+#include "qkv/tokenizer.h"
 
 namespace qkv::cli {
 namespace {
@@ -42,11 +47,66 @@ std::string progress_line(const models::TrainingProgress& p) {
                 clock_time(eta).c_str());
 }
 
+// The options each task takes besides --out, --json and --quiet; another task's is an error.
+const std::vector<std::string> kDatesOptions = {"--steps", "--batch", "--lr", "--label-smoothing",
+                                                "--seed", "--resume", "--checkpoint-every",
+                                                "--stop-at", "--eval-size"};
+const std::vector<std::string> kTokenizerOptions = {"--text", "--vocab-size", "--min-frequency"};
+
+void refuse_options_of(const std::vector<std::string>& others, const TrainOptions& o) {
+  for (const std::string& option : o.given)
+    if (std::find(others.begin(), others.end(), option) != others.end())
+      throw UsageError(option, "does not apply to 'qkv train " + o.task + "'");
+}
+
+int run_train_tokenizer(const TrainOptions& o, std::ostream& out) {
+  refuse_options_of(kDatesOptions, o);
+  if (std::find(o.given.begin(), o.given.end(), "--text") == o.given.end())
+    throw UsageError("--text", "'qkv train tokenizer' needs the training text (--text FILE)");
+  const std::string out_dir =
+      std::find(o.given.begin(), o.given.end(), "--out") == o.given.end() ? "tokenizer" : o.out;
+  if (out_dir.empty()) throw UsageError("--out", "must not be empty");
+  // Lines of up to 64 MiB (one speech or one book per line is common), 4 GiB in all; the
+  // reader refuses binary data and text that is not UTF-8, naming the line.
+  io::LineReader reader(o.text, "--text", {.max_line_bytes = std::size_t{64} << 20,
+                                           .max_total_bytes = std::uint64_t{4} << 30});
+  std::string text, line;
+  while (reader.next(line)) {
+    text += line;
+    text += '\n';
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const BpeVocabulary vocab = train_bpe(text, {.vocab_size = o.vocab_size,
+                                               .min_frequency = o.min_frequency});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  vocab.save(out_dir);
+  const std::size_t tokens = vocab.tokenizer().encode(text).size();
+  if (o.json) {
+    nlohmann::json j = {{"bytes", text.size()},          {"vocab_size", vocab.tokens.size()},
+                        {"merges", vocab.merges.size()}, {"tokens", tokens},
+                        {"seconds", seconds},            {"out", out_dir}};
+    out << j.dump() << "\n";
+    return 0;
+  }
+  out << format("%zu bytes -> %zu merges in %.1f s; vocabulary %zu tokens (the 256 bytes, the "
+                "merges, <|endoftext|>)\n", text.size(), vocab.merges.size(), seconds,
+                vocab.tokens.size());
+  if (static_cast<std::int64_t>(vocab.tokens.size()) < o.vocab_size)
+    out << format("stopped before %lld tokens: no pair of symbols occurs %lld times or more\n",
+                  static_cast<long long>(o.vocab_size), static_cast<long long>(o.min_frequency));
+  out << format("the text is %zu tokens, %.2f bytes per token\n", tokens,
+                static_cast<double>(text.size()) / static_cast<double>(std::max<std::size_t>(tokens, 1)));
+  out << "wrote " << out_dir << "/vocab.json and " << out_dir << "/merges.txt\n";
+  return 0;
+}
+
 }  // namespace
 
 int run_train(const TrainOptions& o, std::ostream& out) {
+  if (o.task == "tokenizer") return run_train_tokenizer(o, out);
   if (o.task != "dates")
-    throw UsageError("TASK", "the only task is 'dates', got " + quote_value(o.task));
+    throw UsageError("TASK", "the tasks are 'dates' and 'tokenizer', got " + quote_value(o.task));
+  refuse_options_of(kTokenizerOptions, o);
   models::DateTrainingOptions t;
   t.steps = o.steps;
   t.batch = o.batch;
