@@ -141,8 +141,9 @@ TEST_F(StorageCache, ThreadsNeverShareABlock) {
 // fork() while another thread allocates and frees large tensors through the cache: the
 // child can still allocate one (the cache's lock is held across the fork and released in
 // the child). Without that, a child forked while the other thread held the lock waits
-// for it forever: SIGALRM ends it after 2 s and counts as a failure (measured with the
-// handlers removed: about 64 of 300 children hung, 640 s at 10 s each).
+// for it forever: SIGALRM ends it after 10 s and counts as a failure (measured with the
+// handlers removed: about 64 of 300 children hung, 640 s at 10 s each). Not 2 s: on a
+// 2-core machine busy with a build, a child once took longer than that to run.
 TEST_F(StorageCache, AChildForkedWhileAnotherThreadUsesItCanAllocate) {
   std::atomic<bool> stop{false};
   std::thread churn([&stop] {
@@ -156,14 +157,14 @@ TEST_F(StorageCache, AChildForkedWhileAnotherThreadUsesItCanAllocate) {
     const pid_t child = fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
-      alarm(2);
+      alarm(10);
       Tensor t = Tensor::empty({static_cast<std::int64_t>(kMiB / 4)});
       _exit(t.defined() ? 0 : 1);
     }
     int status = 0;
     waitpid(child, &status, 0);
     failures += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    if (failures > 0) break;  // one is enough, and each costs the alarm's 2 s
+    if (failures > 0) break;  // one is enough, and each costs the alarm's 10 s
   }
   stop = true;
   churn.join();
