@@ -15,6 +15,7 @@
 #include "attention/kernels/flash.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
+#include "attention/expect_error.h"
 #include "qkv/rng.h"
 #include "qkv/threads.h"
 #include "attention/random_inputs.h"
@@ -560,17 +561,7 @@ TEST(AttentionBackward, AutomaticIsTheKernel) {
   EXPECT_NE(ref.dq.to_vector(), fast.dq.to_vector());  // double vs f32: not the same path
 }
 
-// What the message must contain for each wrong argument.
-void expect_error(const std::function<void()>& call, const std::string& needle, ErrorKind kind) {
-  try {
-    call();
-    ADD_FAILURE() << "no qkv::Error thrown; expected one mentioning '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
-        << "message '" << e.what() << "' does not mention '" << needle << "'";
-    EXPECT_EQ(e.kind(), kind) << e.what();
-  }
-}
+using testing::expect_error;
 
 TEST(AttentionBackward, ArgumentErrorsNameTheArgument) {
   Rng rng(48);

@@ -8,21 +8,12 @@
 
 #include "qkv/attention.h"
 #include "qkv/error.h"
+#include "attention/expect_error.h"
 
 namespace qkv {
 namespace {
 
-void expect_error(const std::function<void()>& call, const std::string& fragment,
-                  ErrorKind kind = ErrorKind::value) {
-  try {
-    call();
-    ADD_FAILURE() << "no qkv::Error; expected one mentioning '" << fragment << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
-        << "message '" << e.what() << "' does not mention '" << fragment << "'";
-    EXPECT_EQ(e.kind(), kind) << e.what();
-  }
-}
+using testing::expect_error;
 
 struct Inputs {
   Tensor q = Tensor::zeros({2, 4, 3, 8});

@@ -20,6 +20,7 @@
 #include "attention/problem.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
+#include "attention/expect_error.h"
 #include "qkv/rng.h"
 
 namespace qkv {
@@ -429,16 +430,7 @@ TEST(Float64AttentionBackward, MaskedRowsAndKeysGetExactlyZero) {
 // ---------------------------------------------------------------------------------------
 // The rules: f64 goes all the way or is an error naming the argument.
 
-void expect_error(const std::function<void()>& call, const std::string& needle, ErrorKind kind) {
-  try {
-    call();
-    ADD_FAILURE() << "no qkv::Error thrown; expected one mentioning '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
-        << "message '" << e.what() << "' does not mention '" << needle << "'";
-    EXPECT_EQ(e.kind(), kind) << e.what();
-  }
-}
+using testing::expect_error;
 
 TEST(Float64Attention, FastAndMixedDtypesAreTypeErrorsNamingTheArguments) {
   Rng rng(69);

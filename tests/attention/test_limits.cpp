@@ -13,6 +13,7 @@
 #include "attention/random_inputs.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
+#include "attention/expect_error.h"
 #include "qkv/memory.h"
 #include "qkv/threads.h"
 
@@ -21,16 +22,7 @@ namespace {
 
 using testing::random_tensor;
 
-void expect_error(const std::function<void()>& call, const std::string& fragment, ErrorKind kind) {
-  try {
-    call();
-    ADD_FAILURE() << "no qkv::Error; expected one mentioning '" << fragment << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
-        << "message '" << e.what() << "' does not mention '" << fragment << "'";
-    EXPECT_EQ(e.kind(), kind) << e.what();
-  }
-}
+using testing::expect_error;
 
 struct Restore {
   int threads = num_threads();
