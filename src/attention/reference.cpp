@@ -101,7 +101,7 @@ template <class E>
 AttentionResult reference_attention_planned(const AttentionProblem& p, const Tensor& q_in,
                                             const Tensor& k_in, const Tensor& v_in,
                                             const AttentionOptions& options) {
-  constexpr DType kCompute = std::is_same_v<E, double> ? DType::f64 : DType::f32;
+  constexpr DType kCompute = kComputeDType<E>;
   const Tensor q = as_compute_contiguous(q_in, kCompute);  // (B, Hq, Lq, Dk)
   const Tensor k = as_compute_contiguous(k_in, kCompute);  // (B, Hkv, Lk, Dk)
   const Tensor v = as_compute_contiguous(v_in, kCompute);  // (B, Hkv, Lk, Dv)

@@ -8,6 +8,8 @@
 // they always were, so f32/bf16/f16 results do not change.
 #pragma once
 
+#include <type_traits>
+
 #include "attention/problem.h"
 #include "core/budget.h"
 
@@ -17,6 +19,10 @@ namespace qkv::detail {
 inline DType reference_compute_dtype(DType dtype) {
   return dtype == DType::f64 ? DType::f64 : DType::f32;
 }
+
+// The dtype of the compute element type E itself: f64 for double, f32 for float.
+template <class E>
+inline constexpr DType kComputeDType = std::is_same_v<E, double> ? DType::f64 : DType::f32;
 
 // t as a contiguous tensor of `compute` (reference_compute_dtype): shared when it already
 // is one, else a copy (exact: widening, or f64 as is). Keeps the reference loops (forward

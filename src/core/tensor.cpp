@@ -4,6 +4,7 @@
 #include <cstring>
 #include <numeric>
 #include <sstream>
+#include <type_traits>
 
 #include "core/storage.h"
 #include "qkv/error.h"
@@ -243,24 +244,33 @@ Tensor Tensor::full(const Shape& shape, float value, DType dtype) {
   return t;
 }
 
-Tensor Tensor::from_vector(const Shape& shape, std::span<const float> values, DType dtype) {
-  Tensor t = empty(shape, dtype);
+namespace {
+
+// A tensor of `shape` holding `values` (float or double), each stored as `dtype` does.
+template <class T>
+Tensor tensor_from_values(const char* who, const Shape& shape, std::span<const T> values,
+                          DType dtype) {
+  Tensor t = Tensor::empty(shape, dtype);
   QKV_CHECK(static_cast<std::int64_t>(values.size()) == t.numel(),
-            "Tensor::from_vector: shape " << shape_to_string(shape) << " needs " << t.numel()
-                                          << " values, got " << values.size());
-  for (std::size_t i = 0; i < values.size(); ++i)
-    store_from_f32(t.data_, static_cast<std::int64_t>(i), dtype, values[i]);
+            who << ": shape " << shape_to_string(shape) << " needs " << t.numel()
+                << " values, got " << values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if constexpr (std::is_same_v<T, double>)
+      store_from_f64(t.data(), static_cast<std::int64_t>(i), dtype, values[i]);
+    else
+      store_from_f32(t.data(), static_cast<std::int64_t>(i), dtype, values[i]);
+  }
   return t;
 }
 
+}  // namespace
+
+Tensor Tensor::from_vector(const Shape& shape, std::span<const float> values, DType dtype) {
+  return tensor_from_values("Tensor::from_vector", shape, values, dtype);
+}
+
 Tensor Tensor::from_vector_f64(const Shape& shape, std::span<const double> values, DType dtype) {
-  Tensor t = empty(shape, dtype);
-  QKV_CHECK(static_cast<std::int64_t>(values.size()) == t.numel(),
-            "Tensor::from_vector_f64: shape " << shape_to_string(shape) << " needs " << t.numel()
-                                              << " values, got " << values.size());
-  for (std::size_t i = 0; i < values.size(); ++i)
-    store_from_f64(t.data_, static_cast<std::int64_t>(i), dtype, values[i]);
-  return t;
+  return tensor_from_values("Tensor::from_vector_f64", shape, values, dtype);
 }
 
 Tensor Tensor::from_blob(void* data, const Shape& shape, const Strides& strides, DType dtype,
