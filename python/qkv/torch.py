@@ -32,8 +32,9 @@ import math
 
 import torch
 
-from . import (_bool, _choice, _dropout, _float, _int, _run, _seed, attention_backward,
+from . import (_bool, _choice, _dropout, _float, _run, _seed, attention_backward,
                attention_weights)
+from .nn import _dropout_p, _size
 
 __all__ = ["AttentionFunction", "scaled_dot_product_attention", "MultiheadAttention",
            "TransformerEncoderLayer"]
@@ -125,13 +126,6 @@ def _dropout_seed():
     return int(torch.randint(0, (1 << 63) - 1, (), dtype=torch.int64))
 
 
-def _size(value, fn, name):
-    n = _int(value, fn, name)
-    if n < 1:
-        raise ValueError(f"{fn}: {name} must be >= 1, got {n}")
-    return n
-
-
 class MultiheadAttention(torch.nn.Module):
     """torch.nn.MultiheadAttention with qkv's fused attention between the projections.
 
@@ -164,7 +158,7 @@ class MultiheadAttention(torch.nn.Module):
         self.kdim = self.embed_dim if kdim is None else _size(kdim, fn, "kdim")
         self.vdim = self.embed_dim if vdim is None else _size(vdim, fn, "vdim")
         self._qkv_same_embed_dim = self.kdim == self.embed_dim and self.vdim == self.embed_dim
-        self.dropout = _dropout(dropout, fn)
+        self.dropout = _dropout_p(dropout, fn)
         self.batch_first = _bool(batch_first, fn, "batch_first")
         bias = _bool(bias, fn, "bias")
         factory = dict(device=device, dtype=dtype)
@@ -315,7 +309,7 @@ class TransformerEncoderLayer(torch.nn.Module):
         self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout,
                                             batch_first=batch_first, **factory)
         self.linear1 = torch.nn.Linear(d_model, dim_feedforward, **factory)
-        self.dropout = torch.nn.Dropout(_dropout(dropout, fn))
+        self.dropout = torch.nn.Dropout(_dropout_p(dropout, fn))
         self.linear2 = torch.nn.Linear(dim_feedforward, d_model, **factory)
         self.norm_first = _bool(norm_first, fn, "norm_first")
         eps = _float(layer_norm_eps, fn, "layer_norm_eps")
