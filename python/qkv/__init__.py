@@ -299,13 +299,17 @@ def _keeps_f64(impl, *tensors):
 
 
 def _widened(x):
-    """x as float64 (exact from float32/16), for dout, out and lse of a float64 backward."""
+    """x as float64 (exact from float32/16), for dout, out and lse of a float64 backward.
+    Only floating tensors and arrays are widened: anything else goes on as it is, to be
+    refused by _view naming the argument (None, a bool array) or read as it would be."""
     if _is_f64(x):
         return x
     torch = _torch_module()
     if torch is not None and isinstance(x, torch.Tensor):
-        return x.detach().to(torch.float64)
-    return np.asarray(x, dtype=np.float64)
+        return x.detach().to(torch.float64) if x.is_floating_point() else x
+    if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+        return x.astype(np.float64)
+    return x
 
 
 def _view(x, fn, name, allow_bool=False, add_batch=False, keep_f64=False):

@@ -259,3 +259,21 @@ def test_errors_name_the_dtype():
     # Other 8-byte types are still refused by name.
     with pytest.raises(TypeError, match="unsupported dtype int64"):
         _qkv._Tensor.from_array(np.zeros(3, np.int64), "q", False)
+
+
+def test_a_float64_backward_refuses_what_it_would_refuse_in_float32():
+    """dout, out and lse of a float64 backward are widened to float64 only when they are
+    floating arrays: None and bool arrays still get the errors naming them."""
+    import qkv
+    q = np.random.default_rng(3).standard_normal((1, 1, 3, 4))
+    out, lse = qkv.scaled_dot_product_attention(q, q, q, return_lse=True)
+    with pytest.raises(TypeError, match="dout must be an array"):
+        qkv.attention_backward(None, q, q, q, out, lse)
+    with pytest.raises(TypeError, match="dout has unsupported dtype bool"):
+        qkv.attention_backward(np.ones((1, 1, 3, 4), bool), q, q, q, out, lse)
+    with pytest.raises(TypeError, match="lse has unsupported dtype torch.bool"):
+        qkv.attention_backward(out, q, q, q, out, torch.ones(1, 1, 3, dtype=torch.bool))
+    # float32 dout, out and lse are widened exactly; the gradients are float64.
+    dq, _, _ = qkv.attention_backward(np.ones((1, 1, 3, 4), np.float32), q, q, q,
+                                      out.astype(np.float32), lse.astype(np.float32))
+    assert dq.dtype == np.float64
