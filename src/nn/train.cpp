@@ -170,36 +170,53 @@ CrossEntropyResult cross_entropy(const Tensor& logits, std::span<const std::int6
                                                          << " is out of range [0, " << V << ")");
     ++result.counted;
   }
-  if (dlogits) *dlogits = Tensor::zeros({N, V});
+  if (dlogits) *dlogits = Tensor::empty({N, V});
   const float* px = x.data_as<float>();
-  double total = 0.0;
   const double eps = label_smoothing;
-  for (std::int64_t r = 0; r < N; ++r) {
-    const std::int64_t t = targets[static_cast<std::size_t>(r)];
-    if (t == ignore_index) continue;
-    const float* row = px + r * V;
-    float mx = -std::numeric_limits<float>::infinity();
-    std::int64_t arg = 0;
-    for (std::int64_t v = 0; v < V; ++v)
-      if (row[v] > mx) { mx = row[v]; arg = v; }
-    double sum = 0.0, sum_logits = 0.0;
-    for (std::int64_t v = 0; v < V; ++v) {
-      sum += std::exp(static_cast<double>(row[v] - mx));
-      sum_logits += row[v];
-    }
-    const double log_z = mx + std::log(sum);
-    // −Σ t_v (x_v − log Z) = (1−ε)(log Z − x_t) + ε(log Z − mean_v x_v)
-    total += (1 - eps) * (log_z - row[t]) + eps * (log_z - sum_logits / static_cast<double>(V));
-    if (arg == t) ++result.correct;
-    if (dlogits) {
-      float* d = dlogits->data_as<float>() + r * V;
-      const double scale = 1.0 / static_cast<double>(result.counted);
+  const double scale = result.counted > 0 ? 1.0 / static_cast<double>(result.counted) : 0.0;
+  // Rows are independent: split across threads, each row's loss kept apart and summed in
+  // row order afterwards, so the loss does not depend on the thread count. exp runs in
+  // float (the products that made the logits are float); the sums run in double.
+  std::vector<double> row_loss(static_cast<std::size_t>(N), 0.0);
+  std::vector<char> row_correct(static_cast<std::size_t>(N), 0);
+  qkv::detail::parallel_chunks("train.cross_entropy", N, N * V >= (1 << 16), num_threads(),
+                               [&](std::int64_t r0, std::int64_t r1) {
+    std::vector<float> scratch(dlogits ? 0 : static_cast<std::size_t>(V));
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const std::int64_t t = targets[static_cast<std::size_t>(r)];
+      float* d = dlogits ? dlogits->data_as<float>() + r * V : scratch.data();
+      if (t == ignore_index) {
+        if (dlogits) std::fill_n(d, V, 0.f);
+        continue;
+      }
+      const float* row = px + r * V;
+      float mx = -std::numeric_limits<float>::infinity();
+      std::int64_t arg = 0;
+      for (std::int64_t v = 0; v < V; ++v)
+        if (row[v] > mx) { mx = row[v]; arg = v; }
+      double sum = 0.0, sum_logits = 0.0;
       for (std::int64_t v = 0; v < V; ++v) {
-        const double p = std::exp(row[v] - log_z);
-        const double target = (v == t ? 1 - eps : 0.0) + eps / static_cast<double>(V);
-        d[v] = static_cast<float>((p - target) * scale);
+        d[v] = std::exp(row[v] - mx);  // exp(x_v − max) ∈ (0, 1]
+        sum += d[v];
+        sum_logits += row[v];
+      }
+      const double log_z = mx + std::log(sum);
+      // −Σ t_v (x_v − log Z) = (1−ε)(log Z − x_t) + ε(log Z − mean_v x_v)
+      row_loss[static_cast<std::size_t>(r)] =
+          (1 - eps) * (log_z - row[t]) + eps * (log_z - sum_logits / static_cast<double>(V));
+      row_correct[static_cast<std::size_t>(r)] = arg == t;
+      if (dlogits) {
+        const double inv_sum = 1.0 / sum, smooth = eps / static_cast<double>(V);
+        for (std::int64_t v = 0; v < V; ++v)  // (p_v − target_v) / counted
+          d[v] = static_cast<float>((d[v] * inv_sum - smooth) * scale);
+        d[t] = static_cast<float>(d[t] - (1 - eps) * scale);
       }
     }
+  });
+  double total = 0.0;
+  for (std::int64_t r = 0; r < N; ++r) {
+    total += row_loss[static_cast<std::size_t>(r)];
+    result.correct += row_correct[static_cast<std::size_t>(r)];
   }
   result.loss = result.counted > 0 ? total / static_cast<double>(result.counted) : 0.0;
   return result;

@@ -16,7 +16,10 @@ TEST(NnActivations, GeluBothFormsAndRelu) {
   for (std::size_t i = 0; i < xv.size(); ++i) {
     const double v = xv[i];
     erf_form[i] = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
-    tanh_form[i] = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    // ½v(1 + tanh u) written as v / (1 + e^(−2u)), in long double: 1 + tanh u cancels to 0
+    // in double for v below about −9, where the true value is about −1e-16.
+    const long double u = std::sqrt(2.0L / M_PIl) * (v + 0.044715L * v * v * v);
+    tanh_form[i] = static_cast<double>(v / (1.0L + std::exp(-2.0L * u)));
     relu_form[i] = v > 0 ? v : 0;
   }
   // Double evaluation rounded once to f32: u·|y|, + 1e-30 for exact zeros.
