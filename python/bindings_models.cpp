@@ -21,6 +21,7 @@
 #include "bindings_common.h"
 #include "qkv/bert.h"
 #include "qkv/error.h"
+#include "qkv/language_model.h"
 #include "qkv/gpt2.h"
 #include "qkv/search.h"
 #include "qkv/tokenizer.h"
@@ -179,6 +180,29 @@ void register_models(py::module_& m) {
                 [&] { return model.forward_full(ids); });
           },
           py::arg("ids"), "(L, V) logits of every position, as a _Tensor. Releases the GIL.")
+      .def(
+          "score",
+          [](const models::Gpt2Model& model, const qkv::Tokenizer& tokenizer,
+             const std::string& text, std::int64_t stride) {
+            const qkv::BpeTokenizer* bpe = tokenizer.bpe();
+            QKV_CHECK(bpe != nullptr, "GPT2Model.score: the tokenizer is not byte-level BPE");
+            models::TextScore s;
+            {
+              py::gil_scoped_release release;
+              s = models::score_text(model, *bpe, text, stride);
+            }
+            py::dict d;
+            d["tokens"] = s.tokens;
+            d["bytes"] = s.bytes;
+            d["loss"] = s.loss;
+            d["perplexity"] = s.perplexity;
+            d["bits_per_byte"] = s.bits_per_byte;
+            d["stride"] = s.stride;
+            d["windows"] = s.windows;
+            return d;
+          },
+          py::arg("tokenizer"), py::arg("text"), py::arg("stride"),
+          "qkv::models::score_text as a dict. Releases the GIL.")
       .def(
           "generate",
           [](const models::Gpt2Model& model, const std::vector<std::int64_t>& prompt,

@@ -1,18 +1,23 @@
-// Training for Python (_qkv._Seq2Seq): the encoder–decoder model of qkv/seq2seq.h with
-// its forward_backward, so tests can hold its loss and every gradient against torch
-// autograd. Arrays cross as NumPy copies (f32 weights and gradients, int64 ids).
+// Training for Python: the encoder–decoder model of qkv/seq2seq.h (_qkv._Seq2Seq) with its
+// forward_backward, and the GPT-2 language model of qkv/language_model.h (_train_lm, with
+// a progress callback; _gpt2_lm_loss, _lm_batch_offsets and _gpt2_initial for the torch
+// twin and the tests), so tests can hold losses and every gradient against torch autograd.
+// Arrays cross as NumPy copies (f32 weights and gradients, int64 ids).
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bindings_common.h"
 #include "qkv/dates.h"
 #include "qkv/error.h"
+#include "qkv/language_model.h"
 #include "qkv/seq2seq.h"
 
 namespace py = pybind11;
@@ -166,6 +171,129 @@ void register_train(py::module_& m) {
           py::arg("src"), py::arg("src_lengths"), py::arg("tgt_in"))
       .def("greedy_decode", &models::Seq2Seq::greedy_decode, py::arg("sources"), py::arg("bos"),
            py::arg("eos"), py::arg("max_new_tokens"), py::call_guard<py::gil_scoped_release>());
+
+  // ---- The GPT-2 language model (qkv/language_model.h) --------------------------------
+  m.def(
+      "_train_lm",
+      [](const py::dict& d, const py::object& progress) {
+        models::LmTrainingOptions o;
+        auto str = [&](const char* key, std::string& field) {
+          if (d.contains(key) && !d[key].is_none()) field = d[key].cast<std::string>();
+        };
+        auto integer = [&](const char* key, std::int64_t& field) {
+          if (d.contains(key)) field = d[key].cast<std::int64_t>();
+        };
+        str("text", o.text);
+        str("heldout", o.heldout);
+        str("tokenizer", o.tokenizer);
+        str("out_dir", o.out_dir);
+        str("command", o.command);
+        integer("vocab_size", o.vocab_size);
+        integer("n_layer", o.model.n_layer);
+        integer("n_embd", o.model.n_embd);
+        integer("n_head", o.model.n_head);
+        integer("n_positions", o.model.n_positions);
+        integer("steps", o.steps);
+        integer("batch", o.batch);
+        integer("warmup_steps", o.warmup_steps);
+        integer("checkpoint_every", o.checkpoint_every);
+        integer("stop_at", o.stop_at);
+        integer("eval_every", o.eval_every);
+        integer("eval_tokens", o.eval_tokens);
+        if (d.contains("lr")) o.peak_lr = d["lr"].cast<double>();
+        if (d.contains("seed")) o.seed = d["seed"].cast<std::uint64_t>();
+        if (d.contains("resume")) o.resume = d["resume"].cast<bool>();
+        QKV_CHECK(o.model.n_embd % o.model.n_head == 0,
+                  "train_lm: n_head = " << o.model.n_head << " must divide n_embd = " << o.model.n_embd);
+        // The callback runs with the GIL; between steps it also runs Python's signal
+        // handlers, so Ctrl-C stops the run after a checkpoint and raises KeyboardInterrupt.
+        std::atomic<bool> stop{false};
+        std::optional<py::error_already_set> raised;
+        auto on_progress = [&](const models::LmProgress& p) {
+          py::gil_scoped_acquire acquire;
+          if (raised) return;
+          try {
+            if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+            if (!progress.is_none()) {
+              py::dict info;
+              info["step"] = p.step;
+              info["total"] = p.total;
+              info["loss"] = p.loss;
+              info["lr"] = p.lr;
+              info["heldout_loss"] = p.val_loss >= 0 ? py::object(py::float_(p.val_loss)) : py::none();
+              info["tokens_per_s"] = p.tokens_per_s;
+              info["elapsed_s"] = p.elapsed_s;
+              progress(info);
+            }
+          } catch (py::error_already_set& e) {
+            raised.emplace(std::move(e));
+            stop.store(true);
+          }
+        };
+        models::LmTrainingResult r;
+        {
+          py::gil_scoped_release release;
+          r = models::train_lm(o, on_progress, &stop);
+        }
+        if (raised) throw std::move(*raised);
+        py::dict out;
+        out["steps"] = r.steps;
+        out["interrupted"] = r.interrupted;
+        out["seconds"] = r.seconds;
+        out["tokens_per_s"] = r.tokens_per_s;
+        out["loss"] = r.final_loss;
+        out["heldout_loss"] = r.val_loss >= 0 ? py::object(py::float_(r.val_loss)) : py::none();
+        out["parameters"] = r.num_parameters;
+        out["train_tokens"] = r.train_tokens;
+        out["vocab_size"] = r.vocab_size;
+        out["checkpoint"] = r.checkpoint;
+        return out;
+      },
+      py::arg("options"), py::arg("progress"));
+  m.def("_lm_batch_offsets", &models::lm_batch_offsets, py::arg("seed"), py::arg("step"),
+        py::arg("batch"), py::arg("context"), py::arg("num_tokens"));
+  m.def(
+      "_lm_tokens",
+      [](const qkv::Tokenizer& tokenizer, const std::string& text) {
+        const qkv::BpeTokenizer* bpe = tokenizer.bpe();
+        QKV_CHECK(bpe != nullptr, "lm_tokens: the tokenizer is not byte-level BPE");
+        py::gil_scoped_release release;
+        return models::lm_tokens(*bpe, text);
+      },
+      py::arg("tokenizer"), py::arg("text"));
+  // A freshly initialised GPT-2 (Gpt2Weights::initialized) written as a Hugging Face
+  // directory: the twin's starting point.
+  m.def(
+      "_gpt2_initial",
+      [](const std::string& dir, const std::string& config_json, std::uint64_t seed) {
+        const models::Gpt2Config c = models::Gpt2Config::from_json(config_json, "_gpt2_initial");
+        models::Gpt2Weights w = models::Gpt2Weights::initialized(c, seed);
+        models::save_gpt2(dir, c, w);
+      },
+      py::arg("dir"), py::arg("config_json"), py::arg("seed"));
+  // The LM loss of windows (B, T + 1) under the model in `dir`, and its gradient under
+  // Hugging Face's names and layouts (hf_state_dict) when asked.
+  m.def(
+      "_gpt2_lm_loss",
+      [](const std::string& dir, const IdArray& tokens, bool with_grads) {
+        QKV_CHECK(tokens.ndim() == 2 && tokens.shape(1) >= 2,
+                  "_gpt2_lm_loss: tokens must be (B, T + 1) with T >= 1");
+        const models::Gpt2Model model = models::Gpt2Model::load(dir);
+        const std::int64_t B = tokens.shape(0), T = tokens.shape(1) - 1;
+        const std::vector<std::int64_t> ids(tokens.data(), tokens.data() + tokens.size());
+        models::Gpt2Weights grads = models::Gpt2Weights::zeros_like(model.config);
+        double loss = 0;
+        {
+          py::gil_scoped_release release;
+          loss = models::gpt2_lm_loss(model.config, model.weights, ids, B, T,
+                                      with_grads ? &grads : nullptr).loss;
+        }
+        py::dict g;
+        if (with_grads)
+          for (const auto& [name, t] : models::hf_state_dict(grads)) g[py::str(name)] = to_numpy(t);
+        return py::make_tuple(loss, g);
+      },
+      py::arg("dir"), py::arg("tokens"), py::arg("with_grads") = true);
 
   // The date translator's vocabulary and decoding (qkv/dates.h).
   m.def("_dates_encode", [](const std::string& text) {

@@ -65,6 +65,7 @@ import time
 
 from bench import CACHE, log, peers, report, rounds
 from bench.build import add_arguments as add_build_arguments, ensure_programs
+from bench.gpt2_torch import TorchGpt2, read_safetensors
 from bench.servers import OrtGpt2Decoder, OrtRunner, QkvModelsServer
 
 MODELS = os.path.join(CACHE, "models")
@@ -103,18 +104,6 @@ def write_safetensors(path, tensors):
         for a in tensors.values():
             f.write(np.ascontiguousarray(a, dtype="<f4").tobytes())
     os.replace(path + ".tmp", path)
-
-
-def read_safetensors(path):
-    """name -> read-only float32 array (a view of a memory map)."""
-    import numpy as np
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-    header.pop("__metadata__", None)
-    data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + n)
-    return {name: data[i["data_offsets"][0]:i["data_offsets"][1]].view(np.float32).reshape(i["shape"])
-            for name, i in header.items()}
 
 
 def hf_initializer(rng, E):
@@ -281,56 +270,6 @@ def export_bert_onnx(directory):
                                         "last_hidden_state": {0: "batch", 1: "sequence"}})
     os.replace(path + ".tmp", path)
     return path
-
-
-class TorchGpt2:
-    """GPT2LMHeadModel's published architecture in eager torch, with a preallocated KV cache."""
-
-    def __init__(self, directory):
-        import torch
-        c = GPT2
-        self.E, self.H = c["n_embd"], c["n_head"]
-        self.D = self.E // self.H
-        self.L, self.P = c["n_layer"], c["n_positions"]
-        self.eps = c["layer_norm_epsilon"]
-        self.w = {k: torch.from_numpy(v.copy()) for k, v in read_safetensors(os.path.join(directory, "model.safetensors")).items()}
-        self.k = torch.zeros(self.L, self.H, self.P, self.D)
-        self.v = torch.zeros(self.L, self.H, self.P, self.D)
-        self.length = 0
-
-    def clear(self):
-        self.length = 0
-
-    def forward(self, ids):
-        """The next len(ids) tokens -> the logits (V) of the last one; appends to the cache."""
-        import torch
-        import torch.nn.functional as F
-        w, E, H, D = self.w, self.E, self.H, self.D
-        T, start = len(ids), self.length
-        end = start + T
-        x = w["wte.weight"][torch.tensor(ids)] + w["wpe.weight"][start:end]  # (T, E)
-        mask = None
-        if T > 1:
-            mask = torch.ones(T, end, dtype=torch.bool).tril(diagonal=start).logical_not()
-        for i in range(self.L):
-            p = f"h.{i}."
-            a = F.layer_norm(x, (E,), w[p + "ln_1.weight"], w[p + "ln_1.bias"], self.eps)
-            qkv = torch.addmm(w[p + "attn.c_attn.bias"], a, w[p + "attn.c_attn.weight"])  # Conv1D
-            q, k, v = (t.view(T, H, D).transpose(0, 1) for t in qkv.split(E, dim=1))  # (H, T, D)
-            self.k[i, :, start:end] = k
-            self.v[i, :, start:end] = v
-            scores = torch.matmul(q, self.k[i, :, :end].transpose(-1, -2)) / math.sqrt(D)  # (H, T, end)
-            if mask is not None:
-                scores = scores.masked_fill(mask, float("-inf"))
-            o = torch.matmul(torch.softmax(scores, dim=-1), self.v[i, :, :end])  # (H, T, D)
-            o = o.transpose(0, 1).reshape(T, E)
-            x = x + torch.addmm(w[p + "attn.c_proj.bias"], o, w[p + "attn.c_proj.weight"])
-            m = F.layer_norm(x, (E,), w[p + "ln_2.weight"], w[p + "ln_2.bias"], self.eps)
-            m = F.gelu(torch.addmm(w[p + "mlp.c_fc.bias"], m, w[p + "mlp.c_fc.weight"]), approximate="tanh")
-            x = x + torch.addmm(w[p + "mlp.c_proj.bias"], m, w[p + "mlp.c_proj.weight"])
-        self.length = end
-        last = F.layer_norm(x[-1], (E,), w["ln_f.weight"], w["ln_f.bias"], self.eps)
-        return torch.mv(w["wte.weight"], last)  # lm_head tied to wte
 
 
 def torch_gpt2_step(directory):

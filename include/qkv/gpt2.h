@@ -26,15 +26,18 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qkv/nn.h"
 #include "qkv/rng.h"
 #include "qkv/safetensors.h"
 #include "qkv/tensor.h"
+#include "qkv/train.h"
 
 namespace qkv::models {
 
@@ -58,8 +61,25 @@ struct Gpt2Config {
   static Gpt2Config from_json(const std::string& text, std::string label = "<memory>");
   // The same, read from the file at `path`; errors name the path.
   static Gpt2Config from_file(const std::string& path);
+  // config.json as Hugging Face writes it for GPT2LMHeadModel (model_type "gpt2",
+  // architectures, n_ctx, activation_function, bos/eos_token_id when eos_token_id is set):
+  // from_json reads it back to this config.
+  std::string to_json() const;
+  // The number of parameters of a model of this config (the LM head is tied: not counted).
+  std::int64_t num_parameters() const;
   std::int64_t head_dim() const { return n_embd / n_head; }
   std::int64_t inner() const { return n_inner > 0 ? n_inner : 4 * n_embd; }
+  // Each block's nn::TransformerEncoderLayer config: pre-norm, GELU, F = inner().
+  nn::TransformerLayerConfig block_config() const;
+};
+
+// What one generation run mutates: the KV cache of every layer.
+struct Gpt2State {
+  std::vector<nn::KVCache> caches;  // per layer: k, v (1, H, P, D)
+  std::int64_t length() const { return caches.empty() ? 0 : caches.front().length; }
+  void clear() {
+    for (auto& c : caches) c.clear();
+  }
 };
 
 // Each block h.i is a pre-norm (norm_first) nn::TransformerEncoderLayer with GELU (tanh
@@ -76,16 +96,37 @@ struct Gpt2Weights {
   // attn.bias / attn.masked_bias buffers. The library never prints: front ends warn with
   // these (Python: warnings.warn).
   std::vector<std::string> unused_tensors;
+
+  // What backward() needs of one forward.
+  struct Record {
+    nn::Embedding::Record wte, wpe;
+    std::vector<nn::TransformerEncoderLayer::Record> h;
+  };
+
+  // A new model with GPT-2's initialisation (GPT2PreTrainedModel._init_weights): every
+  // product weight and both embeddings N(0, 0.02²), the residual projections attn.c_proj
+  // and mlp.c_proj N(0, (0.02 / √(2·n_layer))²), biases 0, LayerNorm gains 1 and shifts 0.
+  // Deterministic in `seed` (qkv::Rng, drawn in parameters() order).
+  static Gpt2Weights initialized(const Gpt2Config& config, std::uint64_t seed);
+  // Zero tensors of the same shapes, for gradients.
+  static Gpt2Weights zeros_like(const Gpt2Config& config);
+
+  // The one forward of GPT-2's trunk, for generation, scoring and training:
+  // ids (B·T, row-major (B, T)) at positions [offset, offset + T) -> the last block's
+  // output (B, T, E), before ln_f. `state` (B = 1) appends the T tokens' keys and values to
+  // its caches; `attentions` receives every layer's probabilities (1, H, T, T); `record`
+  // keeps what backward() needs. Ids and positions are checked by the embeddings.
+  Tensor forward(std::span<const std::int64_t> ids, std::int64_t B, std::int64_t T,
+                 std::int64_t offset = 0, Gpt2State* state = nullptr,
+                 std::vector<Tensor>* attentions = nullptr, Record* record = nullptr) const;
+  // dx (B, T, E), the gradient of forward()'s output -> adds ∂/∂θ into `grads`.
+  void backward(const Tensor& dx, const Record& record, Gpt2Weights& grads) const;
+
+  // qkv's names: wte.weight, wpe.weight, h.N.<nn::TransformerEncoderLayer's names>,
+  // ln_f.weight, ln_f.bias. save_gpt2 writes them under Hugging Face's names.
+  nn::ParameterList parameters();
 };
 
-// What one generation run mutates: the KV cache of every layer.
-struct Gpt2State {
-  std::vector<nn::KVCache> caches;  // per layer: k, v (1, H, P, D)
-  std::int64_t length() const { return caches.empty() ? 0 : caches.front().length; }
-  void clear() {
-    for (auto& c : caches) c.clear();
-  }
-};
 
 class Gpt2Model {
  public:
@@ -154,5 +195,26 @@ std::int64_t sample_token(std::span<const float> logits, const SamplingOptions& 
 std::vector<std::int64_t> generate(const Gpt2Model& model, std::span<const std::int64_t> prompt,
                                    const SamplingOptions& options,
                                    const std::function<void(std::int64_t)>& on_token = {});
+
+// The weights under GPT2LMHeadModel's names ("transformer.h.N.attn.c_attn.weight", ...)
+// and layouts (the Conv1D weights (in, out): transposed copies of nn::Linear's (out, in));
+// the tied lm_head.weight left out, as save_pretrained does. What save_gpt2 writes.
+std::vector<std::pair<std::string, Tensor>> hf_state_dict(Gpt2Weights& weights);
+
+// Writes `dir` as a Hugging Face GPT-2 directory: config.json (Gpt2Config::to_json) and
+// model.safetensors (hf_state_dict). dtype f32 or bf16 (rounded to nearest
+// even: half the file; the loader widens it back). `metadata` goes into the safetensors
+// header. The tokenizer's files are the caller's.
+void save_gpt2(const std::string& dir, const Gpt2Config& config, Gpt2Weights& weights,
+               const std::map<std::string, std::string>& metadata = {}, DType dtype = DType::f32);
+
+// Next-token cross-entropy of B windows of T + 1 tokens (`tokens`, row-major (B, T + 1)):
+// the model reads columns [0, T) and is scored on columns [1, T + 1), every position
+// counted. With `grads` (a Gpt2Weights of the same shapes), adds ∂loss/∂θ into it; the
+// tied LM head's gradient goes into grads.wte. T must be in [1, n_positions].
+//   logits = ln_f(forward(tokens[:, :T])) · wteᵀ                (B·T, V)
+train::CrossEntropyResult gpt2_lm_loss(const Gpt2Config& config, const Gpt2Weights& weights,
+                                       std::span<const std::int64_t> tokens, std::int64_t B,
+                                       std::int64_t T, Gpt2Weights* grads = nullptr);
 
 }  // namespace qkv::models

@@ -8,6 +8,7 @@
 #include "qkv/dtype.h"
 #include "qkv/error.h"
 #include "qkv/gpt2.h"
+#include "qkv/language_model.h"
 #include "qkv/memory.h"
 #include "qkv/nn.h"
 #include "qkv/rng.h"

@@ -73,6 +73,7 @@ __all__ = [
     "Transformer",
     "load_model",
     "translate_dates",
+    "train_lm",
     "BertModel",
     "GPT2Model",
     "UseLiteModel",
@@ -787,5 +788,5 @@ def self_attention_raw(x, scale=1.0):
     out = _qkv._self_attention_raw(c.tensor, _optional_float(scale, fn, "scale"))
     return _result(out, c, False)
 from .nn import MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer, Transformer  # noqa: E402
-from .models import (load_model, translate_dates, BertModel, GPT2Model, UseLiteModel,  # noqa: E402
-                     SearchIndex, search, Tokenizer)
+from .models import (load_model, translate_dates, train_lm, BertModel, GPT2Model,  # noqa: E402
+                     UseLiteModel, SearchIndex, search, Tokenizer)

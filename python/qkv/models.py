@@ -23,6 +23,7 @@ the model does not read are a UserWarning naming them, as Hugging Face warns.
 """
 
 import json
+import math
 import os
 import random
 import sys
@@ -361,6 +362,26 @@ class GPT2Model(_Model):
             raise ValueError(f"{fn}: eos_token_id must fit in int64, got {eos}")
         return self._impl.generate(ids, max_new_tokens, temperature, top_k, top_p, seed, eos)
 
+    def score(self, text, stride=None):
+        """Loss, perplexity and bits per byte of text under the model, as `qkv score`:
+        the text is read after an <|endoftext|> token, so every byte is predicted; a text
+        longer than the context is read in windows of n_positions tokens, stride apart
+        (default n_positions // 2), each scoring only its last stride tokens.
+
+        -> {"tokens", "bytes", "loss" (nats per token), "perplexity", "bits_per_byte",
+        "stride", "windows"}. ValueError for empty text, a stride outside
+        [1, n_positions - 1] or a model directory without a BPE tokenizer."""
+        fn = "GPT2Model.score"
+        text = _text(text, fn, "text")
+        if self.tokenizer is None or self.tokenizer.kind != "bpe":
+            raise ValueError(f"{fn}: the model directory has no byte-level BPE tokenizer")
+        if stride is None:
+            stride = 0  # n_positions // 2
+        elif not 1 <= _int(stride, fn, "stride") < self.config["n_positions"]:
+            raise ValueError(f"{fn}: stride must be in [1, {self.config['n_positions'] - 1}] "
+                             f"(n_positions - 1), got {stride}")
+        return self._impl.score(self.tokenizer._impl, text, stride)
+
     def __repr__(self):
         c = self.config
         return (f"qkv.GPT2Model(layers={c['n_layer']}, n_embd={c['n_embd']}, "
@@ -527,6 +548,59 @@ def load_model(directory, weights="f32"):
         raise ValueError(f"{fn}: weights={weights!r} is supported for GPT-2 only; "
                          f"'{directory}' holds a {model_type} model (use 'f32')")
     return cls.load(directory)
+
+
+def train_lm(text, out, heldout=None, tokenizer=None, vocab_size=8192, n_layer=4, n_embd=256,
+             n_head=4, context=256, steps=2000, batch=16, lr=1e-3, warmup=100, seed=0,
+             resume=False, checkpoint_every=500, stop_at=0, eval_every=250, progress=None):
+    """Trains a GPT-2 language model on the text file `text`, as `qkv train lm` does, into
+    the directory `out`: a Hugging Face GPT-2 directory (config.json, model.safetensors,
+    vocab.json, merges.txt; qkv.load_model reads it) with checkpoint.safetensors beside it.
+
+    heldout: a text file whose loss is measured every eval_every steps; tokenizer: a
+    directory with vocab.json + merges.txt (default: a byte-level BPE of vocab_size tokens
+    trained on `text`). context is n_positions, the tokens of each of the `batch` training
+    windows. lr: the peak of a linear warm-up over `warmup` steps and a cosine to lr/10.
+    progress(info) is called after every step with {"step", "total", "loss", "lr",
+    "heldout_loss" (None unless measured at that step), "tokens_per_s", "elapsed_s"};
+    an exception it raises, or Ctrl-C, stops training after a checkpoint and propagates
+    (continue with resume=True).
+
+    -> {"steps", "interrupted", "seconds", "tokens_per_s", "loss", "heldout_loss",
+    "parameters", "train_tokens", "vocab_size", "checkpoint"}.
+    """
+    fn = "train_lm"
+    text = _path(text, fn, "text")
+    out = _path(out, fn, "out")
+    options = {"text": text, "out_dir": out, "resume": bool(resume),
+               "heldout": None if heldout is None else _path(heldout, fn, "heldout"),
+               "tokenizer": None if tokenizer is None else _path(tokenizer, fn, "tokenizer"),
+               "lr": _float(lr, fn, "lr")}
+    limits = {"vocab_size": (257, 1 << 31), "n_layer": (1, 64), "n_embd": (8, 8192),
+              "n_head": (1, 256), "context": (2, 8192), "steps": (1, 100_000_000),
+              "batch": (1, 65536), "warmup": (0, 100_000_000), "seed": (0, 1 << 64),
+              "checkpoint_every": (0, 100_000_000), "stop_at": (0, 100_000_000),
+              "eval_every": (0, 100_000_000)}
+    values = {"vocab_size": vocab_size, "n_layer": n_layer, "n_embd": n_embd, "n_head": n_head,
+              "context": context, "steps": steps, "batch": batch, "warmup": warmup,
+              "seed": seed, "checkpoint_every": checkpoint_every, "stop_at": stop_at,
+              "eval_every": eval_every}
+    for name, value in values.items():
+        value = _int(value, fn, name)
+        low, high = limits[name]
+        if not low <= value < high:
+            raise ValueError(f"{fn}: {name} must be in [{low}, {high - 1}], got {value}")
+        options[name] = value
+    if options["n_embd"] % options["n_head"]:
+        raise ValueError(f"{fn}: n_head = {n_head} must divide n_embd = {n_embd}")
+    if not (options["lr"] > 0 and math.isfinite(options["lr"])):
+        raise ValueError(f"{fn}: lr must be a finite number > 0, got {lr}")
+    if progress is not None and not callable(progress):
+        raise TypeError(f"{fn}: progress must be callable or None, got {_describe(progress)}")
+    options["n_positions"] = options.pop("context")
+    options["warmup_steps"] = options.pop("warmup")
+    options["command"] = f"qkv.train_lm({text!r}, {out!r}, ...)"
+    return _qkv._train_lm(options, progress)
 
 
 def translate_dates(dates, model=None):

@@ -107,6 +107,17 @@ std::string bytes_text(std::uint64_t bytes) {
   return s;
 }
 
+std::string read_text(const std::string& path, const std::string& label) {
+  LineReader reader(path, label, {.max_line_bytes = std::size_t{64} << 20,
+                                  .max_total_bytes = std::uint64_t{4} << 30});
+  std::string text, line;
+  while (reader.next(line)) {
+    text += line;
+    text += '\n';
+  }
+  return text;
+}
+
 LineReader::LineReader(std::string path, std::string label, LineReaderOptions options)
     : path_(std::move(path)), name_(describe(label, path_)), options_(options) {
   struct stat st{};

@@ -73,4 +73,10 @@ class LineReader {
 // A byte count as messages show it: "1048576 bytes (1 MiB)".
 std::string bytes_text(std::uint64_t bytes);
 
+// A whole text a model trains on or is scored on: every line of `path` (LineReader's
+// checks; lines of up to 64 MiB, since one speech or one book per line is common, 4 GiB in
+// all), each followed by "\n". A file without a final line break gains one; "\r\n" becomes
+// "\n".
+std::string read_text(const std::string& path, const std::string& label);
+
 }  // namespace qkv::io

@@ -139,6 +139,18 @@ Gpt2Config read_config(const JsonConfig& json) {
 
 }  // namespace
 
+nn::TransformerLayerConfig Gpt2Config::block_config() const {
+  nn::TransformerLayerConfig layer;
+  layer.d_model = n_embd;
+  layer.nhead = n_head;
+  layer.dim_feedforward = inner();
+  layer.activation = activation == nn::GeluApproximation::tanh ? nn::Activation::gelu_tanh
+                                                               : nn::Activation::gelu;
+  layer.layer_norm_eps = layer_norm_epsilon;
+  layer.norm_first = true;
+  return layer;
+}
+
 Gpt2Config Gpt2Config::from_json(const std::string& text, std::string label) {
   return read_config(JsonConfig::parse(text, std::move(label)));
 }
@@ -163,14 +175,7 @@ Gpt2Model Gpt2Model::from_safetensors(const Gpt2Config& config, const SafeTensor
   Gpt2Weights w;
   w.wte.weight = l.get("wte.weight", {V, E});
   w.wpe.weight = l.get("wpe.weight", {P, E});
-  nn::TransformerLayerConfig layer;
-  layer.d_model = E;
-  layer.nhead = config.n_head;
-  layer.dim_feedforward = F;
-  layer.activation = config.activation == nn::GeluApproximation::tanh ? nn::Activation::gelu_tanh
-                                                                       : nn::Activation::gelu;
-  layer.layer_norm_eps = config.layer_norm_epsilon;
-  layer.norm_first = true;
+  const nn::TransformerLayerConfig layer = config.block_config();
   for (std::int64_t i = 0; i < config.n_layer; ++i) {
     const std::string p = "h." + std::to_string(i) + ".";
     // Filled from the checkpoint, not constructed (no random initialisation to discard).
@@ -293,18 +298,29 @@ Gpt2State Gpt2Model::make_state() const {
   return s;
 }
 
-Tensor Gpt2Model::run(std::span<const std::int64_t> ids, std::int64_t offset, Gpt2State* state,
-                      std::vector<Tensor>* attentions) const {
-  const auto T = static_cast<std::int64_t>(ids.size());
-  Tensor x = weights.wte.forward(ids, {1, T});  // (1, T, E)
-  nn::add_(x, weights.wpe.weight.slice(0, offset, offset + T).unsqueeze(0));
+Tensor Gpt2Weights::forward(std::span<const std::int64_t> ids, std::int64_t B, std::int64_t T,
+                            std::int64_t offset, Gpt2State* state,
+                            std::vector<Tensor>* attentions, Record* record) const {
+  QKV_CHECK(!state || B == 1, "gpt2: a KV cache holds one sequence, got a batch of " << B);
+  // Position ids (B, T): the table is read through the same Embedding forward and backward
+  // as the tokens, which also checks [offset, offset + T) against n_positions.
+  std::vector<std::int64_t> positions(static_cast<std::size_t>(B * T));
+  for (std::int64_t i = 0; i < B * T; ++i) positions[static_cast<std::size_t>(i)] = offset + i % T;
+  Tensor x = wte.forward(ids, {B, T}, record ? &record->wte : nullptr);  // (B, T, E)
+  nn::add_(x, wpe.forward(positions, {B, T}, record ? &record->wpe : nullptr));
   nn::AttentionMasks causal;
   causal.is_causal = true;
-  if (attentions) attentions->assign(weights.h.size(), Tensor());
-  for (std::size_t i = 0; i < weights.h.size(); ++i)
-    x = weights.h[i].forward(x, causal, state ? &state->caches[i] : nullptr,
-                             attentions ? &(*attentions)[i] : nullptr);
+  if (attentions) attentions->assign(h.size(), Tensor());
+  if (record) record->h.assign(h.size(), {});
+  for (std::size_t i = 0; i < h.size(); ++i)
+    x = h[i].forward(x, causal, state ? &state->caches[i] : nullptr,
+                     attentions ? &(*attentions)[i] : nullptr, record ? &record->h[i] : nullptr);
   return x;
+}
+
+Tensor Gpt2Model::run(std::span<const std::int64_t> ids, std::int64_t offset, Gpt2State* state,
+                      std::vector<Tensor>* attentions) const {
+  return weights.forward(ids, 1, static_cast<std::int64_t>(ids.size()), offset, state, attentions);
 }
 
 Tensor Gpt2Model::forward(std::span<const std::int64_t> ids, Gpt2State& state) const {

@@ -2,6 +2,7 @@
 # A task is data, a training loop and an evaluation around a model of src/models.
 list(APPEND QKV_SOURCES src/tasks/dates.cpp)
 list(APPEND QKV_SOURCES src/tasks/date_translator.cpp)
+list(APPEND QKV_SOURCES src/tasks/language_model.cpp)
 list(APPEND QKV_SOURCES src/tasks/embedded_model.cpp)
 # Semantic search over a corpus; its index file is checked by SHA-256 (OpenSSL's libcrypto).
 list(APPEND QKV_SOURCES src/tasks/search.cpp)

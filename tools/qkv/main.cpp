@@ -150,7 +150,8 @@ int usage_error(const CLI::App& app, const std::string& message) {
 // Options that name a file or directory. Given as "", each would read as not given (no
 // page written, the embedded model), so "" is refused instead.
 const std::vector<std::string> kPathOptions = {"--model", "--file", "--output", "--html", "--svg",
-                                               "--out", "--corpus", "--index"};
+                                               "--out", "--corpus", "--index",
+                                               "--heldout", "--tokenizer", "--data-dir"};
 
 int run(int argc, char** argv) {
   CLI::App app("qkv: Transformer attention, explained and measured.", "qkv");
@@ -342,9 +343,9 @@ int run(int argc, char** argv) {
   // Training and the date translator.
   TrainOptions tr;
   CLI::App* train = app.add_subcommand(
-      "train", "Train the date translator from scratch (the embedded model's recipe), or a "
-               "byte-level BPE tokenizer on a text");
-  train->add_option("task", tr.task, "What to train: dates or tokenizer")->required();
+      "train", "Train the date translator from scratch (the embedded model's recipe), a "
+               "byte-level BPE tokenizer on a text, or a GPT-2 language model on a text");
+  train->add_option("task", tr.task, "What to train: dates, tokenizer or lm")->required();
   train->add_option("--steps", tr.steps, "Optimizer steps")
       ->capture_default_str()
       ->check(integer_in(1, kMaxSteps));
@@ -382,10 +383,52 @@ int run(int argc, char** argv) {
                     "symbols occurs this often")
       ->capture_default_str()
       ->check(kPositive);
+  train->add_option("--data", tr.data, "lm: a known corpus instead of --text: sotu (DATA_DIR/"
+                    "sotu-train.txt, held out DATA_DIR/sotu-heldout.txt; scripts/fetch_data.sh "
+                    "sotu DATA_DIR writes them)")
+      ->check(one_of({"sotu"}));
+  train->add_option("--data-dir", tr.data_dir, "lm: where --data's files are")->capture_default_str();
+  train->add_option("--heldout", tr.heldout, "lm: held-out text for the validation loss");
+  train->add_option("--tokenizer", tr.tokenizer, "lm: directory with vocab.json + merges.txt "
+                    "(default: train a BPE tokenizer of --vocab-size on the training text)");
+  train->add_option("--layers", tr.layers, "lm: transformer blocks")
+      ->capture_default_str()->check(integer_in(1, 64));
+  train->add_option("--embd", tr.embd, "lm: model width E")
+      ->capture_default_str()->check(integer_in(8, 8192));
+  train->add_option("--heads", tr.heads, "lm: attention heads (must divide --embd)")
+      ->capture_default_str()->check(integer_in(1, 256));
+  train->add_option("--context", tr.context, "lm: tokens per training window (n_positions)")
+      ->capture_default_str()->check(integer_in(2, 8192));
+  train->add_option("--warmup", tr.warmup, "lm: linear warm-up steps")
+      ->capture_default_str()->check(integer_in(0, kMaxSteps));
+  train->add_option("--eval-every", tr.eval_every, "lm: steps between held-out losses (0 = at "
+                    "the end only)")->capture_default_str()->check(integer_in(0, kMaxSteps));
   train->add_flag("--json", tr.json, "Print the result as one JSON object");
   train->add_flag("--quiet", tr.quiet, "No progress bar");
   train->footer("Examples: qkv train dates --steps 1500 --out dates-model --seed 0\n"
-                "          qkv train tokenizer --text speeches.txt --vocab-size 8192 --out sotu-bpe");
+                "          qkv train tokenizer --text speeches.txt --vocab-size 8192 --out sotu-bpe\n"
+                "          scripts/fetch_data.sh sotu data && qkv train lm --data sotu --steps 2000 "
+                "--out sotu-gpt\n"
+                "lm defaults: --steps 2000 --batch 16 --lr 1e-3 --out lm-model; the model is a "
+                "GPT-2 directory\n(config.json, model.safetensors, vocab.json, merges.txt) that "
+                "qkv generate and qkv score read.");
+
+  ScoreOptions sc;
+  CLI::App* score = app.add_subcommand(
+      "score", "Loss, perplexity and bits per byte of a text under a GPT-2 model");
+  score->add_option("--model", sc.model, "Model directory (config.json, model.safetensors, "
+                    "vocab.json + merges.txt)")->required();
+  score->add_option("--file", sc.file, "The text ('-': standard input)")->required();
+  score->add_option("--stride", sc.stride, "Sliding window step for texts longer than the "
+                    "context (default: n_positions / 2)")->check(kPositive);
+  score->add_flag("--json", sc.json, "Print {\"tokens\", \"bytes\", \"loss\", \"perplexity\", "
+                  "\"bits_per_byte\"} as one line");
+  score->footer("The text is scored after an <|endoftext|> token, so every byte counts. Texts "
+                "longer than the\ncontext are read in windows of n_positions tokens, STRIDE "
+                "apart; each window scores only\nits last STRIDE tokens (all of them in the "
+                "first), so every token is predicted once with\nat least n_positions - STRIDE "
+                "tokens of context after the first window.\n\n"
+                "Example: qkv score --model models/sotu-gpt --file data/sotu-heldout.txt --json");
 
   TranslateOptions tl;
   CLI::App* translate = app.add_subcommand(
@@ -438,7 +481,7 @@ int run(int argc, char** argv) {
       return usage_error(app, quote_value(first) +
                                   " is not a command; the commands are version, "
                                   "explain, bench, run, embed, search, tokenize, generate, "
-                                  "train and translate");
+                                  "train, score and translate");
     }
     return usage_error(app, "unexpected argument " + quote_value(first));
   }
@@ -482,6 +525,7 @@ int run(int argc, char** argv) {
           tr.given.push_back("--" + option->get_lnames().front());
       return run_train(tr, std::cout);
     }
+    if (score->parsed()) return run_score(sc, std::cout);
     if (translate->parsed()) {
       tl.has_file = translate->get_option("--file")->count() > 0;
       return run_translate(tl, std::cout);

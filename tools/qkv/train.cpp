@@ -1,12 +1,15 @@
 // qkv train dates: trains the date translator from scratch (or resumes it), with a
 // progress bar, a checkpoint on Ctrl-C, and the held-out exact match at the end.
 // qkv train tokenizer: a byte-level BPE vocabulary (qkv::train_bpe) learned from a text.
+// qkv train lm: a GPT-2 language model (qkv::models::train_lm) on a text, with the same
+// progress bar, Ctrl-C and --resume as dates.
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <iostream>
 #include <ostream>
 #include <string>
@@ -17,6 +20,8 @@
 #include "io/text_input.h"
 #include "print.h"
 #include "qkv/dates.h"
+#include "qkv/error.h"
+#include "qkv/language_model.h"
 #include "qkv/threads.h"
 #include "qkv/tokenizer.h"
 
@@ -47,11 +52,15 @@ std::string progress_line(const models::TrainingProgress& p) {
                 clock_time(eta).c_str());
 }
 
-// The options each task takes besides --out, --json and --quiet; another task's is an error.
-const std::vector<std::string> kDatesOptions = {"--steps", "--batch", "--lr", "--label-smoothing",
-                                                "--seed", "--resume", "--checkpoint-every",
-                                                "--stop-at", "--eval-size"};
-const std::vector<std::string> kTokenizerOptions = {"--text", "--vocab-size", "--min-frequency"};
+// The options only some tasks take (besides --out, --json and --quiet, which all take);
+// another task's is an error.
+const std::vector<std::string> kDatesOnly = {"--label-smoothing", "--eval-size"};
+const std::vector<std::string> kTrainingLoop = {"--steps", "--batch", "--lr", "--seed", "--resume",
+                                                "--checkpoint-every", "--stop-at"};
+const std::vector<std::string> kTokenizerOnly = {"--min-frequency"};
+const std::vector<std::string> kLmOnly = {"--data", "--data-dir", "--heldout", "--tokenizer",
+                                          "--layers", "--embd", "--heads", "--context",
+                                          "--warmup", "--eval-every"};
 
 void refuse_options_of(const std::vector<std::string>& others, const TrainOptions& o) {
   for (const std::string& option : o.given)
@@ -59,22 +68,40 @@ void refuse_options_of(const std::vector<std::string>& others, const TrainOption
       throw UsageError(option, "does not apply to 'qkv train " + o.task + "'");
 }
 
+bool given(const TrainOptions& o, const std::string& option) {
+  return std::find(o.given.begin(), o.given.end(), option) != o.given.end();
+}
+
+// Runs `train` with Ctrl-C setting g_interrupted (checked once per step), restoring the
+// previous handler however it ends.
+template <class Train>
+auto with_interrupt(Train train) {
+  g_interrupted.store(false);
+  struct sigaction action {};
+  action.sa_handler = on_sigint;
+  struct sigaction previous {};
+  sigaction(SIGINT, &action, &previous);
+  try {
+    auto result = train();
+    sigaction(SIGINT, &previous, nullptr);
+    return result;
+  } catch (...) {
+    sigaction(SIGINT, &previous, nullptr);
+    throw;
+  }
+}
+
 int run_train_tokenizer(const TrainOptions& o, std::ostream& out) {
-  refuse_options_of(kDatesOptions, o);
+  refuse_options_of(kDatesOnly, o);
+  refuse_options_of(kTrainingLoop, o);
+  refuse_options_of(kLmOnly, o);
   if (std::find(o.given.begin(), o.given.end(), "--text") == o.given.end())
     throw UsageError("--text", "'qkv train tokenizer' needs the training text (--text FILE)");
   const std::string out_dir =
       std::find(o.given.begin(), o.given.end(), "--out") == o.given.end() ? "tokenizer" : o.out;
   if (out_dir.empty()) throw UsageError("--out", "must not be empty");
-  // Lines of up to 64 MiB (one speech or one book per line is common), 4 GiB in all; the
-  // reader refuses binary data and text that is not UTF-8, naming the line.
-  io::LineReader reader(o.text, "--text", {.max_line_bytes = std::size_t{64} << 20,
-                                           .max_total_bytes = std::uint64_t{4} << 30});
-  std::string text, line;
-  while (reader.next(line)) {
-    text += line;
-    text += '\n';
-  }
+  // Refuses binary data and text that is not UTF-8, naming the line.
+  const std::string text = io::read_text(o.text, "--text");
   const auto start = std::chrono::steady_clock::now();
   const BpeVocabulary vocab = train_bpe(text, {.vocab_size = o.vocab_size,
                                                .min_frequency = o.min_frequency});
@@ -100,13 +127,131 @@ int run_train_tokenizer(const TrainOptions& o, std::ostream& out) {
   return 0;
 }
 
+std::string lm_progress_line(const models::LmProgress& p) {
+  constexpr int kWidth = 24;
+  const int filled = static_cast<int>(kWidth * p.step / std::max<std::int64_t>(p.total, 1));
+  std::string bar;
+  for (int i = 0; i < kWidth; ++i) bar += i < filled ? "█" : "·";
+  const double eta = p.step > 0 ? p.elapsed_s / static_cast<double>(p.step) *
+                                      static_cast<double>(p.total - p.step)
+                                : 0.0;
+  return format("step %lld/%lld %s loss %.4f%s  lr %.2e  %.0f tok/s  %s elapsed, ETA %s",
+                static_cast<long long>(p.step), static_cast<long long>(p.total), bar.c_str(),
+                p.loss, p.val_loss >= 0 ? format("  held-out %.4f", p.val_loss).c_str() : "",
+                p.lr, p.tokens_per_s, clock_time(p.elapsed_s).c_str(), clock_time(eta).c_str());
+}
+
+int run_train_lm(const TrainOptions& o, std::ostream& out) {
+  refuse_options_of(kDatesOnly, o);
+  refuse_options_of(kTokenizerOnly, o);
+  models::LmTrainingOptions t;
+  if (!o.data.empty()) {
+    if (given(o, "--text") || given(o, "--heldout"))
+      throw UsageError("--data", "names the training and held-out texts itself: give either "
+                                 "--data or --text/--heldout");
+    t.text = o.data_dir + "/" + o.data + "-train.txt";
+    t.heldout = o.data_dir + "/" + o.data + "-heldout.txt";
+    for (const std::string& f : {t.text, t.heldout})
+      if (!std::filesystem::exists(f))
+        throw qkv::Error("train lm: " + f + " does not exist; write it with: scripts/fetch_data.sh " +
+                    o.data + " " + o.data_dir);
+  } else {
+    if (!given(o, "--text"))
+      throw UsageError("--text", "'qkv train lm' needs a training text (--text FILE or --data sotu)");
+    if (o.text.empty()) throw UsageError("--text", "must name a file, got ''");
+    t.text = o.text;
+    t.heldout = o.heldout;
+  }
+  t.tokenizer = o.tokenizer;
+  t.vocab_size = o.vocab_size;
+  t.model.n_layer = o.layers;
+  t.model.n_embd = o.embd;
+  t.model.n_head = o.heads;
+  t.model.n_positions = o.context;
+  if (o.embd % o.heads != 0)
+    throw UsageError("--heads", format("%lld must divide --embd %lld", static_cast<long long>(o.heads),
+                                       static_cast<long long>(o.embd)));
+  if (given(o, "--steps")) t.steps = o.steps;
+  if (given(o, "--batch")) t.batch = o.batch;
+  t.peak_lr = o.lr;
+  t.warmup_steps = o.warmup;
+  t.seed = o.seed;
+  t.out_dir = given(o, "--out") ? o.out : "lm-model";
+  t.resume = o.resume;
+  t.checkpoint_every = o.checkpoint_every;
+  t.stop_at = o.stop_at;
+  t.eval_every = o.eval_every;
+  t.command = o.command_line;
+
+  out << "training a GPT-2 language model on " << t.text << ": " << t.model.n_layer
+      << " blocks, E " << t.model.n_embd << ", " << t.model.n_head << " heads, context "
+      << t.model.n_positions << "; " << t.steps << " steps of " << t.batch << " windows, "
+      << num_threads() << " threads\n"
+      << "(Ctrl-C saves a checkpoint and the model; continue with --resume)\n";
+  out.flush();
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  const std::int64_t every = std::max<std::int64_t>(1, t.steps / 20);
+  auto on_progress = [&](const models::LmProgress& p) {
+    if (o.quiet) return;
+    if (tty) {
+      std::cerr << "\r\033[K" << lm_progress_line(p) << std::flush;
+      if (p.val_loss >= 0) std::cerr << '\n';  // keep each held-out loss on screen
+    } else if (p.step % every == 0 || p.step == p.total || p.val_loss >= 0) {
+      std::cerr << lm_progress_line(p) << '\n';
+    }
+  };
+  const models::LmTrainingResult r =
+      with_interrupt([&] { return models::train_lm(t, on_progress, &g_interrupted); });
+  if (tty && !o.quiet) std::cerr << '\n';
+  const std::string resume_hint = "continue with: " + o.command_line +
+                                  (o.resume ? std::string() : std::string(" --resume")) + "\n";
+  if (r.interrupted) {
+    const bool asked = !g_interrupted.load();  // --stop-at, not Ctrl-C
+    out << (asked ? "stopped at step " : "interrupted at step ") << r.steps << " of " << t.steps
+        << "; checkpoint saved to " << r.checkpoint << " and the model to " << t.out_dir << "\n"
+        << resume_hint;
+    if (!asked) return 130;  // 128 + SIGINT, as shells report an interrupted command
+  }
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["steps"] = r.steps;
+    j["seconds"] = r.seconds;
+    j["tokens_per_s"] = r.tokens_per_s;
+    j["loss"] = r.final_loss;
+    if (r.val_loss >= 0) j["heldout_loss"] = r.val_loss; else j["heldout_loss"] = nullptr;
+    j["parameters"] = r.num_parameters;
+    j["vocab_size"] = r.vocab_size;
+    j["train_tokens"] = r.train_tokens;
+    j["out"] = t.out_dir;
+    out << j.dump() << '\n';
+    return 0;
+  }
+  if (r.interrupted) return 0;
+  out << format("done: %lld steps in %s (%.0f tokens/s), %lld parameters, vocabulary %lld; "
+                "the training text is %lld tokens\n",
+                static_cast<long long>(r.steps), clock_time(r.seconds).c_str(), r.tokens_per_s,
+                static_cast<long long>(r.num_parameters), static_cast<long long>(r.vocab_size),
+                static_cast<long long>(r.train_tokens))
+      << format("training loss %.4f", r.final_loss)
+      << (r.val_loss >= 0 ? format(", held-out loss %.4f (whole windows; qkv score measures "
+                                   "bits per byte)", r.val_loss)
+                          : std::string())
+      << "\nwrote " << t.out_dir << "/{config.json, model.safetensors, vocab.json, merges.txt} and "
+      << r.checkpoint << "\n"
+      << "try: qkv generate --model " << t.out_dir << " --prompt \"My fellow citizens\"\n";
+  return 0;
+}
+
 }  // namespace
 
 int run_train(const TrainOptions& o, std::ostream& out) {
   if (o.task == "tokenizer") return run_train_tokenizer(o, out);
+  if (o.task == "lm") return run_train_lm(o, out);
   if (o.task != "dates")
-    throw UsageError("TASK", "the tasks are 'dates' and 'tokenizer', got " + quote_value(o.task));
-  refuse_options_of(kTokenizerOptions, o);
+    throw UsageError("TASK", "the tasks are 'dates', 'tokenizer' and 'lm', got " + quote_value(o.task));
+  refuse_options_of({"--text", "--vocab-size"}, o);
+  refuse_options_of(kTokenizerOnly, o);
+  refuse_options_of(kLmOnly, o);
   models::DateTrainingOptions t;
   t.steps = o.steps;
   t.batch = o.batch;
@@ -138,19 +283,8 @@ int run_train(const TrainOptions& o, std::ostream& out) {
       std::cerr << progress_line(p) << '\n';
     }
   };
-  g_interrupted.store(false);
-  struct sigaction action {};
-  action.sa_handler = on_sigint;
-  struct sigaction previous {};
-  sigaction(SIGINT, &action, &previous);
-  models::DateTrainingResult r;
-  try {
-    r = models::train_dates(t, on_progress, &g_interrupted);
-  } catch (...) {
-    sigaction(SIGINT, &previous, nullptr);
-    throw;
-  }
-  sigaction(SIGINT, &previous, nullptr);
+  const models::DateTrainingResult r =
+      with_interrupt([&] { return models::train_dates(t, on_progress, &g_interrupted); });
   if (tty && !o.quiet) std::cerr << '\n';
 
   if (r.interrupted) {

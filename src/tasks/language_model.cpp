@@ -1,0 +1,301 @@
+// The language-model task: training a GPT-2 on a text (tokenizer, batches, AdamW,
+// checkpoints, validation) and scoring a text under a model. See qkv/language_model.h.
+
+#include "qkv/language_model.h"
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "io/text_input.h"
+#include "qkv/error.h"
+#include "qkv/rng.h"
+#include "qkv/safetensors.h"
+#include "qkv/train.h"
+
+namespace qkv::models {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string number(double v) {
+  std::ostringstream s;
+  s.precision(6);
+  s << v;
+  return s.str();
+}
+
+// The metadata a checkpoint is resumed from: a run continues only with the same model,
+// windows and seed, or it would not be the run it claims to continue.
+std::map<std::string, std::string> run_identity(const LmTrainingOptions& o, const Gpt2Config& c,
+                                                std::int64_t T) {
+  return {{"config", c.to_json()},
+          {"seed", std::to_string(o.seed)},
+          {"batch", std::to_string(o.batch)},
+          {"context", std::to_string(T)}};
+}
+
+std::int64_t parse_step(const std::string& text, const std::string& path) {
+  std::int64_t step = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), step);
+  QKV_CHECK(ec == std::errc() && end == text.data() + text.size() && step >= 0,
+            path << ": metadata \"step\" must be a step count >= 0, got \"" << text << "\"");
+  return step;
+}
+
+void save_all(const LmTrainingOptions& o, const Gpt2Config& c, std::int64_t T, Gpt2Weights& w,
+              const train::AdamW& opt, std::int64_t step, double val_loss, double seconds) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (auto& [name, t] : w.parameters()) tensors.emplace_back(name, *t);
+  for (auto& [name, t] : opt.state()) tensors.emplace_back("optimizer." + name, t);
+  std::map<std::string, std::string> meta = run_identity(o, c, T);
+  meta["step"] = std::to_string(step);
+  meta["total_steps"] = std::to_string(o.steps);
+  save_safetensors(o.out_dir + "/checkpoint.safetensors", tensors, meta);
+  std::map<std::string, std::string> model_meta = {{"trained_with", o.command},
+                                                   {"steps", std::to_string(step)},
+                                                   {"seed", std::to_string(o.seed)},
+                                                   {"training_seconds", number(seconds)}};
+  if (val_loss >= 0) model_meta["heldout_loss"] = number(val_loss);
+  save_gpt2(o.out_dir, c, w, model_meta);
+}
+
+// Mean loss over the first whole windows of T + 1 tokens of `stream` (up to max_tokens
+// predicted tokens), B windows per forward.
+double validation_loss(const Gpt2Config& c, const Gpt2Weights& w,
+                       const std::vector<std::int64_t>& stream, std::int64_t T, std::int64_t B,
+                       std::int64_t max_tokens) {
+  const auto N = static_cast<std::int64_t>(stream.size());
+  const std::int64_t windows = std::max<std::int64_t>(1, std::min((N - 1) / T, max_tokens / T));
+  double total = 0;
+  std::int64_t counted = 0;
+  for (std::int64_t first = 0; first < windows; first += B) {
+    const std::int64_t b = std::min(B, windows - first);
+    std::vector<std::int64_t> tokens;
+    for (std::int64_t i = first; i < first + b; ++i)
+      tokens.insert(tokens.end(), stream.begin() + i * T, stream.begin() + i * T + T + 1);
+    const train::CrossEntropyResult r = gpt2_lm_loss(c, w, tokens, b, T);
+    total += r.loss * static_cast<double>(r.counted);
+    counted += r.counted;
+  }
+  return total / static_cast<double>(counted);
+}
+
+}  // namespace
+
+Gpt2Config lm_model_config() {
+  Gpt2Config c;
+  c.n_layer = 4;
+  c.n_embd = 256;
+  c.n_head = 4;
+  c.n_positions = 256;
+  c.n_inner = 0;  // 4·E
+  c.activation = nn::GeluApproximation::tanh;
+  return c;
+}
+
+std::vector<std::int64_t> lm_tokens(const BpeTokenizer& tokenizer, std::string_view text) {
+  const std::optional<std::int64_t> eos = tokenizer.eos_id();
+  QKV_CHECK(eos.has_value(), "language model: the tokenizer has no <|endoftext|> token");
+  std::vector<std::int64_t> ids = tokenizer.encode(text);
+  ids.insert(ids.begin(), *eos);
+  return ids;
+}
+
+std::vector<std::int64_t> lm_batch_offsets(std::uint64_t seed, std::int64_t step, std::int64_t B,
+                                           std::int64_t T, std::int64_t num_tokens) {
+  QKV_CHECK(B >= 1 && T >= 1 && num_tokens >= T + 1,
+            "lm_batch_offsets: need B >= 1 windows of T + 1 tokens within " << num_tokens
+                                                                            << " tokens, got B = "
+                                                                            << B << ", T = " << T);
+  const auto span = static_cast<std::uint64_t>(num_tokens - T);  // offsets [0, N - T - 1]
+  Rng rng(mix64(seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(step) + 1));
+  std::vector<std::int64_t> offsets(static_cast<std::size_t>(B));
+  // uniform() has 53 bits: floor(u · span) is uniform to within 2^-53 · span per offset.
+  for (auto& o : offsets)
+    o = std::min(static_cast<std::int64_t>(rng.uniform() * static_cast<double>(span)),
+                 static_cast<std::int64_t>(span - 1));
+  return offsets;
+}
+
+LmTrainingResult train_lm(const LmTrainingOptions& o,
+                          const std::function<void(const LmProgress&)>& on_progress,
+                          const std::atomic<bool>* stop) {
+  QKV_CHECK(o.steps >= 1, "train lm: steps must be >= 1, got " << o.steps);
+  QKV_CHECK(o.batch >= 1, "train lm: batch must be >= 1, got " << o.batch);
+  QKV_CHECK(!o.out_dir.empty(), "train lm: an output directory is required");
+  QKV_CHECK(!o.text.empty(), "train lm: a training text is required");
+  QKV_CHECK(o.peak_lr > 0 && std::isfinite(o.peak_lr), "train lm: lr must be > 0, got " << o.peak_lr);
+  QKV_CHECK(o.eval_every >= 0 && o.checkpoint_every >= 0 && o.stop_at >= 0,
+            "train lm: eval_every, checkpoint_every and stop_at must be >= 0");
+  QKV_CHECK(o.context >= 0 && o.context <= o.model.n_positions,
+            "train lm: context must be in [1, n_positions = " << o.model.n_positions << "], got "
+                                                               << o.context);
+  const std::int64_t T = o.context == 0 ? o.model.n_positions : o.context;
+  std::filesystem::create_directories(o.out_dir);
+  const std::string checkpoint = o.out_dir + "/checkpoint.safetensors";
+  const std::filesystem::path out(o.out_dir);
+
+  // The tokenizer: the run's own copy in out_dir, which a resumed run reads back.
+  const std::string text = io::read_text(o.text, "train lm: text");
+  if (o.resume) {
+    QKV_CHECK(std::filesystem::exists(checkpoint),
+              "train lm: --resume: no checkpoint at " << checkpoint);
+  } else if (!o.tokenizer.empty()) {
+    for (const char* f : {"vocab.json", "merges.txt"}) {
+      const std::filesystem::path from = std::filesystem::path(o.tokenizer) / f;
+      QKV_CHECK(std::filesystem::is_regular_file(from),
+                "train lm: tokenizer: " << from.string() << " does not exist");
+      if (std::filesystem::exists(out / f) && std::filesystem::equivalent(from, out / f)) continue;
+      std::filesystem::copy_file(from, out / f, std::filesystem::copy_options::overwrite_existing);
+    }
+  } else {
+    QKV_CHECK(o.vocab_size >= 257, "train lm: vocab_size must be >= 257 (the 256 bytes and "
+                                   "<|endoftext|>), got " << o.vocab_size);
+    train_bpe(text, {.vocab_size = o.vocab_size}).save(o.out_dir);
+  }
+  const BpeTokenizer tokenizer =
+      BpeTokenizer::from_files(out / "vocab.json", out / "merges.txt");
+  const std::vector<std::int64_t> stream = lm_tokens(tokenizer, text);
+  const auto N = static_cast<std::int64_t>(stream.size());
+  QKV_CHECK(N >= T + 1, "train lm: " << o.text << " is " << N - 1 << " tokens; one training window "
+                                     << "needs " << T << " (the context) — give a longer text or "
+                                     << "a shorter --context");
+  std::vector<std::int64_t> heldout;
+  if (!o.heldout.empty()) {
+    heldout = lm_tokens(tokenizer, io::read_text(o.heldout, "train lm: held-out text"));
+    QKV_CHECK(static_cast<std::int64_t>(heldout.size()) >= T + 1,
+              "train lm: the held-out text " << o.heldout << " is " << heldout.size() - 1
+                                             << " tokens, shorter than one window of " << T);
+  }
+
+  Gpt2Config c = o.model;
+  c.vocab_size = static_cast<std::int64_t>(tokenizer.vocab_size());
+  c.eos_token_id = tokenizer.eos_id();
+  Gpt2Weights w = Gpt2Weights::initialized(c, o.seed);
+  Gpt2Weights grads = Gpt2Weights::zeros_like(c);
+  const nn::ParameterList grad_list = grads.parameters();
+  train::AdamWOptions adam;
+  adam.weight_decay = o.weight_decay;
+  train::AdamW opt(w.parameters(), adam);
+  std::int64_t start = 0;
+  if (o.resume) {
+    SafeTensors ck = SafeTensors::open(checkpoint);
+    const auto& meta = ck.metadata();
+    QKV_CHECK(meta.count("step") && meta.count("config"),
+              checkpoint << ": not a qkv language-model checkpoint (no step/config metadata)");
+    for (const auto& [key, value] : run_identity(o, c, T))
+      QKV_CHECK(meta.count(key) && meta.at(key) == value,
+                checkpoint << ": was trained with another " << key << " than this run's");
+    start = parse_step(meta.at("step"), checkpoint);
+    QKV_CHECK(start <= o.steps, checkpoint << ": is at step " << start << ", past steps " << o.steps);
+    nn::StateDict state;
+    std::vector<std::pair<std::string, Tensor>> moments;
+    for (const auto& name : ck.names()) {
+      if (name.starts_with("optimizer.")) moments.emplace_back(name.substr(10), ck.get(name));
+      else state[name] = ck.get(name);
+    }
+    nn::load_state_dict(w.parameters(), state);
+    opt = train::AdamW(w.parameters(), adam);
+    opt.load_state(moments, start);
+  }
+
+  const std::int64_t warmup = o.warmup_steps < o.steps ? o.warmup_steps : o.steps / 10;
+  const train::Schedule schedule{o.peak_lr, warmup, o.steps, o.min_lr_ratio};
+  LmTrainingResult result;
+  result.num_parameters = c.num_parameters();
+  result.train_tokens = N;
+  result.vocab_size = c.vocab_size;
+  const auto t0 = Clock::now();
+  const auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  std::vector<std::int64_t> tokens(static_cast<std::size_t>(o.batch * (T + 1)));
+  std::int64_t step = start;
+  for (; step < o.steps; ++step) {
+    if ((stop && stop->load()) || (o.stop_at > 0 && step >= o.stop_at)) {
+      result.interrupted = true;
+      break;
+    }
+    const std::vector<std::int64_t> offsets = lm_batch_offsets(o.seed, step, o.batch, T, N);
+    for (std::int64_t b = 0; b < o.batch; ++b)
+      std::copy_n(stream.begin() + offsets[static_cast<std::size_t>(b)], T + 1,
+                  tokens.begin() + b * (T + 1));
+    train::zero_grad(grad_list);
+    const train::CrossEntropyResult ce = gpt2_lm_loss(c, w, tokens, o.batch, T, &grads);
+    train::clip_grad_norm(grad_list, o.clip_norm);
+    const double lr = train::cosine_schedule(step, schedule);
+    opt.step(grad_list, lr);
+    result.final_loss = ce.loss;
+    LmProgress p;
+    p.step = step + 1;
+    p.total = o.steps;
+    p.loss = ce.loss;
+    p.lr = lr;
+    const bool last = step + 1 == o.steps;
+    if (!heldout.empty() && ((o.eval_every > 0 && p.step % o.eval_every == 0) || last)) {
+      p.val_loss = validation_loss(c, w, heldout, T, o.batch, o.eval_tokens);
+      result.val_loss = p.val_loss;
+    }
+    if (o.checkpoint_every > 0 && p.step % o.checkpoint_every == 0 && !last)
+      save_all(o, c, T, w, opt, p.step, result.val_loss, seconds());
+    p.elapsed_s = seconds();
+    p.tokens_per_s = static_cast<double>((p.step - start) * o.batch * T) / std::max(p.elapsed_s, 1e-9);
+    if (on_progress) on_progress(p);
+  }
+  result.steps = step;
+  result.seconds = seconds();
+  result.tokens_per_s =
+      static_cast<double>((step - start) * o.batch * T) / std::max(result.seconds, 1e-9);
+  save_all(o, c, T, w, opt, step, result.val_loss, result.seconds);
+  result.checkpoint = checkpoint;
+  return result;
+}
+
+TextScore score_text(const Gpt2Model& model, const BpeTokenizer& tokenizer, std::string_view text,
+                     std::int64_t stride) {
+  QKV_CHECK(!text.empty(), "score: the text is empty");
+  const std::int64_t P = model.config.n_positions;
+  QKV_CHECK(P >= 2, "score: the model's context (n_positions = " << P << ") must be at least 2");
+  if (stride == 0) stride = std::max<std::int64_t>(1, P / 2);
+  QKV_CHECK(stride >= 1 && stride <= P - 1,
+            "score: stride must be in [1, n_positions - 1 = " << P - 1 << "], got " << stride);
+  QKV_CHECK(static_cast<std::int64_t>(tokenizer.vocab_size()) <= model.config.vocab_size,
+            "score: the tokenizer has " << tokenizer.vocab_size() << " tokens, the model "
+                                        << model.config.vocab_size);
+  const std::vector<std::int64_t> ids = lm_tokens(tokenizer, text);
+  const auto N = static_cast<std::int64_t>(ids.size());  // ids[0] is <|endoftext|>
+  const std::int64_t V = model.config.vocab_size;
+  TextScore s;
+  s.tokens = N - 1;
+  s.bytes = static_cast<std::int64_t>(text.size());
+  s.stride = stride;
+  double nll = 0;
+  // Window [begin, end) predicts targets (begin + from, end): tokens after `from` of it.
+  std::int64_t scored_to = 1;  // targets before this index are scored
+  for (std::int64_t begin = 0; scored_to < N; begin += stride) {
+    const std::int64_t end = std::min(begin + P, N);
+    const Tensor logits = model.forward_full(
+        std::span<const std::int64_t>(ids.data() + begin, static_cast<std::size_t>(end - begin)));
+    ++s.windows;
+    const float* pl = logits.data_as<float>();  // (end - begin, V)
+    for (std::int64_t target = scored_to; target < end; ++target) {
+      const float* row = pl + (target - 1 - begin) * V;  // predicts ids[target]
+      const float m = *std::max_element(row, row + V);
+      double sum = 0;
+      for (std::int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v] - m));
+      nll += std::log(sum) + m - row[ids[static_cast<std::size_t>(target)]];
+    }
+    scored_to = end;
+    if (end == N) break;
+  }
+  s.loss = nll / static_cast<double>(s.tokens);
+  s.perplexity = std::exp(s.loss);
+  s.bits_per_byte = nll / std::log(2.0) / static_cast<double>(s.bytes);
+  return s;
+}
+
+}  // namespace qkv::models
