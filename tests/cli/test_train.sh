@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # End-to-end tests of `qkv train` and `qkv translate`.
-#   tests/cli/test_train.sh PATH/TO/qkv GROUP     GROUP: train | tokenizer | translate
+#   tests/cli/test_train.sh PATH/TO/qkv GROUP     GROUP: train | tokenizer | lm | translate
 # train: a few steps of training, checkpoints, --resume, Ctrl-C (SIGINT) saving a
 # checkpoint, bad options. tokenizer: `qkv train tokenizer` writes GPT-2 files that
-# `qkv tokenize` loads and that round-trip the text; bad input. translate: the embedded model on dates in every family of
+# `qkv tokenize` loads and that round-trip the text; bad input. lm: `qkv train lm` writes a
+# GPT-2 directory that `qkv generate` and `qkv score` read; --json, --stop-at/--resume,
+# Ctrl-C, bad input. translate: the embedded model on dates in every family of
 # formats, --file, --json, --show, --html, --svg, --model, bad input.
 # Every check asserts; the script prints each failure and exits 1 if there was any.
 set -u
@@ -76,7 +78,7 @@ PY
   expect_status 0 "resume after SIGINT"
   expect_in out "\"steps\":$((at + 2))" "resume after SIGINT reaches its steps"
 
-  expect_usage_error "the tasks are 'dates' and 'tokenizer'" train poems
+  expect_usage_error "the tasks are 'dates', 'tokenizer' and 'lm'" train poems
   expect_usage_error "--steps" train dates --steps 0
   expect_usage_error "--batch" train dates --batch x
   expect_failure "no checkpoint" train dates --steps 3 --out "$TMP/empty" --resume
@@ -179,9 +181,109 @@ PY
   expect_usage_error "--text: does not apply" train dates --text "$text"
 }
 
+test_lm() {
+  local text="$TMP/speech.txt" heldout="$TMP/heldout.txt" m="$TMP/lm"
+  "$PYTHON" - "$text" "$heldout" <<'PY'
+import sys
+words = "the people of the union and the congress of the states shall work for peace".split()
+lines = [" ".join(words[(i * 7 + j) % len(words)] for j in range(40)) + "." for i in range(80)]
+open(sys.argv[1], "w").write("\n".join(lines[:70]) + "\n")
+open(sys.argv[2], "w").write("\n".join(lines[70:]) + "\n")
+PY
+  local small=(--vocab-size 300 --layers 1 --embd 16 --heads 2 --context 16 --batch 2)
+  run train lm --text "$text" --heldout "$heldout" "${small[@]}" --steps 6 --eval-every 3 --out "$m" --quiet
+  expect_status 0 "train lm"
+  expect_in out "done: 6 steps" "train lm reports its steps"
+  expect_in out "held-out loss [0-9.]+" "train lm reports the held-out loss"
+  for f in config.json model.safetensors vocab.json merges.txt checkpoint.safetensors; do
+    if [[ -s "$m/$f" ]]; then pass; else fail "train lm did not write $f"; fi
+  done
+  if grep -q '"model_type": "gpt2"' "$m/config.json"; then pass; else fail "config.json is not a GPT-2 config"; fi
+
+  # The directory is a GPT-2 model for generate (with the viewer) and score.
+  run generate --model "$m" --prompt "the people" --max-new-tokens 4 --html "$TMP/lm.html"
+  expect_status 0 "generate on the trained model"
+  if grep -q "qkv-attention-data" "$TMP/lm.html"; then pass; else fail "generate --html on the trained model"; fi
+  run score --model "$m" --file "$heldout" --json
+  expect_status 0 "score --json"
+  "$PYTHON" - "$TMP/out" "$heldout" <<'PY' && pass || fail "score --json: $(cat "$TMP/out")"
+import json, math, os, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert len(lines) == 1, lines
+s = json.loads(lines[0])
+assert s["bytes"] == os.path.getsize(sys.argv[2]), s
+assert s["tokens"] > 0 and s["loss"] > 0, s
+assert abs(s["perplexity"] - math.exp(s["loss"])) < 1e-6 * s["perplexity"], s
+assert abs(s["bits_per_byte"] - s["loss"] * s["tokens"] / math.log(2) / s["bytes"]) < 1e-9, s
+assert s["stride"] == 8 and s["windows"] > 1, s
+PY
+  run score --model "$m" --file "$heldout" --stride 4
+  expect_status 0 "score --stride"
+  expect_in out "bits per byte" "score prints bits per byte"
+  expect_in out "stride 4" "score names its stride"
+
+  # --stop-at, then --resume to the end, equals the straight run above.
+  run train lm --text "$text" --heldout "$heldout" "${small[@]}" --steps 6 --eval-every 3 --out "$TMP/lm2" --stop-at 2 --quiet
+  expect_status 0 "train lm --stop-at"
+  expect_in out "stopped at step 2 of 6" "--stop-at message"
+  run train lm --text "$text" --heldout "$heldout" "${small[@]}" --steps 6 --eval-every 3 --out "$TMP/lm2" --resume --json --quiet
+  expect_status 0 "train lm --resume"
+  expect_in out '"steps":6' "resume reaches step 6"
+  expect_in out '"heldout_loss":[0-9.]+' "--json has the held-out loss"
+  if cmp -s <(tail -c +4097 "$m/model.safetensors") <(tail -c +4097 "$TMP/lm2/model.safetensors") &&
+     [[ $(stat -c %s "$m/model.safetensors") == $(stat -c %s "$TMP/lm2/model.safetensors") ]]; then pass; else
+    "$PYTHON" - "$m/model.safetensors" "$TMP/lm2/model.safetensors" <<'PY' && pass || fail "stop + resume differs from the straight run"
+import json, struct, sys
+def tensors(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    head = json.loads(data[8:8 + n]); body = data[8 + n:]
+    return {k: body[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in head.items() if k != "__metadata__"}
+sys.exit(0 if tensors(sys.argv[1]) == tensors(sys.argv[2]) else 1)
+PY
+  fi
+
+  # Ctrl-C: a checkpoint and the model are written, the status is 130, --resume goes on.
+  "$QKV" train lm --text "$text" "${small[@]}" --steps 100000 --out "$TMP/int" --quiet >"$TMP/out" 2>"$TMP/err" &
+  local pid=$!
+  sleep 3
+  kill -INT "$pid"
+  wait "$pid"
+  status=$?
+  expect_status 130 "train lm SIGINT"
+  expect_in out "interrupted at step [0-9]+ of 100000; checkpoint saved" "train lm SIGINT message"
+  if [[ -s "$TMP/int/checkpoint.safetensors" && -s "$TMP/int/model.safetensors" ]]; then pass; else
+    fail "no checkpoint or model after SIGINT"
+  fi
+
+  # Bad input: each a message and a non-zero status.
+  : >"$TMP/empty.txt"
+  expect_failure "is empty" train lm --text "$TMP/empty.txt" --out "$TMP/x"
+  printf 'ab\0cd\n' >"$TMP/binary.txt"
+  expect_failure "binary data" train lm --text "$TMP/binary.txt" --out "$TMP/x"
+  printf 'Hi.\n' >"$TMP/short.txt"
+  expect_failure "one training window" train lm --text "$TMP/short.txt" "${small[@]}" --out "$TMP/x"
+  expect_failure "fetch_data.sh sotu $TMP/nodata" train lm --data sotu --data-dir "$TMP/nodata" --out "$TMP/x"
+  expect_usage_error "--data: names the training and held-out texts" train lm --data sotu --text "$text"
+  expect_usage_error "needs a training text" train lm --out "$TMP/x"
+  expect_usage_error "--heads: 3 must divide --embd 16" train lm --text "$text" --embd 16 --heads 3
+  expect_usage_error "--vocab-size" train lm --text "$text" --vocab-size 200
+  expect_usage_error "--min-frequency: does not apply" train lm --text "$text" --min-frequency 3
+  expect_usage_error "--layers: does not apply" train dates --layers 2
+  expect_usage_error "--context: does not apply" train tokenizer --text "$text" --context 8
+  expect_failure "no checkpoint" train lm --text "$text" --out "$TMP/fresh" --resume
+  expect_usage_error "--stride" score --model "$m" --file "$heldout" --stride 16
+  expect_failure "is empty" score --model "$m" --file "$TMP/empty.txt"
+  expect_failure "cannot open" score --model "$m" --file "$TMP/missing.txt"
+  mkdir -p "$TMP/partial" && cp "$m/config.json" "$m/vocab.json" "$m/merges.txt" "$TMP/partial/"
+  expect_failure "model.safetensors" score --model "$TMP/partial" --file "$heldout"
+  expect_usage_error "--prompt: must encode to at least one token" generate --model "$m" --prompt ""
+}
+
 case "$GROUP" in
   train) test_train ;;
   tokenizer) test_tokenizer ;;
+  lm) test_lm ;;
   translate) test_translate ;;
   *) echo "unknown group $GROUP" >&2; exit 2 ;;
 esac
