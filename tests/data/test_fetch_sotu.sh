@@ -30,5 +30,5 @@ opening="Madam Speaker, Vice President Biden, Members of Congress, distinguished
 set +e
 msg=$("$fetch" no-such-set "$tmp/x" 2>&1); status=$?
 set -e
-[[ $status -eq 2 && $msg == *"known: debian-packages, sotu"* ]] || fail "unknown name: exit $status, '$msg'"
+[[ $status -eq 2 && $msg == *"known: debian-packages, sotu, brown"* ]] || fail "unknown name: exit $status, '$msg'"
 echo "data.sotu: both splits as pinned"

@@ -150,7 +150,7 @@ struct TrainOptions {
   // train lm (a GPT-2 on a text; --text, --vocab-size, --steps, --batch, --lr, --seed,
   // --out, --resume, --checkpoint-every, --stop-at are shared; --batch, --steps and --out
   // take the lm defaults of qkv/language_model.h unless given)
-  std::string data;                  // "sotu": DATA_DIR/sotu-train.txt and sotu-heldout.txt
+  std::string data;                  // "sotu" or "brown": DATA_DIR/NAME-train.txt and NAME-heldout.txt
   std::string data_dir = "data";
   std::string heldout;               // held-out text for the validation loss
   std::string tokenizer;             // vocab.json + merges.txt; default: train one on --text

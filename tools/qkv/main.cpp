@@ -383,10 +383,10 @@ int run(int argc, char** argv) {
                     "symbols occurs this often")
       ->capture_default_str()
       ->check(kPositive);
-  train->add_option("--data", tr.data, "lm: a known corpus instead of --text: sotu (DATA_DIR/"
-                    "sotu-train.txt, held out DATA_DIR/sotu-heldout.txt; scripts/fetch_data.sh "
-                    "sotu DATA_DIR writes them)")
-      ->check(one_of({"sotu"}));
+  train->add_option("--data", tr.data, "lm: a known corpus instead of --text: sotu or brown "
+                    "(DATA_DIR/NAME-train.txt, held out DATA_DIR/NAME-heldout.txt; "
+                    "scripts/fetch_data.sh NAME DATA_DIR writes them)")
+      ->check(one_of({"sotu", "brown"}));
   train->add_option("--data-dir", tr.data_dir, "lm: where --data's files are")->capture_default_str();
   train->add_option("--heldout", tr.heldout, "lm: held-out text for the validation loss");
   train->add_option("--tokenizer", tr.tokenizer, "lm: directory with vocab.json + merges.txt "
