@@ -3,47 +3,21 @@
 // the saved Hugging Face directory read back by the inference path, score_text against
 // its naive twin, deterministic batches, a resumed run equal to an uninterrupted one, and
 // bad input named.
-#include <unistd.h>
-
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "attention/expect_error.h"
 #include "nn/check.h"
+#include "temp_dir.h"
 #include "qkv/language_model.h"
 
 namespace {
 
 using qkv::Tensor;
-using namespace qkv::testing;  // nn::, train::, check_gradient, ...
+using namespace qkv::testing;  // nn::, train::, check_gradient, expect_error, TempDir
 namespace models = qkv::models;
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const qkv::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-struct TempDir {
-  std::filesystem::path path;
-  explicit TempDir(const std::string& name)
-      : path(std::filesystem::temp_directory_path() /
-             ("qkv_test_gpt2_training_" + name + "_" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string file(const std::string& name, const std::string& text) const {
-    const std::string p = (path / name).string();
-    std::ofstream(p, std::ios::binary) << text;
-    return p;
-  }
-};
 
 models::Gpt2Config tiny() {
   models::Gpt2Config c;
@@ -169,7 +143,7 @@ TEST(Gpt2Training, BatchOffsetsAreAPureFunctionInRange) {
     ++seen[static_cast<std::size_t>(o)];
   }
   for (int s : seen) EXPECT_GT(s, 0);  // 64 draws reach each of the 15 starts
-  EXPECT_NE(error_of([] { models::lm_batch_offsets(0, 0, 1, 5, 5); }), "");
+  expect_error([] { models::lm_batch_offsets(0, 0, 1, 5, 5); }, "lm_batch_offsets");
 }
 
 // score_text against its naive twin: every target scored by its own forward over the
@@ -209,15 +183,15 @@ TEST(Gpt2Training, ScoreMatchesTheSlidingWindowRule) {
     EXPECT_NEAR(s.bits_per_byte, nll / std::log(2.0) / static_cast<double>(text.size()), 1e-5);
     EXPECT_NEAR(s.perplexity, std::exp(s.loss), 1e-9 * s.perplexity);
   }
-  EXPECT_NE(error_of([&] { models::score_text(model, tok, "", 0); }), "");
-  EXPECT_NE(error_of([&] { models::score_text(model, tok, text, c.n_positions); }), "");
+  expect_error([&] { models::score_text(model, tok, "", 0); }, "the text is empty");
+  expect_error([&] { models::score_text(model, tok, text, c.n_positions); }, "stride must be in");
 }
 
 // A run stopped at step 4 and resumed to step 8 ends with the weights of a run of 8 steps.
 TEST(Gpt2Training, ResumedRunEqualsUninterruptedRun) {
   TempDir dir("resume");
-  const std::string text = dir.file("train.txt", some_text());
-  const std::string heldout = dir.file("heldout.txt", some_text().substr(500, 900));
+  const std::string text = dir.write("train.txt", some_text());
+  const std::string heldout = dir.write("heldout.txt", some_text().substr(500, 900));
   auto options = [&](const std::string& out) {
     models::LmTrainingOptions o;
     o.text = text;
@@ -261,7 +235,7 @@ TEST(Gpt2Training, ResumedRunEqualsUninterruptedRun) {
   models::LmTrainingOptions other = options("resumed");
   other.resume = true;
   other.model.n_embd = 16;
-  EXPECT_NE(error_of([&] { models::train_lm(other, {}); }).find("another config"), std::string::npos);
+  expect_error([&] { models::train_lm(other, {}); }, "was trained with another config");
 }
 
 TEST(Gpt2Training, BadInputIsNamed) {
@@ -270,17 +244,16 @@ TEST(Gpt2Training, BadInputIsNamed) {
   o.model = tiny();
   o.out_dir = (dir.path / "out").string();
   o.vocab_size = 300;
-  o.text = dir.file("empty.txt", "");
-  EXPECT_NE(error_of([&] { models::train_lm(o, {}); }).find("empty"), std::string::npos);
-  o.text = dir.file("binary.txt", std::string("ab\0cd", 5));
-  EXPECT_NE(error_of([&] { models::train_lm(o, {}); }), "");
-  o.text = dir.file("short.txt", "Hi.");  // <|endoftext|> H i . \n: 5 tokens, T = 7
-  EXPECT_NE(error_of([&] { models::train_lm(o, {}); }).find("one training window"), std::string::npos);
-  o.text = dir.file("ok.txt", some_text());
+  o.text = dir.write("empty.txt", "");
+  expect_error([&] { models::train_lm(o, {}); }, "empty");
+  o.text = dir.write("binary.txt", std::string("ab\0cd", 5));
+  expect_error([&] { models::train_lm(o, {}); }, "binary data");
+  o.text = dir.write("short.txt", "Hi.");  // <|endoftext|> H i . \n: 5 tokens, T = 7
+  expect_error([&] { models::train_lm(o, {}); }, "one training window");
+  o.text = dir.write("ok.txt", some_text());
   o.vocab_size = 200;
-  EXPECT_NE(error_of([&] { models::train_lm(o, {}); }).find("vocab_size must be >= 257"),
-            std::string::npos);
+  expect_error([&] { models::train_lm(o, {}); }, "vocab_size must be >= 257");
   o.vocab_size = 300;
   o.tokenizer = (dir.path / "nowhere").string();
-  EXPECT_NE(error_of([&] { models::train_lm(o, {}); }).find("does not exist"), std::string::npos);
+  expect_error([&] { models::train_lm(o, {}); }, "does not exist");
 }

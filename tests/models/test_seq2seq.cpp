@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "temp_dir.h"
 #include "qkv/seq2seq.h"
 #include "nn/check.h"
 
@@ -126,17 +127,7 @@ TEST(Seq2Seq, LossMatchesFiniteDifferences) {
 
 namespace {
 
-// A fresh directory under the system temp dir, removed at the end of the test.
-struct TempDir {
-  std::filesystem::path path;
-  explicit TempDir(const std::string& name)
-      : path(std::filesystem::temp_directory_path() /
-             ("qkv_test_seq2seq_" + name + "_" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
+using qkv::testing::TempDir;
 
 Seq2SeqConfig tiny() {
   Seq2SeqConfig c;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
 #include "qkv/error.h"
 #include "qkv/safetensors.h"
 #include "qkv/search.h"
@@ -67,16 +68,7 @@ std::vector<std::string> texts() {
   return t;
 }
 
-// A scratch directory per test, removed at the end.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name)
-      : path(fs::temp_directory_path() / ("qkv_use_lite_" + name + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using qkv::testing::TempDir;
 
 void copy_model(const fs::path& to) {
   fs::create_directories(to);

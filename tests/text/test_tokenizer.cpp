@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
 #include "qkv/error.h"
 #include "qkv/tokenizer.h"
 #include "utf8_for_tests.h"
@@ -27,21 +28,7 @@ using qkv::WordPieceTokenizer;
 using Ids = std::vector<std::int64_t>;
 using Strings = std::vector<std::string>;
 
-// A fresh directory under the system temp dir, removed at the end of the test.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    static int counter = 0;
-    path = std::filesystem::temp_directory_path() /
-           ("qkv_text_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::filesystem::path write(const std::string& name, const std::string& content) const {
-    std::ofstream(path / name, std::ios::binary) << content;
-    return path / name;
-  }
-};
+using qkv::testing::TempDir;
 
 // Expects `f` to throw qkv::Error whose message contains every one of `parts`.
 template <class F>

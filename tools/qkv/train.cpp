@@ -10,6 +10,7 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <ostream>
 #include <string>
@@ -38,18 +39,30 @@ std::string clock_time(double seconds) {
                    : format("%lld:%02lld", s / 60, s % 60);
 }
 
-std::string progress_line(const models::TrainingProgress& p) {
+// "step 40/100 ████······ loss 1.2345<extra>  lr 1.00e-03  5000 tok/s  0:10 elapsed, ETA 0:15"
+std::string progress_line(std::int64_t step, std::int64_t total, double loss, const std::string& extra,
+                          double lr, double tokens_per_s, double elapsed_s) {
   constexpr int kWidth = 24;
-  const int filled = static_cast<int>(kWidth * p.step / std::max<std::int64_t>(p.total, 1));
+  const int filled = static_cast<int>(kWidth * step / std::max<std::int64_t>(total, 1));
   std::string bar;
   for (int i = 0; i < kWidth; ++i) bar += i < filled ? "█" : "·";
-  const double eta = p.step > 0 ? p.elapsed_s / static_cast<double>(p.step) *
-                                      static_cast<double>(p.total - p.step)
-                                : 0.0;
-  return format("step %lld/%lld %s loss %.4f  acc %5.1f%%  lr %.2e  %.0f tok/s  %s elapsed, ETA %s",
-                static_cast<long long>(p.step), static_cast<long long>(p.total), bar.c_str(), p.loss,
-                100.0 * p.token_accuracy, p.lr, p.tokens_per_s, clock_time(p.elapsed_s).c_str(),
+  const double eta =
+      step > 0 ? elapsed_s / static_cast<double>(step) * static_cast<double>(total - step) : 0.0;
+  return format("step %lld/%lld %s loss %.4f%s  lr %.2e  %.0f tok/s  %s elapsed, ETA %s",
+                static_cast<long long>(step), static_cast<long long>(total), bar.c_str(), loss,
+                extra.c_str(), lr, tokens_per_s, clock_time(elapsed_s).c_str(),
                 clock_time(eta).c_str());
+}
+
+std::string progress_line(const models::TrainingProgress& p) {
+  return progress_line(p.step, p.total, p.loss, format("  acc %5.1f%%", 100.0 * p.token_accuracy),
+                       p.lr, p.tokens_per_s, p.elapsed_s);
+}
+
+std::string progress_line(const models::LmProgress& p) {
+  return progress_line(p.step, p.total, p.loss,
+                       p.val_loss >= 0 ? format("  held-out %.4f", p.val_loss) : std::string(),
+                       p.lr, p.tokens_per_s, p.elapsed_s);
 }
 
 // The options only some tasks take (besides --out, --json and --quiet, which all take);
@@ -66,6 +79,25 @@ void refuse_options_of(const std::vector<std::string>& others, const TrainOption
   for (const std::string& option : o.given)
     if (std::find(others.begin(), others.end(), option) != others.end())
       throw UsageError(option, "does not apply to 'qkv train " + o.task + "'");
+}
+
+// The progress callback of a training loop: on a terminal one line redrawn after every
+// step (a step for which `keep` is true ends its line, so it stays on screen); elsewhere
+// (a log) a line every total/20 steps, at the end, and at every `keep` step.
+template <class Progress>
+std::function<void(const Progress&)> progress_printer(
+    bool quiet, bool tty, std::int64_t total,
+    std::function<bool(const Progress&)> keep = [](const Progress&) { return false; }) {
+  const std::int64_t every = std::max<std::int64_t>(1, total / 20);
+  return [=](const Progress& p) {
+    if (quiet) return;
+    if (tty) {
+      std::cerr << "\r\033[K" << progress_line(p) << std::flush;
+      if (keep(p)) std::cerr << '\n';
+    } else if (p.step % every == 0 || p.step == p.total || keep(p)) {
+      std::cerr << progress_line(p) << '\n';
+    }
+  };
 }
 
 bool given(const TrainOptions& o, const std::string& option) {
@@ -127,20 +159,6 @@ int run_train_tokenizer(const TrainOptions& o, std::ostream& out) {
   return 0;
 }
 
-std::string lm_progress_line(const models::LmProgress& p) {
-  constexpr int kWidth = 24;
-  const int filled = static_cast<int>(kWidth * p.step / std::max<std::int64_t>(p.total, 1));
-  std::string bar;
-  for (int i = 0; i < kWidth; ++i) bar += i < filled ? "█" : "·";
-  const double eta = p.step > 0 ? p.elapsed_s / static_cast<double>(p.step) *
-                                      static_cast<double>(p.total - p.step)
-                                : 0.0;
-  return format("step %lld/%lld %s loss %.4f%s  lr %.2e  %.0f tok/s  %s elapsed, ETA %s",
-                static_cast<long long>(p.step), static_cast<long long>(p.total), bar.c_str(),
-                p.loss, p.val_loss >= 0 ? format("  held-out %.4f", p.val_loss).c_str() : "",
-                p.lr, p.tokens_per_s, clock_time(p.elapsed_s).c_str(), clock_time(eta).c_str());
-}
-
 int run_train_lm(const TrainOptions& o, std::ostream& out) {
   refuse_options_of(kDatesOnly, o);
   refuse_options_of(kTokenizerOnly, o);
@@ -190,18 +208,12 @@ int run_train_lm(const TrainOptions& o, std::ostream& out) {
       << "(Ctrl-C saves a checkpoint and the model; continue with --resume)\n";
   out.flush();
   const bool tty = isatty(STDERR_FILENO) != 0;
-  const std::int64_t every = std::max<std::int64_t>(1, t.steps / 20);
-  auto on_progress = [&](const models::LmProgress& p) {
-    if (o.quiet) return;
-    if (tty) {
-      std::cerr << "\r\033[K" << lm_progress_line(p) << std::flush;
-      if (p.val_loss >= 0) std::cerr << '\n';  // keep each held-out loss on screen
-    } else if (p.step % every == 0 || p.step == p.total || p.val_loss >= 0) {
-      std::cerr << lm_progress_line(p) << '\n';
-    }
-  };
-  const models::LmTrainingResult r =
-      with_interrupt([&] { return models::train_lm(t, on_progress, &g_interrupted); });
+  const models::LmTrainingResult r = with_interrupt([&] {
+    // Each held-out loss stays on screen (its own line).
+    return models::train_lm(t, progress_printer<models::LmProgress>(o.quiet, tty, t.steps,
+                                                 [](const auto& p) { return p.val_loss >= 0; }),
+                            &g_interrupted);
+  });
   if (tty && !o.quiet) std::cerr << '\n';
   const std::string resume_hint = "continue with: " + o.command_line +
                                   (o.resume ? std::string() : std::string(" --resume")) + "\n";
@@ -274,17 +286,10 @@ int run_train(const TrainOptions& o, std::ostream& out) {
   out.flush();
 
   const bool tty = isatty(STDERR_FILENO) != 0;
-  const std::int64_t every = std::max<std::int64_t>(1, t.steps / 20);
-  auto on_progress = [&](const models::TrainingProgress& p) {
-    if (o.quiet) return;
-    if (tty) {
-      std::cerr << "\r\033[K" << progress_line(p) << std::flush;
-    } else if (p.step % every == 0 || p.step == p.total) {
-      std::cerr << progress_line(p) << '\n';
-    }
-  };
-  const models::DateTrainingResult r =
-      with_interrupt([&] { return models::train_dates(t, on_progress, &g_interrupted); });
+  const models::DateTrainingResult r = with_interrupt([&] {
+    return models::train_dates(t, progress_printer<models::TrainingProgress>(o.quiet, tty, t.steps),
+                               &g_interrupted);
+  });
   if (tty && !o.quiet) std::cerr << '\n';
 
   if (r.interrupted) {
