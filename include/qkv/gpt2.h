@@ -160,6 +160,13 @@ class Gpt2Model {
   Tensor forward_full(std::span<const std::int64_t> ids,
                       std::vector<Tensor>* attentions = nullptr) const;
 
+  // B sequences of T tokens at once, no cache: ids (B·T, row-major (B, T)) at positions
+  // [0, T) -> the logits (R, V) of the R positions `rows` (indices into the flattened
+  // (B, T), each in [0, B·T)), in that order. Only those rows go through ln_f and the LM
+  // head: scoring reads the positions it scores, not all of them.
+  Tensor forward_rows(std::span<const std::int64_t> ids, std::int64_t B, std::int64_t T,
+                      std::span<const std::int64_t> rows) const;
+
  private:
   nn::Linear lm_head_;  // weight: wte (V, E), packed; no bias
 

@@ -355,6 +355,26 @@ Tensor Gpt2Model::forward_full(std::span<const std::int64_t> ids,
   return lm_head_.forward(weights.ln_f.forward(x)).view({L, config.vocab_size});  // (L, V)
 }
 
+Tensor Gpt2Model::forward_rows(std::span<const std::int64_t> ids, std::int64_t B, std::int64_t T,
+                               std::span<const std::int64_t> rows) const {
+  QKV_CHECK(B >= 1 && T >= 1 && T <= config.n_positions,
+            "Gpt2Model::forward_rows: need B >= 1 sequences of T in [1, n_positions = "
+                << config.n_positions << "] tokens, got B = " << B << ", T = " << T);
+  QKV_CHECK(static_cast<std::int64_t>(ids.size()) == B * T,
+            "Gpt2Model::forward_rows: ids holds " << ids.size() << " tokens, B·T = " << B * T);
+  for (const auto r : rows)
+    QKV_CHECK(r >= 0 && r < B * T, "Gpt2Model::forward_rows: row " << r << " is outside [0, B·T = "
+                                                                   << B * T << ")");
+  const std::int64_t E = config.n_embd, R = static_cast<std::int64_t>(rows.size());
+  const Tensor x = weights.forward(ids, B, T).contiguous();  // (B, T, E); checks the ids
+  Tensor picked = Tensor::empty({R, E});                     // (R, E)
+  const float* px = x.data_as<float>();
+  float* pp = picked.data_as<float>();
+  for (std::int64_t i = 0; i < R; ++i)
+    std::copy_n(px + rows[static_cast<std::size_t>(i)] * E, E, pp + i * E);
+  return lm_head_.forward(weights.ln_f.forward(picked));  // (R, V)
+}
+
 void validate(const SamplingOptions& o) {
   QKV_CHECK(o.max_new_tokens >= 0, "max_new_tokens must be >= 0, got " << o.max_new_tokens);
   QKV_CHECK(std::isfinite(o.temperature) && o.temperature >= 0,

@@ -268,29 +268,48 @@ TextScore score_text(const Gpt2Model& model, const BpeTokenizer& tokenizer, std:
                                         << model.config.vocab_size);
   const std::vector<std::int64_t> ids = lm_tokens(tokenizer, text);
   const auto N = static_cast<std::int64_t>(ids.size());  // ids[0] is <|endoftext|>
-  const std::int64_t V = model.config.vocab_size;
   TextScore s;
   s.tokens = N - 1;
   s.bytes = static_cast<std::int64_t>(text.size());
   s.stride = stride;
-  double nll = 0;
-  // Window [begin, end) predicts targets (begin + from, end): tokens after `from` of it.
-  std::int64_t scored_to = 1;  // targets before this index are scored
-  for (std::int64_t begin = 0; scored_to < N; begin += stride) {
+  // The windows: [begin, end) scores the targets [from, end) (ids[t] predicted from row
+  // t - 1 - begin): all after the first token in the first window, the last `stride`
+  // (those not scored yet) in each later one.
+  struct Window {
+    std::int64_t begin, end, from;
+  };
+  std::vector<Window> windows;
+  for (std::int64_t begin = 0, scored_to = 1; scored_to < N; begin += stride) {
     const std::int64_t end = std::min(begin + P, N);
-    const Tensor logits = model.forward_full(
-        std::span<const std::int64_t>(ids.data() + begin, static_cast<std::size_t>(end - begin)));
-    ++s.windows;
-    const float* pl = logits.data_as<float>();  // (end - begin, V)
-    for (std::int64_t target = scored_to; target < end; ++target) {
-      const float* row = pl + (target - 1 - begin) * V;  // predicts ids[target]
-      const float m = *std::max_element(row, row + V);
-      double sum = 0;
-      for (std::int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v] - m));
-      nll += std::log(sum) + m - row[ids[static_cast<std::size_t>(target)]];
-    }
+    windows.push_back({begin, end, scored_to});
     scored_to = end;
-    if (end == N) break;
+  }
+  s.windows = static_cast<std::int64_t>(windows.size());
+  // Runs of windows of one length go through the model together, kBatch at a time; only
+  // the rows they score reach the LM head, and their loss is cross_entropy's (rows in
+  // parallel, summed in order).
+  constexpr std::size_t kBatch = 16;
+  double nll = 0;
+  for (std::size_t first = 0; first < windows.size();) {
+    const std::int64_t L = windows[first].end - windows[first].begin;
+    std::size_t last = first;
+    while (last < windows.size() && last - first < kBatch &&
+           windows[last].end - windows[last].begin == L)
+      ++last;
+    const auto B = static_cast<std::int64_t>(last - first);
+    std::vector<std::int64_t> batch, rows, targets;
+    for (std::int64_t b = 0; b < B; ++b) {
+      const Window& w = windows[first + static_cast<std::size_t>(b)];
+      batch.insert(batch.end(), ids.begin() + w.begin, ids.begin() + w.end);
+      for (std::int64_t t = w.from; t < w.end; ++t) {
+        rows.push_back(b * L + (t - 1 - w.begin));
+        targets.push_back(ids[static_cast<std::size_t>(t)]);
+      }
+    }
+    const train::CrossEntropyResult r =
+        train::cross_entropy(model.forward_rows(batch, B, L, rows), targets, nullptr);
+    nll += r.loss * static_cast<double>(r.counted);
+    first = last;
   }
   s.loss = nll / static_cast<double>(s.tokens);
   s.perplexity = std::exp(s.loss);

@@ -422,7 +422,8 @@ int run(int argc, char** argv) {
   score->add_option("--stride", sc.stride, "Sliding window step for texts longer than the "
                     "context (default: n_positions / 2)")->check(kPositive);
   score->add_flag("--json", sc.json, "Print {\"tokens\", \"bytes\", \"loss\", \"perplexity\", "
-                  "\"bits_per_byte\"} as one line");
+                  "\"bits_per_byte\", \"stride\", \"windows\"} as one line (loss in nats per "
+                  "token)");
   score->footer("The text is scored after an <|endoftext|> token, so every byte counts. Texts "
                 "longer than the\ncontext are read in windows of n_positions tokens, STRIDE "
                 "apart; each window scores only\nits last STRIDE tokens (all of them in the "
