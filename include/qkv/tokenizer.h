@@ -141,13 +141,18 @@ class BpeTokenizer {
 //      weighted by their counts, becomes a new symbol (id 256, 257, ...; merges never
 //      cross pre-tokens), until the vocabulary holds vocab_size tokens or no pair occurs
 //      min_frequency times. Ties go to the smallest (left id, right id): deterministic.
+//      A pair whose token would stand for more than max_token_bytes bytes is never
+//      merged (a run of 3 MB of one digit would otherwise double its token 18 times,
+//      into merges.txt lines longer than any tokenizer reads back).
 //   4. The special tokens take the last ids.
 // The result loads in BpeTokenizer and round-trips any UTF-8 text. Errors (qkv::Error): an
 // empty text, one that is not UTF-8 or holds a NUL byte (binary), vocab_size below 257 +
-// the special tokens, min_frequency below 1, an empty or repeated special token.
+// the special tokens, min_frequency or max_token_bytes below 1, an empty or repeated
+// special token.
 struct BpeTrainingOptions {
   std::int64_t vocab_size = 0;  // 256 bytes + merges + special tokens
   std::int64_t min_frequency = 2;
+  std::int64_t max_token_bytes = 256;  // of text a merged token may stand for
   std::vector<std::string> special_tokens{"<|endoftext|>"};
 };
 

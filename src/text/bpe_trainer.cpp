@@ -46,6 +46,8 @@ void check_options(const BpeTrainingOptions& o) {
   QKV_CHECK(o.vocab_size <= std::numeric_limits<Symbol>::max(),
             "train_bpe: vocab_size " << o.vocab_size << " is more than 2^31 - 1");
   QKV_CHECK(o.min_frequency >= 1, "train_bpe: min_frequency must be >= 1, got " << o.min_frequency);
+  QKV_CHECK(o.max_token_bytes >= 1,
+            "train_bpe: max_token_bytes must be >= 1, got " << o.max_token_bytes);
   for (std::size_t i = 0; i < o.special_tokens.size(); ++i) {
     const std::string& t = o.special_tokens[i];
     QKV_CHECK(!t.empty(), "train_bpe: special token " << i << " is empty");
@@ -88,6 +90,7 @@ BpeVocabulary train_bpe(std::string_view text, const BpeTrainingOptions& options
     text::append_utf8(vocab.tokens.back(), table.to_char[bytes_by_char[id]]);
   }
 
+  std::vector<std::int64_t> token_bytes(256, 1);  // symbol -> the bytes of text it stands for
   std::vector<std::vector<Symbol>> words(distinct.size());  // word -> its symbols
   std::vector<std::int64_t> weight(distinct.size());       // word -> its count
   std::unordered_map<std::uint64_t, std::int64_t> pair_count;
@@ -119,9 +122,13 @@ BpeVocabulary train_bpe(std::string_view text, const BpeTrainingOptions& options
     if (found == pair_count.end() || found->second != top.count) continue;  // stale
     if (top.count < options.min_frequency) break;
     const Symbol a = left_of(top.key), b = right_of(top.key);
+    // Too long a token: passed over. Its count stays; a change to it pushes it again, to
+    // be passed over again.
+    if (token_bytes[a] + token_bytes[b] > options.max_token_bytes) continue;
     const auto merged = static_cast<Symbol>(vocab.tokens.size());
     vocab.merges.emplace_back(vocab.tokens[a], vocab.tokens[b]);
     vocab.tokens.push_back(vocab.tokens[a] + vocab.tokens[b]);
+    token_bytes.push_back(token_bytes[a] + token_bytes[b]);
 
     const std::vector<std::int32_t> words_with_pair = std::move(where[top.key]);
     where.erase(top.key);

@@ -21,7 +21,8 @@ using Merges = std::vector<std::pair<std::string, std::string>>;
 // The naive twin: the same definition (include/qkv/tokenizer.h) with no bookkeeping.
 // Pre-tokens come from BpeTokenizer::pre_tokenize, symbols are token strings, and each
 // step recounts all pairs and takes the most frequent, ties to the smallest ids.
-Merges naive_merges(const std::string& text, std::int64_t merges_wanted, std::int64_t min_frequency) {
+Merges naive_merges(const std::string& text, std::int64_t merges_wanted, std::int64_t min_frequency,
+                    std::int64_t max_token_bytes = 256) {
   const BpeVocabulary bytes = qkv::train_bpe("ab ab", {.vocab_size = 258, .min_frequency = 1000});
   const qkv::BpeTokenizer splitter = bytes.tokenizer();
   std::map<std::string, std::int64_t> id;  // token -> id, the 256 byte symbols first
@@ -42,8 +43,16 @@ Merges naive_merges(const std::string& text, std::int64_t merges_wanted, std::in
       for (std::size_t i = 0; i + 1 < s.size(); ++i) pairs[{id[s[i]], id[s[i + 1]]}] += n;
     std::pair<std::int64_t, std::int64_t> best{-1, -1};
     std::int64_t best_count = 0;
+    // The bytes a token stands for: one per character of the byte alphabet.
+    const auto bytes_of = [&](std::int64_t i) {
+      for (const auto& [token, j] : id)
+        if (j == i)
+          return std::count_if(token.begin(), token.end(), [](char c) { return (c & 0xC0) != 0x80; });
+      return std::ptrdiff_t{0};
+    };
     for (const auto& [p, n] : pairs)  // ascending ids: the first of the largest count wins
-      if (n > best_count) best_count = n, best = p;
+      if (n > best_count && bytes_of(p.first) + bytes_of(p.second) <= max_token_bytes)
+        best_count = n, best = p;
     if (best_count < min_frequency || best_count == 0) break;
     std::string a, b;
     for (const auto& [token, i] : id) {
@@ -118,6 +127,31 @@ TEST(BpeTrainer, EqualsTheNaiveTwin) {
   }
 }
 
+TEST(BpeTrainer, EqualsTheNaiveTwinWithATokenLengthLimit) {
+  const std::string text = corpus(2000, 6);
+  for (std::int64_t max_token_bytes : {2, 3, 5}) {
+    const BpeVocabulary v = qkv::train_bpe(
+        text, {.vocab_size = 256 + 80 + 1, .max_token_bytes = max_token_bytes});
+    EXPECT_EQ(v.merges, naive_merges(text, 80, 2, max_token_bytes)) << max_token_bytes;
+  }
+}
+
+// 3 MB of one digit is one pre-token: without the limit its token doubled 18 times, into
+// a merges.txt line BpeTokenizer::from_files refuses (`qkv train lm` then failed to read
+// back the tokenizer it had just written).
+TEST(BpeTrainer, ALongRunKeepsItsTokensShortAndLoadsBack) {
+  const std::string text = std::string(3 << 20, '2') + "\n";
+  const BpeVocabulary v = qkv::train_bpe(text, {.vocab_size = 300});
+  for (const std::string& t : v.tokens) EXPECT_LE(t.size(), 256u * 2) << t.substr(0, 20);
+  EXPECT_EQ(v.tokens[v.tokens.size() - 2], std::string(256, '2'));  // the longest allowed
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("qkv_bpe_trainer_long_" + std::to_string(::getpid()));
+  v.save(dir);
+  const auto loaded = qkv::BpeTokenizer::from_files(dir / "vocab.json", dir / "merges.txt");
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(loaded.decode(loaded.encode(text)), text);
+}
+
 TEST(BpeTrainer, IsDeterministicAndRoundTripsAnyText) {
   const std::string text = corpus(5000, 4);
   const BpeVocabulary a = qkv::train_bpe(text, {.vocab_size = 600});
@@ -168,6 +202,7 @@ TEST(BpeTrainer, BadInputIsAnErrorNamingIt) {
   fails("ab\xff", {.vocab_size = 300}, "not valid UTF-8");
   fails("ab", {.vocab_size = 257}, "vocab_size must be at least 257 + 1");
   fails("ab", {.vocab_size = 300, .min_frequency = 0}, "min_frequency must be >= 1");
+  fails("ab", {.vocab_size = 300, .max_token_bytes = 0}, "max_token_bytes must be >= 1");
   fails("ab", {.vocab_size = 300, .special_tokens = {"<s>", "<s>"}}, "is given twice");
   fails("ab", {.vocab_size = 300, .special_tokens = {""}}, "special token 0 is empty");
 }
