@@ -132,6 +132,8 @@ def make_fixtures(tmp, qkv):
     fx["crlf"] = w("crlf.txt", b"21.11.2026\r\n2026/11/21\r\n")
     fx["dates_file"] = w("dates.txt",
                          "Saturday, 21 November 2026\n\n2026年11月21日\n1.1.1900\n".encode())
+    fx["lm_text"] = w("lm_text.txt", b"".join(b"the state of the union is strong and %d of us "
+                                              b"know it.\n" % i for i in range(40)))
     fx["dir"] = os.path.join(tmp, "dir")
     os.makedirs(fx["dir"])
     fx["sparse"] = os.path.join(tmp, "sparse.txt")  # 64 GiB of holes: zeros, never stored
@@ -402,6 +404,33 @@ def _generated():
     cases += _value_cases("generate", gen, "--html", WRITE_PATHS, "error")
     cases += _value_cases("generate", qkv("generate", "--prompt", "x"), "--model", MODEL_PATHS,
                           "error")
+    # train lm: a tiny model; a value that is valid here still runs one step (--stop-at 1).
+    lm = qkv("train", "lm", "--text", "{lm_text}", "--vocab-size", "300", "--layers", "1",
+             "--embd", "8", "--heads", "2", "--context", "8", "--batch", "2", "--steps", "2",
+             "--stop-at", "1", "--quiet", "--out", "{tmp}/lm-{case}")
+    for option, lo, hi in (("--vocab-size", 258, 2**31 - 1), ("--layers", 1, 64),
+                           ("--embd", 8, 8192), ("--heads", 1, 256), ("--context", 2, 8192),
+                           ("--warmup", 0, 10**8), ("--eval-every", 0, 10**8)):
+        cases += _value_cases("train lm", _without(lm, option), option, INT_TEXTS,
+                              _in_range(lo, hi))
+    # A text that is lines of text trains (or is too short for one window); the rest is refused.
+    for option in ("--text", "--heldout"):
+        for label, path in READ_PATHS.items():
+            cases.append(Case(f"train lm {option} {label}", _without(lm, option) + [option, path],
+                              expect="any" if label in ("blank lines", "control characters",
+                                                        "long line") else "error"))
+    cases += _value_cases("train lm", lm, "--tokenizer", MODEL_PATHS, "error")
+    cases += _value_cases("train lm", _without(lm, "--text"), "--data", TEXTS, "usage")
+    # score (GPT-2, n_positions 64): any file of lines of text scores; the rest is refused.
+    score = qkv("score", "--model", "{gpt2}", "--file", "{lm_text}")
+    cases += _value_cases("score", score, "--stride", INT_TEXTS, _in_range(1, 63))
+    for label, path in READ_PATHS.items():
+        if label == "long line":
+            continue  # 3 MB of text: a long job (its tokens through the model), not an error
+        cases.append(Case(f"score --file {label}", _without(score, "--file") + ["--file", path],
+                          expect="any" if label in ("blank lines", "control characters")
+                          else "error"))
+    cases += _value_cases("score", _without(score, "--model"), "--model", MODEL_PATHS, "error")
     # train: a value that is valid here still runs one step only (--stop-at 1).
     train = qkv("train", "dates", "--batch", "2", "--eval-size", "2", "--steps", "2",
                 "--stop-at", "1", "--quiet", "--out", "{tmp}/out-{case}")
