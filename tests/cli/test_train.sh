@@ -285,6 +285,22 @@ PY
   mkdir -p "$TMP/partial" && cp "$m/config.json" "$m/vocab.json" "$m/merges.txt" "$TMP/partial/"
   expect_failure "model.safetensors" score --model "$TMP/partial" --file "$heldout"
   expect_usage_error "--prompt: must encode to at least one token" generate --model "$m" --prompt ""
+
+  # The shipped model (models/sotu-gpt) loads and is the trained one: on a paragraph
+  # written for this test, in the speeches' register but in none of them, it needs far
+  # fewer bits than an untrained model of its vocabulary (about 3.1 bits per byte).
+  local shipped="$HERE/../../models/sotu-gpt"
+  printf '%s\n' "My fellow citizens, the state of our Union is strong. Tonight I ask the Congress to work with me to reduce the public debt, to keep the peace, and to give every American a fair chance." >"$TMP/speech-test.txt"
+  run score --model "$shipped" --file "$TMP/speech-test.txt" --json
+  expect_status 0 "score the shipped model"
+  "$PYTHON" - "$TMP/out" <<'PY' && pass || fail "the shipped model on a new paragraph: $(cat "$TMP/out")"
+import json, sys
+s = json.loads(open(sys.argv[1]).read())
+assert s["bits_per_byte"] < 2.2, s
+PY
+  run generate --model "$shipped" --prompt "My fellow citizens" --max-new-tokens 12
+  expect_status 0 "generate with the shipped model"
+  expect_in out "^My fellow citizens.*[a-z]+ [a-z]+" "the shipped model continues the prompt with words"
 }
 
 case "$GROUP" in
