@@ -6,18 +6,11 @@
 #   test_fetch_brown.sh FETCH_DATA_SH
 set -euo pipefail
 fetch=$1
-fail() { echo "FAIL: $*" >&2; exit 1; }
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/qkv-brown.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 out=$("$fetch" brown "$tmp/data") || fail "fetch_data.sh brown exited $?"
 grep -q "450 Brown files, 5,366,420 bytes" <<<"$out" || fail "training split: $out"
 grep -q "50 Brown files, 599,550 bytes" <<<"$out" || fail "held-out split: $out"
-check() {
-  local file=$1 want=$2 got
-  got=$(sha256sum "$tmp/data/$file" | cut -d' ' -f1)
-  [[ $got == "$want" ]] || fail "$file: SHA-256 $got, expected $want"
-}
 check brown-train.txt ec1feae4885dabc30c5db5d0c1ce3f4199e63ee4d15b5d26e357b0035d7a3b63
 check brown-heldout.txt 795838d80f6eeff4eccb37cb002bec2d91b10ab5108f4b64351cae2878a79921
 [[ $(wc -l < "$tmp/data/brown-heldout.txt") -eq 50 ]] || fail "held-out file is not 50 lines"

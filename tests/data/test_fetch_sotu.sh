@@ -6,18 +6,11 @@
 #   test_fetch_sotu.sh FETCH_DATA_SH
 set -euo pipefail
 fetch=$1
-fail() { echo "FAIL: $*" >&2; exit 1; }
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/qkv-sotu.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 out=$("$fetch" sotu "$tmp/data") || fail "fetch_data.sh sotu exited $?"
 grep -q "221 speeches (1790-2009), 10,310,330 bytes" <<<"$out" || fail "training split: $out"
 grep -q "12 speeches (2010-2021), 451,085 bytes" <<<"$out" || fail "held-out split: $out"
-check() {
-  local file=$1 want=$2 got
-  got=$(sha256sum "$tmp/data/$file" | cut -d' ' -f1)
-  [[ $got == "$want" ]] || fail "$file: SHA-256 $got, expected $want"
-}
 check sotu-train.txt c611863911528ddf561361c18f4b3f16a5a8e22de9f5484b9d56bfe7474a408e
 check sotu-heldout.txt 828b0203af071fb53549e75df831b2079fa6153f69e070aadd98ad8fb53d6776
 [[ $(wc -l < "$tmp/data/sotu-heldout.txt") -ge 12 ]] || fail "held-out file has fewer than 12 lines"
