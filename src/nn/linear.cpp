@@ -264,8 +264,29 @@ Tensor linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, 
   const float* pg = g.data_as<float>();
   // dx (M, K) = dy (M, N) · W (N, K)
   detail::gemm(dx.data_as<float>(), pg, w.data_as<float>(), M, K, N, false, false, false);
-  // dW (N, K) += dyᵀ (N, M) · x (M, K)
-  detail::gemm(dweight.data_as<float>(), pg, xc.data_as<float>(), N, K, M, true, false, true);
+  float* pdw = dweight.data_as<float>();
+  if (N > K) {
+    // dW (N, K) += (xᵀ (K, M) · dy (M, N))ᵀ. oneDNN runs the product with the shorter
+    // side as the rows of its result 1.6-1.9x faster (AVX2, M = 4096: an LM head's
+    // N = 8192, K = 256 in 119 ms instead of 225; N = 1024, K = 256 in 14 instead of 23),
+    // so it is computed as dWᵀ and added back transposed, in tiles, each thread owning
+    // whole rows of dW (a fixed order whatever the thread count).
+    Tensor t = Tensor::empty({K, N});  // dWᵀ of this batch
+    detail::gemm(t.data_as<float>(), xc.data_as<float>(), pg, K, N, M, true, false, false);
+    const float* pt = t.data_as<float>();
+    constexpr std::int64_t kTile = 32;
+    qkv::detail::parallel_chunks("nn.linear_weight_grad", (N + kTile - 1) / kTile, N * K >= (1 << 15),
+                                 num_threads(), [&](std::int64_t b0, std::int64_t b1) {
+      for (std::int64_t n0 = b0 * kTile; n0 < std::min(N, b1 * kTile); n0 += kTile)
+        for (std::int64_t k0 = 0; k0 < K; k0 += kTile)
+          for (std::int64_t n = n0; n < std::min(N, n0 + kTile); ++n)
+            for (std::int64_t k = k0; k < std::min(K, k0 + kTile); ++k)
+              pdw[n * K + k] += pt[k * N + n];
+    });
+  } else {
+    // dW (N, K) += dyᵀ (N, M) · x (M, K)
+    detail::gemm(pdw, pg, xc.data_as<float>(), N, K, M, true, false, true);
+  }
   if (with_bias) {
     // db (N) += Σ_m dy[m]: each thread owns a range of columns, so the sum order is fixed.
     float* pb = dbias->data_as<float>();
