@@ -4,7 +4,6 @@
 
 #include <unicode/uchar.h>
 
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +12,7 @@
 #include <optional>
 #include <sstream>
 
+#include "models/checkpoint.h"
 #include "qkv/error.h"
 #include "qkv/rng.h"
 #include "qkv/safetensors.h"
@@ -65,14 +65,10 @@ Seq2SeqBatch training_batch(std::uint64_t seed, std::int64_t step, std::int64_t 
 
 void save_checkpoint(const std::string& path, Seq2Seq& model, const train::AdamW& opt,
                      std::int64_t step, const DateTrainingOptions& o) {
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (auto& [name, t] : model.parameters()) tensors.emplace_back(name, *t);
-  for (auto& [name, t] : opt.state()) tensors.emplace_back("optimizer." + name, t);
-  save_safetensors(path, tensors,
-                   {{"step", std::to_string(step)},
-                    {"total_steps", std::to_string(o.steps)},
-                    {"seed", std::to_string(o.seed)},
-                    {"config", model.config.to_json()}});
+  detail::save_training_checkpoint(path, model.parameters(), opt, step,
+                                   {{"total_steps", std::to_string(o.steps)},
+                                    {"seed", std::to_string(o.seed)},
+                                    {"config", model.config.to_json()}});
 }
 
 }  // namespace
@@ -121,18 +117,7 @@ DateTrainingResult train_dates(const DateTrainingOptions& o,
               checkpoint << ": was trained with a different model configuration");
     model = Seq2Seq::load(ck, o.model);
     opt = train::AdamW(model.parameters(), adam);
-    std::vector<std::pair<std::string, Tensor>> state;
-    for (const auto& name : ck.names())
-      if (name.rfind("optimizer.", 0) == 0) state.emplace_back(name.substr(10), ck.get(name));
-    // The step is the checkpoint's own text: std::stoll would throw std::invalid_argument
-    // (or accept "12abc"); all of it must be a step count.
-    const std::string& step_text = meta.at("step");
-    const auto [end, ec] =
-        std::from_chars(step_text.data(), step_text.data() + step_text.size(), start);
-    QKV_CHECK(ec == std::errc() && end == step_text.data() + step_text.size() && start >= 0,
-              checkpoint << ": metadata \"step\" must be a step count >= 0, got \"" << step_text
-                         << "\"");
-    opt.load_state(state, start);
+    start = detail::load_training_state(ck, checkpoint, opt);
     QKV_CHECK(start <= o.steps, checkpoint << ": is at step " << start << ", past --steps " << o.steps);
   }
 

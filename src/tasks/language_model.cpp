@@ -4,7 +4,6 @@
 #include "qkv/language_model.h"
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -12,6 +11,7 @@
 #include <sstream>
 
 #include "io/text_input.h"
+#include "models/checkpoint.h"
 #include "qkv/error.h"
 #include "qkv/rng.h"
 #include "qkv/safetensors.h"
@@ -40,23 +40,12 @@ std::map<std::string, std::string> run_identity(const LmTrainingOptions& o, cons
           {"context", std::to_string(T)}};
 }
 
-std::int64_t parse_step(const std::string& text, const std::string& path) {
-  std::int64_t step = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), step);
-  QKV_CHECK(ec == std::errc() && end == text.data() + text.size() && step >= 0,
-            path << ": metadata \"step\" must be a step count >= 0, got \"" << text << "\"");
-  return step;
-}
-
 void save_all(const LmTrainingOptions& o, const Gpt2Config& c, std::int64_t T, Gpt2Weights& w,
               const train::AdamW& opt, std::int64_t step, double val_loss, double seconds) {
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (auto& [name, t] : w.parameters()) tensors.emplace_back(name, *t);
-  for (auto& [name, t] : opt.state()) tensors.emplace_back("optimizer." + name, t);
   std::map<std::string, std::string> meta = run_identity(o, c, T);
-  meta["step"] = std::to_string(step);
   meta["total_steps"] = std::to_string(o.steps);
-  save_safetensors(o.out_dir + "/checkpoint.safetensors", tensors, meta);
+  detail::save_training_checkpoint(o.out_dir + "/checkpoint.safetensors", w.parameters(), opt,
+                                   step, meta);
   std::map<std::string, std::string> model_meta = {{"trained_with", o.command},
                                                    {"steps", std::to_string(step)},
                                                    {"seed", std::to_string(o.seed)},
@@ -192,17 +181,13 @@ LmTrainingResult train_lm(const LmTrainingOptions& o,
     for (const auto& [key, value] : run_identity(o, c, T))
       QKV_CHECK(meta.count(key) && meta.at(key) == value,
                 checkpoint << ": was trained with another " << key << " than this run's");
-    start = parse_step(meta.at("step"), checkpoint);
-    QKV_CHECK(start <= o.steps, checkpoint << ": is at step " << start << ", past steps " << o.steps);
     nn::StateDict state;
-    std::vector<std::pair<std::string, Tensor>> moments;
-    for (const auto& name : ck.names()) {
-      if (name.starts_with("optimizer.")) moments.emplace_back(name.substr(10), ck.get(name));
-      else state[name] = ck.get(name);
-    }
+    for (const auto& name : ck.names())
+      if (!name.starts_with("optimizer.")) state[name] = ck.get(name);
     nn::load_state_dict(w.parameters(), state);
     opt = train::AdamW(w.parameters(), adam);
-    opt.load_state(moments, start);
+    start = detail::load_training_state(ck, checkpoint, opt);
+    QKV_CHECK(start <= o.steps, checkpoint << ": is at step " << start << ", past steps " << o.steps);
   }
 
   const std::int64_t warmup = o.warmup_steps < o.steps ? o.warmup_steps : o.steps / 10;
