@@ -78,9 +78,9 @@ def run_torch(args, config_json, text, build_dir):
     import torch
     from qkv import _qkv, Tokenizer
     from bench.gpt2_torch import gpt2_directory, make_lm_class, train_twin
-    initial = tempfile.mkdtemp(prefix="qkv-bench-lm-initial-")
-    _qkv._gpt2_initial(initial, config_json, args.seed)
-    config, weights = gpt2_directory(initial)
+    with tempfile.TemporaryDirectory(prefix="qkv-bench-lm-initial-") as initial:
+        _qkv._gpt2_initial(initial, config_json, args.seed)
+        config, weights = gpt2_directory(initial)
     model = make_lm_class()(config, weights)
     tokenizer = Tokenizer.load(args.model)
     stream = torch.tensor(_qkv._lm_tokens(tokenizer._impl, text))
@@ -162,10 +162,10 @@ def main():
     ceiling = measure_ceilings(programs["qkv_ceilings"], args.threads, quick=True)["f32_fma"]["gflops"]
     log(f"f32 FMA ceiling: {ceiling:.0f} GFLOP/s on {args.threads} threads")
 
-    out = tempfile.mkdtemp(prefix="qkv-bench-lm-")
     log(f"qkv: {args.steps} steps")
-    q_losses, q_elapsed, q_result = run_qkv(args, build_dir, text_path, out)
-    config_json = open(os.path.join(out, "config.json")).read()
+    with tempfile.TemporaryDirectory(prefix="qkv-bench-lm-") as out:  # the model and checkpoint
+        q_losses, q_elapsed, q_result = run_qkv(args, build_dir, text_path, out)
+        config_json = open(os.path.join(out, "config.json")).read()
     config = json.loads(config_json)
     torch_version = torch_blas = None
     t_losses = t_elapsed = None
