@@ -38,6 +38,7 @@ namespace py = pybind11;
 void register_nn(py::module_& m);  // bindings_nn.cpp
 void register_models(py::module_& m);  // bindings_models.cpp
 void register_train(py::module_& m);   // bindings_train.cpp
+void register_recommender(py::module_& m);  // bindings_recommender.cpp
 
 namespace {
 
@@ -346,4 +347,5 @@ PYBIND11_MODULE(_qkv, m) {
   register_nn(m);
   register_models(m);
   register_train(m);
+  register_recommender(m);
 }

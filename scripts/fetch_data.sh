@@ -27,8 +27,17 @@
 #                     DIR/brown-heldout.txt  50 files: the 10th, 20th, ..., 500th in name
 #                                            order (every category is represented), held
 #                                            out like sotu's 2010-2021 speeches
+#   movielens         the `movielens` table of Debian's r-cran-dslabs (installed with
+#                     r-base-core, --no-install-recommends, when missing; needs root or
+#                     the packages): 100,004 ratings (0.5-5 stars) by 671 users of 9,066
+#                     movies, read from the package's R data with Rscript and written as
+#                     DIR/ratings.csv, RFC 4180 CSV in UTF-8 with the header
+#                     movieId,title,year,genres,userId,rating,timestamp
+#                     (the package's row order; a title with a comma or a quote is quoted,
+#                     a quote doubled; a missing title or year is an empty field: 2 movies
+#                     have neither). qkv's tools split it per user by time (qkv/recommender.h).
 set -euo pipefail
-usage="usage: fetch_data.sh debian-packages|sotu|brown DIR"
+usage="usage: fetch_data.sh debian-packages|sotu|brown|movielens DIR"
 [[ $# -eq 2 ]] || { echo "$usage" >&2; exit 2; }
 name=$1 dest=$2
 
@@ -154,5 +163,23 @@ for part in ("train", "heldout"):
           f"{os.path.join(dest, f'brown-{part}.txt')}")
 PY
     ;;
-  *) echo "fetch_data: unknown data set '$name' (known: debian-packages, sotu, brown)" >&2; exit 2 ;;
+  movielens)
+    rdata=/usr/lib/R/site-library/dslabs/data/Rdata
+    if ! command -v Rscript >/dev/null || [[ ! -e $rdata.rdb ]]; then
+      [[ $(id -u) -eq 0 ]] || { echo "fetch_data: movielens needs r-base-core and r-cran-dslabs: sudo apt-get install --no-install-recommends r-base-core r-cran-dslabs" >&2; exit 1; }
+      apt-get install -y -q --no-install-recommends r-base-core r-cran-dslabs >/dev/null ||
+        { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends r-base-core r-cran-dslabs >/dev/null; } ||
+        { echo "fetch_data: could not install r-base-core and r-cran-dslabs" >&2; exit 1; }
+    fi
+    mkdir -p "$dest"
+    out=$dest/ratings.csv
+    # lazyLoad reads the package's data without loading the package (and its imports);
+    # the genres column is a factor, written as its labels.
+    Rscript --vanilla -e 'args <- commandArgs(TRUE); e <- new.env(); invisible(lazyLoad(args[1], envir = e))
+      m <- e$movielens; m$genres <- as.character(m$genres)
+      write.csv(m, args[2], row.names = FALSE, na = "", fileEncoding = "UTF-8")' "$rdata" "$out.tmp" ||
+      { echo "fetch_data: Rscript could not read the movielens table from $rdata" >&2; exit 1; }
+    mv "$out.tmp" "$out"
+    echo "fetch_data: $(($(wc -l < "$out") - 1)) ratings in $out" ;;
+  *) echo "fetch_data: unknown data set '$name' (known: debian-packages, sotu, brown, movielens)" >&2; exit 2 ;;
 esac

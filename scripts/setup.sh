@@ -13,8 +13,10 @@ build_packages=(cmake g++ make pkg-config libgtest-dev nlohmann-json3-dev libcli
 # g++-aarch64-linux-gnu + qemu-user-static: the portable kernel on aarch64 (tests/cross);
 # python3-venv, -pip, -build, -wheel, -setuptools: pip install and a wheel of the Python
 # package in a virtual environment, offline (tests/python/test_pip_install.sh).
+# r-base-core + r-cran-dslabs: the MovieLens ratings of data.movielens and the recommender tests.
 test_packages=(python3-torch python3-pytest clang libclang-rt-14-dev chromium g++-aarch64-linux-gnu
-               qemu-user-static python3-venv python3-pip python3-build python3-wheel python3-setuptools)
+               qemu-user-static python3-venv python3-pip python3-build python3-wheel python3-setuptools
+               r-base-core r-cran-dslabs)
 
 case "${1:-build}" in
   build) wanted=("${build_packages[@]}") ;;

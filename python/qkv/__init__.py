@@ -790,3 +790,4 @@ def self_attention_raw(x, scale=1.0):
 from .nn import MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer, Transformer  # noqa: E402
 from .models import (load_model, translate_dates, train_lm, BertModel, GPT2Model,  # noqa: E402
                      UseLiteModel, SearchIndex, search, Tokenizer)
+from . import recommender  # noqa: E402,F401

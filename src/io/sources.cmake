@@ -1,6 +1,6 @@
 # Sources of src/io, appended to QKV_SOURCES (paths relative to the project root).
 list(APPEND QKV_SOURCES src/io/safetensors.cpp src/io/json_config.cpp src/io/read_file.cpp)
-list(APPEND QKV_SOURCES src/io/text_input.cpp)
+list(APPEND QKV_SOURCES src/io/text_input.cpp src/io/csv.cpp)
 # ICU checks that the lines of text inputs are UTF-8 (text_input.cpp).
 find_package(ICU REQUIRED COMPONENTS uc)
 list(APPEND QKV_LAYER_LIBRARIES ICU::uc)

@@ -11,3 +11,4 @@ list(APPEND QKV_LAYER_LIBRARIES OpenSSL::Crypto)
 # models/dates, when present, is assembled into embedded_model.cpp (see that file).
 set(QKV_DATE_MODEL_DIR ${CMAKE_CURRENT_LIST_DIR}/../../models/dates)
 cmake_path(NORMAL_PATH QKV_DATE_MODEL_DIR)
+list(APPEND QKV_SOURCES src/tasks/recommender.cpp)

@@ -2,3 +2,4 @@
 list(APPEND QKV_UNIT_TESTS tasks/test_dates.cpp)
 list(APPEND QKV_UNIT_TESTS tasks/test_date_translator.cpp)
 list(APPEND QKV_UNIT_TESTS tasks/test_date_checking.cpp)
+list(APPEND QKV_UNIT_TESTS tasks/test_recommender.cpp)

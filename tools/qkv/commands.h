@@ -160,6 +160,14 @@ struct TrainOptions {
   std::int64_t context = 256;
   std::int64_t warmup = 100;
   std::int64_t eval_every = 250;
+  // train recommender (--data is a ratings CSV or a directory holding ratings.csv; --batch,
+  // --lr, --seed, --layers, --heads, --eval-every, --out are shared and take the
+  // recommender's defaults of qkv/recommender.h unless given)
+  std::string model = "mf";          // "mf" | "sasrec"
+  std::int64_t epochs = 0;           // 0 = the model's default
+  std::int64_t dim = 0;              // 0 = the model's default
+  double l2 = -1;                    // mf: λ; < 0 = the default
+  std::int64_t max_len = 200;        // sasrec
   std::vector<std::string> given;    // the options on the command line, to refuse the
                                      // other task's ("--steps" for tokenizer, say)
 };
@@ -173,6 +181,23 @@ struct ScoreOptions {
   bool json = false;
 };
 int run_score(const ScoreOptions& options, std::ostream& out);
+
+// qkv recommend: a trained recommender's top movies for a user, the movies nearest a liked
+// one, the attention behind a recommendation, or predicted ratings for a CSV of pairs
+struct RecommendOptions {
+  std::string model;                 // directory written by qkv train recommender
+  std::int64_t user = 0;
+  bool has_user = false;
+  std::string like;                  // a title, with the year where it is needed, or a movieId
+  bool has_like = false;
+  std::string predict;               // CSV of userId,movieId lines ("-": standard input)
+  bool has_predict = false;
+  std::int64_t top = 10;
+  bool json = false;
+  bool show = false;                 // the attention over the user's history, in the terminal
+  std::string html;                  // the same as a page
+};
+int run_recommend(const RecommendOptions& options, std::ostream& out);
 
 // qkv translate (dates -> ISO 8601)
 struct TranslateOptions {

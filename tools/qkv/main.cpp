@@ -151,7 +151,7 @@ int usage_error(const CLI::App& app, const std::string& message) {
 // page written, the embedded model), so "" is refused instead.
 const std::vector<std::string> kPathOptions = {"--model", "--file", "--output", "--html", "--svg",
                                                "--out", "--corpus", "--index",
-                                               "--heldout", "--tokenizer", "--data-dir"};
+                                               "--heldout", "--tokenizer", "--data-dir", "--predict"};
 
 int run(int argc, char** argv) {
   CLI::App app("qkv: Transformer attention, explained and measured.", "qkv");
@@ -342,10 +342,13 @@ int run(int argc, char** argv) {
 
   // Training and the date translator.
   TrainOptions tr;
+  const recommender::MfOptions mf_defaults;
+  const recommender::SasRecOptions sasrec_defaults;
   CLI::App* train = app.add_subcommand(
       "train", "Train the date translator from scratch (the embedded model's recipe), a "
-               "byte-level BPE tokenizer on a text, or a GPT-2 language model on a text");
-  train->add_option("task", tr.task, "What to train: dates, tokenizer or lm")->required();
+               "byte-level BPE tokenizer on a text, a GPT-2 language model on a text, or a "
+               "movie recommender on ratings");
+  train->add_option("task", tr.task, "What to train: dates, tokenizer, lm or recommender")->required();
   train->add_option("--steps", tr.steps, "Optimizer steps")
       ->capture_default_str()
       ->check(integer_in(1, kMaxSteps));
@@ -385,24 +388,40 @@ int run(int argc, char** argv) {
       ->check(kPositive);
   train->add_option("--data", tr.data, "lm: a known corpus instead of --text: sotu or brown "
                     "(DATA_DIR/NAME-train.txt, held out DATA_DIR/NAME-heldout.txt; "
-                    "scripts/fetch_data.sh NAME DATA_DIR writes them)")
-      ->check(one_of({"sotu", "brown"}));
+                    "scripts/fetch_data.sh NAME DATA_DIR writes them); recommender: the ratings, "
+                    "a CSV or a directory holding ratings.csv (scripts/fetch_data.sh movielens DIR)");
   train->add_option("--data-dir", tr.data_dir, "lm: where --data's files are")->capture_default_str();
   train->add_option("--heldout", tr.heldout, "lm: held-out text for the validation loss");
   train->add_option("--tokenizer", tr.tokenizer, "lm: directory with vocab.json + merges.txt "
                     "(default: train a BPE tokenizer of --vocab-size on the training text)");
-  train->add_option("--layers", tr.layers, "lm: transformer blocks")
+  train->add_option("--layers", tr.layers, "lm, recommender sasrec (default " +
+                    std::to_string(sasrec_defaults.model.layers) + "): transformer blocks")
       ->capture_default_str()->check(integer_in(1, 64));
   train->add_option("--embd", tr.embd, "lm: model width E")
       ->capture_default_str()->check(integer_in(8, 8192));
-  train->add_option("--heads", tr.heads, "lm: attention heads (must divide --embd)")
+  train->add_option("--heads", tr.heads, "lm, recommender sasrec (default " +
+                    std::to_string(sasrec_defaults.model.heads) + "): attention heads (must divide --embd, --dim)")
       ->capture_default_str()->check(integer_in(1, 256));
   train->add_option("--context", tr.context, "lm: tokens per training window (n_positions)")
       ->capture_default_str()->check(integer_in(2, 8192));
   train->add_option("--warmup", tr.warmup, "lm: linear warm-up steps")
       ->capture_default_str()->check(integer_in(0, kMaxSteps));
   train->add_option("--eval-every", tr.eval_every, "lm: steps between held-out losses (0 = at "
-                    "the end only)")->capture_default_str()->check(integer_in(0, kMaxSteps));
+                    "the end only); recommender sasrec: epochs between validation HR@10 (default " +
+                    std::to_string(sasrec_defaults.eval_every) + ")")->capture_default_str()->check(integer_in(0, kMaxSteps));
+  train->add_option("--model", tr.model, "recommender: mf (matrix factorisation) or sasrec "
+                    "(self-attention over each user's history)")
+      ->capture_default_str()->check(one_of({"mf", "sasrec"}));
+  train->add_option("--epochs", tr.epochs, "recommender: passes over the data (default: mf " +
+                    std::to_string(mf_defaults.epochs) + ", sasrec " + std::to_string(sasrec_defaults.epochs) +
+                    "; the epoch with the best validation is kept)")->check(integer_in(1, 100000));
+  train->add_option("--dim", tr.dim, "recommender: embedding width (default: mf " +
+                    std::to_string(mf_defaults.dim) + ", sasrec " + std::to_string(sasrec_defaults.model.dim) +
+                    "; mf 0 = biases only)")->check(integer_in(0, 4096));
+  train->add_option("--l2", tr.l2, "recommender mf: L2 weight λ (default " + format("%g", mf_defaults.l2) + ")")
+      ->check(number_in(0.0, 100.0, false, false));
+  train->add_option("--max-len", tr.max_len, "recommender sasrec: history positions")
+      ->capture_default_str()->check(integer_in(1, 4096));
   train->add_flag("--json", tr.json, "Print the result as one JSON object");
   train->add_flag("--quiet", tr.quiet, "No progress bar");
   train->footer("Examples: qkv train dates --steps 1500 --out dates-model --seed 0\n"
@@ -411,7 +430,39 @@ int run(int argc, char** argv) {
                 "--out sotu-gpt\n"
                 "lm defaults: --steps 2000 --batch 16 --lr 1e-3 --out lm-model; the model is a "
                 "GPT-2 directory\n(config.json, model.safetensors, vocab.json, merges.txt) that "
-                "qkv generate and qkv score read.");
+                "qkv generate and qkv score read.\n"
+                "          scripts/fetch_data.sh movielens data && qkv train recommender --data data "
+                "--model sasrec --out sasrec-model\n"
+                "recommender defaults: --model mf --batch " + std::to_string(mf_defaults.batch) + " (sasrec " +
+                std::to_string(sasrec_defaults.batch) + ") --lr " + format("%g", mf_defaults.lr) + " (sasrec " +
+                format("%g", sasrec_defaults.lr) + ") "
+                "--out recommender-model;\nevery user's ratings split by time (last 20% test, "
+                "10% of the rest validation; printed).");
+
+  RecommendOptions rc;
+  CLI::App* recommend = app.add_subcommand(
+      "recommend", "Movies for a user, movies like a liked one, or predicted ratings, from a "
+                   "model of qkv train recommender");
+  recommend->add_option("--model", rc.model, "Model directory (config.json, model.safetensors, "
+                        "movies.csv, history.csv)")->required();
+  CLI::Option* rc_user = recommend->add_option("--user", rc.user, "A userId: the top movies the "
+                                               "user has not rated");
+  CLI::Option* rc_like = recommend->add_option("--like", rc.like, "A title, e.g. \"Toy Story\" or \"Toy Story (1995)\": "
+                        "the movies nearest it in embedding space (the liked movie is the query, "
+                        "every movie a key); or a movieId where titles are shared");
+  CLI::Option* rc_predict = recommend->add_option("--predict", rc.predict, "mf: a CSV of userId,movieId lines ('-': standard "
+                        "input; a header line userId,movieId is allowed); prints "
+                        "userId,movieId,rating for each, in input order");
+  recommend->add_option("--top", rc.top, "How many movies")->capture_default_str()->check(integer_in(1, 100000));
+  recommend->add_flag("--json", rc.json, "Print one JSON object");
+  recommend->add_flag("--show", rc.show, "sasrec, with --user: which movies of the user's history "
+                      "the recommendation attended to (each block and head), in the terminal");
+  recommend->add_option("--html", rc.html, "sasrec, with --user: write that attention as a "
+                        "self-contained HTML page");
+  recommend->footer("Examples: qkv recommend --model mf-model --user 1 --top 10\n"
+                    "          qkv recommend --model mf-model --like \"Toy Story\"\n"
+                    "          qkv recommend --model sasrec-model --user 1 --show\n"
+                    "          qkv recommend --model mf-model --predict pairs.csv");
 
   ScoreOptions sc;
   CLI::App* score = app.add_subcommand(
@@ -482,7 +533,7 @@ int run(int argc, char** argv) {
       return usage_error(app, quote_value(first) +
                                   " is not a command; the commands are version, "
                                   "explain, bench, run, embed, search, tokenize, generate, "
-                                  "train, score and translate");
+                                  "train, score, recommend and translate");
     }
     return usage_error(app, "unexpected argument " + quote_value(first));
   }
@@ -527,6 +578,12 @@ int run(int argc, char** argv) {
       return run_train(tr, std::cout);
     }
     if (score->parsed()) return run_score(sc, std::cout);
+    if (recommend->parsed()) {
+      rc.has_user = rc_user->count() > 0;
+      rc.has_like = rc_like->count() > 0;
+      rc.has_predict = rc_predict->count() > 0;
+      return run_recommend(rc, std::cout);
+    }
     if (translate->parsed()) {
       tl.has_file = translate->get_option("--file")->count() > 0;
       return run_translate(tl, std::cout);

@@ -3,6 +3,8 @@
 // qkv train tokenizer: a byte-level BPE vocabulary (qkv::train_bpe) learned from a text.
 // qkv train lm: a GPT-2 language model (qkv::models::train_lm) on a text, with the same
 // progress bar, Ctrl-C and --resume as dates.
+// qkv train recommender: matrix factorisation or SASRec on movie ratings
+// (qkv::recommender::train_recommender), with the split, the baselines and the test metrics.
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include "qkv/dates.h"
 #include "qkv/error.h"
 #include "qkv/language_model.h"
+#include "qkv/recommender.h"
 #include "qkv/threads.h"
 #include "qkv/tokenizer.h"
 
@@ -71,9 +74,10 @@ const std::vector<std::string> kDatesOnly = {"--label-smoothing", "--eval-size"}
 const std::vector<std::string> kTrainingLoop = {"--steps", "--batch", "--lr", "--seed", "--resume",
                                                 "--checkpoint-every", "--stop-at"};
 const std::vector<std::string> kTokenizerOnly = {"--min-frequency"};
-const std::vector<std::string> kLmOnly = {"--data", "--data-dir", "--heldout", "--tokenizer",
-                                          "--layers", "--embd", "--heads", "--context",
-                                          "--warmup", "--eval-every"};
+const std::vector<std::string> kLmOnly = {"--data-dir", "--heldout", "--tokenizer",
+                                          "--embd", "--context", "--warmup"};
+const std::vector<std::string> kLmOrRecommender = {"--data", "--layers", "--heads", "--eval-every"};
+const std::vector<std::string> kRecommenderOnly = {"--model", "--epochs", "--dim", "--l2", "--max-len"};
 
 void refuse_options_of(const std::vector<std::string>& others, const TrainOptions& o) {
   for (const std::string& option : o.given)
@@ -127,6 +131,8 @@ int run_train_tokenizer(const TrainOptions& o, std::ostream& out) {
   refuse_options_of(kDatesOnly, o);
   refuse_options_of(kTrainingLoop, o);
   refuse_options_of(kLmOnly, o);
+  refuse_options_of(kLmOrRecommender, o);
+  refuse_options_of(kRecommenderOnly, o);
   if (std::find(o.given.begin(), o.given.end(), "--text") == o.given.end())
     throw UsageError("--text", "'qkv train tokenizer' needs the training text (--text FILE)");
   const std::string out_dir =
@@ -162,7 +168,10 @@ int run_train_tokenizer(const TrainOptions& o, std::ostream& out) {
 int run_train_lm(const TrainOptions& o, std::ostream& out) {
   refuse_options_of(kDatesOnly, o);
   refuse_options_of(kTokenizerOnly, o);
+  refuse_options_of(kRecommenderOnly, o);
   models::LmTrainingOptions t;
+  if (given(o, "--data") && o.data != "sotu" && o.data != "brown")
+    throw UsageError("--data", "the corpora are 'sotu' and 'brown', got " + quote_value(o.data));
   if (!o.data.empty()) {
     if (given(o, "--text") || given(o, "--heldout"))
       throw UsageError("--data", "names the training and held-out texts itself: give either "
@@ -254,16 +263,124 @@ int run_train_lm(const TrainOptions& o, std::ostream& out) {
   return 0;
 }
 
+std::string metrics_line(const char* name, const recommender::RankingMetrics& m) {
+  return format("  %-11s %7.4f %7.4f   %7.4f %7.4f   %7.4f %7.4f\n", name, m.hr10, m.ndcg10,
+                m.hr10_catalogue, m.ndcg10_catalogue, m.hr10_all, m.ndcg10_all);
+}
+
+int run_train_recommender(const TrainOptions& o, std::ostream& out) {
+  refuse_options_of(kDatesOnly, o);
+  refuse_options_of(kTokenizerOnly, o);
+  refuse_options_of(kLmOnly, o);
+  refuse_options_of({"--text", "--vocab-size", "--steps", "--resume", "--checkpoint-every", "--stop-at"}, o);
+  if (!given(o, "--data"))
+    throw UsageError("--data", "'qkv train recommender' needs the ratings: a CSV or a directory "
+                               "holding ratings.csv (scripts/fetch_data.sh movielens DIR writes one)");
+  recommender::RecommenderOptions t;
+  t.data = std::filesystem::is_directory(o.data) ? o.data + "/ratings.csv" : o.data;
+  if (!std::filesystem::exists(t.data))
+    throw qkv::Error("train recommender: " + t.data + " does not exist; write it with: "
+                     "scripts/fetch_data.sh movielens " +
+                     (std::filesystem::is_directory(o.data) ? o.data : std::string("DIR")));
+  t.model = o.model;
+  t.out_dir = given(o, "--out") ? o.out : "recommender-model";
+  t.command = o.command_line;
+  const bool mf = o.model == "mf";
+  for (const char* option : {"--layers", "--heads", "--max-len", "--eval-every", "--l2"})
+    if (given(o, option) && (std::string(option) == "--l2") == !mf)
+      throw UsageError(option, std::string("applies to 'qkv train recommender --model ") +
+                                   (mf ? "sasrec" : "mf") + "' only");
+  if (mf) {
+    if (given(o, "--epochs")) t.mf.epochs = o.epochs;
+    if (given(o, "--dim")) t.mf.dim = o.dim;
+    if (given(o, "--batch")) t.mf.batch = o.batch;
+    if (given(o, "--lr")) t.mf.lr = o.lr;
+    if (given(o, "--l2")) t.mf.l2 = o.l2;
+    t.mf.seed = o.seed;
+  } else {
+    models::SasRecConfig& c = t.sasrec.model;
+    if (given(o, "--epochs")) t.sasrec.epochs = o.epochs;
+    if (given(o, "--dim")) c.dim = o.dim;
+    if (given(o, "--layers")) c.layers = o.layers;
+    if (given(o, "--heads")) c.heads = o.heads;
+    c.max_len = o.max_len;
+    if (c.dim < 1) throw UsageError("--dim", "sasrec needs a width >= 1");
+    if (c.dim % c.heads != 0)
+      throw UsageError("--heads", format("%lld must divide --dim %lld", static_cast<long long>(c.heads),
+                                         static_cast<long long>(c.dim)));
+    if (given(o, "--batch")) t.sasrec.batch = o.batch;
+    if (given(o, "--lr")) t.sasrec.lr = o.lr;
+    if (given(o, "--eval-every")) t.sasrec.eval_every = std::max<std::int64_t>(1, o.eval_every);
+    t.sasrec.seed = o.seed;
+  }
+  const std::int64_t epochs = mf ? t.mf.epochs : t.sasrec.epochs;
+  if (!o.json)
+    out << "training " << (mf ? "matrix factorisation" : "SASRec") << " on " << t.data << ": "
+      << (mf ? format("dim %lld, L2 %g, batch %lld, lr %g", static_cast<long long>(t.mf.dim), t.mf.l2,
+                      static_cast<long long>(t.mf.batch), t.mf.lr)
+             : format("%lld blocks, dim %lld, %lld heads, max_len %lld, batch %lld, lr %g",
+                      static_cast<long long>(t.sasrec.model.layers), static_cast<long long>(t.sasrec.model.dim),
+                      static_cast<long long>(t.sasrec.model.heads), static_cast<long long>(t.sasrec.model.max_len),
+                      static_cast<long long>(t.sasrec.batch), t.sasrec.lr))
+      << "; " << epochs << " epochs, " << num_threads() << " threads\n";
+  out.flush();
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  const auto on_epoch = [&](const std::string& what, const recommender::EpochProgress& p) {
+    if (o.quiet) return;
+    const std::string line = format("%s epoch %lld/%lld loss %.4f", what.c_str(), static_cast<long long>(p.epoch),
+                                    static_cast<long long>(p.total), p.loss) +
+                             (p.validation >= 0 ? format("  validation %s %.4f%s", what == "sasrec" ? "HR@10" : "RMSE",
+                                                         p.validation, p.best ? " (best)" : "")
+                                                : std::string()) +
+                             "  " + clock_time(p.elapsed_s) + " elapsed";
+    const bool keep = p.epoch == p.total;
+    if (tty) std::cerr << "\r\033[K" << line << (keep ? "\n" : "") << std::flush;
+    else if (keep || p.epoch % std::max<std::int64_t>(1, p.total / 10) == 0) std::cerr << line << '\n';
+  };
+  recommender::RecommenderReport r;
+  try {
+    r = with_interrupt([&] { return recommender::train_recommender(t, on_epoch, &g_interrupted); });
+  } catch (const qkv::Error&) {
+    if (!g_interrupted.load()) throw;
+    out << "interrupted; nothing written (a recommender trains in minutes: run it again)\n";
+    return 130;
+  }
+  if (o.json) {
+    out << r.to_json() << '\n';
+    return 0;
+  }
+  out << r.ratings << " ratings by " << r.users << " users of " << r.movies << " movies\n"
+      << r.split << "\n";
+  if (mf)
+    out << format("test RMSE: global mean %.4f, user + movie biases %.4f, matrix factorisation %.4f "
+                  "(best validation epoch %lld)\n",
+                  r.rmse_global_mean, r.rmse_biases, r.rmse_mf, static_cast<long long>(r.best_epoch));
+  else
+    out << format("best validation HR@10 at epoch %lld; %lld steps in %.1f s (%.1f ms/step)\n",
+                  static_cast<long long>(r.best_epoch), static_cast<long long>(r.train_steps), r.train_seconds,
+                  1e3 * r.train_seconds / static_cast<double>(std::max<std::int64_t>(1, r.train_steps)));
+  out << "ranking on the test parts (" << r.trained.users << " users; HR@10 NDCG@10):\n"
+      << "              next among 101    next, catalogue   all test movies\n"
+      << metrics_line("popularity", r.popularity) << metrics_line(mf ? "mf" : "sasrec", r.trained)
+      << "wrote " << t.out_dir << "/{config.json, model.safetensors, movies.csv, history.csv}\n"
+      << "try: qkv recommend --model " << t.out_dir << " --user 1" << (mf ? "" : " --show") << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int run_train(const TrainOptions& o, std::ostream& out) {
   if (o.task == "tokenizer") return run_train_tokenizer(o, out);
   if (o.task == "lm") return run_train_lm(o, out);
+  if (o.task == "recommender") return run_train_recommender(o, out);
   if (o.task != "dates")
-    throw UsageError("TASK", "the tasks are 'dates', 'tokenizer' and 'lm', got " + quote_value(o.task));
+    throw UsageError("TASK", "the tasks are 'dates', 'tokenizer', 'lm' and 'recommender', got " +
+                                 quote_value(o.task));
   refuse_options_of({"--text", "--vocab-size"}, o);
   refuse_options_of(kTokenizerOnly, o);
   refuse_options_of(kLmOnly, o);
+  refuse_options_of(kLmOrRecommender, o);
+  refuse_options_of(kRecommenderOnly, o);
   models::DateTrainingOptions t;
   t.steps = o.steps;
   t.batch = o.batch;

@@ -1,0 +1,253 @@
+"""qkv.recommender — movie recommendation on ratings, as `qkv train recommender` and
+`qkv recommend` do it, with NumPy arrays in and out.
+
+    import qkv.recommender as rec
+    report = rec.train("data/ratings.csv", "mf-model", model="mf")   # or a directory
+    m = rec.Recommender("mf-model")
+    m.predict([1, 1], [31, 1029])          # -> float32 ratings (matrix factorisation)
+    m.recommend(1, top=10)                 # -> [{"movie_id", "title", "year", "genres", "score"}]
+    m.similar("Toy Story", top=10)         # the liked movie as the query, every movie a key
+    m.scores(1)                            # -> float32 (movies,), aligned with m.movie_ids
+
+The ratings are a CSV with userId, movieId, rating and timestamp columns (title, year and
+genres optional): what `scripts/fetch_data.sh movielens DIR` writes as DIR/ratings.csv.
+Every user's ratings are split by time: the last 20% test, 10% of the rest validation
+(split_ratings shows it). Bad input raises ValueError (TypeError for wrong types), naming
+what was wrong; unknown users, movies and titles too (a title error lists close matches).
+"""
+
+import json
+import math
+import os
+
+import numpy as np
+
+from . import _describe, _float, _int, _qkv
+
+__all__ = ["train", "Recommender", "read_ratings", "split_ratings", "mf_cross_validation",
+           "SasRecBatches", "sasrec_initial", "evaluate", "save_sasrec_weights"]
+
+
+def _path(value, fn, name):
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{fn}: {name} must be a str or os.PathLike, got {_describe(value)}")
+    value = os.fspath(value)
+    if isinstance(value, bytes) or not value or "\0" in value:
+        raise ValueError(f"{fn}: {name} must be a non-empty str path, got {value!r}")
+    return value
+
+
+def _ratings_csv(data, fn):
+    data = _path(data, fn, "data")
+    return os.path.join(data, "ratings.csv") if os.path.isdir(data) else data
+
+
+def _ranged(value, fn, name, low, high):
+    value = _int(value, fn, name)
+    if not low <= value <= high:
+        raise ValueError(f"{fn}: {name} must be in [{low}, {high}], got {value}")
+    return value
+
+
+def _ids(values, fn, name):
+    a = np.asarray(values)
+    if a.ndim == 0:
+        a = a.reshape(1)
+    if a.ndim != 1:
+        raise ValueError(f"{fn}: {name} must be 1-D, got shape {a.shape}")
+    if a.size and a.dtype.kind not in "iu":
+        raise TypeError(f"{fn}: {name} must hold integers, got dtype {a.dtype}")
+    return a.astype(np.int64)
+
+
+def read_ratings(path):
+    """The ratings CSV as NumPy arrays: {"user_id", "movie_id", "rating" (float32),
+    "timestamp"} in file order, and "movies": {"movie_id", "title", "year" (0 = unknown),
+    "genres"} by ascending movieId."""
+    return _qkv._read_ratings(_ratings_csv(path, "read_ratings"))
+
+
+def split_ratings(path):
+    """The split every tool uses: {"fit", "validation", "test"}, each {"user_id",
+    "movie_id", "rating"}, and "description" (the rule and the counts)."""
+    return _qkv._split_ratings(_ratings_csv(path, "split_ratings"))
+
+
+def train(data, out, model="mf", epochs=None, dim=None, batch=None, lr=None, l2=None,
+          layers=2, heads=1, max_len=200, eval_every=5, weight_decay=0.0, seed=0,
+          progress=None):
+    """Trains a recommender as `qkv train recommender` does and writes the model directory
+    `out` (config.json, model.safetensors, movies.csv, history.csv).
+
+    model: "mf" (matrix factorisation: defaults dim 32, epochs 40, batch 256, lr 2e-3,
+    l2 0.05) or "sasrec" (self-attention over each user's history: dim 50, epochs 200,
+    batch 128, lr 1e-3, layers, heads, max_len). progress(info) is called after every
+    epoch with {"model", "epoch", "total", "loss", "validation", "best", "elapsed_s"}; an
+    exception it raises, or Ctrl-C, stops training and propagates (nothing is written).
+
+    -> the report: {"model", "split", "users", "movies", "ratings", ("rmse_global_mean",
+    "rmse_biases", "rmse_mf" for mf), "popularity", "trained" (ranking metrics: "hr10",
+    "ndcg10", "hr10_catalogue", "ndcg10_catalogue", "hr10_all", "ndcg10_all", "users"),
+    "best_epoch", "validation", "train_seconds", "train_steps", "num_parameters"}.
+    """
+    fn = "recommender.train"
+    csv = _ratings_csv(data, fn)
+    out = _path(out, fn, "out")
+    if model not in ("mf", "sasrec"):
+        raise ValueError(f"{fn}: model must be 'mf' or 'sasrec', got {model!r}")
+    options = {"data": csv, "out_dir": out, "model": model,
+               "command": f"qkv.recommender.train({csv!r}, {out!r}, model={model!r})"}
+    if epochs is not None:
+        options["epochs"] = _ranged(epochs, fn, "epochs", 1, 100_000)
+    if dim is not None:
+        options["dim"] = _ranged(dim, fn, "dim", 0 if model == "mf" else 1, 4096)
+    if batch is not None:
+        options["batch"] = _ranged(batch, fn, "batch", 1, 1 << 20)
+    for name, value in (("lr", lr), ("l2", l2), ("weight_decay", weight_decay)):
+        if value is None:
+            continue
+        value = _float(value, fn, name)
+        if not (math.isfinite(value) and (value > 0 if name == "lr" else value >= 0)):
+            raise ValueError(f"{fn}: {name} must be a finite number {'> 0' if name == 'lr' else '>= 0'}, "
+                             f"got {value}")
+        options[name] = value
+    if model == "sasrec":
+        options["layers"] = _ranged(layers, fn, "layers", 0, 64)
+        options["heads"] = _ranged(heads, fn, "heads", 1, 256)
+        options["max_len"] = _ranged(max_len, fn, "max_len", 1, 4096)
+        options["eval_every"] = _ranged(eval_every, fn, "eval_every", 1, 100_000)
+        if options.get("dim", 50) % options["heads"]:
+            raise ValueError(f"{fn}: heads = {heads} must divide dim = {options.get('dim', 50)}")
+    options["seed"] = _ranged(seed, fn, "seed", 0, (1 << 64) - 1)
+    if progress is not None and not callable(progress):
+        raise TypeError(f"{fn}: progress must be callable or None, got {_describe(progress)}")
+    return json.loads(_qkv._recommender_train(options, progress))
+
+
+def mf_cross_validation(data, folds=5, dim=32, epochs=40, batch=256, lr=2e-3, l2=0.05, seed=0):
+    """Matrix factorisation under a random `folds`-fold split (the protocol of published
+    MovieLens figures): per fold {"global_mean", "biases", "mf"} test RMSE."""
+    fn = "mf_cross_validation"
+    return _qkv._mf_cross_validation(_ratings_csv(data, fn), _ranged(folds, fn, "folds", 2, 100),
+                                     _ranged(dim, fn, "dim", 0, 4096), _ranged(epochs, fn, "epochs", 1, 100_000),
+                                     _ranged(batch, fn, "batch", 1, 1 << 20), _float(lr, fn, "lr"),
+                                     _float(l2, fn, "l2"), _ranged(seed, fn, "seed", 0, (1 << 64) - 1))
+
+
+class Recommender:
+    """A model directory of `qkv train recommender` / train(). Users and movies are named by
+    their ids (userId, movieId) everywhere; arrays are aligned with movie_ids."""
+
+    def __init__(self, directory):
+        self._m = _qkv._Recommender.load(_path(directory, "Recommender", "directory"))
+        self.kind = self._m.kind                 # "mf" | "sasrec"
+        self.user_ids = self._m.user_ids         # int64 (users,)
+        self.movie_ids = self._m.movie_ids       # int64 (movies,)
+        self.titles = self._m.titles
+        self.years = self._m.years               # int64, 0 = unknown
+        self.genres = self._m.genres
+
+    def _user(self, user, fn):
+        return self._m.user_index(_int(user, fn, "user"))
+
+    def _movie_dict(self, index, **extra):
+        i = int(index)
+        year = int(self.years[i])
+        return {"movie_id": int(self.movie_ids[i]), "title": self.titles[i],
+                "year": year if year else None, "genres": self.genres[i], **extra}
+
+    def movie(self, title_or_id):
+        """A movie's movieId from a title ("Toy Story" or "Toy Story (1995)") or its id."""
+        if isinstance(title_or_id, str):
+            return int(self.movie_ids[self._m.find_movie(title_or_id)])
+        return int(self.movie_ids[self._m.movie_index(_int(title_or_id, "movie", "movie"))])
+
+    def history(self, user):
+        """The movieIds the model knows the user rated, in time order."""
+        return self.movie_ids[self._m.history(self._user(user, "history"))]
+
+    def scores(self, user):
+        """float32 (movies,): the model's score of every movie for the user (mf: the
+        predicted rating, unclipped; sasrec: the next-movie logit)."""
+        return self._m.scores(self._user(user, "scores"))
+
+    def recommend(self, user, top=10):
+        """The `top` movies the user has not rated, best first, as dicts with "score"."""
+        idx, score = self._m.recommend(self._user(user, "recommend"), _ranged(top, "recommend", "top", 1, 1 << 30))
+        return [self._movie_dict(i, score=float(s)) for i, s in zip(idx, score)]
+
+    def similar(self, like, top=10, temperature=0.1):
+        """The movies nearest the liked one (a title or a movieId): its embedding is the
+        query, every movie's a key; "weight" is the softmax of cos / temperature."""
+        movie = self._m.movie_index(self.movie(like))
+        idx, cos, weight = self._m.similar(movie, _ranged(top, "similar", "top", 1, 1 << 30),
+                                           _float(temperature, "similar", "temperature"))
+        return [self._movie_dict(i, cosine=float(c), weight=float(w)) for i, c, w in zip(idx, cos, weight)]
+
+    def predict(self, users, movies):
+        """Predicted ratings (float32, clipped to [0.5, 5]) for pairs of userIds and
+        movieIds (array-likes of the same length). mf only: sasrec ranks and raises
+        ValueError."""
+        users = _ids(users, "predict", "users")
+        movies = _ids(movies, "predict", "movies")
+        if users.shape != movies.shape:
+            raise ValueError(f"predict: {users.size} users but {movies.size} movies")
+        if self.kind != "mf":
+            raise ValueError("predict: a sasrec model ranks movies and does not predict ratings; "
+                             "train one with model='mf'")
+        u = np.array([self._m.user_index(int(x)) for x in users], dtype=np.int64)
+        m = np.array([self._m.movie_index(int(x)) for x in movies], dtype=np.int64)
+        return self._m.predict(u, m)
+
+    def attention(self, user):
+        """sasrec: (movieIds attended over (T,), [per block: (heads, T, T) probabilities]);
+        the last row of each is the position that scores the next movie."""
+        history, layers = self._m.attention(self._user(user, "attention"))
+        return self.movie_ids[history], layers
+
+    def evaluate(self, data, validation=False):
+        """The ranking metrics of this model on the split of `data` (the ratings it was
+        trained on)."""
+        return self._m.evaluate(_ratings_csv(data, "evaluate"), bool(validation))
+
+
+def evaluate(model_dir, data, validation=False):
+    """Recommender(model_dir).evaluate(data, validation)."""
+    return Recommender(model_dir).evaluate(data, validation)
+
+
+class SasRecBatches:
+    """SASRec's training batches for the ratings `data`, a pure function of (seed, epoch,
+    step): get(epoch, step) -> {"users" (B,), "inputs", "positives", "negatives" (B, T)},
+    item index + 1 with 0 for padding / no target (right-padded)."""
+
+    def __init__(self, data, batch=128, max_len=200, seed=0):
+        fn = "SasRecBatches"
+        self._b = _qkv._SasRecBatches(_ratings_csv(data, fn), _ranged(batch, fn, "batch", 1, 1 << 20),
+                                      _ranged(max_len, fn, "max_len", 1, 4096),
+                                      _ranged(seed, fn, "seed", 0, (1 << 64) - 1))
+        self.steps_per_epoch = self._b.steps_per_epoch
+        self.num_items = self._b.num_items
+
+    def get(self, epoch, step):
+        return self._b.get(_int(epoch, "get", "epoch"), _int(step, "get", "step"))
+
+
+def sasrec_initial(num_items, dim=50, layers=2, heads=1, max_len=200, seed=0):
+    """SASRec's initial weights as qkv draws them: {name: float32 array}."""
+    return _qkv._sasrec_initial(num_items, dim, layers, heads, max_len, seed)
+
+
+def save_sasrec_weights(model_dir, weights):
+    """Replaces a sasrec model directory's weights (e.g. with a torch twin's); the
+    directory is loaded afterwards, so wrong names or shapes raise ValueError."""
+    _qkv._save_sasrec_weights(_path(model_dir, "save_sasrec_weights", "model_dir"),
+                              {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()})
+
+
+def _sasrec_forward(weights, ids, dim=50, layers=2, heads=1, max_len=200):
+    return _qkv._sasrec_forward(weights, np.ascontiguousarray(ids, dtype=np.int64), dim, layers, heads, max_len)
+
+
+def _sasrec_loss(weights, batch, dim=50, layers=2, heads=1, max_len=200):
+    return _qkv._sasrec_loss(weights, batch, dim, layers, heads, max_len)

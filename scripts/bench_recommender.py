@@ -1,0 +1,362 @@
+#!/usr/bin/python3
+"""`qkv train recommender --model sasrec` beside its torch 1.13 twin on the same batches,
+and matrix factorisation beside its baselines, on MovieLens (dslabs' 100,004 ratings).
+
+Run with Debian's Python (it builds build/'s _qkv and qkv_ceilings when missing):
+
+    /usr/bin/python3 scripts/bench_recommender.py [--data-dir DIR] [--epochs 200]
+                                                  [--seeds 0,1,2] [--threads 2] [--quick] [--json]
+
+DIR holds ratings.csv (scripts/fetch_data.sh movielens DIR; fetched into DIR, or into a
+temporary directory without --data-dir, when missing).
+
+SASRec, per seed: qkv.recommender.train(model="sasrec") runs in a child process (so the
+two never share threads); torch runs scripts/bench/sasrec_torch.py's TorchSasRec with
+train_twin: the same initial weights (qkv.recommender.sasrec_initial of the seed), the
+same batches in the same order (qkv.recommender.SasRecBatches of the seed: epoch e, step s),
+AdamW (0.9, 0.98, 1e-8, no weight decay), constant lr, no clipping, no dropout. Both keep
+the weights of the best validation HR@10, measured every --eval-every epochs (the twin:
+its weights written into a copy of qkv's model directory, qkv.recommender.evaluate(...,
+validation=True)); the test metrics of both come from qkv's evaluation of those weights
+(qkv.recommender.evaluate), so the two differ by their training alone. The runs alternate
+qkv, torch | torch, qkv | qkv, torch ... so that a drift of the machine falls on both.
+
+Reported per seed and as the mean of the seeds: HR@10 and NDCG@10 of the next movie among
+101 (the paper's protocol), among the whole catalogue, and of every test movie among 101;
+popularity's beside them; |ΔHR@10| of the means; the epoch-1 and last-epoch training
+losses; seconds per training step (training time / steps: forward, backward and AdamW,
+evaluation excluded; qkv's includes making its batches, the twin's does not, and that
+time is shown) and torch/qkv, the median over the seeds of each side's s/step;
+GFLOP/s of each against the machine's measured f32 FMA ceiling (bench/sasrec_torch.py's
+step_flops: padding included, the causal half of attention).
+
+Matrix factorisation, once (seed 0): test RMSE beside the global mean's and the biases',
+its ranking metrics beside popularity's; and the three RMSEs under a random 5-fold split
+(qkv.recommender.mf_cross_validation), the protocol of published MovieLens figures.
+
+torch runs on Debian's OpenBLAS (scripts/bench/peers.py) unless --torch-blas system.
+Nothing here asserts a time or a metric; the exit status is 1 when something asked for
+could not run.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench import ROOT, log, peers, report
+from bench.build import add_arguments as add_build_arguments, ensure_programs
+from bench.ceilings import measure as measure_ceilings
+
+METRICS = ("hr10", "ndcg10", "hr10_catalogue", "ndcg10_catalogue", "hr10_all", "ndcg10_all")
+
+
+def child_train(args):
+    """--child: qkv.recommender.train in this process with the JSON keyword arguments;
+    one JSON line per progress call on stdout, then the report. With "cross_validation"
+    among them: qkv.recommender.mf_cross_validation(csv, **the others) instead."""
+    import qkv
+    qkv.set_num_threads(args.threads)
+    kwargs = json.loads(args.child)
+    if kwargs.pop("cross_validation", False):
+        start = time.perf_counter()
+        folds = qkv.recommender.mf_cross_validation(args.csv, **kwargs)
+        result = {"folds": folds, "seconds": time.perf_counter() - start}
+    else:
+        result = qkv.recommender.train(args.csv, args.out, **kwargs,
+                                       progress=lambda info: print(json.dumps({"progress": info}, default=str),
+                                                                   flush=True))
+    print(json.dumps({"result": result}, default=str), flush=True)
+
+
+def run_qkv(args, build_dir, csv, out, **kwargs):
+    """qkv.recommender.train in a child process -> (progress lines, report, wall seconds)."""
+    env = peers.without_openblas()
+    env["PYTHONPATH"] = os.path.join(build_dir, "python")
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(kwargs), "--csv", csv,
+           "--out", out, "--threads", str(args.threads)]
+    start = time.perf_counter()
+    done = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - start
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    results = [x["result"] for x in lines if "result" in x]
+    if not results:
+        raise RuntimeError(f"qkv.recommender.train ({kwargs.get('model')}) gave no report")
+    return [x["progress"] for x in lines if "progress" in x], results[-1], wall
+
+
+def sasrec_kwargs(args, seed):
+    return {"model": "sasrec", "epochs": args.epochs, "batch": args.batch, "lr": args.lr, "dim": args.dim,
+            "layers": args.layers, "heads": args.heads, "max_len": args.max_len, "seed": seed,
+            "eval_every": args.eval_every}
+
+
+def run_torch(args, qkv, csv, template, seed):
+    """The twin of one seed; the test metrics from qkv's evaluation of its best weights."""
+    from bench.sasrec_torch import make_sasrec_class, train_twin
+    rec = qkv.recommender
+    batches = rec.SasRecBatches(csv, batch=args.batch, max_len=args.max_len, seed=seed)
+    weights = rec.sasrec_initial(batches.num_items, dim=args.dim, layers=args.layers, heads=args.heads,
+                                 max_len=args.max_len, seed=seed)
+    model = make_sasrec_class()(weights, heads=args.heads)
+    with tempfile.TemporaryDirectory(prefix="qkv-bench-sasrec-torch-") as scratch:
+        out = os.path.join(scratch, "model")
+        shutil.copytree(template, out)
+
+        def evaluate(state):
+            rec.save_sasrec_weights(out, state)
+            return rec.evaluate(out, csv, validation=True)["hr10"]
+
+        def on_epoch(info):
+            if info["validation"] is not None or info["epoch"] == 1:
+                v = "" if info["validation"] is None else f", validation HR@10 {info['validation']:.4f}"
+                log(f"  torch seed {seed} epoch {info['epoch']}/{info['total']}: loss {info['loss']:.4f}{v}")
+
+        result = train_twin(model, batches, args.epochs, lr=args.lr, eval_every=args.eval_every,
+                            evaluate=evaluate, on_epoch=on_epoch)
+        rec.save_sasrec_weights(out, result.pop("best_state"))
+        result["test"] = rec.evaluate(out, csv)
+    return result
+
+
+def run_flops(qkv, args, csv, seed, steps):
+    """The FLOPs of qkv's `steps` training steps of this seed (the batches' shapes)."""
+    from bench.sasrec_torch import step_flops
+    batches = qkv.recommender.SasRecBatches(csv, batch=args.batch, max_len=args.max_len, seed=seed)
+    total, n = 0, batches.steps_per_epoch
+    for i in range(steps):
+        shape = batches.get(i // n, i % n)["inputs"].shape
+        total += step_flops(args.dim, args.layers, *shape)
+    return total
+
+
+def fetch(data_dir):
+    csv = os.path.join(data_dir, "ratings.csv")
+    if not os.path.isfile(csv):
+        log(f"fetching MovieLens into {data_dir} (scripts/fetch_data.sh movielens)")
+        subprocess.run(["bash", os.path.join(ROOT, "scripts", "fetch_data.sh"), "movielens", data_dir],
+                       check=True, stdout=sys.stderr)
+    return csv
+
+
+def metrics_cells(m):
+    return " ".join(report.cell(None if m is None else m.get(k), "8.4f") for k in METRICS)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", help="directory with ratings.csv (fetched there when missing; "
+                        "default: a temporary directory)")
+    parser.add_argument("--epochs", type=int, default=200)
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated (default 0,1,2)")
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--dim", type=int, default=50)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=1)
+    parser.add_argument("--max-len", type=int, default=200)
+    parser.add_argument("--eval-every", type=int, default=5)
+    parser.add_argument("--mf-epochs", type=int, help="MF's epochs (default: qkv's)")
+    parser.add_argument("--no-mf", action="store_true", help="leave matrix factorisation out")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--quick", action="store_true",
+                        help="2 epochs, validation every epoch, MF 2 epochs: checks that the script runs")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--csv", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    add_build_arguments(parser)
+    peers.add_arguments(parser, ort=False)
+    args = parser.parse_args()
+    if args.child:
+        return child_train(args)
+    if args.quick:
+        args.epochs, args.eval_every = min(args.epochs, 2), 1
+        args.mf_epochs = args.mf_epochs or 2
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    peers.reexec_with_openblas(args)  # does not return when it re-runs the script
+
+    build_dir = os.path.abspath(args.build_dir)
+    programs = ensure_programs(build_dir, {"_qkv": "python/qkv/_qkv*.so",
+                                           "qkv_python_files": "python/qkv/__init__.py",
+                                           "qkv_ceilings": "bench/qkv_ceilings"}, args.rebuild)
+    ceiling = measure_ceilings(programs["qkv_ceilings"], args.threads, quick=True)["f32_fma"]["gflops"]
+    log(f"f32 FMA ceiling: {ceiling:.0f} GFLOP/s on {args.threads} threads")
+
+    torch_version = torch_blas = None
+    if not args.no_torch:
+        torch_version, torch_blas = peers.start_torch(args.threads)
+    sys.path.insert(0, os.path.join(build_dir, "python"))
+    import qkv
+    qkv.set_num_threads(args.threads)  # the twin's evaluations
+
+    temp_data = None
+    if args.data_dir:
+        csv = fetch(args.data_dir)
+    else:
+        temp_data = tempfile.mkdtemp(prefix="qkv-bench-movielens-")
+        csv = fetch(temp_data)
+    work = tempfile.mkdtemp(prefix="qkv-bench-recommender-")
+    runs = {}
+    template = None
+    try:
+        for i, seed in enumerate(seeds):
+            order = ("qkv", "torch") if i % 2 == 0 or template is None else ("torch", "qkv")
+            for impl in order:
+                if impl == "qkv":
+                    log(f"qkv SASRec seed {seed}: {args.epochs} epochs")
+                    out = os.path.join(work, f"sasrec-{seed}")
+                    progress, result, wall = run_qkv(args, build_dir, csv, out, **sasrec_kwargs(args, seed))
+                    template = template or out
+                    runs[("qkv", seed)] = {"report": result, "progress": progress, "wall_s": wall,
+                                           "flops": run_flops(qkv, args, csv, seed, result["train_steps"])}
+                    log(f"  qkv seed {seed}: best epoch {result['best_epoch']}, test HR@10 "
+                        f"{result['trained']['hr10']:.4f}, {result['train_seconds'] / result['train_steps']:.4f} s/step")
+                elif not args.no_torch:
+                    log(f"torch {torch_version} SASRec seed {seed}: {args.epochs} epochs")
+                    runs[("torch", seed)] = run_torch(args, qkv, csv, template, seed)
+                    t = runs[("torch", seed)]
+                    log(f"  torch seed {seed}: best epoch {t['best_epoch']}, test HR@10 {t['test']['hr10']:.4f}, "
+                        f"{t['train_seconds'] / t['steps']:.4f} s/step")
+        mf = None
+        if not args.no_mf:
+            log("qkv MF (seed 0)")
+            kwargs = {"model": "mf", "seed": 0}
+            if args.mf_epochs:
+                kwargs["epochs"] = args.mf_epochs
+            _, mf, _ = run_qkv(args, build_dir, csv, os.path.join(work, "mf"), **kwargs)
+            mf["random_5fold"] = random_folds(qkv, args, build_dir, csv, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if temp_data:
+            shutil.rmtree(temp_data, ignore_errors=True)
+
+    result = summarise(args, seeds, runs, ceiling, mf)
+    result.update({"torch_version": torch_version, "torch_blas": torch_blas, "threads": args.threads})
+    if args.json:
+        print(json.dumps(result, default=str))
+        return 0
+    print_tables(args, seeds, result, build_dir)
+    return 0
+
+
+def random_folds(qkv, args, build_dir, csv, work):
+    """MF's test RMSE under a random 5-fold split (qkv.recommender.mf_cross_validation, in
+    a child process): {"global_mean", "biases", "mf"} means over the folds, and "folds";
+    or a string saying why it was skipped."""
+    if not hasattr(qkv.recommender, "mf_cross_validation"):
+        return "skipped: qkv.recommender has no mf_cross_validation"
+    log("qkv MF random 5-fold cross-validation (seed 0)")
+    kwargs = {"cross_validation": True, "folds": 5, "seed": 0}
+    if args.mf_epochs:
+        kwargs["epochs"] = args.mf_epochs
+    _, result, _ = run_qkv(args, build_dir, csv, os.path.join(work, "mf-cv"), **kwargs)
+    folds = result["folds"]
+    means = {k: statistics.mean(f[k] for f in folds) for k in ("global_mean", "biases", "mf")}
+    return {**means, "folds": folds, "seconds": result["seconds"]}
+
+
+def summarise(args, seeds, runs, ceiling, mf):
+    out = {"epochs": args.epochs, "seeds": seeds, "batch": args.batch, "dim": args.dim, "layers": args.layers,
+           "heads": args.heads, "max_len": args.max_len, "lr": args.lr, "eval_every": args.eval_every,
+           "ceiling_gflops": ceiling, "per_seed": [], "mf": mf}
+    popularity = None
+    q_steps, t_steps = [], []
+    for seed in seeds:
+        q = runs.get(("qkv", seed))
+        t = runs.get(("torch", seed))
+        row = {"seed": seed}
+        if q:
+            r = q["report"]
+            popularity = r["popularity"]
+            s = r["train_seconds"] / r["train_steps"]
+            q_steps.append(s)
+            losses = [p.get("loss") for p in q["progress"] if "loss" in p]
+            row["qkv"] = {"test": r["trained"], "best_epoch": r["best_epoch"], "steps": r["train_steps"],
+                          "seconds_per_step": s, "train_seconds": r["train_seconds"],
+                          "gflops": q["flops"] / r["train_seconds"] / 1e9,
+                          "loss_first_epoch": losses[0] if losses else None,
+                          "loss_last_epoch": losses[-1] if losses else None, "epoch_losses": losses}
+        if t:
+            s = t["train_seconds"] / t["steps"]
+            t_steps.append(s)
+            per = t["step_seconds"][5:] or t["step_seconds"]
+            row["torch"] = {"test": t["test"], "best_epoch": t["best_epoch"], "steps": t["steps"],
+                            "seconds_per_step": s, "median_step_seconds": statistics.median(per),
+                            "train_seconds": t["train_seconds"], "batch_seconds_per_step": t["batch_seconds"] / t["steps"],
+                            "gflops": t["flops"] / t["train_seconds"] / 1e9,
+                            "loss_first_epoch": t["epoch_losses"][0], "loss_last_epoch": t["epoch_losses"][-1],
+                            "epoch_losses": t["epoch_losses"]}
+        if q and t:
+            row["delta_hr10"] = row["qkv"]["test"]["hr10"] - row["torch"]["test"]["hr10"]
+        out["per_seed"].append(row)
+    out["popularity"] = popularity
+    for impl in ("qkv", "torch"):
+        rows = [r[impl] for r in out["per_seed"] if impl in r]
+        if rows:
+            out[f"{impl}_mean"] = {k: statistics.mean(r["test"][k] for r in rows) for k in METRICS}
+    if "qkv_mean" in out and "torch_mean" in out:
+        out["abs_delta_hr10_of_means"] = abs(out["qkv_mean"]["hr10"] - out["torch_mean"]["hr10"])
+    if q_steps:
+        out["qkv_seconds_per_step"] = statistics.median(q_steps)
+    if t_steps:
+        out["torch_seconds_per_step"] = statistics.median(t_steps)
+    if q_steps and t_steps:
+        out["speedup"] = out["torch_seconds_per_step"] / out["qkv_seconds_per_step"]
+    return out
+
+
+def print_tables(args, seeds, r, build_dir):
+    print(f"{report.cpu_model()}; qkv {report.where(report.git_describe(), build_dir)}; "
+          f"torch {r['torch_version']} ({r['torch_blas']}); {args.threads} threads")
+    print(f"SASRec: d {args.dim}, {args.layers} blocks, {args.heads} heads, max_len {args.max_len}; "
+          f"{args.epochs} epochs of batch {args.batch}, lr {args.lr:g}, validation every {args.eval_every}; "
+          f"f32 FMA ceiling {r['ceiling_gflops']:.0f} GFLOP/s ({args.threads} threads)")
+    head = " ".join(f"{h:>8}" for h in ("HR@10", "NDCG@10", "HR@10c", "NDCG@10c", "HR@10a", "NDCG@10a"))
+    print(f"{'seed':>4} {'impl':6} {head} {'best':>5} {'loss@1':>7} {'loss@end':>8} {'s/step':>7} {'GFLOP/s':>7} {'% FMA':>6}")
+    for row in r["per_seed"]:
+        for impl in ("qkv", "torch"):
+            if impl not in row:
+                continue
+            x = row[impl]
+            print(f"{row['seed']:>4} {impl:6} {metrics_cells(x['test'])} {x['best_epoch']:>5} "
+                  f"{report.cell(x['loss_first_epoch'], '7.4f')} {report.cell(x['loss_last_epoch'], '8.4f')} "
+                  f"{x['seconds_per_step']:7.4f} {x['gflops']:7.1f} {100 * x['gflops'] / r['ceiling_gflops']:5.1f}%")
+        if "delta_hr10" in row:
+            print(f"{row['seed']:>4} {'Δ':6} {row['delta_hr10']:+8.4f}")
+    for impl in ("qkv", "torch"):
+        if f"{impl}_mean" in r:
+            print(f"{'mean':>4} {impl:6} {metrics_cells(r[f'{impl}_mean'])}")
+    if r["popularity"]:
+        print(f"{'':>4} {'popul.':6} {metrics_cells(r['popularity'])}")
+    print("HR@10/NDCG@10: the next movie among 101; c: among the whole catalogue; a: every test movie among 101")
+    if "abs_delta_hr10_of_means" in r:
+        print(f"|ΔHR@10| of the means of {len(seeds)} seeds: {r['abs_delta_hr10_of_means']:.4f} (the issue asks ≤ 0.02)")
+    if "speedup" in r:
+        median_torch = statistics.median(row["torch"]["median_step_seconds"] for row in r["per_seed"] if "torch" in row)
+        print(f"training s/step (median over seeds of training time / steps): qkv {r['qkv_seconds_per_step']:.4f}, "
+              f"torch {r['torch_seconds_per_step']:.4f} (its median step {median_torch:.4f}); "
+              f"torch/qkv {r['speedup']:.2f}x (the issue asks ≥ 2)")
+        batch_s = statistics.median(row["torch"]["batch_seconds_per_step"] for row in r["per_seed"] if "torch" in row)
+        print(f"  qkv's time counts its batches' generation (SasRecBatches.get), torch's does not: "
+              f"{batch_s:.4f} s/step in the twin's process")
+    mf = r["mf"]
+    if mf:
+        print(f"MF (seed 0, best epoch {mf.get('best_epoch')}): test RMSE (temporal split) {mf['rmse_mf']:.4f}; "
+              f"global mean {mf['rmse_global_mean']:.4f}, biases {mf['rmse_biases']:.4f}")
+        cv = mf["random_5fold"]
+        if isinstance(cv, dict):
+            print(f"MF random 5-fold RMSE (mean of the folds): {cv['mf']:.4f}; global mean {cv['global_mean']:.4f}, "
+                  f"biases {cv['biases']:.4f} (folds: " + ", ".join(f"{f['mf']:.4f}" for f in cv["folds"]) + ")")
+        else:
+            print(f"MF random 5-fold RMSE: {cv}")
+        print(f"{'':>4} {'MF':6} {metrics_cells(mf['trained'])}")
+        print(f"{'':>4} {'popul.':6} {metrics_cells(mf['popularity'])}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""qkv.recommender from Python: train, predict, recommend, similar and attention with NumPy
+arrays in and out, each against what the model directory holds (its CSVs and tensors), and
+bad input as ValueError / TypeError naming what was wrong."""
+import csv
+import os
+
+import numpy as np
+import pytest
+
+import qkv
+
+rec = qkv.recommender
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """30 users of 25 movies with planted rank-2 tastes; movie 3 and 4 share a title."""
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((30, 2)), rng.standard_normal((25, 2))
+    d = tmp_path_factory.mktemp("movielens")
+    with open(d / "ratings.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["movieId", "title", "year", "genres", "userId", "rating", "timestamp"])
+        t = 10_000
+        for u in range(30):
+            for m in rng.choice(25, size=15, replace=False):
+                t += 1
+                r = float(np.clip(np.round(2 * (3 + 1.5 * a[u] @ b[m])) / 2, 0.5, 5))
+                title = "Twin" if m in (3, 4) else f"Film {m}, The"
+                w.writerow([m + 1, title, 1990 + m, "Drama", u + 1, r, t])
+    return d
+
+
+@pytest.fixture(scope="module")
+def mf(data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("mf") / "model"
+    seen = []
+    report = rec.train(str(data), out, model="mf", epochs=4, dim=4, progress=seen.append)
+    assert [p["epoch"] for p in seen if p["model"] == "mf"] == [1, 2, 3, 4]
+    assert report["model"] == "mf" and report["users"] == 30 and report["movies"] == 25
+    for key in ("rmse_global_mean", "rmse_biases", "rmse_mf"):
+        assert 0 < report[key] < 5
+    return rec.Recommender(out)
+
+
+def history_of(model_dir, user):
+    with open(os.path.join(model_dir, "history.csv"), newline="") as f:
+        return [int(r["movieId"]) for r in csv.DictReader(f) if int(r["userId"]) == user]
+
+
+def test_predict_recommend_and_scores_agree(mf, tmp_path):
+    assert mf.kind == "mf"
+    np.testing.assert_array_equal(mf.user_ids, np.arange(1, 31))
+    np.testing.assert_array_equal(mf.movie_ids, np.arange(1, 26))
+    scores = mf.scores(7)
+    assert scores.dtype == np.float32 and scores.shape == (25,)
+    # predict: the clipped score, NumPy arrays in any integer dtype, in input order
+    got = mf.predict(np.array([7, 7, 7], dtype=np.int32), [1, 25, 1])
+    np.testing.assert_allclose(got, np.clip(scores[[0, 24, 0]], 0.5, 5), rtol=0, atol=0)
+    top = mf.recommend(7, top=4)
+    assert len(top) == 4
+    assert [m["score"] for m in top] == sorted((m["score"] for m in top), reverse=True)
+    history = set(mf.history(7).tolist())
+    assert not history & {m["movie_id"] for m in top}
+    unseen = [i for i in range(25) if i + 1 not in history]
+    assert top[0]["score"] == pytest.approx(float(scores[unseen].max()), abs=0)
+
+
+def test_similar_is_a_softmax_over_cosines(mf):
+    near = mf.similar("Film 0, The (1990)", top=24)
+    assert len(near) == 24 and 1 not in [m["movie_id"] for m in near]
+    weights = np.array([m["weight"] for m in near])
+    cosines = np.array([m["cosine"] for m in near])
+    assert np.all(np.diff(weights) <= 0) and np.all(np.diff(cosines) <= 1e-6)
+    # weight_i / weight_j = exp((cos_i - cos_j) / temperature)
+    np.testing.assert_allclose(weights[1:] / weights[0], np.exp((cosines[1:] - cosines[0]) / 0.1), rtol=1e-4)
+    assert mf.movie("Twin (1994)") == 5 and mf.movie(4) == 4
+
+
+def test_errors_name_what_was_wrong(mf, data, tmp_path):
+    with pytest.raises(ValueError, match="unknown user 99"):
+        mf.recommend(99)
+    with pytest.raises(ValueError, match="ambiguous: 2 movies"):
+        mf.similar("Twin")
+    with pytest.raises(ValueError, match="close matches"):
+        mf.similar("Flim 3")
+    with pytest.raises(ValueError, match="unknown movie 77"):
+        mf.predict([1], [77])
+    with pytest.raises(ValueError, match="2 users but 1 movies"):
+        mf.predict([1, 2], [3])
+    with pytest.raises(TypeError, match="must hold integers"):
+        mf.predict([1.5], [3])
+    with pytest.raises(TypeError, match="user must be an int"):
+        mf.recommend("7")
+    with pytest.raises(ValueError, match="needs a sasrec model"):
+        mf.attention(1)
+    with pytest.raises(ValueError, match="model must be 'mf' or 'sasrec'"):
+        rec.train(str(data), tmp_path / "x", model="svd")
+    with pytest.raises(ValueError, match="heads = 3 must divide dim = 50"):
+        rec.train(str(data), tmp_path / "x", model="sasrec", heads=3)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("userId,movieId,rating,timestamp\n1,2,3,4\n1,3,9,5\n")
+    with pytest.raises(ValueError, match="line 3: rating 9 is outside"):
+        rec.train(str(bad), tmp_path / "y")
+    with pytest.raises(ValueError, match="config.json"):
+        rec.Recommender(tmp_path)
+
+
+def test_sasrec_attention_and_no_predictions(data, tmp_path):
+    out = tmp_path / "sasrec"
+    report = rec.train(str(data), out, model="sasrec", epochs=2, dim=8, heads=2, max_len=6, eval_every=1)
+    assert 0 <= report["trained"]["hr10"] <= 1 and report["best_epoch"] in (1, 2)
+    m = rec.Recommender(out)
+    attended, layers = m.attention(3)
+    np.testing.assert_array_equal(attended, history_of(str(out), 3)[-6:])
+    assert len(layers) == 2 and layers[0].shape == (2, 6, 6)
+    np.testing.assert_allclose(layers[1].sum(axis=-1), 1, rtol=1e-5)
+    assert np.all(np.triu(layers[0][0], 1) == 0)  # causal
+    with pytest.raises(ValueError, match="does not predict ratings"):
+        m.predict([3], [1])
+    # the evaluation of the saved directory reproduces the report
+    assert m.evaluate(str(data))["hr10"] == pytest.approx(report["trained"]["hr10"], abs=0)
