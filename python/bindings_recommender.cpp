@@ -8,12 +8,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <atomic>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "bindings_training.h"
 #include "qkv/error.h"
 #include "qkv/recommender.h"
 #include "qkv/safetensors.h"
@@ -25,16 +24,9 @@ namespace rec = qkv::recommender;
 
 namespace {
 
-using IdArray = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>;
-using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
-
-py::array_t<float> to_numpy(const qkv::Tensor& t) {
-  qkv::Tensor c = t.contiguous();
-  std::vector<py::ssize_t> shape(c.shape().begin(), c.shape().end());
-  py::array_t<float> a(shape);
-  std::copy_n(c.data_as<float>(), c.numel(), a.mutable_data());
-  return a;
-}
+using qkv_python::F32Array;
+using qkv_python::IdArray;
+using qkv_python::to_numpy;
 
 template <class T>
 py::array_t<T> vector_to_numpy(const std::vector<T>& v, std::vector<py::ssize_t> shape = {}) {
@@ -214,37 +206,28 @@ void register_recommender(py::module_& m) {
         integer("eval_every", o.sasrec.eval_every);
         number("weight_decay", o.sasrec.weight_decay);
         if (d.contains("seed")) o.mf.seed = o.sasrec.seed = d["seed"].cast<std::uint64_t>();
-        std::atomic<bool> stop{false};
-        std::optional<py::error_already_set> raised;
+        qkv_python::ProgressRelay relay(progress);
         auto on_epoch = [&](const std::string& what, const rec::EpochProgress& p) {
-          py::gil_scoped_acquire acquire;
-          if (raised) return;
-          try {
-            if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-            if (!progress.is_none()) {
-              py::dict info;
-              info["model"] = what;
-              info["epoch"] = p.epoch;
-              info["total"] = p.total;
-              info["loss"] = p.loss;
-              info["validation"] = p.validation >= 0 ? py::object(py::float_(p.validation)) : py::none();
-              info["best"] = p.best;
-              info["elapsed_s"] = p.elapsed_s;
-              progress(info);
-            }
-          } catch (py::error_already_set& e) {
-            raised.emplace(std::move(e));
-            stop.store(true);
-          }
+          relay([&] {
+            py::dict info;
+            info["model"] = what;
+            info["epoch"] = p.epoch;
+            info["total"] = p.total;
+            info["loss"] = p.loss;
+            info["validation"] = p.validation >= 0 ? py::object(py::float_(p.validation)) : py::none();
+            info["best"] = p.best;
+            info["elapsed_s"] = p.elapsed_s;
+            return info;
+          });
         };
         rec::RecommenderReport r;
         try {
           py::gil_scoped_release release;
-          r = rec::train_recommender(o, on_epoch, &stop);
+          r = rec::train_recommender(o, on_epoch, relay.stop());
         } catch (const qkv::Error&) {
-          if (!raised) throw;
+          if (!relay.raised()) throw;  // else the loop stopped for the relay's exception
         }
-        if (raised) throw std::move(*raised);
+        relay.rethrow();
         return r.to_json();
       },
       py::arg("options"), py::arg("progress") = py::none());

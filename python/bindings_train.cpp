@@ -8,13 +8,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <atomic>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "bindings_common.h"
+#include "bindings_training.h"
 #include "qkv/dates.h"
 #include "qkv/error.h"
 #include "qkv/language_model.h"
@@ -25,16 +24,9 @@ namespace models = qkv::models;
 
 namespace {
 
-using IdArray = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>;
-using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
-
-py::array_t<float> to_numpy(const qkv::Tensor& t) {
-  qkv::Tensor c = t.contiguous();
-  std::vector<py::ssize_t> shape(c.shape().begin(), c.shape().end());
-  py::array_t<float> a(shape);
-  std::copy_n(c.data_as<float>(), c.numel(), a.mutable_data());
-  return a;
-}
+using qkv_python::F32Array;
+using qkv_python::IdArray;
+using qkv_python::to_numpy;
 
 models::Seq2SeqConfig config_from(const py::dict& d) {
   models::Seq2SeqConfig c;
@@ -205,37 +197,28 @@ void register_train(py::module_& m) {
         if (d.contains("resume")) o.resume = d["resume"].cast<bool>();
         QKV_CHECK(o.model.n_embd % o.model.n_head == 0,
                   "train_lm: n_head = " << o.model.n_head << " must divide n_embd = " << o.model.n_embd);
-        // The callback runs with the GIL; between steps it also runs Python's signal
-        // handlers, so Ctrl-C stops the run after a checkpoint and raises KeyboardInterrupt.
-        std::atomic<bool> stop{false};
-        std::optional<py::error_already_set> raised;
+        // Between steps the relay runs Python's signal handlers, so Ctrl-C stops the run
+        // after a checkpoint and raises KeyboardInterrupt.
+        qkv_python::ProgressRelay relay(progress);
         auto on_progress = [&](const models::LmProgress& p) {
-          py::gil_scoped_acquire acquire;
-          if (raised) return;
-          try {
-            if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-            if (!progress.is_none()) {
-              py::dict info;
-              info["step"] = p.step;
-              info["total"] = p.total;
-              info["loss"] = p.loss;
-              info["lr"] = p.lr;
-              info["heldout_loss"] = p.val_loss >= 0 ? py::object(py::float_(p.val_loss)) : py::none();
-              info["tokens_per_s"] = p.tokens_per_s;
-              info["elapsed_s"] = p.elapsed_s;
-              progress(info);
-            }
-          } catch (py::error_already_set& e) {
-            raised.emplace(std::move(e));
-            stop.store(true);
-          }
+          relay([&] {
+            py::dict info;
+            info["step"] = p.step;
+            info["total"] = p.total;
+            info["loss"] = p.loss;
+            info["lr"] = p.lr;
+            info["heldout_loss"] = p.val_loss >= 0 ? py::object(py::float_(p.val_loss)) : py::none();
+            info["tokens_per_s"] = p.tokens_per_s;
+            info["elapsed_s"] = p.elapsed_s;
+            return info;
+          });
         };
         models::LmTrainingResult r;
         {
           py::gil_scoped_release release;
-          r = models::train_lm(o, on_progress, &stop);
+          r = models::train_lm(o, on_progress, relay.stop());
         }
-        if (raised) throw std::move(*raised);
+        relay.rethrow();
         py::dict out;
         out["steps"] = r.steps;
         out["interrupted"] = r.interrupted;

@@ -28,7 +28,8 @@ losses; seconds per training step (training time / steps: forward, backward and 
 evaluation excluded; qkv's includes making its batches, the twin's does not, and that
 time is shown) and torch/qkv, the median over the seeds of each side's s/step;
 GFLOP/s of each against the machine's measured f32 FMA ceiling (bench/sasrec_torch.py's
-step_flops: padding included, the causal half of attention).
+step_flops: the real items of each row, padding not counted, the causal half of attention;
+torch computes its padding too, qkv runs each batch's rows in groups of similar length).
 
 Matrix factorisation, once (seed 0): test RMSE beside the global mean's and the biases',
 its ranking metrics beside popularity's; and the three RMSEs under a random 5-fold split
@@ -129,8 +130,7 @@ def run_flops(qkv, args, csv, seed, steps):
     batches = qkv.recommender.SasRecBatches(csv, batch=args.batch, max_len=args.max_len, seed=seed)
     total, n = 0, batches.steps_per_epoch
     for i in range(steps):
-        shape = batches.get(i // n, i % n)["inputs"].shape
-        total += step_flops(args.dim, args.layers, *shape)
+        total += step_flops(args.dim, args.layers, batches.get(i // n, i % n)["inputs"])
     return total
 
 

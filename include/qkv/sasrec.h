@@ -73,10 +73,25 @@ struct SasRecBatch {
   std::vector<std::int64_t> negatives;  // (B, T) an item the user never rated + 1, or 0
 };
 
+// Rows of a right-padded batch grouped by length, for running each group as a batch of
+// its own padded only to its longest row (padding costs the layers as much as an item, and
+// MovieLens histories run from 2 to 200 items). lengths: per row, 0 = skip the row. Rows
+// are taken longest first; a group holds rows while rows · T <= token_budget (at least
+// one). -> groups with the row indices and their T (the first row's length).
+struct LengthGroup {
+  std::vector<std::int64_t> rows;
+  std::int64_t T = 0;
+};
+std::vector<LengthGroup> length_groups(std::span<const std::int64_t> lengths, std::int64_t token_budget);
+// The budget sasrec_loss and evaluation use: products of 8192 rows keep oneDNN efficient,
+// and a group of 200-item histories is 40 users.
+inline constexpr std::int64_t kSasRecGroupTokens = 8192;
+
 // The paper's loss: binary cross-entropy of the positive's and one sampled negative's
 // scores at every position with a target,
 //   loss = mean over (b, t) with a target of  softplus(−h·e_pos) + softplus(h·e_neg),
-// and its gradient added into `grads` (zeroed by the caller). Returns the loss.
+// and its gradient added into `grads` (zeroed by the caller). Returns the loss. Rows run in
+// length groups (length_groups): the same loss and gradients as one padded batch.
 double sasrec_loss(const SasRecConfig& config, const SasRecWeights& weights,
                    const SasRecBatch& batch, SasRecWeights* grads);
 

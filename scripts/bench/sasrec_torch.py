@@ -154,15 +154,23 @@ def batch_tensors(batch):
                  for k in ("inputs", "positives", "negatives"))
 
 
-def step_flops(dim, layers, B, T):
-    """Floating-point operations of one training step (forward and backward) on B x T
-    tokens, padding included (both engines compute it): 6·(matrix parameters) per token for
-    the blocks' projections (3d², d², and the feed-forward's 2d²), the causal half of
-    attention's two products 12·layers·T·d / 2 per token, and the two scores (2d each,
-    forward and backward) per position."""
+def step_flops(dim, layers, inputs):
+    """Floating-point operations of one training step (forward and backward) on a
+    right-padded (B, T) batch of item ids, counting the real items of each row only (what
+    the step must compute; work on padding is not counted): for a row of n items,
+    6·(matrix parameters) per item for the blocks' projections (3d², d², and the
+    feed-forward's 2d²), attention's two products over the causal half, 12·layers·n·d / 2
+    per item, and the two scores (2d each, forward and backward) per position."""
+    import numpy as np
+    inputs = np.asarray(inputs)
+    nonzero = inputs != 0
+    # a row's length: through its last item
+    lengths = np.where(nonzero.any(axis=1), inputs.shape[1] - np.argmax(nonzero[:, ::-1], axis=1), 0)
     d = dim
-    per_token = 6 * layers * 6 * d * d + 6 * layers * T * d + 3 * 2 * 2 * d
-    return B * T * per_token
+    total = 0
+    for n in lengths.tolist():
+        total += n * (6 * layers * 6 * d * d + 6 * layers * n * d + 3 * 2 * 2 * d)
+    return total
 
 
 def train_twin(model, batches, epochs, lr=1e-3, eval_every=5, evaluate=None, on_epoch=None,
@@ -200,7 +208,7 @@ def train_twin(model, batches, epochs, lr=1e-3, eval_every=5, evaluate=None, on_
             value = loss.item()
             losses.append(value)
             step_seconds.append(seconds)
-            flops += step_flops(model.dim, len(model.blocks), *inputs.shape)
+            flops += step_flops(model.dim, len(model.blocks), inputs)
             epoch_sum += value
             epoch_steps += 1
             if on_step:

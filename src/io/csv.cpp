@@ -72,7 +72,10 @@ std::vector<CsvRecord> parse_csv(std::string_view text, const std::string& label
 }
 
 std::string csv_field(std::string_view field) {
-  if (field.find_first_of(",\"\r\n") == std::string_view::npos) return std::string(field);
+  // A leading byte order mark is quoted too: unquoted at the start of a text it would be
+  // skipped as the text's own.
+  if (field.find_first_of(",\"\r\n") == std::string_view::npos && !field.starts_with("\xEF\xBB\xBF"))
+    return std::string(field);
   std::string out = "\"";
   for (const char c : field) {
     if (c == '"') out += '"';

@@ -22,7 +22,7 @@ struct CsvRecord {
 std::vector<CsvRecord> parse_csv(std::string_view text, const std::string& label);
 
 // A field as RFC 4180 writes it: quoted (quotes doubled) when it holds a comma, a quote or
-// a line break, else as is.
+// a line break or starts with a byte order mark, else as is.
 std::string csv_field(std::string_view field);
 
 }  // namespace qkv::io

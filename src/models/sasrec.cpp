@@ -3,6 +3,7 @@
 
 #include "qkv/sasrec.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "qkv/error.h"
@@ -32,6 +33,23 @@ void check_config(const SasRecConfig& c) {
 }
 
 }  // namespace
+
+std::vector<LengthGroup> length_groups(std::span<const std::int64_t> lengths, std::int64_t token_budget) {
+  std::vector<std::int64_t> order;
+  for (std::size_t b = 0; b < lengths.size(); ++b)
+    if (lengths[b] > 0) order.push_back(static_cast<std::int64_t>(b));
+  std::stable_sort(order.begin(), order.end(), [&](std::int64_t x, std::int64_t y) {
+    return lengths[static_cast<std::size_t>(x)] > lengths[static_cast<std::size_t>(y)];
+  });
+  std::vector<LengthGroup> groups;
+  for (const std::int64_t b : order) {
+    if (groups.empty() ||
+        static_cast<std::int64_t>(groups.back().rows.size() + 1) * groups.back().T > token_budget)
+      groups.push_back({{}, lengths[static_cast<std::size_t>(b)]});
+    groups.back().rows.push_back(b);
+  }
+  return groups;
+}
 
 nn::TransformerLayerConfig SasRecConfig::block_config() const {
   nn::TransformerLayerConfig b;
@@ -133,6 +151,8 @@ double sasrec_loss(const SasRecConfig& c, const SasRecWeights& w, const SasRecBa
                 static_cast<std::int64_t>(batch.positives.size()) == N &&
                 static_cast<std::int64_t>(batch.negatives.size()) == N,
             "sasrec_loss: inputs, positives and negatives must hold B·T = " << N << " ids each");
+  std::vector<std::int64_t> lengths(static_cast<std::size_t>(B), 0);  // through the last id or target
+  std::int64_t counted = 0;
   for (std::int64_t i = 0; i < N; ++i) {
     const std::int64_t p = batch.positives[static_cast<std::size_t>(i)],
                        n = batch.negatives[static_cast<std::size_t>(i)];
@@ -140,47 +160,62 @@ double sasrec_loss(const SasRecConfig& c, const SasRecWeights& w, const SasRecBa
               "sasrec_loss: position " << i << ": positive " << p << " and negative " << n
                                        << " must be in [0, " << c.num_items
                                        << "], with a negative wherever there is a positive");
+    counted += p != 0;
+    if (p != 0 || batch.inputs[static_cast<std::size_t>(i)] != 0)
+      lengths[static_cast<std::size_t>(i / T)] = i % T + 1;
   }
-  SasRecWeights::Record record;
-  const Tensor h = w.forward(batch.inputs, B, T, nullptr, grads ? &record : nullptr);  // (B, T, d)
-  const float* hp = h.data_as<float>();
-  const float* emb = w.item_emb.weight.data_as<float>();  // (I + 1, d)
-  std::int64_t counted = 0;
-  for (const auto p : batch.positives) counted += p != 0;
   QKV_CHECK(counted > 0, "sasrec_loss: the batch has no position with a target");
-  Tensor dh = grads ? Tensor::zeros({B, T, d}) : Tensor();
-  float* dhp = grads ? dh.data_as<float>() : nullptr;
+  const float* emb = w.item_emb.weight.data_as<float>();  // (I + 1, d)
   float* demb = grads ? grads->item_emb.weight.data_as<float>() : nullptr;
   const double inv = 1.0 / static_cast<double>(counted);
   double loss = 0.0;
-  // Σ over (b, t) with a target: softplus(−s_pos) + softplus(s_neg), s = h[b, t]·e.
-  // ∂/∂s_pos = σ(s_pos) − 1, ∂/∂s_neg = σ(s_neg); each / counted (the mean).
-  for (std::int64_t i = 0; i < N; ++i) {
-    const std::int64_t p = batch.positives[static_cast<std::size_t>(i)];
-    if (p == 0) continue;
-    const std::int64_t n = batch.negatives[static_cast<std::size_t>(i)];
-    const float* hi = hp + i * d;
-    const float* ep = emb + p * d;
-    const float* en = emb + n * d;
-    double sp = 0, sn = 0;
-    for (std::int64_t j = 0; j < d; ++j) {
-      sp += static_cast<double>(hi[j]) * ep[j];
-      sn += static_cast<double>(hi[j]) * en[j];
+  // Each group of rows of similar length is a batch of its own, padded to its longest row:
+  // with right padding and a causal mask, positions past a row's length change nothing
+  // before it, so the result is the whole batch's, without the layers' work on padding.
+  for (const LengthGroup& g : length_groups(lengths, kSasRecGroupTokens)) {
+    const auto Bg = static_cast<std::int64_t>(g.rows.size()), Tg = g.T;
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(Bg * Tg), 0), at(static_cast<std::size_t>(Bg * Tg), -1);
+    for (std::int64_t r = 0; r < Bg; ++r)
+      for (std::int64_t t = 0; t < Tg; ++t) {
+        const std::int64_t i = g.rows[static_cast<std::size_t>(r)] * T + t;  // in the whole batch
+        ids[static_cast<std::size_t>(r * Tg + t)] = batch.inputs[static_cast<std::size_t>(i)];
+        at[static_cast<std::size_t>(r * Tg + t)] = i;
+      }
+    SasRecWeights::Record record;
+    const Tensor h = w.forward(ids, Bg, Tg, nullptr, grads ? &record : nullptr);  // (Bg, Tg, d)
+    const float* hp = h.data_as<float>();
+    Tensor dh = grads ? Tensor::zeros({Bg, Tg, d}) : Tensor();
+    float* dhp = grads ? dh.data_as<float>() : nullptr;
+    // Σ over positions with a target: softplus(−s_pos) + softplus(s_neg), s = h·e.
+    // ∂/∂s_pos = σ(s_pos) − 1, ∂/∂s_neg = σ(s_neg); each / counted (the mean).
+    for (std::int64_t k = 0; k < Bg * Tg; ++k) {
+      const std::int64_t i = at[static_cast<std::size_t>(k)];
+      const std::int64_t p = batch.positives[static_cast<std::size_t>(i)];
+      if (p == 0) continue;
+      const std::int64_t n = batch.negatives[static_cast<std::size_t>(i)];
+      const float* hi = hp + k * d;
+      const float* ep = emb + p * d;
+      const float* en = emb + n * d;
+      double sp = 0, sn = 0;
+      for (std::int64_t j = 0; j < d; ++j) {
+        sp += static_cast<double>(hi[j]) * ep[j];
+        sn += static_cast<double>(hi[j]) * en[j];
+      }
+      loss += softplus(-sp) + softplus(sn);
+      if (!grads) continue;
+      const auto gp = static_cast<float>((sigmoid(sp) - 1.0) * inv);
+      const auto gn = static_cast<float>(sigmoid(sn) * inv);
+      float* dhi = dhp + k * d;
+      float* dep = demb + p * d;
+      float* den = demb + n * d;
+      for (std::int64_t j = 0; j < d; ++j) {
+        dhi[j] += gp * ep[j] + gn * en[j];
+        dep[j] += gp * hi[j];
+        den[j] += gn * hi[j];
+      }
     }
-    loss += softplus(-sp) + softplus(sn);
-    if (!grads) continue;
-    const auto gp = static_cast<float>((sigmoid(sp) - 1.0) * inv);
-    const auto gn = static_cast<float>(sigmoid(sn) * inv);
-    float* dhi = dhp + i * d;
-    float* dep = demb + p * d;
-    float* den = demb + n * d;
-    for (std::int64_t j = 0; j < d; ++j) {
-      dhi[j] += gp * ep[j] + gn * en[j];
-      dep[j] += gp * hi[j];
-      den[j] += gn * hi[j];
-    }
+    if (grads) w.backward(dh, record, *grads);
   }
-  if (grads) w.backward(dh, record, *grads);
   return loss * inv;
 }
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
@@ -655,27 +656,35 @@ BatchScorer mf_scorer(const MfModel& model) {
 
 namespace {
 
-// The last hidden state of each history (its last max_len movies), right-padded into one
-// batch: -> (B, d). Empty histories score from the padding token alone.
+// The last hidden state of each history (its last max_len movies): -> (B, d). The
+// histories run in length groups (models::length_groups), each right-padded to its longest.
+// Empty histories score from the padding token alone.
 Tensor sasrec_last_states(const models::SasRecConfig& c, const models::SasRecWeights& w,
                           const std::vector<std::vector<std::int64_t>>& histories,
                           std::vector<Tensor>* probs = nullptr) {
   const auto B = static_cast<std::int64_t>(histories.size());
-  std::int64_t T = 1;
-  for (const auto& h : histories) T = std::max(T, std::min<std::int64_t>(c.max_len, static_cast<std::int64_t>(h.size())));
-  std::vector<std::int64_t> ids(static_cast<std::size_t>(B * T), 0), last(static_cast<std::size_t>(B), 0);
-  for (std::int64_t b = 0; b < B; ++b) {
-    const auto& h = histories[static_cast<std::size_t>(b)];
-    const std::int64_t n = std::min<std::int64_t>(c.max_len, static_cast<std::int64_t>(h.size()));
-    for (std::int64_t t = 0; t < n; ++t)
-      ids[static_cast<std::size_t>(b * T + t)] = h[h.size() - static_cast<std::size_t>(n - t)] + 1;
-    last[static_cast<std::size_t>(b)] = std::max<std::int64_t>(n - 1, 0);
-  }
-  const Tensor h = w.forward(ids, B, T, probs);  // (B, T, d)
-  Tensor out = Tensor::zeros({B, c.dim});
+  std::vector<std::int64_t> lengths(static_cast<std::size_t>(B));
   for (std::int64_t b = 0; b < B; ++b)
-    std::copy_n(h.data_as<float>() + (b * T + last[static_cast<std::size_t>(b)]) * c.dim, c.dim,
-                out.data_as<float>() + b * c.dim);
+    lengths[static_cast<std::size_t>(b)] =
+        std::max<std::int64_t>(1, std::min<std::int64_t>(c.max_len, static_cast<std::int64_t>(histories[static_cast<std::size_t>(b)].size())));
+  Tensor out = Tensor::zeros({B, c.dim});
+  const std::int64_t budget = probs ? std::numeric_limits<std::int64_t>::max() : models::kSasRecGroupTokens;
+  for (const models::LengthGroup& g : models::length_groups(lengths, budget)) {
+    const auto Bg = static_cast<std::int64_t>(g.rows.size()), T = g.T;
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(Bg * T), 0);
+    for (std::int64_t r = 0; r < Bg; ++r) {
+      const auto& h = histories[static_cast<std::size_t>(g.rows[static_cast<std::size_t>(r)])];
+      const std::int64_t n = std::min<std::int64_t>(c.max_len, static_cast<std::int64_t>(h.size()));
+      for (std::int64_t t = 0; t < n; ++t)
+        ids[static_cast<std::size_t>(r * T + t)] = h[h.size() - static_cast<std::size_t>(n - t)] + 1;
+    }
+    const Tensor h = w.forward(ids, Bg, T, probs);  // (Bg, T, d)
+    for (std::int64_t r = 0; r < Bg; ++r) {
+      const std::int64_t b = g.rows[static_cast<std::size_t>(r)];
+      const std::int64_t last = lengths[static_cast<std::size_t>(b)] - 1;
+      std::copy_n(h.data_as<float>() + (r * T + last) * c.dim, c.dim, out.data_as<float>() + b * c.dim);
+    }
+  }
   return out;
 }
 

@@ -34,11 +34,7 @@ models::Gpt2Config tiny() {
 // gradient dropped for any of them shows.
 models::Gpt2Weights perturbed(const models::Gpt2Config& c, std::uint64_t seed) {
   models::Gpt2Weights w = models::Gpt2Weights::initialized(c, seed);
-  qkv::Rng rng(seed + 7);
-  for (auto& [name, t] : w.parameters()) {
-    float* p = t->data_as<float>();
-    for (std::int64_t i = 0; i < t->numel(); ++i) p[i] += static_cast<float>(0.3 * rng.normal());
-  }
+  perturb(w.parameters(), seed + 7);
   return w;
 }
 

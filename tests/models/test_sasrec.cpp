@@ -27,11 +27,7 @@ models::SasRecConfig tiny() {
 // dropped for any of them shows.
 models::SasRecWeights perturbed(const models::SasRecConfig& c, std::uint64_t seed) {
   models::SasRecWeights w = models::SasRecWeights::initialized(c, seed);
-  qkv::Rng rng(seed + 11);
-  for (auto& [name, t] : w.parameters()) {
-    float* p = t->data_as<float>();
-    for (std::int64_t i = 0; i < t->numel(); ++i) p[i] += static_cast<float>(0.3 * rng.normal());
-  }
+  perturb(w.parameters(), seed + 11);
   return w;
 }
 
@@ -138,4 +134,72 @@ TEST(SasRec, InitializationKeepsThePaddingRowZero) {
   models::SasRecWeights again = models::SasRecWeights::initialized(c, 5), other = models::SasRecWeights::initialized(c, 6);
   EXPECT_EQ(again.pos_emb.weight.to_vector(), w.pos_emb.weight.to_vector());
   EXPECT_NE(other.pos_emb.weight.to_vector(), w.pos_emb.weight.to_vector());
+}
+
+// A batch longer than one length group (kSasRecGroupTokens): rows of 3000, 2900 and 10
+// items make two groups. Its loss is the padded batch's (the forward of the whole batch,
+// the naive twin), and its gradients the count-weighted sum of each row's alone.
+TEST(SasRec, LengthGroupsChangeNothing) {
+  models::SasRecConfig c = tiny();
+  c.layers = 1;
+  c.max_len = 3000;
+  const models::SasRecWeights w = perturbed(c, 4);
+  const std::int64_t lengths[3] = {10, 3000, 2900};
+  ASSERT_GT(2 * 3000 + 3000, models::kSasRecGroupTokens);
+  ASSERT_EQ(models::length_groups(lengths, models::kSasRecGroupTokens).size(), 2u);
+  models::SasRecBatch b;
+  b.B = 3;
+  b.T = 3000;
+  qkv::Rng rng(9);
+  const auto item = [&] { return 1 + static_cast<std::int64_t>(rng.uniform() * 9); };
+  for (std::int64_t r = 0; r < 3; ++r)
+    for (std::int64_t t = 0; t < 3000; ++t) {
+      const bool real = t < lengths[r];
+      b.inputs.push_back(real ? item() : 0);
+      b.positives.push_back(real ? item() : 0);
+      b.negatives.push_back(real ? item() : 0);
+    }
+  models::SasRecWeights grads = models::SasRecWeights::zeros_like(c);
+  const double loss = models::sasrec_loss(c, w, b, &grads);
+  // The naive twin: scores from one forward of the whole padded batch.
+  const Tensor h = w.forward(b.inputs, 3, 3000);
+  const float* e = w.item_emb.weight.data_as<float>();
+  double sum = 0;
+  for (std::int64_t i = 0; i < 3 * 3000; ++i) {
+    if (b.positives[i] == 0) continue;
+    double sp = 0, sn = 0;
+    for (std::int64_t j = 0; j < c.dim; ++j) {
+      sp += double{h.data_as<float>()[i * c.dim + j]} * e[b.positives[i] * c.dim + j];
+      sn += double{h.data_as<float>()[i * c.dim + j]} * e[b.negatives[i] * c.dim + j];
+    }
+    sum += std::log1p(std::exp(-sp)) + std::log1p(std::exp(sn));
+  }
+  // f32 states over 5910 positions: rounding differs only in the twin's order of work.
+  EXPECT_NEAR(loss, sum / 5910, 1e-5);
+  // Each row alone (one group each), weighted by its share of the targets.
+  models::SasRecWeights rows = models::SasRecWeights::zeros_like(c);
+  for (std::int64_t r = 0; r < 3; ++r) {
+    models::SasRecBatch one;
+    one.B = 1;
+    one.T = 3000;
+    for (auto field : {&models::SasRecBatch::inputs, &models::SasRecBatch::positives, &models::SasRecBatch::negatives})
+      (one.*field).assign((b.*field).begin() + r * 3000, (b.*field).begin() + (r + 1) * 3000);
+    models::SasRecWeights g = models::SasRecWeights::zeros_like(c);
+    models::sasrec_loss(c, w, one, &g);
+    auto into = rows.parameters(), from = g.parameters();
+    for (std::size_t p = 0; p < into.size(); ++p) {
+      float* dst = into[p].second->data_as<float>();
+      const float* src = from[p].second->data_as<float>();
+      for (std::int64_t i = 0; i < into[p].second->numel(); ++i)
+        dst[i] += src[i] * static_cast<float>(lengths[r]) / 5910.0f;
+    }
+  }
+  auto got = grads.parameters(), want = rows.parameters();
+  for (std::size_t p = 0; p < got.size(); ++p) {
+    const auto a = got[p].second->to_vector(), x = want[p].second->to_vector();
+    double err = 0, norm = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) err += (a[i] - x[i]) * double{a[i] - x[i]}, norm += double{x[i]} * x[i];
+    // f32 sums over thousands of positions in another order: 1e-5 of the norm.
+    EXPECT_LE(std::sqrt(err), 1e-5 * std::sqrt(norm) + 1e-9) << got[p].first;
+  }
 }

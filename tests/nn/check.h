@@ -26,6 +26,7 @@
 #include "nn/random.h"
 #include "qkv/error.h"
 #include "qkv/nn.h"
+#include "qkv/rng.h"
 #include "qkv/tensor.h"
 #include "qkv/train.h"
 
@@ -60,6 +61,16 @@ inline double max_abs(const std::vector<double>& v) {
   double m = 0;
   for (double x : v) m = std::max(m, std::abs(x));
   return m;
+}
+
+// Adds N(0, scale²) noise to every parameter, seeded. A model's initial biases (0) and
+// gains (1) would hide a bias or gain used in the wrong place, or a gradient dropped.
+inline void perturb(const nn::ParameterList& parameters, std::uint64_t seed, double scale = 0.3) {
+  Rng rng(seed);
+  for (auto& [name, t] : parameters) {
+    float* p = t->data_as<float>();
+    for (std::int64_t i = 0; i < t->numel(); ++i) p[i] += static_cast<float>(scale * rng.normal());
+  }
 }
 
 // Σ a∘b in double.
