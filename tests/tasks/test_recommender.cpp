@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "attention/expect_error.h"
+#include "nn/check.h"
 #include "temp_dir.h"
 #include "qkv/recommender.h"
 #include "qkv/rng.h"
@@ -323,4 +324,41 @@ TEST(Recommender, SasRecDirectoryShowsItsAttention) {
   expect_error([&] { m.predict(std::vector<std::int64_t>{u}, std::vector<std::int64_t>{0}); },
                "ranks movies and does not predict ratings");
   EXPECT_EQ(m.recommend(u, 3).size(), 3u);
+}
+
+// SASRec's scorer runs a batch of histories in length groups (more than 8,192 tokens here:
+// two groups); each row must be what the history alone gives: its last state's dot
+// products with every movie's embedding.
+TEST(Ranking, SasRecScorerMatchesOneHistoryAtATime) {
+  qkv::models::SasRecConfig c;
+  c.num_items = 40;
+  c.dim = 8;
+  c.layers = 2;
+  c.heads = 2;
+  c.max_len = 200;
+  qkv::models::SasRecWeights w = qkv::models::SasRecWeights::initialized(c, 3);
+  perturb(w.parameters(), 4);
+  qkv::Rng rng(5);
+  std::vector<std::vector<std::int64_t>> histories;
+  for (int b = 0; b < 50; ++b) {
+    std::vector<std::int64_t> h(b % 5 == 0 ? 250 : 1 + static_cast<std::size_t>(rng.uniform() * 200));
+    for (auto& m : h) m = static_cast<std::int64_t>(rng.uniform() * 40);
+    histories.push_back(h);
+  }
+  std::vector<std::int64_t> users(50, 0);
+  std::vector<float> scores(50 * 40);
+  rec::sasrec_scorer(c, w)(users, histories, scores);
+  for (int b = 0; b < 50; ++b) {
+    const auto& h = histories[b];
+    const std::size_t n = std::min<std::size_t>(h.size(), 200);  // the last max_len
+    std::vector<std::int64_t> ids;
+    for (std::size_t t = h.size() - n; t < h.size(); ++t) ids.push_back(h[t] + 1);
+    const qkv::Tensor state = w.forward(ids, 1, static_cast<std::int64_t>(n));
+    const float* last = state.data_as<float>() + (n - 1) * 8;
+    for (int i = 0; i < 40; ++i) {
+      double want = 0;
+      for (int j = 0; j < 8; ++j) want += double{last[j]} * w.item_emb.weight.data_as<float>()[(i + 1) * 8 + j];
+      ASSERT_NEAR(scores[b * 40 + i], want, 1e-4 * (1 + std::abs(want))) << "history " << b << " movie " << i;
+    }
+  }
 }
