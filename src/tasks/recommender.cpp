@@ -783,7 +783,9 @@ RecommenderReport train_recommender(const RecommenderOptions& o,
   const auto relay = [&](const char* what) {
     return [&on_epoch, what](const EpochProgress& p) { if (on_epoch) on_epoch(what, p); };
   };
-  std::filesystem::create_directories(o.out_dir);
+  std::error_code ec;
+  std::filesystem::create_directories(o.out_dir, ec);
+  QKV_CHECK(!ec, "train recommender: cannot create the output directory " << o.out_dir << ": " << ec.message());
   nlohmann::ordered_json config;
   config["model_type"] = "qkv-recommender";
   config["model"] = o.model;

@@ -240,6 +240,93 @@ def make_fixtures(tmp, qkv):
                                 model_safetensors=edit_weights(make_nan))
     fx["bert_bin_only"] = _model_dir(tmp, "bert_bin_only", b, ["config.json", "vocab.txt"])
     w("bert_bin_only/pytorch_model.bin", b"PK\x03\x04 a torch zip archive")
+
+    # The recommender (qkv train recommender, qkv recommend): a small ratings CSV, an mf and
+    # a sasrec model trained from it (well under a second each), and damaged copies.
+    titles = ["Toy Story", "Heat", "Casino", "Sabrina", "Se7en, The", "Fargo", "Babe",
+              "Clueless", "Braveheart", "Apollo 13", "Jumanji", "Balto", "Nixon", "Othello",
+              "Now and Then"]
+    genres = ["Comedy", "Action|Crime", "Crime|Drama", "Comedy|Romance", "Mystery|Thriller"]
+
+    def csv_title(t):
+        return '"' + t + '"' if "," in t else t
+
+    header = "movieId,title,year,genres,userId,rating,timestamp\n"
+    lines = []
+    for u in range(1, 21):  # 20 users, 10 of the 15 movies each (4 and 15 are coprime)
+        for k in range(10):
+            m = (u * 7 + k * 4) % 15 + 1
+            lines.append(f"{m},{csv_title(titles[m - 1])},{1990 + m},{genres[m % 5]},{u},"
+                         f"{((u * m) % 10 + 1) / 2},{1000000 + u * 100 + k}\n")
+    fx["ratings"] = w("ratings.csv", (header + "".join(lines)).encode())
+    fx["ratings_dir"] = os.path.join(tmp, "ratings_dir")
+    os.makedirs(fx["ratings_dir"])
+    _copy(fx["ratings"], os.path.join(fx["ratings_dir"], "ratings.csv"))
+    # Ratings files each wrong in one way (read_ratings names the line and the problem).
+    first = lines[0].rstrip("\n").split(",")  # movieId,title,year,genres,userId,rating,ts
+
+    def row(**v):
+        f = dict(zip(["movieId", "title", "year", "genres", "userId", "rating", "timestamp"],
+                     first), **{k: str(x) for k, x in v.items()})
+        return ",".join(f.values()) + "\n"
+    for name, text in (
+            ("rating_6", header + row(rating=6) + "".join(lines[1:])),
+            ("rating_nan", header + row(rating="nan") + "".join(lines[1:])),
+            ("rating_empty", header + row(rating="") + "".join(lines[1:])),
+            ("user_huge", header + row(userId="9" * 30) + "".join(lines[1:])),
+            ("repeated", header + "".join(lines) + lines[0]),
+            ("unclosed_quote", header + '1,"Toy Story,1991,Comedy,1,4,1\n' + "".join(lines)),
+            ("extra_field", header + lines[0].rstrip("\n") + ",x\n" + "".join(lines[1:])),
+            ("no_timestamp", header.replace(",timestamp", "") +
+             "".join(x.rsplit(",", 1)[0] + "\n" for x in lines)),
+            ("title_differs", header + row(title="Not Toy Story") + "".join(lines[1:])),
+            ("header_only", header),
+            ("one_rating", header + lines[0])):
+        fx["ratings_" + name] = w(f"ratings_{name}.csv", text.encode())
+    env = dict(os.environ, QKV_NUM_THREADS="2")
+    fx["rec_mf"] = os.path.join(tmp, "rec_mf")
+    fx["rec_sasrec"] = os.path.join(tmp, "rec_sasrec")
+    for d, args in ((fx["rec_mf"], ["--model", "mf", "--epochs", "1", "--dim", "4"]),
+                    (fx["rec_sasrec"], ["--model", "sasrec", "--epochs", "1", "--dim", "8",
+                                        "--heads", "2", "--max-len", "10", "--eval-every", "1"])):
+        subprocess.run([qkv, "train", "recommender", "--data", fx["ratings"], *args, "--quiet",
+                        "--out", d], check=True, stdout=subprocess.DEVNULL, env=env)
+    rec_files = ["config.json", "model.safetensors", "movies.csv", "history.csv"]
+
+    def drop_last_line(path):
+        kept = open(path, encoding="utf-8").readlines()[:-1]
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("".join(kept))
+    for model in ("mf", "sasrec"):
+        src = fx["rec_" + model]
+        for name, changes in (("trunc_half", {"model_safetensors": -1}),
+                              ("trunc8", {"model_safetensors": 8}),
+                              ("config_trunc", {"config_json": -1}),
+                              ("movies_empty", {"movies_csv": b""}),
+                              ("history_binary", {"history_csv": bytes(range(256)) * 4})):
+            fx[f"rec_{model}_{name}"] = _model_dir(tmp, f"rec_{model}_{name}", src, rec_files,
+                                                   **changes)
+        fx[f"rec_{model}_config_zero"] = _model_dir(tmp, f"rec_{model}_config_zero", src,
+                                                    rec_files[1:])
+        os.symlink("/dev/zero", os.path.join(fx[f"rec_{model}_config_zero"], "config.json"))
+        fx[f"rec_{model}_fifo_weights"] = _model_dir(
+            tmp, f"rec_{model}_fifo_weights", src, [f for f in rec_files if f != "model.safetensors"])
+        os.mkfifo(os.path.join(fx[f"rec_{model}_fifo_weights"], "model.safetensors"))
+        # Files that disagree with each other: a movie fewer than the weights hold, a
+        # history naming a movie the model does not have.
+        fx[f"rec_{model}_movies_short"] = _model_dir(
+            tmp, f"rec_{model}_movies_short", src, rec_files,
+            movies_csv=drop_last_line)
+        fx[f"rec_{model}_history_unknown"] = _model_dir(
+            tmp, f"rec_{model}_history_unknown", src, rec_files,
+            history_csv=lambda path: open(path, "a").write("1,999,4.0,2000000\n"))
+    fx["rec_sasrec_heads3"] = _model_dir(tmp, "rec_sasrec_heads3", fx["rec_sasrec"], rec_files,
+                                         config_json=edit_config(heads=3))
+    fx["rec_sasrec_max_len_1e9"] = _model_dir(tmp, "rec_sasrec_max_len_1e9", fx["rec_sasrec"],
+                                              rec_files, config_json=edit_config(max_len=10**9))
+    fx["rec_mf_users_short"] = _model_dir(tmp, "rec_mf_users_short", fx["rec_mf"], rec_files,
+                                          config_json=edit_config(user_ids=[1, 2]))
+    fx["pairs"] = w("pairs.csv", b"userId,movieId\n1,2\n20,15\n")
     return fx
 
 
@@ -431,6 +518,109 @@ def _generated():
                           expect="any" if label in ("blank lines", "control characters")
                           else "error"))
     cases += _value_cases("score", _without(score, "--model"), "--model", MODEL_PATHS, "error")
+    # train recommender: 200 ratings; a value that is valid here trains in well under a
+    # second (no INT_TEXTS value is a valid --epochs, --batch, --layers, --heads or --max-len,
+    # so none of the hostile values runs long; --dim 0 is mf's biases-only model).
+    rec_train = {
+        "mf": qkv("train", "recommender", "--data", "{ratings}", "--model", "mf", "--epochs",
+                  "1", "--dim", "4", "--quiet", "--out", "{tmp}/rec-{case}"),
+        "sasrec": qkv("train", "recommender", "--data", "{ratings}", "--model", "sasrec",
+                      "--epochs", "1", "--dim", "8", "--heads", "2", "--max-len", "10",
+                      "--eval-every", "1", "--quiet", "--out", "{tmp}/rec-{case}")}
+    common = (("--epochs", 1, 100000, False), ("--dim", 0, 4096, False),
+              ("--batch", 1, 65536, False), ("--lr", 1e-7, 1, True),
+              ("--seed", 0, 2**64 - 1, False))
+    only = {"mf": (("--l2", 0, 100, True),),
+            "sasrec": (("--layers", 1, 64, False), ("--heads", 1, 256, False),
+                       ("--max-len", 1, 4096, False), ("--eval-every", 0, 10**8, False))}
+    for model, base in rec_train.items():
+        for option, lo, hi, is_float in common + only[model]:
+            expect = _in_range(lo, hi, is_float)
+            if model == "sasrec" and option == "--dim":  # sasrec needs a width >= 1
+                expect = lambda t, e=expect: "usage" if t == "0" else e(t)
+            cases += _value_cases(f"train recommender {model}", _without(base, option), option,
+                                  FLOAT_TEXTS if is_float else INT_TEXTS, expect)
+    rec = rec_train["mf"]
+    # Whatever --data names that is not a ratings CSV (or a directory holding one) is refused.
+    for label, path in READ_PATHS.items():
+        cases.append(Case(f"train recommender --data {label}",
+                          _without(rec, "--data") + ["--data", path], expect="error"))
+    for name in ("rating_6", "rating_nan", "rating_empty", "user_huge", "repeated",
+                 "unclosed_quote", "extra_field", "no_timestamp", "title_differs",
+                 "header_only"):
+        cases.append(Case(f"train recommender --data ratings {name}",
+                          _without(rec, "--data") + ["--data", "{ratings_" + name + "}"],
+                          expect="failure"))
+    # One rating in all: a model with nothing to validate or test on, or a refusal.
+    for model, base in rec_train.items():
+        cases.append(Case(f"train recommender {model} --data one rating",
+                          _without(base, "--data") + ["--data", "{ratings_one_rating}"],
+                          expect="any"))
+    cases.append(Case("train recommender --data a directory with ratings.csv",
+                      _without(rec, "--data") + ["--data", "{ratings_dir}"], expect="ok"))
+    cases += _value_cases("train recommender", _without(rec, "--model"), "--model", TEXTS,
+                          "usage")
+    # --out is a directory to create ("missing parent" is left out: creating {missing}
+    # would change what the other cases' "missing" paths test; a new one of its own is made).
+    cases += _value_cases("train recommender", _without(rec, "--out"), "--out",
+                          {k: v for k, v in WRITE_PATHS.items()
+                           if k not in ("directory", "missing parent")},
+                          lambda t: "error" if t == "" else "any")
+    cases.append(Case("train recommender --out new parents",
+                      _without(rec, "--out") + ["--out", "{tmp}/rec-{case}/x/y"], expect="ok"))
+    # recommend: --user is a userId of the model (1 to 20 here), --top a count in [1, 100000].
+    user = qkv("recommend", "--model", "{rec_mf}", "--user", "1")
+    for label, text in INT_TEXTS.items():
+        e = _in_range(-2**63, I64)(text)
+        e = e if e == "usage" else "ok" if 1 <= int(text) <= 20 else "failure"
+        cases.append(Case(f"recommend --user {label}",
+                          _without(user, "--user") + ["--user", text],
+                          expect=e, names="--user" if e == "usage" else None))
+    for model in ("mf", "sasrec"):
+        cases.append(Case(f"recommend {model} --user 20 --top 3",
+                          qkv("recommend", "--model", "{rec_" + model + "}", "--user", "20",
+                              "--top", "3"), expect="ok"))
+    cases += _value_cases("recommend", user, "--top", INT_TEXTS, _in_range(1, 100000))
+    # --like: a title matches or is refused (with close matches), never a crash.
+    like = qkv("recommend", "--model", "{rec_sasrec}", "--top", "3")
+    cases += _value_cases("recommend", like, "--like", TEXTS, "any")
+    for text in ("Se7en, The (1995)", "toy story", "5"):
+        cases.append(Case(f"recommend --like {text}", like + ["--like", text], expect="ok"))
+    # --predict: none of the hostile files is a CSV of userId,movieId lines.
+    predict = qkv("recommend", "--model", "{rec_mf}")
+    for label, path in READ_PATHS.items():
+        cases.append(Case(f"recommend --predict {label}", predict + ["--predict", path],
+                          expect="error"))
+    cases.append(Case("recommend --predict pairs", predict + ["--predict", "{pairs}"],
+                      expect="ok", stdout_re=r"^userId,movieId,rating\n1,2,[0-9.]+\n20,15,"))
+    cases.append(Case("recommend --predict -", predict + ["--predict", "-"],
+                      stdin=b"1,2\n1,999\n", expect="failure", stderr="999"))
+    cases.append(Case("recommend sasrec --predict", qkv("recommend", "--model", "{rec_sasrec}",
+                                                        "--predict", "{pairs}"),
+                      expect="failure", stderr="sasrec"))
+    # --html: the attention of a sasrec model; mf has none.
+    html = qkv("recommend", "--model", "{rec_sasrec}", "--user", "1")
+    cases += _value_cases("recommend", html, "--html", WRITE_PATHS, "error")
+    cases.append(Case("recommend --html a new file", html + ["--html", "{tmp}/rec-{case}.html"],
+                      expect="ok"))
+    cases.append(Case("recommend mf --html", user + ["--html", "{tmp}/rec-{case}.html"],
+                      expect="usage", names="--html"))
+    cases.append(Case("recommend no mode", qkv("recommend", "--model", "{rec_mf}"),
+                      expect="usage"))
+    cases.append(Case("recommend --user and --like", user + ["--like", "Heat"], expect="usage"))
+    # Model directories: hostile paths, and damaged or inconsistent models.
+    cases += _value_cases("recommend", _without(user, "--model"), "--model", MODEL_PATHS,
+                          "error")
+    for d in ("rec_mf_trunc_half", "rec_mf_trunc8", "rec_mf_config_trunc", "rec_mf_movies_empty",
+              "rec_mf_history_binary", "rec_mf_config_zero", "rec_mf_fifo_weights",
+              "rec_mf_movies_short", "rec_mf_history_unknown", "rec_mf_users_short",
+              "rec_sasrec_trunc_half", "rec_sasrec_trunc8", "rec_sasrec_config_trunc",
+              "rec_sasrec_movies_empty", "rec_sasrec_history_binary", "rec_sasrec_config_zero",
+              "rec_sasrec_fifo_weights", "rec_sasrec_movies_short", "rec_sasrec_history_unknown",
+              "rec_sasrec_heads3", "rec_sasrec_max_len_1e9"):
+        cases.append(Case(f"recommend damaged {d}",
+                          qkv("recommend", "--model", "{" + d + "}", "--user", "1"),
+                          expect="failure"))
     # train: a value that is valid here still runs one step only (--stop-at 1).
     train = qkv("train", "dates", "--batch", "2", "--eval-size", "2", "--steps", "2",
                 "--stop-at", "1", "--quiet", "--out", "{tmp}/out-{case}")
@@ -448,7 +638,10 @@ def _generated():
         cases.append(Case(f"train task {label}", qkv("train", text, "--steps", "1"),
                           expect="usage"))
     # --out is a directory to create: "" is refused, most of these paths fail, a few work.
-    out_paths = {k: v for k, v in WRITE_PATHS.items() if k != "directory"}
+    # Not "missing parent": creating {missing}/x/y would make {missing} exist for every case
+    # after it (the fixtures are shared); a fresh nested path stands in for it.
+    out_paths = {k: v for k, v in WRITE_PATHS.items() if k not in ("directory", "missing parent")}
+    out_paths["new nested path"] = "{tmp}/train-{case}/x/y"
     cases += _value_cases("train", _without(train, "--out"), "--out", out_paths,
                           lambda t: "error" if t == "" else "any")
     # translate: never an answer that is not the date the input names.

@@ -446,7 +446,8 @@ int run(int argc, char** argv) {
   recommend->add_option("--model", rc.model, "Model directory (config.json, model.safetensors, "
                         "movies.csv, history.csv)")->required();
   CLI::Option* rc_user = recommend->add_option("--user", rc.user, "A userId: the top movies the "
-                                               "user has not rated");
+                                               "user has not rated")
+      ->check(integer_in(std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()));
   CLI::Option* rc_like = recommend->add_option("--like", rc.like, "A title, e.g. \"Toy Story\" or \"Toy Story (1995)\": "
                         "the movies nearest it in embedding space (the liked movie is the query, "
                         "every movie a key); or a movieId where titles are shared");

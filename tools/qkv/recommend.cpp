@@ -46,11 +46,12 @@ int run_predict(const RecommendOptions& o, const Recommender& r, std::ostream& o
   if (r.kind() != "mf")
     throw Error("--predict: a " + r.kind() + " model ranks movies and does not predict ratings; "
                 "train one with --model mf");
-  const std::vector<io::CsvRecord> rows = io::parse_csv(io::read_text(o.predict, "--predict"), o.predict);
+  const std::vector<io::CsvRecord> rows =
+      io::parse_csv(io::read_text(o.predict, "--predict"), "--predict " + o.predict);
   std::vector<std::int64_t> users, movies, user_ids, movie_ids;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const io::CsvRecord& row = rows[i];
-    const std::string where = o.predict + " line " + std::to_string(row.line);
+    const std::string where = "--predict " + o.predict + " line " + std::to_string(row.line);
     if (i == 0 && row.fields == std::vector<std::string>{"userId", "movieId"}) continue;
     if (row.fields.size() != 2)
       throw Error(where + ": expected userId,movieId, got " + std::to_string(row.fields.size()) + " fields");

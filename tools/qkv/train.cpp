@@ -277,11 +277,12 @@ int run_train_recommender(const TrainOptions& o, std::ostream& out) {
     throw UsageError("--data", "'qkv train recommender' needs the ratings: a CSV or a directory "
                                "holding ratings.csv (scripts/fetch_data.sh movielens DIR writes one)");
   recommender::RecommenderOptions t;
-  t.data = std::filesystem::is_directory(o.data) ? o.data + "/ratings.csv" : o.data;
-  if (!std::filesystem::exists(t.data))
+  std::error_code ec;  // a path the file system refuses (too long, say) reads as absent here
+  const bool is_dir = std::filesystem::is_directory(o.data, ec);
+  t.data = is_dir ? o.data + "/ratings.csv" : o.data;
+  if (!std::filesystem::exists(t.data, ec))
     throw qkv::Error("train recommender: " + t.data + " does not exist; write it with: "
-                     "scripts/fetch_data.sh movielens " +
-                     (std::filesystem::is_directory(o.data) ? o.data : std::string("DIR")));
+                     "scripts/fetch_data.sh movielens " + (is_dir ? o.data : std::string("DIR")));
   t.model = o.model;
   t.out_dir = given(o, "--out") ? o.out : "recommender-model";
   t.command = o.command_line;
