@@ -321,11 +321,12 @@ void register_recommender(py::module_& m) {
         }
         return py::make_tuple(vector_to_numpy(idx), vector_to_numpy(score));
       })
-      .def("similar", [](const rec::Recommender& r, std::int64_t movie, std::int64_t k, double temperature) {
+      .def("similar", [](const rec::Recommender& r, std::int64_t movie, std::int64_t k, double temperature,
+                         std::int64_t min_ratings) {
         std::vector<rec::Recommendation> list;
         {
           py::gil_scoped_release release;
-          list = r.similar(movie, k, temperature);
+          list = r.similar(movie, k, temperature, min_ratings);
         }
         std::vector<std::int64_t> idx;
         std::vector<float> cosine, weight;

@@ -304,10 +304,14 @@ class Recommender {
   // The top k by score among the movies not in the user's history.
   std::vector<Recommendation> recommend(std::int64_t user, std::int64_t k) const;
   // The k movies nearest the liked one (itself excluded): query = its embedding (MF: q_i;
-  // SASRec: its item embedding), keys = every movie's, normalised; weight = softmax over all
-  // keys of the cosine similarity / temperature, through qkv's attention.
-  std::vector<Recommendation> similar(std::int64_t movie, std::int64_t k,
-                                      double temperature = 0.1) const;
+  // SASRec: its item embedding), keys = the embeddings of every movie with at least
+  // min_ratings ratings in history.csv (a movie few people rated keeps an embedding near its
+  // random start; 0 or 1 = every movie), normalised; weight = softmax over those keys of the
+  // cosine similarity / temperature, through qkv's attention.
+  std::vector<Recommendation> similar(std::int64_t movie, std::int64_t k, double temperature = 0.1,
+                                      std::int64_t min_ratings = 10) const;
+  // The ratings of each movie in history.csv.
+  std::int64_t ratings_of(std::int64_t movie) const { return ratings_per_movie_.at(static_cast<std::size_t>(movie)); }
   // MF only (SASRec ranks, it does not predict ratings): clipped predicted ratings.
   std::vector<float> predict(std::span<const std::int64_t> users,
                              std::span<const std::int64_t> movies) const;
@@ -324,6 +328,7 @@ class Recommender {
   std::vector<Movie> movies_;
   std::vector<std::int64_t> user_ids_;
   std::vector<std::vector<std::int64_t>> history_;  // per user: movie indices, time order
+  std::vector<std::int64_t> ratings_per_movie_;      // (I): occurrences in history_
   MfModel mf_;
   models::SasRecConfig sasrec_config_;
   models::SasRecWeights sasrec_;

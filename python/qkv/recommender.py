@@ -6,7 +6,7 @@
     m = rec.Recommender("mf-model")
     m.predict([1, 1], [31, 1029])          # -> float32 ratings (matrix factorisation)
     m.recommend(1, top=10)                 # -> [{"movie_id", "title", "year", "genres", "score"}]
-    m.similar("Toy Story", top=10)         # the liked movie as the query, every movie a key
+    m.similar("Toy Story", top=10)         # the liked movie as the query, the movies as keys
     m.scores(1)                            # -> float32 (movies,), aligned with m.movie_ids
 
 The ratings are a CSV with userId, movieId, rating and timestamp columns (title, year and
@@ -176,12 +176,14 @@ class Recommender:
         idx, score = self._m.recommend(self._user(user, "recommend"), _ranged(top, "recommend", "top", 1, 1 << 30))
         return [self._movie_dict(i, score=float(s)) for i, s in zip(idx, score)]
 
-    def similar(self, like, top=10, temperature=0.1):
+    def similar(self, like, top=10, temperature=0.1, min_ratings=10):
         """The movies nearest the liked one (a title or a movieId): its embedding is the
-        query, every movie's a key; "weight" is the softmax of cos / temperature."""
+        query, the embeddings of the movies with at least `min_ratings` ratings the keys
+        (1 = every movie); "weight" is the softmax of cos / temperature."""
         movie = self._m.movie_index(self.movie(like))
         idx, cos, weight = self._m.similar(movie, _ranged(top, "similar", "top", 1, 1 << 30),
-                                           _float(temperature, "similar", "temperature"))
+                                           _float(temperature, "similar", "temperature"),
+                                           _ranged(min_ratings, "similar", "min_ratings", 0, 1 << 31))
         return [self._movie_dict(i, cosine=float(c), weight=float(w)) for i, c, w in zip(idx, cos, weight)]
 
     def predict(self, users, movies):

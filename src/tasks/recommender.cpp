@@ -909,6 +909,9 @@ Recommender Recommender::load(const std::string& dir) {
     QKV_CHECK(m != r.movies_.end() && m->id == movie, where << ": movie " << movie << " is not in movies.csv");
     r.history_[static_cast<std::size_t>(u - r.user_ids_.begin())].push_back(m - r.movies_.begin());
   }
+  r.ratings_per_movie_.assign(r.movies_.size(), 0);
+  for (const auto& h : r.history_)
+    for (const std::int64_t m : h) ++r.ratings_per_movie_[static_cast<std::size_t>(m)];
 
   const std::string weights_path = dir + "/model.safetensors";
   const SafeTensors st = SafeTensors::open(weights_path);
@@ -1045,46 +1048,60 @@ std::vector<Recommendation> Recommender::recommend(std::int64_t user, std::int64
   return out;
 }
 
-std::vector<Recommendation> Recommender::similar(std::int64_t movie, std::int64_t k, double temperature) const {
+std::vector<Recommendation> Recommender::similar(std::int64_t movie, std::int64_t k, double temperature,
+                                                 std::int64_t min_ratings) const {
   QKV_CHECK(k >= 1, "--top must be >= 1, got " << k);
   QKV_CHECK(temperature > 0 && std::isfinite(temperature), "temperature must be > 0, got " << temperature);
+  QKV_CHECK(min_ratings >= 0, "min_ratings must be >= 0, got " << min_ratings);
   const auto I = static_cast<std::int64_t>(movies_.size());
   QKV_CHECK(movie >= 0 && movie < I, "movie index " << movie << " out of range");
   const Tensor table = kind_ == "mf" ? mf_.movie_factors
                                      : sasrec_.item_emb.weight.slice(0, 1, I + 1).contiguous();  // (I, d)
   const std::int64_t d = table.size(1);
   QKV_CHECK(d >= 1, "--like: this model has no movie embeddings (dim 0, biases only)");
-  // Keys: every movie's embedding, normalised; the query: the liked movie's. One head of
-  // attention then weighs every key by softmax(cos / temperature).
-  Tensor keys = Tensor::zeros({1, 1, I, d});
+  // The keys: the movies with at least min_ratings ratings, the liked one among them. A
+  // movie few people rated keeps an embedding close to its random start.
+  std::vector<std::int64_t> key_movies;  // key index -> movie
+  std::int64_t query_key = -1;
+  for (std::int64_t i = 0; i < I; ++i)
+    if (i == movie || ratings_per_movie_[static_cast<std::size_t>(i)] >= min_ratings) {
+      if (i == movie) query_key = static_cast<std::int64_t>(key_movies.size());
+      key_movies.push_back(i);
+    }
+  const auto K = static_cast<std::int64_t>(key_movies.size());
+  // Keys and query normalised: one head of attention then weighs every key by
+  // softmax(cos / temperature).
+  Tensor keys = Tensor::zeros({1, 1, K, d});  // (1, 1, K, d)
   float* kp = keys.data_as<float>();
   const float* src = table.data_as<float>();
-  for (std::int64_t i = 0; i < I; ++i) {
+  for (std::int64_t key = 0; key < K; ++key) {
+    const float* e = src + key_movies[static_cast<std::size_t>(key)] * d;
     double norm = 0;
-    for (std::int64_t j = 0; j < d; ++j) norm += static_cast<double>(src[i * d + j]) * src[i * d + j];
+    for (std::int64_t j = 0; j < d; ++j) norm += static_cast<double>(e[j]) * e[j];
     const double inv = norm > 0 ? 1.0 / std::sqrt(norm) : 0.0;
-    for (std::int64_t j = 0; j < d; ++j) kp[i * d + j] = static_cast<float>(src[i * d + j] * inv);
+    for (std::int64_t j = 0; j < d; ++j) kp[key * d + j] = static_cast<float>(e[j] * inv);
   }
-  const Tensor query = keys.slice(2, movie, movie + 1).contiguous();  // (1, 1, 1, d)
+  const Tensor query = keys.slice(2, query_key, query_key + 1).contiguous();  // (1, 1, 1, d)
   AttentionOptions opt;
   opt.scale = 1.0 / temperature;
   opt.return_probs = true;
   const AttentionResult a = qkv::attention(query, keys, keys, opt);
-  const float* w = a.probs.data_as<float>();  // (1, 1, 1, I)
+  const float* w = a.probs.data_as<float>();  // (1, 1, 1, K)
   std::vector<std::int64_t> order;
-  for (std::int64_t i = 0; i < I; ++i)
-    if (i != movie) order.push_back(i);
+  for (std::int64_t key = 0; key < K; ++key)
+    if (key != query_key) order.push_back(key);
   const std::size_t n = std::min(order.size(), static_cast<std::size_t>(k));
-  // cos = q·k: recover it from the key itself (the probabilities are its softmax).
-  const auto cosine = [&](std::int64_t i) {
+  // cos = q·k: recomputed from the normalised rows (the probabilities are its softmax).
+  const auto cosine = [&](std::int64_t key) {
     double s = 0;
-    for (std::int64_t j = 0; j < d; ++j) s += static_cast<double>(kp[movie * d + j]) * kp[i * d + j];
+    for (std::int64_t j = 0; j < d; ++j) s += static_cast<double>(kp[query_key * d + j]) * kp[key * d + j];
     return static_cast<float>(s);
   };
   std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
                     [&](std::int64_t x, std::int64_t y) { return w[x] != w[y] ? w[x] > w[y] : x < y; });
   std::vector<Recommendation> out;
-  for (std::size_t i = 0; i < n; ++i) out.push_back({order[i], cosine(order[i]), w[order[i]]});
+  for (std::size_t i = 0; i < n; ++i)
+    out.push_back({key_movies[static_cast<std::size_t>(order[i])], cosine(order[i]), w[order[i]]});
   return out;
 }
 

@@ -275,13 +275,28 @@ TEST(Recommender, TrainedDirectoryAnswersAsItsTensors) {
   };
   double z = 0;
   for (std::int64_t i = 0; i < 61; ++i) z += std::exp(cos(liked, i) / 0.1);
-  const auto near = m.similar(liked, 60);
+  const auto near = m.similar(liked, 60, 0.1, 1);
   ASSERT_EQ(near.size(), 60u);
   for (std::size_t i = 0; i < near.size(); ++i) {
     EXPECT_NE(near[i].movie, liked);
     EXPECT_NEAR(near[i].score, cos(liked, near[i].movie), 1e-5);
     EXPECT_NEAR(near[i].weight, std::exp(cos(liked, near[i].movie) / 0.1) / z, 1e-5);
     if (i) EXPECT_GE(near[i - 1].weight, near[i].weight);
+  }
+  // min_ratings: only movies rated that often are keys (and so are returned); the softmax
+  // runs over those keys alone.
+  std::int64_t often = 0;
+  for (std::int64_t i = 0; i < 61; ++i) often += i != liked && m.ratings_of(i) >= 22;
+  ASSERT_GT(often, 3);
+  ASSERT_LT(often, 59);
+  const auto popular = m.similar(liked, 100, 0.1, 22);
+  ASSERT_EQ(static_cast<std::int64_t>(popular.size()), often);
+  double zk = std::exp(1.0 / 0.1);  // the liked movie is a key: cos 1
+  for (std::int64_t i = 0; i < 61; ++i)
+    if (i != liked && m.ratings_of(i) >= 22) zk += std::exp(cos(liked, i) / 0.1);
+  for (const auto& r : popular) {
+    EXPECT_GE(m.ratings_of(r.movie), 22);
+    EXPECT_NEAR(r.weight, std::exp(cos(liked, r.movie) / 0.1) / zk, 1e-5);
   }
   // Titles: with or without the year, case-insensitive; the same title twice is ambiguous.
   EXPECT_EQ(m.find_movie("MOVIE 0, THE"), m.movie_index(10));

@@ -193,6 +193,7 @@ struct RecommendOptions {
   std::string predict;               // CSV of userId,movieId lines ("-": standard input)
   bool has_predict = false;
   std::int64_t top = 10;
+  std::int64_t min_ratings = 10;     // --like: the keys are movies rated at least this often
   bool json = false;
   bool show = false;                 // the attention over the user's history, in the terminal
   std::string html;                  // the same as a page

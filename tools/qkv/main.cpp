@@ -455,6 +455,10 @@ int run(int argc, char** argv) {
                         "input; a header line userId,movieId is allowed); prints "
                         "userId,movieId,rating for each, in input order");
   recommend->add_option("--top", rc.top, "How many movies")->capture_default_str()->check(integer_in(1, 100000));
+  recommend->add_option("--min-ratings", rc.min_ratings, "--like: only movies with at least this many "
+                        "ratings are keys (a movie few people rated keeps an embedding near its random "
+                        "start; 1 = every movie)")
+      ->capture_default_str()->check(integer_in(0, std::numeric_limits<std::int32_t>::max()));
   recommend->add_flag("--json", rc.json, "Print one JSON object");
   recommend->add_flag("--show", rc.show, "sasrec, with --user: which movies of the user's history "
                       "the recommendation attended to (each block and head), in the terminal");

@@ -139,12 +139,13 @@ int run_recommend(const RecommendOptions& o, std::ostream& out) {
 
   if (o.has_like) {
     const std::int64_t movie = r.find_movie(o.like);
-    const std::vector<Recommendation> list = r.similar(movie, o.top);
+    const std::vector<Recommendation> list = r.similar(movie, o.top, 0.1, o.min_ratings);
     const Movie& liked = r.movies()[static_cast<std::size_t>(movie)];
     if (o.json) {
       nlohmann::ordered_json j;
       j["like"] = movie_json(liked);
       j["model"] = r.kind();
+      j["min_ratings"] = o.min_ratings;
       j["similar"] = nlohmann::ordered_json::array();
       for (const Recommendation& x : list) {
         nlohmann::ordered_json m = movie_json(r.movies()[static_cast<std::size_t>(x.movie)]);
@@ -156,7 +157,8 @@ int run_recommend(const RecommendOptions& o, std::ostream& out) {
       return 0;
     }
     out << "movies like " << recommender::movie_label(liked) << " (" << r.kind()
-        << " embeddings; query = the liked movie, keys = every movie, weight = softmax(cos / 0.1)):\n";
+        << " embeddings; query = the liked movie, keys = every movie rated " << o.min_ratings
+        << "+ times, weight = softmax(cos / 0.1)):\n";
     print_list(out, r, list, true);
     return 0;
   }
