@@ -109,7 +109,7 @@ struct MfModel {
   float predict(std::int64_t user, std::int64_t movie, bool clip = true) const;
 };
 
-// Defaults chosen on the MovieLens validation parts (scripts/bench_recommender.py --sweep).
+// Defaults chosen on the MovieLens validation parts (the sweep is in BENCHMARKS.md, "Recommender").
 struct MfOptions {
   std::int64_t dim = 64;
   std::int64_t epochs = 30;
