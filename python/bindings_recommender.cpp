@@ -50,14 +50,7 @@ models::SasRecConfig sasrec_config(std::int64_t num_items, std::int64_t dim, std
 // name -> array into a model of config c (names and shapes checked by load_state_dict).
 models::SasRecWeights sasrec_weights(const py::dict& weights, const models::SasRecConfig& c) {
   models::SasRecWeights w = models::SasRecWeights::zeros_like(c);
-  qkv::nn::StateDict state;
-  for (const auto& [key, value] : weights) {
-    F32Array a = value.cast<F32Array>();
-    qkv::Shape shape(a.shape(), a.shape() + a.ndim());
-    state[key.cast<std::string>()] =
-        qkv::Tensor::from_vector(shape, std::span<const float>(a.data(), static_cast<std::size_t>(a.size())));
-  }
-  qkv::nn::load_state_dict(w.parameters(), state);
+  qkv::nn::load_state_dict(w.parameters(), qkv_python::state_dict_from(weights));
   return w;
 }
 
@@ -425,13 +418,8 @@ void register_recommender(py::module_& m) {
       [](const std::string& dir, const py::dict& weights) {
         const rec::Recommender before = rec::Recommender::load(dir);
         QKV_CHECK(before.kind() == "sasrec", dir << " is not a sasrec model");
-        std::vector<std::pair<std::string, qkv::Tensor>> tensors;
-        for (const auto& [key, value] : weights) {
-          F32Array a = value.cast<F32Array>();
-          qkv::Shape shape(a.shape(), a.shape() + a.ndim());
-          tensors.emplace_back(key.cast<std::string>(),
-                               qkv::Tensor::from_vector(shape, std::span<const float>(a.data(), static_cast<std::size_t>(a.size()))));
-        }
+        const qkv::nn::StateDict state = qkv_python::state_dict_from(weights);
+        const std::vector<std::pair<std::string, qkv::Tensor>> tensors(state.begin(), state.end());
         qkv::save_safetensors(dir + "/model.safetensors", tensors, {{"trained_with", "save_sasrec_weights"}});
         (void)rec::Recommender::load(dir);
       },

@@ -9,9 +9,12 @@
 #include <atomic>
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "qkv/nn.h"
 #include "qkv/tensor.h"
 
 namespace qkv_python {
@@ -28,6 +31,18 @@ inline py::array_t<float> to_numpy(const qkv::Tensor& t) {
   py::array_t<float> a(shape);
   std::copy_n(c.data_as<float>(), c.numel(), a.mutable_data());
   return a;
+}
+
+// name -> array (any real dtype, converted) as name -> an f32 tensor copy of its shape.
+inline qkv::nn::StateDict state_dict_from(const py::dict& arrays) {
+  qkv::nn::StateDict state;
+  for (const auto& [key, value] : arrays) {
+    const F32Array a = value.cast<F32Array>();
+    const qkv::Shape shape(a.shape(), a.shape() + a.ndim());
+    state[key.cast<std::string>()] =
+        qkv::Tensor::from_vector(shape, std::span<const float>(a.data(), static_cast<std::size_t>(a.size())));
+  }
+  return state;
 }
 
 // A training loop runs with the GIL released and calls back after each step or epoch.

@@ -38,6 +38,12 @@ class Rng {
     return mix64(state_);
   }
   double uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }  // [0, 1)
+  // An integer in [0, n), n >= 1: floor(uniform() · n), the top 53 bits (bias below
+  // n · 2^-53), clamped to n − 1 against rounding up for large n.
+  std::int64_t uniform_int(std::int64_t n) {
+    const auto i = static_cast<std::int64_t>(uniform() * static_cast<double>(n));
+    return i < n - 1 ? i : n - 1;
+  }
   double normal();  // standard normal (Box–Muller), platform independent
 
  private:

@@ -2,6 +2,9 @@
 
 #include "io/csv.h"
 
+#include <charconv>
+#include <cmath>
+
 #include "qkv/error.h"
 
 namespace qkv::io {
@@ -69,6 +72,22 @@ std::vector<CsvRecord> parse_csv(std::string_view text, const std::string& label
     records.push_back(std::move(record));
   }
   return records;
+}
+
+std::int64_t csv_integer(const std::string& field, const std::string& where, const char* column) {
+  std::int64_t v = 0;
+  const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), v);
+  QKV_CHECK(ec == std::errc() && end == field.data() + field.size() && !field.empty(),
+            where << ": " << column << " '" << field << "' is not an integer");
+  return v;
+}
+
+double csv_number(const std::string& field, const std::string& where, const char* column) {
+  double v = 0;
+  const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), v);
+  QKV_CHECK(ec == std::errc() && end == field.data() + field.size() && !field.empty() && std::isfinite(v),
+            where << ": " << column << " '" << field << "' is not a number");
+  return v;
 }
 
 std::string csv_field(std::string_view field) {

@@ -21,6 +21,11 @@ struct CsvRecord {
 // field opened: usually a quote left open there).
 std::vector<CsvRecord> parse_csv(std::string_view text, const std::string& label);
 
+// A field as an integer (std::from_chars: no sign but '-', no spaces) or a finite number;
+// else qkv::Error "<where>: <column> '<field>' is not an integer" (or "a number").
+std::int64_t csv_integer(const std::string& field, const std::string& where, const char* column);
+double csv_number(const std::string& field, const std::string& where, const char* column);
+
 // A field as RFC 4180 writes it: quoted (quotes doubled) when it holds a comma, a quote or
 // a line break or starts with a byte order mark, else as is.
 std::string csv_field(std::string_view field);

@@ -58,12 +58,6 @@ const std::array<const char*, 10> kChineseDigits = {"〇", "一", "二", "三", 
 const std::array<const char*, 7> kChineseWeekdays = {"星期一", "星期二", "星期三", "星期四",
                                                      "星期五", "星期六", "星期日"};
 
-// Draws in [0, n) from the top 53 bits: bias below 2^-40 for the n used here.
-std::int64_t uniform_int(Rng& rng, std::int64_t n) {
-  const auto i = static_cast<std::int64_t>(rng.uniform() * static_cast<double>(n));
-  return std::min(i, n - 1);
-}
-
 std::string ordinal_suffix(int n) {
   if (n % 100 >= 11 && n % 100 <= 13) return "th";
   switch (n % 10) {
@@ -153,11 +147,11 @@ std::string join_english(const std::vector<Token>& tokens, Rng* rng) {
   }
   const double r = rng->uniform();
   const bool each = r >= kRecaseAll && r < kRecaseAll + kRecaseEach;
-  const Casing all = r < kRecaseAll ? static_cast<Casing>(1 + uniform_int(*rng, 3)) : Casing::natural;
+  const Casing all = r < kRecaseAll ? static_cast<Casing>(1 + rng->uniform_int(3)) : Casing::natural;
   const bool comma_space = rng->uniform() >= kNoSpaceComma;
   if (rng->uniform() < kPadSpace) out += ' ';
   for (const Token& t : tokens) {
-    out += recase(t.word, each ? static_cast<Casing>(1 + uniform_int(*rng, 3)) : all);
+    out += recase(t.word, each ? static_cast<Casing>(1 + rng->uniform_int(3)) : all);
     std::string sep = t.separator;
     if (sep == ", " && !comma_space) sep = ",";
     if (!sep.empty() && sep.back() == ' ' && rng->uniform() < kDoubleSpace) sep += ' ';
@@ -204,7 +198,7 @@ const std::vector<std::int64_t>& split_indices(bool held_out) {
 }
 
 Pair pair_of(const Date& d, Rng& rng) {
-  const int format = static_cast<int>(uniform_int(rng, kNumFormats));
+  const int format = static_cast<int>(rng.uniform_int(kNumFormats));
   return Pair{format_date(d, format, rng), to_iso(d)};
 }
 
@@ -260,7 +254,7 @@ std::string format_date(const Date& d, int format, Rng& rng) {
 
 Pair sample_pair(Rng& rng, bool held_out) {
   const auto& indices = split_indices(held_out);
-  const std::int64_t i = uniform_int(rng, static_cast<std::int64_t>(indices.size()));
+  const std::int64_t i = rng.uniform_int(static_cast<std::int64_t>(indices.size()));
   return pair_of(date_at(indices[static_cast<std::size_t>(i)]), rng);
 }
 
@@ -274,7 +268,7 @@ std::vector<Pair> held_out_set(std::int64_t n, std::uint64_t seed) {
   pairs.reserve(static_cast<std::size_t>(n));
   // The first n steps of a Fisher–Yates shuffle: n distinct dates, uniformly drawn.
   for (std::int64_t i = 0; i < n; ++i) {
-    const std::int64_t j = i + uniform_int(rng, count - i);
+    const std::int64_t j = i + rng.uniform_int(count - i);
     std::swap(indices[static_cast<std::size_t>(i)], indices[static_cast<std::size_t>(j)]);
     pairs.push_back(pair_of(date_at(indices[static_cast<std::size_t>(i)]), rng));
   }

@@ -107,8 +107,7 @@ std::vector<std::int64_t> lm_batch_offsets(std::uint64_t seed, std::int64_t step
   std::vector<std::int64_t> offsets(static_cast<std::size_t>(B));
   // uniform() has 53 bits: floor(u · span) is uniform to within 2^-53 · span per offset.
   for (auto& o : offsets)
-    o = std::min(static_cast<std::int64_t>(rng.uniform() * static_cast<double>(span)),
-                 static_cast<std::int64_t>(span - 1));
+    o = rng.uniform_int(static_cast<std::int64_t>(span));
   return offsets;
 }
 

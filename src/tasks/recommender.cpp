@@ -33,22 +33,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-std::int64_t parse_int(const std::string& s, const std::string& where, const char* column) {
-  std::int64_t v = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  QKV_CHECK(ec == std::errc() && end == s.data() + s.size() && !s.empty(),
-            where << ": " << column << " '" << s << "' is not an integer");
-  return v;
-}
-
-double parse_double(const std::string& s, const std::string& where, const char* column) {
-  double v = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  QKV_CHECK(ec == std::errc() && end == s.data() + s.size() && !s.empty() && std::isfinite(v),
-            where << ": " << column << " '" << s << "' is not a number");
-  return v;
-}
-
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
@@ -82,6 +66,27 @@ std::vector<char> rated_flags(const UserRatings& u, std::int64_t num_items) {
   return rated;
 }
 
+// Fisher–Yates over the whole vector, from the back.
+template <class T>
+void shuffle(std::vector<T>& v, Rng& rng) {
+  for (std::size_t i = v.size(); i > 1; --i)
+    std::swap(v[i - 1], v[static_cast<std::size_t>(rng.uniform_int(static_cast<std::int64_t>(i)))]);
+}
+
+// The index of `id` in `ids` (ascending), or nothing.
+std::optional<std::int64_t> index_of(const std::vector<std::int64_t>& ids, std::int64_t id) {
+  const auto it = std::lower_bound(ids.begin(), ids.end(), id);
+  if (it == ids.end() || *it != id) return std::nullopt;
+  return it - ids.begin();
+}
+// The index of movieId `id` in `movies` (ascending ids), or nothing.
+std::optional<std::int64_t> index_of(const std::vector<Movie>& movies, std::int64_t id) {
+  const auto it = std::lower_bound(movies.begin(), movies.end(), id,
+                                   [](const Movie& m, std::int64_t x) { return m.id < x; });
+  if (it == movies.end() || it->id != id) return std::nullopt;
+  return it - movies.begin();
+}
+
 // Up to `count` distinct movies with rated[m] == 0, uniformly by rejection (Floyd's
 // would need the complement's size; rejection is cheap while most movies are unrated).
 std::vector<std::int64_t> sample_unrated(const std::vector<char>& rated, std::int64_t count, Rng& rng) {
@@ -97,14 +102,14 @@ std::vector<std::int64_t> sample_unrated(const std::vector<char>& rated, std::in
     for (std::int64_t m = 0; m < I; ++m)
       if (!rated[static_cast<std::size_t>(m)]) rest.push_back(m);
     for (std::int64_t i = 0; i < count; ++i) {
-      const auto j = i + static_cast<std::int64_t>(rng.uniform() * static_cast<double>(rest.size() - i));
+      const std::int64_t j = i + rng.uniform_int(static_cast<std::int64_t>(rest.size()) - i);
       std::swap(rest[static_cast<std::size_t>(i)], rest[static_cast<std::size_t>(j)]);
       out.push_back(rest[static_cast<std::size_t>(i)]);
     }
     return out;
   }
   while (static_cast<std::int64_t>(out.size()) < count) {
-    const auto m = std::min(static_cast<std::int64_t>(rng.uniform() * static_cast<double>(I)), I - 1);
+    const std::int64_t m = rng.uniform_int(I);
     if (taken[static_cast<std::size_t>(m)]) continue;
     taken[static_cast<std::size_t>(m)] = 1;
     out.push_back(m);
@@ -123,16 +128,11 @@ std::string movie_label(const Movie& m) {
 }
 
 std::optional<std::int64_t> Ratings::user_index(std::int64_t user_id) const {
-  const auto it = std::lower_bound(user_ids.begin(), user_ids.end(), user_id);
-  if (it == user_ids.end() || *it != user_id) return std::nullopt;
-  return it - user_ids.begin();
+  return index_of(user_ids, user_id);
 }
 
 std::optional<std::int64_t> Ratings::movie_index(std::int64_t movie_id) const {
-  const auto it = std::lower_bound(movies.begin(), movies.end(), movie_id,
-                                   [](const Movie& m, std::int64_t id) { return m.id < id; });
-  if (it == movies.end() || it->id != movie_id) return std::nullopt;
-  return it - movies.begin();
+  return index_of(movies, movie_id);
 }
 
 Ratings parse_ratings(std::string_view csv, const std::string& label) {
@@ -168,17 +168,17 @@ Ratings parse_ratings(std::string_view csv, const std::string& label) {
               where << ": " << rec.fields.size() << " fields, the header has " << header.size());
     const auto field = [&](std::int64_t c) -> const std::string& { return rec.fields[static_cast<std::size_t>(c)]; };
     Raw x{};
-    x.user = parse_int(field(c_user), where, "userId");
-    x.movie = parse_int(field(c_movie), where, "movieId");
-    const double rating = parse_double(field(c_rating), where, "rating");
+    x.user = io::csv_integer(field(c_user), where, "userId");
+    x.movie = io::csv_integer(field(c_movie), where, "movieId");
+    const double rating = io::csv_number(field(c_rating), where, "rating");
     QKV_CHECK(rating >= 0.5 && rating <= 5.0, where << ": rating " << rating << " is outside [0.5, 5]");
     x.rating = static_cast<float>(rating);
-    x.timestamp = parse_int(field(c_time), where, "timestamp");
+    x.timestamp = io::csv_integer(field(c_time), where, "timestamp");
     Movie m;
     m.id = x.movie;
     if (c_title >= 0) m.title = field(c_title);
     if (c_year >= 0 && !field(c_year).empty()) {
-      m.year = parse_int(field(c_year), where, "year");
+      m.year = io::csv_integer(field(c_year), where, "year");
       QKV_CHECK(m.year >= 1 && m.year <= 9999, where << ": year " << m.year << " is outside [1, 9999]");
     }
     if (c_genres >= 0) m.genres = field(c_genres);
@@ -259,10 +259,7 @@ RandomFold random_fold(const Ratings& data, std::int64_t folds, std::int64_t fol
   std::vector<std::size_t> order(data.ratings.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   Rng rng(mix64(seed + 0x666f6c64ull));
-  for (std::size_t i = order.size(); i > 1; --i) {
-    const auto j = std::min(static_cast<std::size_t>(rng.uniform() * static_cast<double>(i)), i - 1);
-    std::swap(order[i - 1], order[j]);
-  }
+  shuffle(order, rng);
   RandomFold f;
   for (std::size_t i = 0; i < order.size(); ++i)
     (static_cast<std::int64_t>(i % static_cast<std::size_t>(folds)) == fold ? f.test : f.train)
@@ -289,6 +286,13 @@ nn::ParameterList mf_parameters(MfModel& m) {
           {"movie_bias", &m.movie_bias},
           {"user_factors", &m.user_factors},
           {"movie_factors", &m.movie_factors}};
+}
+
+// μ, the mean of the fitted ratings: the global-mean baseline and MF's offset.
+float mean_rating(const std::vector<Rating>& ratings) {
+  double sum = 0;
+  for (const Rating& r : ratings) sum += r.rating;
+  return static_cast<float>(sum / static_cast<double>(ratings.size()));
 }
 
 MfModel mf_zeros(std::int64_t U, std::int64_t I, std::int64_t k) {
@@ -330,9 +334,7 @@ MfModel train_mf(const std::vector<Rating>& fit, const std::vector<Rating>& vali
                 << ", l2 = " << o.l2);
   const std::int64_t k = o.dim;
   MfModel m = mf_zeros(U, I, k), grads = mf_zeros(U, I, k), best;
-  double sum = 0;
-  for (const Rating& r : fit) sum += r.rating;
-  m.mean = static_cast<float>(sum / static_cast<double>(fit.size()));
+  m.mean = mean_rating(fit);
   Rng init(mix64(o.seed + 0x6d66ull));
   // N(0, 0.01²): near zero, so the biases fit first; on MovieLens (validation RMSE) it
   // matched Funk's N(0, 0.1²) and beat 0.3 (0.8897 vs 0.8904 and 0.8961, dim 64, λ 0.1).
@@ -348,8 +350,7 @@ MfModel train_mf(const std::vector<Rating>& fit, const std::vector<Rating>& vali
   const auto t0 = Clock::now();
   for (std::int64_t epoch = 0; epoch < o.epochs; ++epoch) {
     Rng rng(mix64(o.seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(epoch) + 1));
-    for (std::size_t i = order.size(); i > 1; --i)
-      std::swap(order[i - 1], order[std::min(static_cast<std::size_t>(rng.uniform() * static_cast<double>(i)), i - 1)]);
+    shuffle(order, rng);
     double epoch_loss = 0;
     for (std::size_t first = 0; first < order.size(); first += static_cast<std::size_t>(o.batch)) {
       if (stop && stop->load()) throw Error("train mf: interrupted");
@@ -412,10 +413,8 @@ std::vector<FoldRmse> mf_cross_validation(const Ratings& data, std::int64_t fold
     const auto cut = static_cast<std::ptrdiff_t>(fold.train.size() - fold.train.size() / 9);
     const std::vector<Rating> fit(fold.train.begin(), fold.train.begin() + cut),
         val(fold.train.begin() + cut, fold.train.end());
-    double sum = 0;
-    for (const Rating& r : fit) sum += r.rating;
     FoldRmse r;
-    r.global_mean = rmse_constant(static_cast<float>(sum / static_cast<double>(fit.size())), fold.test);
+    r.global_mean = rmse_constant(mean_rating(fit), fold.test);
     MfOptions biases = o;
     biases.dim = 0;
     r.biases = rmse(train_mf(fit, val, U, I, biases), fold.test);
@@ -463,10 +462,8 @@ models::SasRecBatch SasRecBatches::get(std::int64_t epoch, std::int64_t step) co
   const auto n = static_cast<std::int64_t>(users_.size());
   std::vector<std::int64_t> order(static_cast<std::size_t>(n));
   std::iota(order.begin(), order.end(), std::int64_t{0});
-  Rng shuffle(mix64(seed_ * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(epoch) + 1));
-  for (std::int64_t i = n; i > 1; --i)
-    std::swap(order[static_cast<std::size_t>(i - 1)],
-              order[static_cast<std::size_t>(std::min(static_cast<std::int64_t>(shuffle.uniform() * static_cast<double>(i)), i - 1))]);
+  Rng rng_order(mix64(seed_ * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(epoch) + 1));
+  shuffle(order, rng_order);
   const std::int64_t first = step * batch_, last = std::min(n, first + batch_);
   models::SasRecBatch b;
   b.B = last - first;
@@ -488,7 +485,7 @@ models::SasRecBatch SasRecBatches::get(std::int64_t epoch, std::int64_t step) co
       b.positives[at] = seq[j + 1] + 1;
       std::int64_t neg;
       do {
-        neg = std::min(static_cast<std::int64_t>(rng.uniform() * static_cast<double>(num_items_)), num_items_ - 1);
+        neg = rng.uniform_int(num_items_);
       } while (rated[static_cast<std::size_t>(neg)]);
       b.negatives[at] = neg + 1;
     }
@@ -794,9 +791,7 @@ RecommenderReport train_recommender(const RecommenderOptions& o,
   std::vector<std::pair<std::string, Tensor>> tensors;
   std::map<std::string, std::string> meta = {{"trained_with", o.command}};
   if (o.model == "mf") {
-    double sum = 0;
-    for (const Rating& r : fit) sum += r.rating;
-    report.rmse_global_mean = rmse_constant(static_cast<float>(sum / static_cast<double>(fit.size())), test);
+    report.rmse_global_mean = rmse_constant(mean_rating(fit), test);
     // The biases alone get their own best λ (on the validation parts), so MF is compared
     // with the strongest form of the baseline.
     MfOptions biases = o.mf;
@@ -881,9 +876,9 @@ Recommender Recommender::load(const std::string& dir) {
     const std::string where = movies_path + " line " + std::to_string(rec.line);
     QKV_CHECK(rec.fields.size() == 4, where << ": " << rec.fields.size() << " fields, expected 4");
     Movie m;
-    m.id = parse_int(rec.fields[0], where, "movieId");
+    m.id = io::csv_integer(rec.fields[0], where, "movieId");
     m.title = rec.fields[1];
-    m.year = rec.fields[2].empty() ? 0 : parse_int(rec.fields[2], where, "year");
+    m.year = rec.fields[2].empty() ? 0 : io::csv_integer(rec.fields[2], where, "year");
     m.genres = rec.fields[3];
     QKV_CHECK(r.movies_.empty() || r.movies_.back().id < m.id, where << ": movieIds must ascend");
     r.movies_.push_back(std::move(m));
@@ -900,14 +895,12 @@ Recommender Recommender::load(const std::string& dir) {
     const io::CsvRecord& rec = history[i];
     const std::string where = history_path + " line " + std::to_string(rec.line);
     QKV_CHECK(rec.fields.size() == 4, where << ": " << rec.fields.size() << " fields, expected 4");
-    const std::int64_t user = parse_int(rec.fields[0], where, "userId");
-    const std::int64_t movie = parse_int(rec.fields[1], where, "movieId");
-    const auto u = std::lower_bound(r.user_ids_.begin(), r.user_ids_.end(), user);
-    QKV_CHECK(u != r.user_ids_.end() && *u == user, where << ": user " << user << " is not in config.json");
-    const auto m = std::lower_bound(r.movies_.begin(), r.movies_.end(), movie,
-                                    [](const Movie& x, std::int64_t id) { return x.id < id; });
-    QKV_CHECK(m != r.movies_.end() && m->id == movie, where << ": movie " << movie << " is not in movies.csv");
-    r.history_[static_cast<std::size_t>(u - r.user_ids_.begin())].push_back(m - r.movies_.begin());
+    const std::int64_t user = io::csv_integer(rec.fields[0], where, "userId");
+    const std::int64_t movie = io::csv_integer(rec.fields[1], where, "movieId");
+    const std::optional<std::int64_t> u = index_of(r.user_ids_, user), m = index_of(r.movies_, movie);
+    QKV_CHECK(u.has_value(), where << ": user " << user << " is not in config.json");
+    QKV_CHECK(m.has_value(), where << ": movie " << movie << " is not in movies.csv");
+    r.history_[static_cast<std::size_t>(*u)].push_back(*m);
   }
   r.ratings_per_movie_.assign(r.movies_.size(), 0);
   for (const auto& h : r.history_)
@@ -934,7 +927,7 @@ Recommender Recommender::load(const std::string& dir) {
     const std::int64_t k = config.get_int("dim");
     QKV_CHECK(k >= 0 && k <= 4096, dir << "/config.json: dim must be in [0, 4096], got " << k);
     QKV_CHECK(st.metadata().count("mean"), weights_path << ": no 'mean' in the metadata");
-    r.mf_.mean = static_cast<float>(parse_double(st.metadata().at("mean"), weights_path, "mean"));
+    r.mf_.mean = static_cast<float>(io::csv_number(st.metadata().at("mean"), weights_path, "mean"));
     r.mf_.user_bias = get("user_bias", {U});
     r.mf_.movie_bias = get("movie_bias", {I});
     r.mf_.user_factors = get("user_factors", {U, k});
@@ -961,18 +954,16 @@ Recommender Recommender::load(const std::string& dir) {
 }
 
 std::int64_t Recommender::user_index(std::int64_t user_id) const {
-  const auto it = std::lower_bound(user_ids_.begin(), user_ids_.end(), user_id);
-  QKV_CHECK(it != user_ids_.end() && *it == user_id,
-            "unknown user " << user_id << " (the model knows " << user_ids_.size() << " users, ids "
-                            << user_ids_.front() << " to " << user_ids_.back() << ")");
-  return it - user_ids_.begin();
+  const std::optional<std::int64_t> u = index_of(user_ids_, user_id);
+  QKV_CHECK(u.has_value(), "unknown user " << user_id << " (the model knows " << user_ids_.size() << " users, ids "
+                                           << user_ids_.front() << " to " << user_ids_.back() << ")");
+  return *u;
 }
 
 std::int64_t Recommender::movie_index(std::int64_t movie_id) const {
-  const auto it = std::lower_bound(movies_.begin(), movies_.end(), movie_id,
-                                   [](const Movie& x, std::int64_t id) { return x.id < id; });
-  QKV_CHECK(it != movies_.end() && it->id == movie_id, "unknown movie " << movie_id);
-  return it - movies_.begin();
+  const std::optional<std::int64_t> m = index_of(movies_, movie_id);
+  QKV_CHECK(m.has_value(), "unknown movie " << movie_id);
+  return *m;
 }
 
 std::int64_t Recommender::find_movie(const std::string& query) const {
@@ -988,9 +979,7 @@ std::int64_t Recommender::find_movie(const std::string& query) const {
   // No title matches: a movieId picks a movie even where title and year are shared.
   if (by_label.empty() && by_title.empty() && q.find_first_not_of("0123456789") == std::string::npos &&
       q.size() <= 18) {
-    const auto it = std::lower_bound(movies_.begin(), movies_.end(), std::stoll(q),
-                                     [](const Movie& x, std::int64_t id) { return x.id < id; });
-    if (it != movies_.end() && it->id == std::stoll(q)) return it - movies_.begin();
+    if (const std::optional<std::int64_t> m = index_of(movies_, std::stoll(q))) return *m;
   }
   std::ostringstream msg;
   const std::vector<std::int64_t>& same = by_label.empty() ? by_title : by_label;
@@ -1022,10 +1011,12 @@ std::vector<float> Recommender::scores(std::int64_t user) const {
   QKV_CHECK(user >= 0 && user < static_cast<std::int64_t>(user_ids_.size()), "user index " << user << " out of range");
   const auto I = static_cast<std::int64_t>(movies_.size());
   std::vector<float> s(static_cast<std::size_t>(I));
-  const std::int64_t users[1] = {user};
-  scorer()(users, {history_[static_cast<std::size_t>(user)]}, s);
-  if (kind_ == "mf")  // the predicted rating, unclipped (the scorer drops μ + b_u)
-    for (float& x : s) x += mf_.mean + mf_.user_bias.data_as<float>()[user];
+  if (kind_ == "mf") {  // the predicted rating, unclipped (the ranking scorer drops μ + b_u)
+    for (std::int64_t i = 0; i < I; ++i) s[static_cast<std::size_t>(i)] = mf_.predict(user, i, false);
+  } else {
+    const std::int64_t users[1] = {user};
+    scorer()(users, {history_[static_cast<std::size_t>(user)]}, s);
+  }
   return s;
 }
 

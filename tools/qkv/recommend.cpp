@@ -55,18 +55,8 @@ int run_predict(const RecommendOptions& o, const Recommender& r, std::ostream& o
     if (i == 0 && row.fields == std::vector<std::string>{"userId", "movieId"}) continue;
     if (row.fields.size() != 2)
       throw Error(where + ": expected userId,movieId, got " + std::to_string(row.fields.size()) + " fields");
-    std::int64_t ids[2];
-    for (int f = 0; f < 2; ++f) {
-      const std::string& s = row.fields[static_cast<std::size_t>(f)];
-      std::size_t used = 0;
-      try {
-        ids[f] = std::stoll(s, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used == 0 || used != s.size())
-        throw Error(where + ": " + (f == 0 ? "userId " : "movieId ") + quote_value(s) + " is not an integer");
-    }
+    const std::int64_t ids[2] = {io::csv_integer(row.fields[0], where, "userId"),
+                                 io::csv_integer(row.fields[1], where, "movieId")};
     try {
       users.push_back(r.user_index(ids[0]));
       movies.push_back(r.movie_index(ids[1]));
