@@ -11,7 +11,10 @@ DEV=.device
 rm -rf "$DEV"
 mkdir -p "$DEV"
 for f in qkv_cuda_tests qkv libqkv_cuda.so; do
-  src=$(find "$BUILD" -maxdepth 3 -name "$f" -type f | head -1)
+  # The build's own output first: build/python/qkv/ keeps a copy of libqkv_cuda.so that is
+  # only refreshed when the Python module is rebuilt, and find's order is the directory's.
+  src=$BUILD/$f
+  [ -f "$src" ] || src=$(find "$BUILD" -maxdepth 3 -name "$f" -type f | head -1)
   [ -n "$src" ] || { echo "pack_device: $f not found under $BUILD (build first)" >&2; exit 1; }
   cp "$src" "$DEV/$f"
   strip --strip-debug "$DEV/$f" 2>/dev/null || true

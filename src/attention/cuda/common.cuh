@@ -121,39 +121,43 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a
   }
 }
 
-// Address, for this lane, of an ldmatrix.x4 reading the 16x16 block at (row0, col0) of a
-// swizzled tile as an A operand (rows = M, columns = K): matrices (rows 0-7, cols 0-7),
-// (rows 8-15, cols 0-7), (rows 0-7, cols 8-15), (rows 8-15, cols 8-15) -> a[0..3].
+// ldmatrix.x4 addresses in a swizzled tile. Each lane gives one row address of a 16x16
+// block; the three operand forms differ only in which lane gives which 8x8 matrix:
+// - A operand (rows = M, columns = K), matrices (rows 0-7, cols 0-7), (rows 8-15, cols 0-7),
+//   (rows 0-7, cols 8-15), (rows 8-15, cols 8-15) -> a[0..3];
+// - Bᵀ operand, a tile stored (N rows, K contiguous) — keys by head dim — read as the B of
+//   A·Bᵀ (B[k][n] = tile[n][k]): matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7),
+//   (n 8-15, k 8-15) -> r[0], r[1] = b0, b1 of n-tile 0; r[2], r[3] = b0, b1 of n-tile 1;
+// - B operand read with ldmatrix.trans from a tile stored (K rows, N contiguous) — keys by
+//   head dim, for P·V (B[k][n] = tile[k][n]): matrices (k 0-7, n 0-7), (k 8-15, n 0-7),
+//   (k 0-7, n 8-15), (k 8-15, n 8-15) -> the same b0, b1 pairs; the lane pattern is the A
+//   operand's.
+//
+// The swizzle steps by XOR: in a block at (row0, col0) with row0 a multiple of 8 and col0 of
+// 16, a lane's row is row0 + r (r < 16) and its chunk 2j + x (j = col0 / 16, x = 0 or 1),
+// so its swizzled chunk is (2j + x) ^ (r & 7) = (x ^ (r & 7)) ^ 2j. Its byte offset is thus
+// (offset in the block at (0, 0)) ^ (2·col0), plus row0·2D: one XOR per column step and an
+// immediate per row step, where the general formula costs an add, an XOR, a shift and an
+// add per ldmatrix (the forward kernel's integer work per tile fell by about a third). The
+// XOR must not reach the row bits, so tile addresses must be multiples of a row (2D bytes,
+// a power of two): the forward kernel aligns its shared memory to 1024 bytes and every tile
+// in it starts at a whole row.
 template <int D>
-__device__ __forceinline__ std::uint32_t a_operand_address(std::uint32_t base, int row0, int col0,
-                                                           int lane) {
-  const int row = row0 + (lane & 7) + ((lane >> 3) & 1) * 8;
-  const int chunk = (col0 >> 3) + (lane >> 4);
-  return base + swizzled_offset<D>(row, chunk);
+__device__ __forceinline__ std::uint32_t a_operand_lane(std::uint32_t tile, int lane) {
+  return tile + swizzled_offset<D>((lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
 }
-
-// A tile stored (N rows, K contiguous) — keys by head dim — read as the B operand of
-// A·Bᵀ (B[k][n] = tile[n][k]): two n-tiles of 8 and one k-step of 16 at (n0, k0).
-// Matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15) ->
-// r[0], r[1] = b0, b1 of n-tile 0; r[2], r[3] = b0, b1 of n-tile 1.
 template <int D>
-__device__ __forceinline__ std::uint32_t bt_operand_address(std::uint32_t base, int n0, int k0,
-                                                            int lane) {
-  const int row = n0 + (lane & 7) + (lane >> 4) * 8;
-  const int chunk = (k0 >> 3) + ((lane >> 3) & 1);
-  return base + swizzled_offset<D>(row, chunk);
+__device__ __forceinline__ std::uint32_t bt_operand_lane(std::uint32_t tile, int lane) {
+  return tile + swizzled_offset<D>((lane & 7) + (lane >> 4) * 8, (lane >> 3) & 1);
 }
-
-// A tile stored (K rows, N contiguous) — keys by head dim — read with ldmatrix.trans as
-// the B operand of P·V (B[k][n] = tile[k][n]): one k-step of 16 and two n-tiles of 8 at
-// (k0, n0). Matrices (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15)
-// -> r[0], r[1] = b0, b1 of n-tile 0; r[2], r[3] = b0, b1 of n-tile 1.
 template <int D>
-__device__ __forceinline__ std::uint32_t b_operand_trans_address(std::uint32_t base, int k0,
-                                                                 int n0, int lane) {
-  const int row = k0 + (lane & 7) + ((lane >> 3) & 1) * 8;
-  const int chunk = (n0 >> 3) + (lane >> 4);
-  return base + swizzled_offset<D>(row, chunk);
+__device__ __forceinline__ std::uint32_t b_operand_trans_lane(std::uint32_t tile, int lane) {
+  return a_operand_lane<D>(tile, lane);
+}
+// The address of the block at (row0, col0) from a lane's address of the block at (0, 0).
+template <int D>
+__device__ __forceinline__ std::uint32_t block_address(std::uint32_t lane_address, int row0, int col0) {
+  return (lane_address ^ static_cast<std::uint32_t>(2 * col0)) + static_cast<std::uint32_t>(row0 * 2 * D);
 }
 
 // ---------------------------------------------------------------------------------------

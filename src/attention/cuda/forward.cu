@@ -76,17 +76,25 @@ struct Tiling {
 };
 
 // Copies rows [row0, row0 + ROWS) of a (rows, D) global matrix into a swizzled shared tile;
-// rows >= limit are zero-filled (not read). All THREADS threads of the CTA take part.
+// rows >= limit are zero-filled (not read). All THREADS threads of the CTA take part: thread
+// tid copies chunk tid % (D/8) of rows tid / (D/8), + THREADS / (D/8), ... — a trip count
+// known at compile time and one pointer stepped by a constant, so the copy unrolls into
+// cp.async instructions with little address arithmetic between them (a loop starting at
+// tid did not unroll and cost about 15 integer instructions per 16-byte copy).
 template <int ROWS, int D, int THREADS, class T>
 __device__ __forceinline__ void load_tile(std::uint32_t dst, const T* src, long long row_stride,
                                           int row0, int limit, int tid) {
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  static_assert(THREADS % kChunks == 0 && ROWS % (THREADS / kChunks) == 0);
+  constexpr int kRowStep = THREADS / kChunks;
+  const int chunk = tid % kChunks;
+  const int row = tid / kChunks;
+  const T* p = src + static_cast<long long>(row0 + row) * row_stride + chunk * 8;
+  const long long step = kRowStep * row_stride;
 #pragma unroll
-  for (int c = tid; c < ROWS * kChunks; c += THREADS) {
-    const int row = c / kChunks, chunk = c % kChunks;
-    const bool valid = row0 + row < limit;
-    const T* p = src + (valid ? static_cast<long long>(row0 + row) * row_stride : 0) + chunk * 8;
-    cp_async_16(dst + swizzled_offset<D>(row, chunk), p, valid);
+  for (int i = 0; i < ROWS / kRowStep; ++i) {
+    const bool valid = row0 + row + i * kRowStep < limit;
+    cp_async_16(dst + swizzled_offset<D>(row + i * kRowStep, chunk), valid ? p + i * step : src, valid);
   }
 }
 
@@ -98,7 +106,7 @@ __global__ void __launch_bounds__(Tiling<D, kWide>::kThreads, Tiling<D, kWide>::
   constexpr int kThreads = Tile::kThreads;
   constexpr bool kQInRegisters = Tile::kQInRegisters;
   using E = ElementTraits<T>;
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(1024) unsigned char smem[];  // aligned: common.cuh's block_address
   const std::uint32_t q_smem = shared_address(smem);           // (BM, D)
   const std::uint32_t k_smem = q_smem + BM * D * 2;             // (2, BN, D)
   const std::uint32_t v_smem = k_smem + 2 * BN * D * 2;         // (2, BN, D)
@@ -136,7 +144,7 @@ __global__ void __launch_bounds__(Tiling<D, kWide>::kThreads, Tiling<D, kWide>::
   sp.window_right = p.window_right;
   sp.key_length = key_length;
   sp.diagonal_offset = offset;
-  const bool plain_scores = sp.softcap_log2 == 0.0f && sp.alibi_log2 == 0.0f;
+  const bool plain_scores = sp.softcap_log2 == 0.0f && sp.alibi_log2 == 0.0f && sp.scale_log2 > 0.0f;
 
   // Prologue: Q and the first K tile in one group, the first V tile in the next.
   load_tile<BM, D, kThreads>(q_smem, q, p.q_r, m0, p.Lq, tid);
@@ -148,6 +156,8 @@ __global__ void __launch_bounds__(Tiling<D, kWide>::kThreads, Tiling<D, kWide>::
   // Warp w owns rows warp_row0 .. warp_row0 + 16·MT − 1 of the block, as MT m16 tiles;
   // in tile m, this thread holds rows 16m + g and 16m + g + 8 (index r = 0, 1 below).
   const int warp_row0 = warp * Tile::kRowsPerWarp;  // in the block
+  // This lane's ldmatrix address of the warp's first Q block (common.cuh, block_address).
+  const std::uint32_t q_lane = a_operand_lane<D>(q_smem + warp_row0 * D * 2, lane);
   const bool warp_active = m0 + warp_row0 < p.Lq;  // rows past Lq: load, but skip the math
   float acc_o[MT][D / 8][4];  // O (16·MT, D) of this warp: m-tile, n-tile d of 8 columns
   float row_max[MT][2], row_sum[MT][2];  // base-2 running max; this thread's part of Σ exp2(s − max)
@@ -167,15 +177,15 @@ __global__ void __launch_bounds__(Tiling<D, kWide>::kThreads, Tiling<D, kWide>::
     for (int m = 0; m < MT; ++m) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
-        ldmatrix_x4(q_frag[m][kk], a_operand_address<D>(q_smem, warp_row0 + 16 * m, kk * 16, lane));
+        ldmatrix_x4(q_frag[m][kk], block_address<D>(q_lane, 16 * m, kk * 16));
       }
     }
   }
 
   for (int tile = tile_lo; tile < tile_hi; ++tile) {
     const int buffer = (tile - tile_lo) & 1;
-    const std::uint32_t k_buf = k_smem + buffer * BN * D * 2;
-    const std::uint32_t v_buf = v_smem + buffer * BN * D * 2;
+    const std::uint32_t k_lane = bt_operand_lane<D>(k_smem + buffer * BN * D * 2, lane);
+    const std::uint32_t v_lane = b_operand_trans_lane<D>(v_smem + buffer * BN * D * 2, lane);
     const int n0 = tile * BN;
     cp_async_wait<1>();  // this tile's K (its V may still be in flight)
     __syncthreads();     // ... for every thread; and all are done with the other buffers
@@ -200,13 +210,13 @@ __global__ void __launch_bounds__(Tiling<D, kWide>::kThreads, Tiling<D, kWide>::
             a_reg[m][0] = q_frag[m][kk][0], a_reg[m][1] = q_frag[m][kk][1];
             a_reg[m][2] = q_frag[m][kk][2], a_reg[m][3] = q_frag[m][kk][3];
           } else {
-            ldmatrix_x4(a_reg[m], a_operand_address<D>(q_smem, warp_row0 + 16 * m, kk * 16, lane));
+            ldmatrix_x4(a_reg[m], block_address<D>(q_lane, 16 * m, kk * 16));
           }
         }
 #pragma unroll
         for (int nn = 0; nn < BN / 16; ++nn) {
           std::uint32_t b_reg[4];  // one K fragment, used by every m-tile
-          ldmatrix_x4(b_reg, bt_operand_address<D>(k_buf, nn * 16, kk * 16, lane));
+          ldmatrix_x4(b_reg, block_address<D>(k_lane, nn * 16, kk * 16));
 #pragma unroll
           for (int m = 0; m < MT; ++m) {
             mma_16816<T>(s[m][2 * nn], a_reg[m], b_reg[0], b_reg[1]);
@@ -221,16 +231,12 @@ __global__ void __launch_bounds__(Tiling<D, kWide>::kThreads, Tiling<D, kWide>::
           n0 + BN > key_length || (p.causal && n0 + BN - 1 > m0 + offset) ||
           (p.window_left >= 0 && n0 < m0 + BM - 1 + offset - p.window_left) ||
           (p.window_right >= 0 && n0 + BN - 1 > m0 + offset + p.window_right);
-      if (plain_scores && !boundary) {
-#pragma unroll
-        for (int m = 0; m < MT; ++m) {
-#pragma unroll
-          for (int n = 0; n < BN / 8; ++n) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[m][n][e] *= sp.scale_log2;
-          }
-        }
-      } else {
+      // The plain case leaves S raw and folds the scale into the softmax below (one FFMA
+      // per score, FlashAttention-2's exp2(s·scale − max·scale), instead of a multiply and
+      // a subtraction); the per-element function leaves base-2 scores there (multiplier 1).
+      const bool plain_tile = plain_scores && !boundary;
+      const float multiplier = plain_tile ? sp.scale_log2 : 1.0f;
+      if (!plain_tile) {
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
 #pragma unroll
@@ -256,11 +262,12 @@ __global__ void __launch_bounds__(Tiling<D, kWide>::kThreads, Tiling<D, kWide>::
       for (int m = 0; m < MT; ++m) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          float mx = row_max[m][r];
+          float tile_max = -INFINITY;  // of the unscaled scores (the multiplier is > 0)
 #pragma unroll
-          for (int n = 0; n < BN / 8; ++n) mx = fmaxf(mx, fmaxf(s[m][n][2 * r], s[m][n][2 * r + 1]));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          for (int n = 0; n < BN / 8; ++n) tile_max = fmaxf(tile_max, fmaxf(s[m][n][2 * r], s[m][n][2 * r + 1]));
+          tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+          tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+          const float mx = fmaxf(row_max[m][r], tile_max * multiplier);
           const float base = mx == -INFINITY ? 0.0f : mx;  // all masked so far: exp2(−inf) = 0
           correction[m][r] = mx == row_max[m][r] ? 1.0f : fast_exp2(row_max[m][r] - base);
           changed = changed || mx != row_max[m][r];
@@ -268,8 +275,8 @@ __global__ void __launch_bounds__(Tiling<D, kWide>::kThreads, Tiling<D, kWide>::
           float sum = 0.0f;
 #pragma unroll
           for (int n = 0; n < BN / 8; ++n) {
-            s[m][n][2 * r] = fast_exp2(s[m][n][2 * r] - base);
-            s[m][n][2 * r + 1] = fast_exp2(s[m][n][2 * r + 1] - base);
+            s[m][n][2 * r] = fast_exp2(fmaf(s[m][n][2 * r], multiplier, -base));
+            s[m][n][2 * r + 1] = fast_exp2(fmaf(s[m][n][2 * r + 1], multiplier, -base));
             sum += s[m][n][2 * r] + s[m][n][2 * r + 1];
           }
           row_sum[m][r] = row_sum[m][r] * correction[m][r] + sum;
@@ -309,7 +316,7 @@ __global__ void __launch_bounds__(Tiling<D, kWide>::kThreads, Tiling<D, kWide>::
 #pragma unroll
         for (int dd = 0; dd < D / 16; ++dd) {
           std::uint32_t b_reg[4];  // one V fragment, used by every m-tile
-          ldmatrix_x4_trans(b_reg, b_operand_trans_address<D>(v_buf, kk * 16, dd * 16, lane));
+          ldmatrix_x4_trans(b_reg, block_address<D>(v_lane, kk * 16, dd * 16));
 #pragma unroll
           for (int m = 0; m < MT; ++m) {
             mma_16816<T>(acc_o[m][2 * dd], a_reg[m], b_reg[0], b_reg[1]);
