@@ -36,7 +36,8 @@ else()
   string(REGEX REPLACE "/$" "" QKV_PC_UP "${QKV_PC_UP}")
   set(QKV_PC_PREFIX "\${pcfiledir}/${QKV_PC_UP}")
 endif()
-# What linking libqkv.a adds (Libs.private; ICU and libcrypto come as Requires.private).
+# What linking libqkv.a adds (Libs.private; ICU, libcrypto, zlib and libpng come as
+# Requires.private).
 set(QKV_PC_LIBS_PRIVATE "-ldnnl")
 if(NOT QKV_DNNL_LIBRARY_DIR IN_LIST CMAKE_CXX_IMPLICIT_LINK_DIRECTORIES)
   set(QKV_PC_LIBS_PRIVATE "-L${QKV_DNNL_LIBRARY_DIR} ${QKV_PC_LIBS_PRIVATE}")

@@ -36,8 +36,22 @@
 #                     (the package's row order; a title with a comma or a quote is quoted,
 #                     a quote doubled; a missing title or year is an empty field: 2 movies
 #                     have neither). qkv's tools split it per user by time (qkv/recommender.h).
+#   fashion-mnist     Fashion-MNIST (Zalando SE, 2017; MIT licence) of Debian's
+#                     dataset-fashion-mnist (installed with --no-install-recommends when
+#                     missing; needs root or the package): 28 x 28 grey images of clothing in
+#                     10 classes, 0 T-shirt/top, 1 Trouser, 2 Pullover, 3 Dress, 4 Coat,
+#                     5 Sandal, 6 Shirt, 7 Sneaker, 8 Bag, 9 Ankle boot. The package's four
+#                     gzipped IDX files (magic 00 00 08 03 images, 00 00 08 01 labels),
+#                     copied byte for byte:
+#                     DIR/train-images-idx3-ubyte.gz  60,000 images (60000 x 28 x 28)
+#                     DIR/train-labels-idx1-ubyte.gz  their labels, 6,000 per class
+#                     DIR/t10k-images-idx3-ubyte.gz   10,000 test images (10000 x 28 x 28)
+#                     DIR/t10k-labels-idx1-ubyte.gz   their labels, 1,000 per class
+#                     Validation is the last 5,000 training images and labels (450-527 per
+#                     class), training the first 55,000; the test set is never used to train
+#                     or to choose a model, only to report on it.
 set -euo pipefail
-usage="usage: fetch_data.sh debian-packages|sotu|brown|movielens DIR"
+usage="usage: fetch_data.sh debian-packages|sotu|brown|movielens|fashion-mnist DIR"
 [[ $# -eq 2 ]] || { echo "$usage" >&2; exit 2; }
 name=$1 dest=$2
 
@@ -181,5 +195,24 @@ PY
       { echo "fetch_data: Rscript could not read the movielens table from $rdata" >&2; exit 1; }
     mv "$out.tmp" "$out"
     echo "fetch_data: $(($(wc -l < "$out") - 1)) ratings in $out" ;;
-  *) echo "fetch_data: unknown data set '$name' (known: debian-packages, sotu, brown, movielens)" >&2; exit 2 ;;
+  fashion-mnist)
+    src=/usr/share/datasets/fashion-mnist
+    files=(train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz)
+    missing=0
+    for f in "${files[@]}"; do [[ -s $src/$f ]] || missing=1; done
+    if [[ $missing -eq 1 ]]; then
+      [[ $(id -u) -eq 0 ]] || { echo "fetch_data: fashion-mnist needs dataset-fashion-mnist: sudo apt-get install --no-install-recommends dataset-fashion-mnist" >&2; exit 1; }
+      apt-get install -y -q --no-install-recommends dataset-fashion-mnist >/dev/null ||
+        { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends dataset-fashion-mnist >/dev/null; } ||
+        { echo "fetch_data: could not install dataset-fashion-mnist" >&2; exit 1; }
+    fi
+    mkdir -p "$dest"
+    # Copies, not links: DIR stays the same when the package is upgraded or removed.
+    for f in "${files[@]}"; do
+      [[ -s $src/$f ]] || { echo "fetch_data: dataset-fashion-mnist has no $src/$f" >&2; exit 1; }
+      cp "$src/$f" "$dest/$f.tmp"
+      mv "$dest/$f.tmp" "$dest/$f"
+    done
+    echo "fetch_data: Fashion-MNIST, 60000 training and 10000 test images and their labels in $dest" ;;
+  *) echo "fetch_data: unknown data set '$name' (known: debian-packages, sotu, brown, movielens, fashion-mnist)" >&2; exit 2 ;;
 esac

@@ -6,17 +6,19 @@
 set -euo pipefail
 
 # pkg-config: qkv.pc, the installed library's link line (tests/install).
+# zlib1g-dev, libpng-dev: the library reads gzipped IDX files (Fashion-MNIST) and PNG images.
 build_packages=(cmake g++ make pkg-config libgtest-dev nlohmann-json3-dev libcli11-dev libdnnl-dev libicu-dev
-                libssl-dev pybind11-dev python3-dev python3-numpy)
+                libssl-dev zlib1g-dev libpng-dev pybind11-dev python3-dev python3-numpy)
 # clang + its runtimes: libFuzzer targets; npm: test vocabularies from npm packages;
 # chromium: headless, draws the attention page in tests/viz/test_browser.sh;
 # g++-aarch64-linux-gnu + qemu-user-static: the portable kernel on aarch64 (tests/cross);
 # python3-venv, -pip, -build, -wheel, -setuptools: pip install and a wheel of the Python
 # package in a virtual environment, offline (tests/python/test_pip_install.sh).
 # r-base-core + r-cran-dslabs: the MovieLens ratings of data.movielens and the recommender tests.
+# dataset-fashion-mnist: the Fashion-MNIST images and labels of data.fashion_mnist.
 test_packages=(python3-torch python3-pytest clang libclang-rt-14-dev chromium g++-aarch64-linux-gnu
                qemu-user-static python3-venv python3-pip python3-build python3-wheel python3-setuptools
-               r-base-core r-cran-dslabs)
+               r-base-core r-cran-dslabs dataset-fashion-mnist)
 
 case "${1:-build}" in
   build) wanted=("${build_packages[@]}") ;;
