@@ -15,6 +15,7 @@
 #include "qkv/rng.h"
 #include "qkv/safetensors.h"
 #include "qkv/sasrec.h"
+#include "qkv/vit.h"
 #include "qkv/search.h"
 #include "qkv/seq2seq.h"
 #include "qkv/tensor.h"

@@ -1,0 +1,94 @@
+// A Vision Transformer (Dosovitskiy et al. 2021, "An Image is Worth 16x16 Words"): an image
+// cut into P×P patches, each patch a token, a learned class token in front, and pre-norm
+// Transformer encoder layers over the sequence; the class token's final state classifies.
+//
+//   patches = patchify(images, P)                 (B, N, C·P·P), N = (H/P)·(W/P), row-major
+//   x = [cls; patch_embed(patches)] + pos         (B, 1 + N, d)
+//   x = block_n(x), n < layers                    pre-norm TransformerEncoderLayer, GELU
+//   logits = head(norm(x)[:, 0])                  (B, classes)
+//
+// patch_embed is torch's Conv2d(C, d, kernel P, stride P) with its kernel flattened to
+// (d, C·P·P) in (c, ky, kx) order: a Linear over patchify's rows. Positions are learned
+// (a parameter) or the fixed 2-D sine-cosine table of sincos_positions_2d. Parameter names
+// are those of scripts/bench/vit_torch.py's torch module, one to one. Dropout is not
+// implemented (qkv's layers are eval-mode); augmentation and label smoothing regularise.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "qkv/nn.h"
+#include "qkv/tensor.h"
+
+namespace qkv::models {
+
+struct VitConfig {
+  std::int64_t image_size = 28;  // H = W
+  std::int64_t channels = 1;     // C
+  std::int64_t patch_size = 4;   // P; must divide image_size
+  std::int64_t dim = 128;        // d
+  std::int64_t layers = 6;
+  std::int64_t heads = 4;
+  std::int64_t mlp_dim = 256;    // the feed-forward's width
+  std::int64_t classes = 10;
+  bool learned_positions = true;  // false: sincos_positions_2d, fixed
+
+  std::int64_t grid() const { return image_size / patch_size; }       // patches per side
+  std::int64_t patches() const { return grid() * grid(); }             // N
+  std::int64_t tokens() const { return patches() + 1; }                // 1 + N
+  std::int64_t patch_features() const { return channels * patch_size * patch_size; }
+  nn::TransformerLayerConfig block_config() const;
+  std::int64_t num_parameters() const;
+  void check() const;  // throws qkv::Error naming the field that is out of range
+};
+
+// (B, C, H, W) -> (B, N, C·P·P): patch (gy, gx) is row gy·(W/P) + gx, its features in
+// (c, ky, kx) order — what torch's Conv2d with kernel = stride = P multiplies.
+Tensor patchify(const Tensor& images, std::int64_t patch_size);
+
+// The fixed 2-D sine-cosine positions of MAE (He et al. 2022): (1 + grid², d), row 0 (the
+// class token) zeros; for patch (gy, gx) the first d/2 features encode gx and the last d/2
+// encode gy, each as [sin(p·ω_k), cos(p·ω_k)] with ω_k = 10000^(−k/(d/4)), k < d/4.
+// d must be a multiple of 4.
+Tensor sincos_positions_2d(std::int64_t grid, std::int64_t dim);
+
+struct VitWeights {
+  nn::Linear patch_embed;   // (d, C·P·P)
+  Tensor cls_token;         // (d)
+  Tensor pos_embed;         // (1 + N, d); a parameter only when learned
+  std::vector<nn::TransformerEncoderLayer> blocks;  // blocks.i.*
+  nn::LayerNorm norm;       // (d)
+  nn::Linear head;          // (classes, d)
+  bool learned_positions = true;
+
+  struct Record {
+    nn::Linear::Record patch_embed;
+    std::vector<nn::TransformerEncoderLayer::Record> blocks;
+    nn::LayerNorm::Record norm;
+    nn::Linear::Record head;
+    std::int64_t B = 0;
+  };
+
+  // torch's initialisations of its modules (Linear, LayerNorm, the encoder layers), the
+  // class token and learned positions ~ N(0, 0.02²) (as timm's ViT), the head zero (as the
+  // paper: the first steps train the body, not a random readout).
+  static VitWeights initialized(const VitConfig& config, std::uint64_t seed);
+  static VitWeights zeros_like(const VitConfig& config);
+
+  // images (B, C, H, W) f32 -> logits (B, classes). probs, when given, receives each
+  // block's attention probabilities (B, heads, 1 + N, 1 + N).
+  Tensor forward(const Tensor& images, std::vector<Tensor>* probs = nullptr,
+                 Record* record = nullptr) const;
+  // dlogits (B, classes) -> adds ∂/∂θ into `grads` (the images get no gradient).
+  void backward(const Tensor& dlogits, const Record& record, VitWeights& grads) const;
+  // patch_embed.*, cls_token, pos_embed (when learned), blocks.i.*, norm.*, head.*
+  nn::ParameterList parameters();
+};
+
+// Attention rollout (Abnar & Zuidema 2020): per layer the heads' mean probabilities plus
+// the identity (the residual path), rows renormalised, multiplied from the first layer to
+// the last; returns the class token's row without itself: (N) weights over the patches,
+// summing to at most 1. probs: what VitWeights::forward fills; b: the image in the batch.
+std::vector<float> attention_rollout(const std::vector<Tensor>& probs, std::int64_t b);
+
+}  // namespace qkv::models

@@ -1,0 +1,266 @@
+// The Vision Transformer: patches, the class token, positions, pre-norm encoder blocks and
+// the head, with its backward, and attention rollout. See include/qkv/vit.h.
+
+#include "qkv/vit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "qkv/error.h"
+#include "qkv/rng.h"
+
+namespace qkv::models {
+
+namespace {
+
+void fill_normal(Tensor& t, double stddev, Rng& rng) {
+  float* p = t.data_as<float>();
+  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(stddev * rng.normal());
+}
+
+}  // namespace
+
+void VitConfig::check() const {
+  QKV_CHECK(image_size >= 1 && channels >= 1 && patch_size >= 1 && dim >= 1 && layers >= 0 &&
+                heads >= 1 && mlp_dim >= 1 && classes >= 1,
+            "vit: image_size, channels, patch_size, dim, heads, mlp_dim and classes must be >= 1 "
+            "and layers >= 0, got image_size = "
+                << image_size << ", channels = " << channels << ", patch_size = " << patch_size
+                << ", dim = " << dim << ", layers = " << layers << ", heads = " << heads
+                << ", mlp_dim = " << mlp_dim << ", classes = " << classes);
+  QKV_CHECK(image_size % patch_size == 0,
+            "vit: patch_size (" << patch_size << ") must divide image_size (" << image_size << ")");
+  QKV_CHECK(dim % heads == 0, "vit: dim (" << dim << ") must be a multiple of heads (" << heads << ")");
+  QKV_CHECK(learned_positions || dim % 4 == 0,
+            "vit: sine-cosine positions need dim a multiple of 4, got " << dim);
+}
+
+nn::TransformerLayerConfig VitConfig::block_config() const {
+  nn::TransformerLayerConfig b;
+  b.d_model = dim;
+  b.nhead = heads;
+  b.dim_feedforward = mlp_dim;
+  b.activation = nn::Activation::gelu;
+  b.layer_norm_eps = 1e-6;  // ViT's (torchvision, timm)
+  b.norm_first = true;
+  return b;
+}
+
+std::int64_t VitConfig::num_parameters() const {
+  const std::int64_t d = dim, f = mlp_dim;
+  const std::int64_t block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (f * d + f) + (d * f + d);
+  return (d * patch_features() + d) + d + (learned_positions ? tokens() * d : 0) + layers * block +
+         2 * d + (classes * d + classes);
+}
+
+Tensor patchify(const Tensor& images, std::int64_t P) {
+  QKV_CHECK(images.dtype() == DType::f32 && images.dim() == 4,
+            "patchify: images must be f32 (B, C, H, W), got " << dtype_name(images.dtype()) << " "
+                                                              << shape_to_string(images.shape()));
+  const std::int64_t B = images.size(0), C = images.size(1), H = images.size(2), W = images.size(3);
+  QKV_CHECK(P >= 1 && H % P == 0 && W % P == 0,
+            "patchify: patch size " << P << " must divide H = " << H << " and W = " << W);
+  const Tensor x = images.contiguous();
+  const float* src = x.data_as<float>();
+  const std::int64_t gh = H / P, gw = W / P, F = C * P * P;
+  Tensor out = Tensor::empty({B, gh * gw, F});
+  float* dst = out.data_as<float>();
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t gy = 0; gy < gh; ++gy)
+      for (std::int64_t gx = 0; gx < gw; ++gx) {
+        float* row = dst + ((b * gh + gy) * gw + gx) * F;
+        for (std::int64_t c = 0; c < C; ++c)
+          for (std::int64_t ky = 0; ky < P; ++ky) {
+            const float* line = src + ((b * C + c) * H + gy * P + ky) * W + gx * P;
+            std::copy(line, line + P, row + (c * P + ky) * P);
+          }
+      }
+  return out;
+}
+
+Tensor sincos_positions_2d(std::int64_t grid, std::int64_t dim) {
+  QKV_CHECK(grid >= 1 && dim >= 4 && dim % 4 == 0,
+            "sincos_positions_2d: need grid >= 1 and dim a positive multiple of 4, got grid = "
+                << grid << ", dim = " << dim);
+  Tensor table = Tensor::zeros({1 + grid * grid, dim});
+  float* t = table.data_as<float>();
+  const std::int64_t quarter = dim / 4;
+  for (std::int64_t gy = 0; gy < grid; ++gy)
+    for (std::int64_t gx = 0; gx < grid; ++gx) {
+      float* row = t + (1 + gy * grid + gx) * dim;
+      for (std::int64_t k = 0; k < quarter; ++k) {
+        const double omega = std::pow(10000.0, -static_cast<double>(k) / static_cast<double>(quarter));
+        row[k] = static_cast<float>(std::sin(static_cast<double>(gx) * omega));
+        row[quarter + k] = static_cast<float>(std::cos(static_cast<double>(gx) * omega));
+        row[2 * quarter + k] = static_cast<float>(std::sin(static_cast<double>(gy) * omega));
+        row[3 * quarter + k] = static_cast<float>(std::cos(static_cast<double>(gy) * omega));
+      }
+    }
+  return table;
+}
+
+VitWeights VitWeights::zeros_like(const VitConfig& c) {
+  c.check();
+  VitWeights w;
+  w.learned_positions = c.learned_positions;
+  w.patch_embed.weight = Tensor::zeros({c.dim, c.patch_features()});
+  w.patch_embed.bias = Tensor::zeros({c.dim});
+  w.cls_token = Tensor::zeros({c.dim});
+  w.pos_embed = c.learned_positions ? Tensor::zeros({c.tokens(), c.dim}) : sincos_positions_2d(c.grid(), c.dim);
+  for (std::int64_t i = 0; i < c.layers; ++i) {
+    nn::TransformerEncoderLayer b(c.block_config());
+    for (auto& [name, t] : b.parameters()) *t = Tensor::zeros(t->shape());
+    w.blocks.push_back(std::move(b));
+  }
+  w.norm = nn::LayerNorm({c.dim}, 1e-6);
+  for (auto& [name, t] : w.norm.parameters()) *t = Tensor::zeros(t->shape());
+  w.head.weight = Tensor::zeros({c.classes, c.dim});
+  w.head.bias = Tensor::zeros({c.classes});
+  return w;
+}
+
+VitWeights VitWeights::initialized(const VitConfig& c, std::uint64_t seed) {
+  c.check();
+  VitWeights w;
+  w.learned_positions = c.learned_positions;
+  Rng rng(mix64(seed + 0x5669540000000000ull));  // "ViT": apart from other models' seeds
+  w.patch_embed = nn::Linear(c.patch_features(), c.dim, true, mix64(seed * 131 + 1));
+  w.cls_token = Tensor::zeros({c.dim});
+  fill_normal(w.cls_token, 0.02, rng);
+  if (c.learned_positions) {
+    w.pos_embed = Tensor::zeros({c.tokens(), c.dim});
+    fill_normal(w.pos_embed, 0.02, rng);
+  } else {
+    w.pos_embed = sincos_positions_2d(c.grid(), c.dim);
+  }
+  for (std::int64_t i = 0; i < c.layers; ++i)
+    w.blocks.emplace_back(c.block_config(), mix64(seed * 131 + static_cast<std::uint64_t>(i) + 2));
+  w.norm = nn::LayerNorm({c.dim}, 1e-6);
+  w.head.weight = Tensor::zeros({c.classes, c.dim});
+  w.head.bias = Tensor::zeros({c.classes});
+  return w;
+}
+
+nn::ParameterList VitWeights::parameters() {
+  nn::ParameterList p = patch_embed.parameters("patch_embed.");
+  p.emplace_back("cls_token", &cls_token);
+  if (learned_positions) p.emplace_back("pos_embed", &pos_embed);
+  for (std::size_t i = 0; i < blocks.size(); ++i)
+    for (auto& e : blocks[i].parameters("blocks." + std::to_string(i) + ".")) p.push_back(e);
+  for (auto& e : norm.parameters("norm.")) p.push_back(e);
+  for (auto& e : head.parameters("head.")) p.push_back(e);
+  return p;
+}
+
+Tensor VitWeights::forward(const Tensor& images, std::vector<Tensor>* probs, Record* record) const {
+  const std::int64_t d = cls_token.size(0), T = pos_embed.size(0);
+  const std::int64_t P2C = patch_embed.in_features();
+  QKV_CHECK(images.dtype() == DType::f32 && images.dim() == 4 && images.size(0) >= 1,
+            "vit: images must be f32 (B, C, H, W) with B >= 1, got "
+                << dtype_name(images.dtype()) << " " << shape_to_string(images.shape()));
+  const std::int64_t B = images.size(0), C = images.size(1), H = images.size(2);
+  // P from the weights: C·P² features per patch and (H/P)² + 1 tokens.
+  const auto P = static_cast<std::int64_t>(std::llround(std::sqrt(static_cast<double>(P2C / std::max<std::int64_t>(C, 1)))));
+  QKV_CHECK(P >= 1 && C * P * P == P2C && H == images.size(3) && H % P == 0 && (H / P) * (H / P) + 1 == T,
+            "vit: the model takes " << P2C << " features per patch and " << T - 1
+                                    << " patches; images " << shape_to_string(images.shape())
+                                    << " do not fit it");
+  const Tensor patches = patchify(images, P);  // (B, N, C·P·P)
+  const Tensor embedded = patch_embed.forward(patches, {}, record ? &record->patch_embed : nullptr);  // (B, N, d)
+  // x = [cls; embedded] + pos   (B, T, d)
+  Tensor x = Tensor::empty({B, T, d});
+  {
+    float* xp = x.data_as<float>();
+    const float* e = embedded.data_as<float>();
+    const float* cls = cls_token.data_as<float>();
+    const float* pos = pos_embed.data_as<float>();
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t t = 0; t < T; ++t) {
+        const float* from = t == 0 ? cls : e + (b * (T - 1) + t - 1) * d;
+        float* to = xp + (b * T + t) * d;
+        for (std::int64_t j = 0; j < d; ++j) to[j] = from[j] + pos[t * d + j];
+      }
+  }
+  if (probs) probs->assign(blocks.size(), Tensor());
+  if (record) {
+    record->blocks.assign(blocks.size(), {});
+    record->B = B;
+  }
+  for (std::size_t i = 0; i < blocks.size(); ++i)
+    x = blocks[i].forward(x, {}, nullptr, probs ? &(*probs)[i] : nullptr, record ? &record->blocks[i] : nullptr);
+  const Tensor h = norm.forward(x, record ? &record->norm : nullptr);  // (B, T, d)
+  Tensor cls_state = Tensor::empty({B, d});                             // h[:, 0]
+  for (std::int64_t b = 0; b < B; ++b)
+    std::copy_n(h.data_as<float>() + b * T * d, d, cls_state.data_as<float>() + b * d);
+  return head.forward(cls_state, {}, record ? &record->head : nullptr);  // (B, classes)
+}
+
+void VitWeights::backward(const Tensor& dlogits, const Record& record, VitWeights& grads) const {
+  QKV_CHECK(record.blocks.size() == blocks.size() && grads.blocks.size() == blocks.size() &&
+                grads.learned_positions == learned_positions,
+            "VitWeights::backward: the record and grads must come from a model with "
+                << blocks.size() << " blocks and the same kind of positions");
+  const std::int64_t B = record.B, d = cls_token.size(0), T = pos_embed.size(0);
+  const Tensor dcls = head.backward(dlogits, record.head, grads.head);  // (B, d)
+  Tensor dh = Tensor::zeros({B, T, d});                                 // only h[:, 0] was used
+  for (std::int64_t b = 0; b < B; ++b)
+    std::copy_n(dcls.data_as<float>() + b * d, d, dh.data_as<float>() + b * T * d);
+  Tensor dx = norm.backward(dh, record.norm, grads.norm);
+  for (std::size_t i = blocks.size(); i-- > 0;) dx = blocks[i].backward(dx, record.blocks[i], grads.blocks[i]);
+  // x = [cls; embedded] + pos
+  const float* g = dx.data_as<float>();
+  float* dpos = learned_positions ? grads.pos_embed.data_as<float>() : nullptr;
+  float* dcls_token = grads.cls_token.data_as<float>();
+  Tensor dembedded = Tensor::empty({B, T - 1, d});
+  float* de = dembedded.data_as<float>();
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t t = 0; t < T; ++t) {
+      const float* row = g + (b * T + t) * d;
+      if (dpos)
+        for (std::int64_t j = 0; j < d; ++j) dpos[t * d + j] += row[j];
+      if (t == 0)
+        for (std::int64_t j = 0; j < d; ++j) dcls_token[j] += row[j];
+      else
+        std::copy_n(row, d, de + (b * (T - 1) + t - 1) * d);
+    }
+  patch_embed.backward(dembedded, record.patch_embed, grads.patch_embed);  // the images' gradient is dropped
+}
+
+std::vector<float> attention_rollout(const std::vector<Tensor>& probs, std::int64_t b) {
+  QKV_CHECK(!probs.empty(), "attention_rollout: no attention probabilities (a model without blocks)");
+  const Tensor& first = probs.front();
+  QKV_CHECK(first.dim() == 4 && b >= 0 && b < first.size(0) && first.size(2) == first.size(3),
+            "attention_rollout: probabilities must be (B, heads, T, T) and b in [0, B), got "
+                << shape_to_string(first.shape()) << " and b = " << b);
+  const std::int64_t H = first.size(1), T = first.size(2);
+  // rollout (T, T), starting from the identity; each layer: A = (mean_h P_h + I) / 2 per row
+  // (rows of mean_h P_h sum to 1, so this renormalises), rollout = A · rollout.
+  std::vector<double> rollout(static_cast<std::size_t>(T * T), 0.0), a(rollout.size()), next(rollout.size());
+  for (std::int64_t i = 0; i < T; ++i) rollout[static_cast<std::size_t>(i * T + i)] = 1.0;
+  for (const Tensor& layer : probs) {
+    QKV_CHECK(layer.shape() == first.shape(), "attention_rollout: layers disagree on shape: "
+                                                  << shape_to_string(layer.shape()) << " and "
+                                                  << shape_to_string(first.shape()));
+    const Tensor p = layer.contiguous();
+    const float* pp = p.data_as<float>() + b * H * T * T;
+    for (std::int64_t i = 0; i < T * T; ++i) {
+      double mean = 0.0;
+      for (std::int64_t h = 0; h < H; ++h) mean += pp[h * T * T + i];
+      a[static_cast<std::size_t>(i)] = 0.5 * (mean / static_cast<double>(H) + (i / T == i % T ? 1.0 : 0.0));
+    }
+    for (std::int64_t i = 0; i < T; ++i)
+      for (std::int64_t j = 0; j < T; ++j) {
+        double s = 0.0;
+        for (std::int64_t k = 0; k < T; ++k)
+          s += a[static_cast<std::size_t>(i * T + k)] * rollout[static_cast<std::size_t>(k * T + j)];
+        next[static_cast<std::size_t>(i * T + j)] = s;
+      }
+    rollout.swap(next);
+  }
+  std::vector<float> out(static_cast<std::size_t>(T - 1));
+  for (std::int64_t j = 1; j < T; ++j) out[static_cast<std::size_t>(j - 1)] = static_cast<float>(rollout[static_cast<std::size_t>(j)]);
+  return out;
+}
+
+}  // namespace qkv::models

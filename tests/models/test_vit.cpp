@@ -1,0 +1,152 @@
+// The Vision Transformer (qkv/vit.h): patchify against a naive twin, the 2-D sine-cosine
+// table's values, every parameter's gradient against finite differences (learned and fixed
+// positions), attention rollout against a direct computation, and bad shapes named.
+// tests/python/test_vit.py checks the forward and backward against torch.
+#include <cmath>
+
+#include "attention/expect_error.h"
+#include "nn/check.h"
+#include "qkv/vit.h"
+
+namespace {
+
+using qkv::Tensor;
+using namespace qkv::testing;
+namespace models = qkv::models;
+
+models::VitConfig tiny(bool learned = true) {
+  models::VitConfig c;
+  c.image_size = 6;
+  c.channels = 2;
+  c.patch_size = 3;  // 4 patches, 5 tokens
+  c.dim = 8;
+  c.layers = 2;
+  c.heads = 2;
+  c.mlp_dim = 12;
+  c.classes = 3;
+  c.learned_positions = learned;
+  return c;
+}
+
+Tensor images(std::int64_t B, const models::VitConfig& c, std::uint64_t seed) {
+  return randn({B, c.channels, c.image_size, c.image_size}, seed);
+}
+
+}  // namespace
+
+TEST(Vit, PatchifyMatchesNaiveIndexing) {
+  const Tensor x = randn({2, 3, 8, 12}, 5);
+  const Tensor p = qkv::models::patchify(x, 4);  // grid 2 x 3
+  ASSERT_EQ(p.shape(), (qkv::Shape{2, 6, 48}));
+  const auto xv = x.to_vector(), pv = p.to_vector();
+  for (int b = 0; b < 2; ++b)
+    for (int gy = 0; gy < 2; ++gy)
+      for (int gx = 0; gx < 3; ++gx)
+        for (int c = 0; c < 3; ++c)
+          for (int ky = 0; ky < 4; ++ky)
+            for (int kx = 0; kx < 4; ++kx) {
+              const float want = xv[static_cast<std::size_t>(((b * 3 + c) * 8 + gy * 4 + ky) * 12 + gx * 4 + kx)];
+              const float got = pv[static_cast<std::size_t>((b * 6 + gy * 3 + gx) * 48 + (c * 4 + ky) * 4 + kx)];
+              ASSERT_EQ(got, want) << "b " << b << " patch (" << gy << ", " << gx << ") c " << c;
+            }
+}
+
+TEST(Vit, SincosTableValues) {
+  const Tensor t = qkv::models::sincos_positions_2d(3, 8);  // quarter = 2: ω = 1, 0.01
+  ASSERT_EQ(t.shape(), (qkv::Shape{10, 8}));
+  const auto v = t.to_vector();
+  for (int j = 0; j < 8; ++j) EXPECT_EQ(v[static_cast<std::size_t>(j)], 0.0f);  // the class token
+  // patch (gy, gx) = (2, 1) is row 1 + 2·3 + 1 = 8
+  const float* row = v.data() + 8 * 8;
+  EXPECT_NEAR(row[0], std::sin(1.0), 1e-6);
+  EXPECT_NEAR(row[1], std::sin(0.01), 1e-6);
+  EXPECT_NEAR(row[2], std::cos(1.0), 1e-6);
+  EXPECT_NEAR(row[3], std::cos(0.01), 1e-6);
+  EXPECT_NEAR(row[4], std::sin(2.0), 1e-6);
+  EXPECT_NEAR(row[5], std::sin(0.02), 1e-6);
+  EXPECT_NEAR(row[6], std::cos(2.0), 1e-6);
+  EXPECT_NEAR(row[7], std::cos(0.02), 1e-6);
+}
+
+TEST(Vit, GradientsMatchFiniteDifferences) {
+  for (const bool learned : {true, false}) {
+    const models::VitConfig c = tiny(learned);
+    models::VitWeights w = models::VitWeights::initialized(c, 3);
+    perturb(w.parameters(), 7);  // the zero head and unit gains would hide dropped terms
+    const Tensor x = images(3, c, 11);
+    const Tensor weights = randn({3, c.classes}, 13);  // L = Σ logits ∘ weights
+    models::VitWeights grads = models::VitWeights::zeros_like(c);
+    models::VitWeights::Record record;
+    const Tensor logits = w.forward(x, nullptr, &record);
+    ASSERT_EQ(logits.shape(), (qkv::Shape{3, c.classes}));
+    w.backward(weights, record, grads);
+    auto loss = [&] { return dot(w.forward(x), weights); };
+    // The forward without a record fuses the activation into linear1's product: f32
+    // rounding apart, not bit-equal.
+    EXPECT_NEAR(dot(logits, weights), loss(), 1e-5 * (1 + std::abs(loss())));
+    auto p = w.parameters(), g = grads.parameters();
+    ASSERT_EQ(p.size(), g.size());
+    ASSERT_EQ(p.size(), (learned ? 4u : 3u) + 2u * 12u + 4u);
+    std::int64_t count = 0;
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      EXPECT_EQ(p[i].first, g[i].first);
+      count += p[i].second->numel();
+      check_gradient(*p[i].second, *g[i].second, loss, p[i].first + (learned ? " (learned)" : " (sincos)"));
+    }
+    EXPECT_EQ(count, c.num_parameters());
+  }
+}
+
+TEST(Vit, RolloutMatchesDirectProduct) {
+  const models::VitConfig c = tiny();
+  models::VitWeights w = models::VitWeights::initialized(c, 4);
+  perturb(w.parameters(), 9);
+  std::vector<Tensor> probs;
+  w.forward(images(2, c, 21), &probs);
+  ASSERT_EQ(probs.size(), 2u);
+  const std::int64_t T = c.tokens(), H = c.heads;
+  for (std::int64_t b = 0; b < 2; ++b) {
+    // Direct: R = A2·A1 with A = (mean_h P + I)/2; the class row without itself.
+    auto layer = [&](int l) {
+      std::vector<double> a(static_cast<std::size_t>(T * T));
+      const auto p = probs[static_cast<std::size_t>(l)].to_vector();
+      for (std::int64_t i = 0; i < T; ++i)
+        for (std::int64_t j = 0; j < T; ++j) {
+          double m = 0;
+          for (std::int64_t h = 0; h < H; ++h) m += p[static_cast<std::size_t>(((b * H + h) * T + i) * T + j)];
+          a[static_cast<std::size_t>(i * T + j)] = (m / H + (i == j)) / 2;
+        }
+      return a;
+    };
+    const auto a1 = layer(0), a2 = layer(1);
+    const std::vector<float> got = models::attention_rollout(probs, b);
+    ASSERT_EQ(static_cast<std::int64_t>(got.size()), T - 1);
+    double total = 0;
+    for (std::int64_t j = 1; j < T; ++j) {
+      double want = 0;
+      for (std::int64_t k = 0; k < T; ++k) want += a2[static_cast<std::size_t>(k)] * a1[static_cast<std::size_t>(k * T + j)];
+      EXPECT_NEAR(got[static_cast<std::size_t>(j - 1)], want, 1e-6) << "b " << b << " patch " << j - 1;
+      total += got[static_cast<std::size_t>(j - 1)];
+    }
+    EXPECT_GT(total, 0.0);
+    EXPECT_LT(total, 1.0);  // the class token keeps some of its own weight
+  }
+}
+
+TEST(Vit, BadInputNamed) {
+  models::VitConfig c = tiny();
+  c.patch_size = 4;
+  expect_error([&] { models::VitWeights::initialized(c, 1); }, "must divide image_size");
+  c = tiny();
+  c.heads = 3;
+  expect_error([&] { models::VitWeights::initialized(c, 1); }, "multiple of heads");
+  c = tiny(false);
+  c.dim = 6;
+  c.heads = 2;
+  expect_error([&] { models::VitWeights::initialized(c, 1); }, "multiple of 4");
+  const models::VitWeights w = models::VitWeights::initialized(tiny(), 1);
+  expect_error([&] { w.forward(randn({1, 2, 9, 9}, 1)); }, "do not fit");
+  expect_error([&] { w.forward(randn({1, 1, 6, 6}, 1)); }, "do not fit");
+  expect_error([&] { w.forward(randn({2, 6, 6}, 1)); }, "(B, C, H, W)");
+  expect_error([&] { qkv::models::patchify(randn({1, 1, 7, 8}, 1), 4); }, "must divide");
+}
