@@ -16,6 +16,7 @@
 #include "qkv/safetensors.h"
 #include "qkv/sasrec.h"
 #include "qkv/vit.h"
+#include "qkv/vision.h"
 #include "qkv/search.h"
 #include "qkv/seq2seq.h"
 #include "qkv/tensor.h"

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 namespace qkv {
 
@@ -49,5 +51,12 @@ class Rng {
  private:
   std::uint64_t state_;
 };
+
+// Fisher–Yates over the whole vector, from the back: every order equally likely.
+template <class T>
+void shuffle(std::vector<T>& v, Rng& rng) {
+  for (std::size_t i = v.size(); i > 1; --i)
+    std::swap(v[i - 1], v[static_cast<std::size_t>(rng.uniform_int(static_cast<std::int64_t>(i)))]);
+}
 
 }  // namespace qkv

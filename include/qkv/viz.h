@@ -59,6 +59,29 @@ std::string render_html(const AttentionView& view);
 // head is out of range.
 std::string render_svg(const AttentionGroup& group, std::int64_t layer, std::int64_t head);
 
+// Images with where a model looked: one card per image, the picture scaled up with a heat
+// overlay over its patch grid (for a Vision Transformer, the class token's attention
+// rollout), a caption, and a slider for the overlay's opacity; hovering a patch shows its
+// weight. Self-contained like render_html (no network, data in
+// <script type="application/json" id="qkv-image-data">: {"title", "subtitle", "images":
+// [{"caption", "height", "width", "pixels": [H·W grey 0-255], "grid_h", "grid_w",
+// "heat": [grid_h·grid_w]}]}); sets document.body.dataset.rendered = "1" once drawn.
+struct ImageAttention {
+  std::string caption;               // e.g. "#3 Sneaker 0.98 (label: Sneaker)"
+  std::int64_t height = 0, width = 0;
+  std::vector<std::uint8_t> pixels;  // (height, width) grey, 0 = black
+  std::int64_t grid_h = 0, grid_w = 0;
+  std::vector<float> heat;           // (grid_h, grid_w), each >= 0; shown from its min to its max
+};
+struct ImageAttentionView {
+  std::string title;
+  std::string subtitle;
+  std::vector<ImageAttention> images;  // at least one
+};
+// Throws qkv::Error naming the image and what is wrong: no images, sizes that disagree with
+// the pixel or heat counts, a grid larger than the image, a heat value negative or not finite.
+std::string render_image_html(const ImageAttentionView& view);
+
 // Writes text to path (replacing it). Throws qkv::Error naming the path and the reason.
 void write_file(const std::string& path, const std::string& text);
 

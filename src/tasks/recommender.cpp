@@ -66,13 +66,6 @@ std::vector<char> rated_flags(const UserRatings& u, std::int64_t num_items) {
   return rated;
 }
 
-// Fisher–Yates over the whole vector, from the back.
-template <class T>
-void shuffle(std::vector<T>& v, Rng& rng) {
-  for (std::size_t i = v.size(); i > 1; --i)
-    std::swap(v[i - 1], v[static_cast<std::size_t>(rng.uniform_int(static_cast<std::int64_t>(i)))]);
-}
-
 // The index of `id` in `ids` (ascending), or nothing.
 std::optional<std::int64_t> index_of(const std::vector<std::int64_t>& ids, std::int64_t id) {
   const auto it = std::lower_bound(ids.begin(), ids.end(), id);

@@ -380,5 +380,73 @@ TEST(VizWriteFile, WritesAndNamesThePathOnFailure) {
   expect_error([&] { write_file(missing, "x"); }, {"cannot write '" + missing + "'", "No such file"});
 }
 
+// The image page (render_image_html): its embedded data equals the inputs, text is escaped
+// for the <script> element, and inconsistent views are refused naming the image.
+qkv::viz::ImageAttentionView image_view() {
+  qkv::viz::ImageAttentionView v;
+  v.title = "images </script><b>";
+  v.subtitle = "two images";
+  for (int n = 0; n < 2; ++n) {
+    qkv::viz::ImageAttention im;
+    im.caption = n ? "#1 Bag 0.5 & more" : "#0 Sneaker 0.98";
+    im.height = 4;
+    im.width = 6;
+    for (int k = 0; k < 24; ++k) im.pixels.push_back(static_cast<std::uint8_t>(k * 10 + n));
+    im.grid_h = 2;
+    im.grid_w = 3;
+    im.heat = {0.1f, 0.2f, 0.0f, 0.05f, 0.3f, 0.125f};
+    v.images.push_back(im);
+  }
+  return v;
+}
+
+std::string image_data_text(const std::string& page) {
+  const std::string open = "<script type=\"application/json\" id=\"qkv-image-data\">";
+  const auto a = page.find(open);
+  const auto b = page.find("</script>", a);
+  EXPECT_NE(a, std::string::npos);
+  return page.substr(a + open.size(), b - a - open.size());
+}
+
+TEST(VizImages, EmbeddedDataEqualsTheInputs) {
+  const qkv::viz::ImageAttentionView v = image_view();
+  const std::string page = qkv::viz::render_image_html(v);
+  const json data = json::parse(image_data_text(page));
+  EXPECT_EQ(data.at("title").get<std::string>(), v.title);
+  ASSERT_EQ(data.at("images").size(), 2u);
+  for (std::size_t n = 0; n < 2; ++n) {
+    const json& im = data["images"][n];
+    EXPECT_EQ(im.at("caption").get<std::string>(), v.images[n].caption);
+    EXPECT_EQ(im.at("pixels").get<std::vector<int>>(), std::vector<int>(v.images[n].pixels.begin(), v.images[n].pixels.end()));
+    EXPECT_EQ(im.at("grid_w").get<int>(), 3);
+    EXPECT_EQ(im.at("heat").get<std::vector<float>>(), v.images[n].heat);
+  }
+  EXPECT_EQ(page.find("</script><b>"), std::string::npos) << "the title must not close an element";
+  EXPECT_EQ(page.find("http://"), std::string::npos);
+  EXPECT_EQ(page.find("https://"), std::string::npos);
+}
+
+TEST(VizImages, InconsistentViewsNamed) {
+  qkv::viz::ImageAttentionView v;
+  expect_error([&] { qkv::viz::render_image_html(v); }, {"no images"});
+  v = image_view();
+  v.images[1].pixels.pop_back();
+  expect_error([&] { qkv::viz::render_image_html(v); }, {"image 1", "23 pixels for 4x6"});
+  v = image_view();
+  v.images[0].heat.push_back(0.0f);
+  expect_error([&] { qkv::viz::render_image_html(v); }, {"image 0", "7 heat values for a 2x3 grid"});
+  v = image_view();
+  v.images[0].heat[2] = -1.0f;
+  expect_error([&] { qkv::viz::render_image_html(v); }, {"heat value 2", "must be finite and >= 0"});
+  v = image_view();
+  v.images[0].heat[1] = std::numeric_limits<float>::quiet_NaN();
+  expect_error([&] { qkv::viz::render_image_html(v); }, {"heat value 1"});
+  v = image_view();
+  v.images[0].grid_h = 5;
+  v.images[0].heat.assign(15, 0.1f);
+  expect_error([&] { qkv::viz::render_image_html(v); }, {"grid over 4x6"});
+}
+
 }  // namespace
 }  // namespace qkv::viz
+

@@ -168,6 +168,14 @@ struct TrainOptions {
   std::int64_t dim = 0;              // 0 = the model's default
   double l2 = -1;                    // mf: λ; < 0 = the default
   std::int64_t max_len = 200;        // sasrec
+  // train vision (--data is the Fashion-MNIST directory; --model vit; --epochs, --dim,
+  // --layers, --heads, --batch, --lr, --label-smoothing, --seed, --out, --resume,
+  // --checkpoint-every, --stop-at are shared and take qkv/vision.h's defaults unless given)
+  std::int64_t patch_size = 4;
+  std::int64_t mlp_dim = 256;
+  std::int64_t train_limit = 0;      // > 0: the first N training images only
+  bool bf16 = false;                 // write the weights in bf16
+  std::string positions = "learned"; // or "sincos"
   std::vector<std::string> given;    // the options on the command line, to refuse the
                                      // other task's ("--steps" for tokenizer, say)
 };
@@ -199,6 +207,19 @@ struct RecommendOptions {
   std::string html;                  // the same as a page
 };
 int run_recommend(const RecommendOptions& options, std::ostream& out);
+
+// qkv classify: a model of qkv train vision on an IDX image file or one PNG/PGM image
+struct ClassifyOptions {
+  std::string model;                 // directory written by qkv train vision
+  std::string images;                // IDX (gzip or plain), PNG or PGM
+  std::string labels;                // IDX labels: accuracy and the confusion matrix
+  std::int64_t batch = 256;          // images per forward
+  std::int64_t list = 20;            // text output: images listed
+  bool json = false;
+  std::string html;                  // page with the attention rollout of the first images
+  std::int64_t html_images = 32;
+};
+int run_classify(const ClassifyOptions& options, std::ostream& out);
 
 // qkv translate (dates -> ISO 8601)
 struct TranslateOptions {

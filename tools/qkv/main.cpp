@@ -151,7 +151,8 @@ int usage_error(const CLI::App& app, const std::string& message) {
 // page written, the embedded model), so "" is refused instead.
 const std::vector<std::string> kPathOptions = {"--model", "--file", "--output", "--html", "--svg",
                                                "--out", "--corpus", "--index",
-                                               "--heldout", "--tokenizer", "--data-dir", "--predict"};
+                                               "--heldout", "--tokenizer", "--data-dir", "--predict",
+                                               "--images", "--labels"};
 
 int run(int argc, char** argv) {
   CLI::App app("qkv: Transformer attention, explained and measured.", "qkv");
@@ -344,11 +345,12 @@ int run(int argc, char** argv) {
   TrainOptions tr;
   const recommender::MfOptions mf_defaults;
   const recommender::SasRecOptions sasrec_defaults;
+  const vision::VisionTrainingOptions vision_defaults;
   CLI::App* train = app.add_subcommand(
       "train", "Train the date translator from scratch (the embedded model's recipe), a "
-               "byte-level BPE tokenizer on a text, a GPT-2 language model on a text, or a "
-               "movie recommender on ratings");
-  train->add_option("task", tr.task, "What to train: dates, tokenizer, lm or recommender")->required();
+               "byte-level BPE tokenizer on a text, a GPT-2 language model on a text, a "
+               "movie recommender on ratings, or an image classifier on Fashion-MNIST");
+  train->add_option("task", tr.task, "What to train: dates, tokenizer, lm, recommender or vision")->required();
   train->add_option("--steps", tr.steps, "Optimizer steps")
       ->capture_default_str()
       ->check(integer_in(1, kMaxSteps));
@@ -389,18 +391,21 @@ int run(int argc, char** argv) {
   train->add_option("--data", tr.data, "lm: a known corpus instead of --text: sotu or brown "
                     "(DATA_DIR/NAME-train.txt, held out DATA_DIR/NAME-heldout.txt; "
                     "scripts/fetch_data.sh NAME DATA_DIR writes them); recommender: the ratings, "
-                    "a CSV or a directory holding ratings.csv (scripts/fetch_data.sh movielens DIR)");
+                    "a CSV or a directory holding ratings.csv (scripts/fetch_data.sh movielens DIR); "
+                    "vision: the Fashion-MNIST directory (scripts/fetch_data.sh fashion-mnist DIR)");
   train->add_option("--data-dir", tr.data_dir, "lm: where --data's files are")->capture_default_str();
   train->add_option("--heldout", tr.heldout, "lm: held-out text for the validation loss");
   train->add_option("--tokenizer", tr.tokenizer, "lm: directory with vocab.json + merges.txt "
                     "(default: train a BPE tokenizer of --vocab-size on the training text)");
   train->add_option("--layers", tr.layers, "lm, recommender sasrec (default " +
-                    std::to_string(sasrec_defaults.model.layers) + "): transformer blocks")
+                    std::to_string(sasrec_defaults.model.layers) + "), vision (default " +
+                    std::to_string(vision_defaults.vit.layers) + "): transformer blocks")
       ->capture_default_str()->check(integer_in(1, 64));
   train->add_option("--embd", tr.embd, "lm: model width E")
       ->capture_default_str()->check(integer_in(8, 8192));
   train->add_option("--heads", tr.heads, "lm, recommender sasrec (default " +
-                    std::to_string(sasrec_defaults.model.heads) + "): attention heads (must divide --embd, --dim)")
+                    std::to_string(sasrec_defaults.model.heads) + "), vision (default " +
+                    std::to_string(vision_defaults.vit.heads) + "): attention heads (must divide --embd, --dim)")
       ->capture_default_str()->check(integer_in(1, 256));
   train->add_option("--context", tr.context, "lm: tokens per training window (n_positions)")
       ->capture_default_str()->check(integer_in(2, 8192));
@@ -410,18 +415,30 @@ int run(int argc, char** argv) {
                     "the end only); recommender sasrec: epochs between validation HR@10 (default " +
                     std::to_string(sasrec_defaults.eval_every) + ")")->capture_default_str()->check(integer_in(0, kMaxSteps));
   train->add_option("--model", tr.model, "recommender: mf (matrix factorisation) or sasrec "
-                    "(self-attention over each user's history)")
-      ->capture_default_str()->check(one_of({"mf", "sasrec"}));
-  train->add_option("--epochs", tr.epochs, "recommender: passes over the data (default: mf " +
+                    "(self-attention over each user's history); vision: vit (a Vision Transformer)")
+      ->capture_default_str()->check(one_of({"mf", "sasrec", "vit"}));
+  train->add_option("--epochs", tr.epochs, "recommender, vision: passes over the data (default: mf " +
                     std::to_string(mf_defaults.epochs) + ", sasrec " + std::to_string(sasrec_defaults.epochs) +
+                    ", vit " + std::to_string(vision_defaults.epochs) +
                     "; the epoch with the best validation is kept)")->check(integer_in(1, 100000));
-  train->add_option("--dim", tr.dim, "recommender: embedding width (default: mf " +
+  train->add_option("--dim", tr.dim, "recommender, vision: embedding width (default: mf " +
                     std::to_string(mf_defaults.dim) + ", sasrec " + std::to_string(sasrec_defaults.model.dim) +
-                    "; mf 0 = biases only)")->check(integer_in(0, 4096));
+                    ", vit " + std::to_string(vision_defaults.vit.dim) + "; mf 0 = biases only)")->check(integer_in(0, 4096));
   train->add_option("--l2", tr.l2, "recommender mf: L2 weight λ (default " + format("%g", mf_defaults.l2) + ")")
       ->check(number_in(0.0, 100.0, false, false));
   train->add_option("--max-len", tr.max_len, "recommender sasrec: history positions")
       ->capture_default_str()->check(integer_in(1, 4096));
+  train->add_option("--patch-size", tr.patch_size, "vision: patch side P (28 / P patches per side; "
+                    "4 = 49 patches + the class token)")
+      ->capture_default_str()->check(integer_in(1, 28));
+  train->add_option("--mlp-dim", tr.mlp_dim, "vision: the blocks' feed-forward width")
+      ->capture_default_str()->check(integer_in(1, 16384));
+  train->add_option("--positions", tr.positions, "vision: learned positions or the fixed 2-D sine-cosine table")
+      ->capture_default_str()->check(one_of({"learned", "sincos"}));
+  train->add_option("--train-limit", tr.train_limit, "vision: train on the first N training images only "
+                    "(0 = all 55,000)")
+      ->capture_default_str()->check(integer_in(0, 1000000));
+  train->add_flag("--bf16", tr.bf16, "vision: write the weights in bf16 (half the size)");
   train->add_flag("--json", tr.json, "Print the result as one JSON object");
   train->add_flag("--quiet", tr.quiet, "No progress bar");
   train->footer("Examples: qkv train dates --steps 1500 --out dates-model --seed 0\n"
@@ -437,7 +454,33 @@ int run(int argc, char** argv) {
                 std::to_string(sasrec_defaults.batch) + ") --lr " + format("%g", mf_defaults.lr) + " (sasrec " +
                 format("%g", sasrec_defaults.lr) + ") "
                 "--out recommender-model;\nevery user's ratings split by time (last 20% test, "
-                "10% of the rest validation; printed).");
+                "10% of the rest validation; printed).\n"
+                "          scripts/fetch_data.sh fashion-mnist data && qkv train vision --data data --out vit-model\n"
+                "vision defaults: --model vit --epochs " + std::to_string(vision_defaults.epochs) + " --batch " +
+                std::to_string(vision_defaults.batch) + " --lr " + format("%g", vision_defaults.peak_lr) +
+                " --label-smoothing " + format("%g", vision_defaults.label_smoothing) +
+                " --out vision-model;\ntraining on the first 55,000 training images, validation (which picks "
+                "the epoch kept) on the last 5,000,\nthe test set scored once at the end.");
+
+  ClassifyOptions cl;
+  CLI::App* classify = app.add_subcommand(
+      "classify", "Classify images with a model of qkv train vision: an IDX image file (gzip or "
+                  "plain) or one PNG or PGM image of the model's size");
+  classify->add_option("--model", cl.model, "Model directory (config.json, model.safetensors)")->required();
+  classify->add_option("--images", cl.images, "IDX images (e.g. t10k-images-idx3-ubyte.gz), or a PNG or PGM "
+                       "image; every image must be the model's size (28x28 for Fashion-MNIST)")->required();
+  classify->add_option("--labels", cl.labels, "IDX labels of the images: prints accuracy and the confusion matrix");
+  classify->add_option("--batch", cl.batch, "Images per forward")->capture_default_str()->check(integer_in(1, 65536));
+  classify->add_option("--list", cl.list, "Images listed in the text output")
+      ->capture_default_str()->check(integer_in(0, std::numeric_limits<std::int32_t>::max()));
+  classify->add_flag("--json", cl.json, "One JSON line per image, in input order: index, label, class, score "
+                     "(+ truth with --labels; the accuracy then goes to standard error)");
+  classify->add_option("--html", cl.html, "Write a self-contained HTML page: the first --html-images images "
+                       "with the class token's attention rollout over their patches");
+  classify->add_option("--html-images", cl.html_images, "Images on the --html page")
+      ->capture_default_str()->check(integer_in(1, 1000));
+  classify->footer("Example: qkv classify --model models/fashion-vit --images data/t10k-images-idx3-ubyte.gz "
+                   "--labels data/t10k-labels-idx1-ubyte.gz --html vit.html");
 
   RecommendOptions rc;
   CLI::App* recommend = app.add_subcommand(
@@ -583,6 +626,7 @@ int run(int argc, char** argv) {
       return run_train(tr, std::cout);
     }
     if (score->parsed()) return run_score(sc, std::cout);
+    if (classify->parsed()) return run_classify(cl, std::cout);
     if (recommend->parsed()) {
       rc.has_user = rc_user->count() > 0;
       rc.has_like = rc_like->count() > 0;

@@ -5,6 +5,8 @@
 // progress bar, Ctrl-C and --resume as dates.
 // qkv train recommender: matrix factorisation or SASRec on movie ratings
 // (qkv::recommender::train_recommender), with the split, the baselines and the test metrics.
+// qkv train vision: a Vision Transformer on Fashion-MNIST (qkv::vision::train_vision), with
+// the progress bar, Ctrl-C and --resume of dates, and validation accuracy every epoch.
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +30,7 @@
 #include "qkv/recommender.h"
 #include "qkv/threads.h"
 #include "qkv/tokenizer.h"
+#include "qkv/vision.h"
 
 namespace qkv::cli {
 namespace {
@@ -44,16 +47,16 @@ std::string clock_time(double seconds) {
 
 // "step 40/100 ████······ loss 1.2345<extra>  lr 1.00e-03  5000 tok/s  0:10 elapsed, ETA 0:15"
 std::string progress_line(std::int64_t step, std::int64_t total, double loss, const std::string& extra,
-                          double lr, double tokens_per_s, double elapsed_s) {
+                          double lr, double tokens_per_s, double elapsed_s, const char* unit = "tok/s") {
   constexpr int kWidth = 24;
   const int filled = static_cast<int>(kWidth * step / std::max<std::int64_t>(total, 1));
   std::string bar;
   for (int i = 0; i < kWidth; ++i) bar += i < filled ? "█" : "·";
   const double eta =
       step > 0 ? elapsed_s / static_cast<double>(step) * static_cast<double>(total - step) : 0.0;
-  return format("step %lld/%lld %s loss %.4f%s  lr %.2e  %.0f tok/s  %s elapsed, ETA %s",
+  return format("step %lld/%lld %s loss %.4f%s  lr %.2e  %.0f %s  %s elapsed, ETA %s",
                 static_cast<long long>(step), static_cast<long long>(total), bar.c_str(), loss,
-                extra.c_str(), lr, tokens_per_s, clock_time(elapsed_s).c_str(),
+                extra.c_str(), lr, tokens_per_s, unit, clock_time(elapsed_s).c_str(),
                 clock_time(eta).c_str());
 }
 
@@ -68,6 +71,13 @@ std::string progress_line(const models::LmProgress& p) {
                        p.lr, p.tokens_per_s, p.elapsed_s);
 }
 
+std::string progress_line(const vision::VisionProgress& p) {
+  return progress_line(p.step, p.total, p.loss,
+                       format("  acc %5.1f%%  epoch %lld", 100.0 * p.accuracy, static_cast<long long>(p.epoch)) +
+                           (p.epoch_end ? format("  validation %.2f%%", 100.0 * p.validation_accuracy) : std::string()),
+                       p.lr, p.images_per_s, p.elapsed_s, "img/s");
+}
+
 // The options only some tasks take (besides --out, --json and --quiet, which all take);
 // another task's is an error.
 const std::vector<std::string> kDatesOnly = {"--label-smoothing", "--eval-size"};
@@ -77,7 +87,9 @@ const std::vector<std::string> kTokenizerOnly = {"--min-frequency"};
 const std::vector<std::string> kLmOnly = {"--data-dir", "--heldout", "--tokenizer",
                                           "--embd", "--context", "--warmup"};
 const std::vector<std::string> kLmOrRecommender = {"--data", "--layers", "--heads", "--eval-every"};
-const std::vector<std::string> kRecommenderOnly = {"--model", "--epochs", "--dim", "--l2", "--max-len"};
+const std::vector<std::string> kRecommenderOnly = {"--l2", "--max-len"};
+const std::vector<std::string> kRecommenderOrVision = {"--model", "--epochs", "--dim"};
+const std::vector<std::string> kVisionOnly = {"--patch-size", "--mlp-dim", "--train-limit", "--bf16", "--positions"};
 
 void refuse_options_of(const std::vector<std::string>& others, const TrainOptions& o) {
   for (const std::string& option : o.given)
@@ -133,6 +145,8 @@ int run_train_tokenizer(const TrainOptions& o, std::ostream& out) {
   refuse_options_of(kLmOnly, o);
   refuse_options_of(kLmOrRecommender, o);
   refuse_options_of(kRecommenderOnly, o);
+  refuse_options_of(kRecommenderOrVision, o);
+  refuse_options_of(kVisionOnly, o);
   if (std::find(o.given.begin(), o.given.end(), "--text") == o.given.end())
     throw UsageError("--text", "'qkv train tokenizer' needs the training text (--text FILE)");
   const std::string out_dir =
@@ -169,6 +183,8 @@ int run_train_lm(const TrainOptions& o, std::ostream& out) {
   refuse_options_of(kDatesOnly, o);
   refuse_options_of(kTokenizerOnly, o);
   refuse_options_of(kRecommenderOnly, o);
+  refuse_options_of(kRecommenderOrVision, o);
+  refuse_options_of(kVisionOnly, o);
   models::LmTrainingOptions t;
   if (given(o, "--data") && o.data != "sotu" && o.data != "brown")
     throw UsageError("--data", "the corpora are 'sotu' and 'brown', got " + quote_value(o.data));
@@ -273,6 +289,9 @@ int run_train_recommender(const TrainOptions& o, std::ostream& out) {
   refuse_options_of(kTokenizerOnly, o);
   refuse_options_of(kLmOnly, o);
   refuse_options_of({"--text", "--vocab-size", "--steps", "--resume", "--checkpoint-every", "--stop-at"}, o);
+  refuse_options_of(kVisionOnly, o);
+  if (given(o, "--model") && o.model != "mf" && o.model != "sasrec")
+    throw UsageError("--model", "'qkv train recommender' trains mf or sasrec, got " + quote_value(o.model));
   if (!given(o, "--data"))
     throw UsageError("--data", "'qkv train recommender' needs the ratings: a CSV or a directory "
                                "holding ratings.csv (scripts/fetch_data.sh movielens DIR writes one)");
@@ -368,20 +387,112 @@ int run_train_recommender(const TrainOptions& o, std::ostream& out) {
   return 0;
 }
 
+int run_train_vision(const TrainOptions& o, std::ostream& out) {
+  refuse_options_of(kDatesOnly, o);
+  refuse_options_of(kTokenizerOnly, o);
+  refuse_options_of(kLmOnly, o);
+  refuse_options_of(kRecommenderOnly, o);
+  refuse_options_of({"--text", "--vocab-size", "--steps", "--eval-every"}, o);
+  if (given(o, "--model") && o.model != "vit")
+    throw UsageError("--model", "'qkv train vision' trains vit, got " + quote_value(o.model));
+  if (!given(o, "--data"))
+    throw UsageError("--data", "'qkv train vision' needs the Fashion-MNIST directory "
+                               "(scripts/fetch_data.sh fashion-mnist DIR writes it)");
+  vision::VisionTrainingOptions t;
+  models::VitConfig& c = t.vit;
+  if (given(o, "--dim")) c.dim = o.dim;
+  if (given(o, "--layers")) c.layers = o.layers;
+  if (given(o, "--heads")) c.heads = o.heads;
+  if (given(o, "--patch-size")) c.patch_size = o.patch_size;
+  if (given(o, "--mlp-dim")) c.mlp_dim = o.mlp_dim;
+  c.learned_positions = o.positions == "learned";
+  if (c.dim < 1) throw UsageError("--dim", "vit needs a width >= 1");
+  if (c.dim % c.heads != 0)
+    throw UsageError("--heads", format("%lld must divide --dim %lld", static_cast<long long>(c.heads),
+                                       static_cast<long long>(c.dim)));
+  if (28 % c.patch_size != 0)
+    throw UsageError("--patch-size", format("must divide 28 (the images' side), got %lld",
+                                            static_cast<long long>(c.patch_size)));
+  if (!c.learned_positions && c.dim % 4 != 0)
+    throw UsageError("--positions", "sincos needs --dim a multiple of 4");
+  if (given(o, "--epochs")) t.epochs = o.epochs;
+  t.batch = o.batch;
+  t.peak_lr = o.lr;
+  if (given(o, "--label-smoothing")) t.label_smoothing = o.label_smoothing;
+  t.seed = o.seed;
+  t.train_limit = o.train_limit;
+  t.out_dir = given(o, "--out") ? o.out : "vision-model";
+  t.resume = o.resume;
+  t.checkpoint_every = o.checkpoint_every;
+  t.stop_at = o.stop_at;
+  t.bf16 = o.bf16;
+  t.command = o.command_line;
+  const vision::FashionMnist data = vision::load_fashion_mnist(o.data);
+  const std::int64_t train_images =
+      t.train_limit > 0 ? std::min(t.train_limit, data.train.count) : data.train.count;
+  if (!o.json)
+    out << format("training a Vision Transformer on %lld Fashion-MNIST images (%lld validation): patch %lld "
+                  "(%lld tokens), %lld blocks, dim %lld, %lld heads, mlp %lld, %s positions, %lld parameters; "
+                  "%lld epochs, batch %lld, lr %g, label smoothing %g, %d threads\n",
+                  static_cast<long long>(train_images), static_cast<long long>(data.validation.count),
+                  static_cast<long long>(c.patch_size), static_cast<long long>(c.tokens()),
+                  static_cast<long long>(c.layers), static_cast<long long>(c.dim), static_cast<long long>(c.heads),
+                  static_cast<long long>(c.mlp_dim), c.learned_positions ? "learned" : "sine-cosine",
+                  static_cast<long long>(c.num_parameters()), static_cast<long long>(t.epochs),
+                  static_cast<long long>(t.batch), t.peak_lr, t.label_smoothing, num_threads());
+  out.flush();
+  const std::int64_t total = vision::steps_per_epoch(train_images, t.batch) * t.epochs;
+  const auto printer = progress_printer<vision::VisionProgress>(
+      o.quiet || o.json, isatty(STDERR_FILENO) != 0, total, [](const vision::VisionProgress& p) { return p.epoch_end; });
+  const vision::VisionTrainingResult r =
+      with_interrupt([&] { return vision::train_vision(t, data, printer, &g_interrupted); });
+  if (o.json) {
+    nlohmann::json j = {{"steps", r.steps},
+                        {"interrupted", r.interrupted},
+                        {"seconds", r.seconds},
+                        {"images_per_s", r.images_per_s},
+                        {"validation_accuracy", r.validation_accuracy},
+                        {"best_epoch", r.best_epoch},
+                        {"num_parameters", r.num_parameters},
+                        {"checkpoint", r.checkpoint},
+                        {"out", t.out_dir}};
+    if (!r.interrupted) j["test_accuracy"] = r.test_accuracy;
+    out << j.dump() << '\n';
+    return r.interrupted ? 130 : 0;
+  }
+  if (r.interrupted) {
+    out << format("stopped at step %lld; checkpoint %s (continue with --resume)\n", static_cast<long long>(r.steps),
+                  r.checkpoint.c_str());
+    return 130;
+  }
+  out << format("%lld steps in %s (%.0f images/s); best validation accuracy %.2f%% at epoch %lld\n",
+                static_cast<long long>(r.steps), clock_time(r.seconds).c_str(), r.images_per_s,
+                100.0 * r.validation_accuracy[static_cast<std::size_t>(r.best_epoch - 1)],
+                static_cast<long long>(r.best_epoch))
+      << format("test accuracy %.2f%% (10,000 images, the best epoch's weights)\n", 100.0 * r.test_accuracy)
+      << "wrote " << t.out_dir << "/{config.json, model.safetensors}\n"
+      << "try: qkv classify --model " << t.out_dir << " --images " << o.data
+      << "/t10k-images-idx3-ubyte.gz --labels " << o.data << "/t10k-labels-idx1-ubyte.gz\n";
+  return 0;
+}
+
 }  // namespace
 
 int run_train(const TrainOptions& o, std::ostream& out) {
   if (o.task == "tokenizer") return run_train_tokenizer(o, out);
   if (o.task == "lm") return run_train_lm(o, out);
   if (o.task == "recommender") return run_train_recommender(o, out);
+  if (o.task == "vision") return run_train_vision(o, out);
   if (o.task != "dates")
-    throw UsageError("TASK", "the tasks are 'dates', 'tokenizer', 'lm' and 'recommender', got " +
+    throw UsageError("TASK", "the tasks are 'dates', 'tokenizer', 'lm', 'recommender' and 'vision', got " +
                                  quote_value(o.task));
   refuse_options_of({"--text", "--vocab-size"}, o);
   refuse_options_of(kTokenizerOnly, o);
   refuse_options_of(kLmOnly, o);
   refuse_options_of(kLmOrRecommender, o);
   refuse_options_of(kRecommenderOnly, o);
+  refuse_options_of(kRecommenderOrVision, o);
+  refuse_options_of(kVisionOnly, o);
   models::DateTrainingOptions t;
   t.steps = o.steps;
   t.batch = o.batch;

@@ -1,0 +1,496 @@
+// Fashion-MNIST classification: images in, augmented batches, the training loop, the model
+// directory and predictions. See include/qkv/vision.h.
+
+#include "qkv/vision.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "io/idx.h"
+#include "io/image.h"
+#include "io/json_config.h"
+#include "io/read_file.h"
+#include "models/checkpoint.h"
+#include "qkv/error.h"
+#include "qkv/rng.h"
+#include "qkv/safetensors.h"
+#include "qkv/train.h"
+#include "qkv/viz.h"
+
+namespace qkv::vision {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+constexpr std::uint64_t kImageFileMaxBytes = std::uint64_t{1} << 30;
+
+bool starts_with(const std::string& bytes, std::initializer_list<unsigned char> magic) {
+  if (bytes.size() < magic.size()) return false;
+  std::size_t i = 0;
+  for (const unsigned char c : magic)
+    if (static_cast<unsigned char>(bytes[i++]) != c) return false;
+  return true;
+}
+
+}  // namespace
+
+Images Images::slice(std::int64_t begin, std::int64_t end) const {
+  QKV_CHECK(0 <= begin && begin <= end && end <= count,
+            "Images::slice: [" << begin << ", " << end << ") is not within the " << count << " images");
+  Images out;
+  out.count = end - begin;
+  out.height = height;
+  out.width = width;
+  const std::int64_t px = height * width;
+  out.pixels.assign(pixels.begin() + begin * px, pixels.begin() + end * px);
+  if (!labels.empty()) out.labels.assign(labels.begin() + begin, labels.begin() + end);
+  return out;
+}
+
+Images read_images(const std::string& path, std::int64_t height, std::int64_t width) {
+  const std::string bytes = io::read_file(path, "images", kImageFileMaxBytes);
+  Images out;
+  // IDX: gzip's 1f 8b or the IDX magic's two zero bytes; else PNG or PGM (io::parse_image
+  // names what it expected when the file is none of these).
+  if (starts_with(bytes, {0x1f, 0x8b}) || starts_with(bytes, {0x00, 0x00})) {
+    const io::IdxArray a = io::parse_idx(bytes, "IDX file '" + path + "'");
+    QKV_CHECK(a.dims.size() == 3,
+              "IDX file '" << path << "': holds " << a.dims.size() << " dimensions, images need 3 (N, H, W)");
+    out.count = a.dims[0];
+    out.height = a.dims[1];
+    out.width = a.dims[2];
+    out.pixels = a.data;
+  } else {
+    io::GreyImage g = io::parse_image(bytes, "image '" + path + "'");
+    out.count = 1;
+    out.height = g.height;
+    out.width = g.width;
+    out.pixels = std::move(g.pixels);
+  }
+  QKV_CHECK((height == 0 || out.height == height) && (width == 0 || out.width == width),
+            "'" << path << "': images are " << out.height << "x" << out.width << ", the model takes "
+                << height << "x" << width << " (resize them first)");
+  return out;
+}
+
+void read_labels(const std::string& path, Images& images, int classes) {
+  const io::IdxArray a = io::read_idx_labels(path, classes);
+  QKV_CHECK(a.dims[0] == images.count,
+            "IDX file '" << path << "': " << a.dims[0] << " labels for " << images.count << " images");
+  images.labels.assign(a.data.begin(), a.data.end());
+}
+
+FashionMnist load_fashion_mnist(const std::string& dir, std::int64_t validation) {
+  QKV_CHECK(std::filesystem::is_directory(dir),
+            "fashion-mnist: '" << dir << "' is not a directory (make it with scripts/fetch_data.sh fashion-mnist DIR)");
+  Images train = read_images(dir + "/train-images-idx3-ubyte.gz");
+  read_labels(dir + "/train-labels-idx1-ubyte.gz", train);
+  FashionMnist data;
+  data.test = read_images(dir + "/t10k-images-idx3-ubyte.gz");
+  read_labels(dir + "/t10k-labels-idx1-ubyte.gz", data.test);
+  QKV_CHECK(validation >= 0 && validation < train.count,
+            "fashion-mnist: validation must be in [0, " << train.count << "), got " << validation);
+  data.train = train.slice(0, train.count - validation);
+  data.validation = train.slice(train.count - validation, train.count);
+  return data;
+}
+
+Tensor to_input(const Images& images, std::span<const std::int64_t> indices, const Augmentation* augment,
+                std::uint64_t seed) {
+  const std::int64_t B = static_cast<std::int64_t>(indices.size()), H = images.height, W = images.width;
+  Tensor out = Tensor::empty({B, 1, H, W});
+  float* o = out.data_as<float>();
+  // Pixel p -> (p / 255 − mean) / std; padding is black (p = 0).
+  float table[256];
+  for (int p = 0; p < 256; ++p) table[p] = (static_cast<float>(p) / 255.0f - kPixelMean) / kPixelStd;
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t i = indices[static_cast<std::size_t>(b)];
+    QKV_CHECK(i >= 0 && i < images.count, "to_input: image index " << i << " outside [0, " << images.count << ")");
+    const std::uint8_t* src = images.pixels.data() + i * H * W;
+    std::int64_t dy = 0, dx = 0;
+    bool flip = false;
+    if (augment != nullptr) {
+      const std::int64_t span = 2 * augment->pad + 1;
+      const auto draw = [&](std::uint64_t k) {
+        return counter_uniform(seed, static_cast<std::uint64_t>(b) * 3 + k);
+      };
+      dy = std::min<std::int64_t>(static_cast<std::int64_t>(draw(0) * static_cast<double>(span)), span - 1) - augment->pad;
+      dx = std::min<std::int64_t>(static_cast<std::int64_t>(draw(1) * static_cast<double>(span)), span - 1) - augment->pad;
+      flip = augment->flip && draw(2) < 0.5;
+    }
+    float* dst = o + b * H * W;
+    // Output (y, x) reads source (y + dy, x' + dx) with x' = flip ? W − 1 − x : x.
+    for (std::int64_t y = 0; y < H; ++y)
+      for (std::int64_t x = 0; x < W; ++x) {
+        const std::int64_t sy = y + dy, sx = (flip ? W - 1 - x : x) + dx;
+        const bool inside = sy >= 0 && sy < H && sx >= 0 && sx < W;
+        dst[y * W + x] = table[inside ? src[sy * W + sx] : 0];
+      }
+  }
+  return out;
+}
+
+std::int64_t steps_per_epoch(std::int64_t images, std::int64_t batch) { return (images + batch - 1) / batch; }
+
+Batch training_batch(const Images& train, std::uint64_t seed, std::int64_t epoch, std::int64_t step,
+                     std::int64_t batch, const Augmentation& augment) {
+  QKV_CHECK(batch >= 1 && train.count >= 1 && !train.labels.empty(),
+            "training_batch: need labelled images and batch >= 1");
+  QKV_CHECK(step >= 0 && step < steps_per_epoch(train.count, batch),
+            "training_batch: step " << step << " outside the epoch's " << steps_per_epoch(train.count, batch));
+  std::vector<std::int64_t> order(static_cast<std::size_t>(train.count));
+  for (std::int64_t i = 0; i < train.count; ++i) order[static_cast<std::size_t>(i)] = i;
+  Rng rng(mix64(seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(epoch) + 0x56697331ull));
+  shuffle(order, rng);
+  Batch out;
+  const std::int64_t begin = step * batch, end = std::min(train.count, begin + batch);
+  out.indices.assign(order.begin() + begin, order.begin() + end);
+  for (const std::int64_t i : out.indices) out.labels.push_back(train.labels[static_cast<std::size_t>(i)]);
+  const std::uint64_t batch_seed = mix64(mix64(seed + 0x41756721ull) ^ (static_cast<std::uint64_t>(epoch) << 32) ^
+                                         static_cast<std::uint64_t>(step));
+  out.images = to_input(train, out.indices, &augment, batch_seed);
+  return out;
+}
+
+Evaluation evaluate(std::span<const Prediction> predictions, std::span<const std::int64_t> labels,
+                    std::int64_t classes) {
+  QKV_CHECK(predictions.size() == labels.size(),
+            "evaluate: " << predictions.size() << " predictions for " << labels.size() << " labels");
+  Evaluation e;
+  e.classes = classes;
+  e.counts.assign(static_cast<std::size_t>(classes * classes), 0);
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    const std::int64_t t = labels[i], p = predictions[i].label;
+    QKV_CHECK(t >= 0 && t < classes && p >= 0 && p < classes,
+              "evaluate: image " << i << ": label " << t << " or prediction " << p << " outside [0, " << classes << ")");
+    ++e.counts[static_cast<std::size_t>(t * classes + p)];
+    e.correct += t == p;
+    ++e.images;
+  }
+  return e;
+}
+
+// ---------------------------------------------------------------------------------------
+// Predictions.
+
+namespace {
+
+// logits (B, classes) -> softmax rows as predictions.
+void append_predictions(const Tensor& logits, std::vector<Prediction>& out) {
+  const std::int64_t B = logits.size(0), K = logits.size(1);
+  const float* l = logits.data_as<float>();
+  for (std::int64_t b = 0; b < B; ++b) {
+    Prediction p;
+    p.probabilities.resize(static_cast<std::size_t>(K));
+    const float* row = l + b * K;
+    const float mx = *std::max_element(row, row + K);
+    double sum = 0.0;
+    for (std::int64_t k = 0; k < K; ++k) sum += std::exp(static_cast<double>(row[k] - mx));
+    for (std::int64_t k = 0; k < K; ++k)
+      p.probabilities[static_cast<std::size_t>(k)] = static_cast<float>(std::exp(static_cast<double>(row[k] - mx)) / sum);
+    p.label = std::max_element(row, row + K) - row;
+    p.score = p.probabilities[static_cast<std::size_t>(p.label)];
+    out.push_back(std::move(p));
+  }
+}
+
+std::vector<Prediction> predict(const models::VitWeights& w, const Images& images, std::int64_t batch) {
+  std::vector<Prediction> out;
+  out.reserve(static_cast<std::size_t>(images.count));
+  std::vector<std::int64_t> idx;
+  for (std::int64_t begin = 0; begin < images.count; begin += batch) {
+    idx.clear();
+    for (std::int64_t i = begin; i < std::min(images.count, begin + batch); ++i) idx.push_back(i);
+    append_predictions(w.forward(to_input(images, idx)), out);
+  }
+  return out;
+}
+
+double accuracy_of(const models::VitWeights& w, const Images& images) {
+  if (images.count == 0) return 0.0;
+  const std::vector<Prediction> p = predict(w, images, 256);
+  return evaluate(p, images.labels, w.head.out_features()).accuracy();
+}
+
+nlohmann::json config_json(const models::VitConfig& c) {
+  return {{"image_size", c.image_size}, {"channels", c.channels}, {"patch_size", c.patch_size},
+          {"dim", c.dim},               {"layers", c.layers},     {"heads", c.heads},
+          {"mlp_dim", c.mlp_dim},       {"classes", c.classes},   {"learned_positions", c.learned_positions}};
+}
+
+models::VitConfig config_from(const JsonConfig& j) {
+  models::VitConfig c;
+  c.image_size = j.get_int("image_size");
+  c.channels = j.get_int("channels");
+  c.patch_size = j.get_int("patch_size");
+  c.dim = j.get_int("dim");
+  c.layers = j.get_int("layers");
+  c.heads = j.get_int("heads");
+  c.mlp_dim = j.get_int("mlp_dim");
+  c.classes = j.get_int("classes");
+  c.learned_positions = j.get_bool("learned_positions");
+  QKV_CHECK(c.image_size <= 4096 && c.channels <= 16 && c.dim <= 4096 && c.layers <= 64 && c.heads <= 256 &&
+                c.mlp_dim <= 16384 && c.classes <= 100000,
+            j.label() << ": a size is out of range (image_size <= 4096, channels <= 16, dim <= 4096, layers <= 64, "
+                         "heads <= 256, mlp_dim <= 16384, classes <= 100000)");
+  c.check();
+  return c;
+}
+
+std::vector<std::pair<std::string, Tensor>> weight_tensors(models::VitWeights& w, bool bf16) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& [name, t] : w.parameters()) out.emplace_back(name, bf16 ? t->to(DType::bf16) : t->contiguous());
+  return out;
+}
+
+// Copies `from` into `to` (same config).
+void copy_weights(models::VitWeights& from, models::VitWeights& to) {
+  auto a = from.parameters(), b = to.parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) *b[i].second = a[i].second->contiguous().clone();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// Training.
+
+VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionMnist& data,
+                                  const std::function<void(const VisionProgress&)>& on_progress,
+                                  const std::atomic<bool>* stop) {
+  QKV_CHECK(o.model == "vit", "train vision: --model must be 'vit', got '" << o.model << "'");
+  QKV_CHECK(o.epochs >= 1 && o.batch >= 1, "train vision: epochs and batch must be >= 1, got "
+                                               << o.epochs << " and " << o.batch);
+  QKV_CHECK(o.peak_lr > 0 && std::isfinite(o.peak_lr) && o.warmup_epochs >= 0 && o.label_smoothing >= 0 &&
+                o.label_smoothing < 1 && o.weight_decay >= 0 && o.augment.pad >= 0,
+            "train vision: lr must be > 0, warm-up, weight decay and padding >= 0, label smoothing in [0, 1)");
+  QKV_CHECK(!o.out_dir.empty(), "train vision: an output directory is required");
+  o.vit.check();
+  QKV_CHECK(o.vit.channels == 1 && o.vit.image_size == data.train.height && data.train.height == data.train.width,
+            "train vision: the model takes " << o.vit.channels << "x" << o.vit.image_size << "x" << o.vit.image_size
+                                             << " images, the data are 1x" << data.train.height << "x"
+                                             << data.train.width);
+  QKV_CHECK(o.vit.classes == static_cast<std::int64_t>(kFashionMnistClasses.size()),
+            "train vision: the model must have " << kFashionMnistClasses.size() << " classes");
+  const Images train = o.train_limit > 0 && o.train_limit < data.train.count ? data.train.slice(0, o.train_limit)
+                                                                              : data.train;
+  std::filesystem::create_directories(o.out_dir);
+  const std::string checkpoint = o.out_dir + "/checkpoint.safetensors";
+  const std::string config_text = config_json(o.vit).dump();
+
+  models::VitWeights model = models::VitWeights::initialized(o.vit, o.seed);
+  models::VitWeights grads = models::VitWeights::zeros_like(o.vit);
+  models::VitWeights best = models::VitWeights::zeros_like(o.vit);
+  const nn::ParameterList grad_list = grads.parameters();
+  train::AdamWOptions adam;
+  adam.weight_decay = o.weight_decay;
+  adam.beta2 = 0.999;
+  train::AdamW opt(model.parameters(), adam);
+
+  const std::int64_t per_epoch = steps_per_epoch(train.count, o.batch);
+  const std::int64_t total = per_epoch * o.epochs;
+  VisionTrainingResult result;
+  result.num_parameters = o.vit.num_parameters();
+  double best_accuracy = -1.0;
+  std::int64_t start = 0;
+  if (o.resume) {
+    QKV_CHECK(std::filesystem::exists(checkpoint), "train vision: --resume: no checkpoint at " << checkpoint);
+    SafeTensors ck = SafeTensors::open(checkpoint);
+    const auto& meta = ck.metadata();
+    QKV_CHECK(meta.count("step") && meta.count("config") && meta.count("validation"),
+              checkpoint << ": not a qkv vision training checkpoint (no step/config/validation metadata)");
+    QKV_CHECK(meta.at("config") == config_text, checkpoint << ": was trained with a different model configuration");
+    nn::StateDict state, best_state;
+    for (auto& [name, t] : model.parameters()) {
+      QKV_CHECK(ck.contains(name) && ck.contains("best." + name), checkpoint << ": no tensor '" << name << "'");
+      state[name] = ck.get(name).to(DType::f32).contiguous();
+      best_state[name] = ck.get("best." + name).to(DType::f32).contiguous();
+    }
+    nn::load_state_dict(model.parameters(), state);
+    nn::load_state_dict(best.parameters(), best_state);
+    opt = train::AdamW(model.parameters(), adam);
+    start = models::detail::load_training_state(ck, checkpoint, opt);
+    QKV_CHECK(start <= total, checkpoint << ": is at step " << start << ", past the " << total << " steps of --epochs "
+                                         << o.epochs);
+    const nlohmann::json v = nlohmann::json::parse(meta.at("validation"), nullptr, false);
+    QKV_CHECK(v.is_array() && static_cast<std::int64_t>(v.size()) == start / per_epoch,
+              checkpoint << ": its validation accuracies do not match its step");
+    for (const auto& a : v) result.validation_accuracy.push_back(a.get<double>());
+    for (std::size_t e = 0; e < result.validation_accuracy.size(); ++e)
+      if (result.validation_accuracy[e] > best_accuracy) {
+        best_accuracy = result.validation_accuracy[e];
+        result.best_epoch = static_cast<std::int64_t>(e) + 1;
+      }
+  }
+  const auto save_checkpoint = [&](std::int64_t step) {
+    nn::ParameterList params = model.parameters();
+    // The best weights so far travel in the checkpoint as "best.<name>", as parameters
+    // the optimizer does not know: save_training_checkpoint writes what it is given.
+    for (auto& [name, t] : best.parameters()) params.emplace_back("best." + name, t);
+    models::detail::save_training_checkpoint(
+        checkpoint, params, opt, step,
+        {{"config", config_text}, {"validation", nlohmann::json(result.validation_accuracy).dump()}});
+  };
+
+  const train::Schedule schedule{o.peak_lr, static_cast<std::int64_t>(o.warmup_epochs * static_cast<double>(per_epoch)),
+                                 total, o.min_lr_ratio};
+  const auto t0 = Clock::now();
+  std::int64_t images_done = 0;
+  std::int64_t step = start;
+  for (; step < total; ++step) {
+    if ((stop && stop->load()) || (o.stop_at > 0 && step >= o.stop_at)) {
+      result.interrupted = true;
+      break;
+    }
+    const std::int64_t epoch = step / per_epoch;
+    const Batch batch = training_batch(train, o.seed, epoch, step % per_epoch, o.batch, o.augment);
+    train::zero_grad(grad_list);
+    models::VitWeights::Record record;
+    const Tensor logits = model.forward(batch.images, nullptr, &record);
+    Tensor dlogits;
+    const train::CrossEntropyResult ce = train::cross_entropy(logits, batch.labels, &dlogits, o.label_smoothing);
+    model.backward(dlogits, record, grads);
+    train::clip_grad_norm(grad_list, o.clip_norm);
+    const double lr = train::cosine_schedule(step, schedule);
+    opt.step(grad_list, lr);
+    images_done += static_cast<std::int64_t>(batch.labels.size());
+
+    VisionProgress p;
+    p.step = step + 1;
+    p.total = total;
+    p.epoch = epoch + 1;
+    p.loss = ce.loss;
+    p.accuracy = ce.counted ? static_cast<double>(ce.correct) / static_cast<double>(ce.counted) : 0.0;
+    p.lr = lr;
+    p.elapsed_s = since(t0);
+    p.images_per_s = p.elapsed_s > 0 ? static_cast<double>(images_done) / p.elapsed_s : 0.0;
+    if ((step + 1) % per_epoch == 0) {
+      const double acc = accuracy_of(model, data.validation);
+      result.validation_accuracy.push_back(acc);
+      if (acc > best_accuracy) {
+        best_accuracy = acc;
+        result.best_epoch = epoch + 1;
+        copy_weights(model, best);
+      }
+      p.epoch_end = true;
+      p.validation_accuracy = acc;
+      save_checkpoint(step + 1);
+    } else if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {
+      save_checkpoint(step + 1);
+    }
+    if (on_progress) on_progress(p);
+  }
+  result.steps = step;
+  result.seconds = since(t0);
+  result.images_per_s = result.seconds > 0 ? static_cast<double>(images_done) / result.seconds : 0.0;
+  if (step % per_epoch != 0 || result.interrupted) save_checkpoint(step);
+  result.checkpoint = checkpoint;
+  if (result.interrupted) return result;
+
+  result.test_accuracy = accuracy_of(best, data.test);
+  nlohmann::json config = config_json(o.vit);
+  config["model_type"] = "qkv-vision";
+  config["model"] = "vit";
+  config["pixel_mean"] = kPixelMean;
+  config["pixel_std"] = kPixelStd;
+  config["class_names"] = std::vector<std::string>(kFashionMnistClasses.begin(), kFashionMnistClasses.end());
+  config["report"] = {{"trained_with", o.command},
+                      {"epochs", o.epochs},
+                      {"steps", result.steps},
+                      {"batch", o.batch},
+                      {"seed", o.seed},
+                      {"training_images", train.count},
+                      {"validation_accuracy", result.validation_accuracy},
+                      {"best_epoch", result.best_epoch},
+                      {"test_accuracy", result.test_accuracy},
+                      {"training_seconds", result.seconds},
+                      {"num_parameters", result.num_parameters}};
+  viz::write_file(o.out_dir + "/config.json", config.dump(2) + "\n");
+  save_safetensors(o.out_dir + "/model.safetensors", weight_tensors(best, o.bf16), {{"format", "pt"}});
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------
+// A trained model.
+
+Classifier Classifier::from_weights(const models::VitConfig& config, models::VitWeights weights,
+                                    std::vector<std::string> class_names) {
+  config.check();
+  QKV_CHECK(static_cast<std::int64_t>(class_names.size()) == config.classes,
+            "classifier: " << class_names.size() << " class names for " << config.classes << " classes");
+  Classifier c;
+  c.config_ = config;
+  c.weights_ = std::move(weights);
+  c.class_names_ = std::move(class_names);
+  return c;
+}
+
+Classifier Classifier::load(const std::string& dir) {
+  const std::string config_path = dir + "/config.json";
+  const JsonConfig j = JsonConfig::load(config_path);
+  QKV_CHECK(j.get_string("model_type", "") == "qkv-vision",
+            config_path << ": not a qkv image classifier (model_type is not 'qkv-vision'; make one with qkv train vision)");
+  QKV_CHECK(j.get_string("model") == "vit", config_path << ": model must be 'vit', got '" << j.get_string("model") << "'");
+  const models::VitConfig c = config_from(j);
+  const nlohmann::json names = nlohmann::json::parse(io::read_file(config_path, "config", 16u << 20), nullptr, false);
+  QKV_CHECK(names.is_object() && names.contains("class_names") && names["class_names"].is_array(),
+            config_path << ": no class_names list");
+  std::vector<std::string> class_names;
+  for (const auto& n : names["class_names"]) {
+    QKV_CHECK(n.is_string(), config_path << ": class_names must be strings");
+    class_names.push_back(n.get<std::string>());
+  }
+  const std::string weights_path = dir + "/model.safetensors";
+  const SafeTensors st = SafeTensors::open(weights_path);
+  models::VitWeights w = models::VitWeights::zeros_like(c);
+  nn::StateDict state;
+  std::set<std::string> read;
+  for (auto& [name, t] : w.parameters()) {
+    QKV_CHECK(st.contains(name), weights_path << ": no tensor '" << name << "'");
+    Tensor v = st.get(name).to(DType::f32).contiguous();
+    QKV_CHECK(v.shape() == t->shape(), weights_path << ": '" << name << "' has shape " << shape_to_string(v.shape())
+                                                   << ", expected " << shape_to_string(t->shape()));
+    models::detail::check_finite(v, weights_path, name);
+    state[name] = v;
+    read.insert(name);
+  }
+  for (const std::string& name : st.names())
+    QKV_CHECK(read.count(name), weights_path << ": tensor '" << name << "' belongs to no parameter of this model");
+  nn::load_state_dict(w.parameters(), state);
+  Classifier out = from_weights(c, std::move(w), std::move(class_names));
+  out.mean_ = static_cast<float>(j.get_double("pixel_mean", kPixelMean));
+  out.std_ = static_cast<float>(j.get_double("pixel_std", kPixelStd));
+  QKV_CHECK(out.mean_ == kPixelMean && out.std_ == kPixelStd,
+            config_path << ": pixel_mean/pixel_std other than Fashion-MNIST's are not supported");
+  if (names.contains("report")) out.report_json_ = names["report"].dump();
+  return out;
+}
+
+std::vector<Prediction> Classifier::classify(const Images& images, std::int64_t batch) const {
+  QKV_CHECK(images.height == config_.image_size && images.width == config_.image_size,
+            "classify: the model takes " << config_.image_size << "x" << config_.image_size << " images, got "
+                                         << images.height << "x" << images.width);
+  QKV_CHECK(batch >= 1, "classify: batch must be >= 1, got " << batch);
+  return predict(weights_, images, batch);
+}
+
+std::vector<float> Classifier::rollout(const Images& images, std::int64_t i) const {
+  QKV_CHECK(images.height == config_.image_size && images.width == config_.image_size,
+            "rollout: the model takes " << config_.image_size << "x" << config_.image_size << " images, got "
+                                        << images.height << "x" << images.width);
+  QKV_CHECK(i >= 0 && i < images.count, "rollout: image " << i << " outside [0, " << images.count << ")");
+  std::vector<Tensor> probs;
+  const std::int64_t index[1] = {i};
+  weights_.forward(to_input(images, index), &probs);
+  return models::attention_rollout(probs, 0);
+}
+
+}  // namespace qkv::vision

@@ -1,0 +1,133 @@
+// The image page (qkv/viz.h, render_image_html): grey images drawn on canvases with a heat
+// overlay over their patch grid. Vanilla JavaScript and inline CSS, nothing fetched.
+#include <cmath>
+#include <string>
+
+#include "common.h"
+#include "qkv/error.h"
+#include "qkv/version.h"
+
+namespace qkv::viz {
+
+namespace {
+
+constexpr const char* kStyle = R"CSS(
+body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1b1b1b;background:#fafafa}
+header{padding:12px 20px;background:#fff;border-bottom:1px solid #ddd}
+h1{font-size:18px;margin:0}.sub{margin:4px 0 0;color:#555}
+#qkv-controls{padding:8px 20px;display:flex;gap:16px;align-items:center}
+#qkv-cards{display:flex;flex-wrap:wrap;gap:14px;padding:8px 20px 20px}
+.card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px;width:232px}
+.card canvas{display:block;image-rendering:pixelated;cursor:crosshair}
+.cap{margin-top:6px;font-size:13px;word-wrap:break-word}.read{color:#555;font-size:12px;min-height:1.4em}
+footer{padding:8px 20px;color:#777;font-size:12px}
+#qkv-error{color:#b00020;padding:8px 20px}
+)CSS";
+
+// Each image is drawn at `scale` canvas pixels per image pixel; the heat, stretched from the
+// image's smallest value (transparent) to its largest (opaque: a rollout is never far from
+// uniform, so scaling to the largest alone would tint every patch alike), is painted over
+// each patch in orange with alpha t·opacity.
+constexpr const char* kScript = R"JS(
+(function(){
+try{
+var data=JSON.parse(document.getElementById('qkv-image-data').textContent);
+var cards=document.getElementById('qkv-cards'),slider=document.getElementById('qkv-opacity');
+var draws=[];
+data.images.forEach(function(im,n){
+  var scale=Math.max(1,Math.floor(216/Math.max(im.width,im.height)));
+  var card=document.createElement('div');card.className='card';
+  var c=document.createElement('canvas');c.width=im.width*scale;c.height=im.height*scale;
+  var cap=document.createElement('div');cap.className='cap';cap.textContent=im.caption;
+  var read=document.createElement('div');read.className='read';
+  card.appendChild(c);card.appendChild(cap);card.appendChild(read);cards.appendChild(card);
+  var max=-Infinity,min=Infinity;im.heat.forEach(function(v){if(v>max)max=v;if(v<min)min=v;});
+  var ph=im.height/im.grid_h,pw=im.width/im.grid_w;
+  function draw(){
+    var g=c.getContext('2d'),img=g.createImageData(im.width,im.height);
+    for(var i=0;i<im.width*im.height;i++){var p=im.pixels[i];img.data[4*i]=p;img.data[4*i+1]=p;img.data[4*i+2]=p;img.data[4*i+3]=255;}
+    var tmp=document.createElement('canvas');tmp.width=im.width;tmp.height=im.height;tmp.getContext('2d').putImageData(img,0,0);
+    g.imageSmoothingEnabled=false;g.drawImage(tmp,0,0,c.width,c.height);
+    var op=slider.value/100;
+    for(var y=0;y<im.grid_h;y++)for(var x=0;x<im.grid_w;x++){
+      var t=max>min?(im.heat[y*im.grid_w+x]-min)/(max-min):0;
+      g.fillStyle='rgba(255,110,0,'+(t*op).toFixed(3)+')';
+      g.fillRect(Math.round(x*pw*scale),Math.round(y*ph*scale),Math.round(pw*scale),Math.round(ph*scale));
+    }
+  }
+  c.addEventListener('mousemove',function(e){
+    var r=c.getBoundingClientRect(),x=Math.floor((e.clientX-r.left)/r.width*im.grid_w),y=Math.floor((e.clientY-r.top)/r.height*im.grid_h);
+    if(x>=0&&y>=0&&x<im.grid_w&&y<im.grid_h)read.textContent='patch ('+y+', '+x+'): '+im.heat[y*im.grid_w+x].toPrecision(3);
+  });
+  c.addEventListener('mouseleave',function(){read.textContent='';});
+  draws.push(draw);draw();
+});
+slider.addEventListener('input',function(){draws.forEach(function(d){d();});});
+document.body.dataset.rendered='1';
+}catch(err){var e=document.getElementById('qkv-error');e.hidden=false;e.textContent='qkv: '+err;}
+})();
+)JS";
+
+}  // namespace
+
+std::string render_image_html(const ImageAttentionView& view) {
+  QKV_CHECK(!view.images.empty(), "render_image_html: no images");
+  std::string data = "{\"title\":" + detail::json_string(view.title) +
+                     ",\"subtitle\":" + detail::json_string(view.subtitle) + ",\"images\":[";
+  for (std::size_t n = 0; n < view.images.size(); ++n) {
+    const ImageAttention& im = view.images[n];
+    const std::string where = "render_image_html: image " + std::to_string(n);
+    QKV_CHECK(im.height >= 1 && im.width >= 1 &&
+                  static_cast<std::int64_t>(im.pixels.size()) == im.height * im.width,
+              where << ": " << im.pixels.size() << " pixels for " << im.height << "x" << im.width);
+    QKV_CHECK(im.grid_h >= 1 && im.grid_w >= 1 && im.grid_h <= im.height && im.grid_w <= im.width &&
+                  static_cast<std::int64_t>(im.heat.size()) == im.grid_h * im.grid_w,
+              where << ": " << im.heat.size() << " heat values for a " << im.grid_h << "x" << im.grid_w
+                    << " grid over " << im.height << "x" << im.width << " pixels");
+    for (std::size_t k = 0; k < im.heat.size(); ++k)
+      QKV_CHECK(std::isfinite(im.heat[k]) && im.heat[k] >= 0.0f,
+                where << ": heat value " << k << " is " << im.heat[k] << " (must be finite and >= 0)");
+    if (n) data += ',';
+    data += "{\"caption\":" + detail::json_string(im.caption) + ",\"height\":" + std::to_string(im.height) +
+            ",\"width\":" + std::to_string(im.width) + ",\"grid_h\":" + std::to_string(im.grid_h) +
+            ",\"grid_w\":" + std::to_string(im.grid_w) + ",\"pixels\":[";
+    for (std::size_t k = 0; k < im.pixels.size(); ++k) {
+      if (k) data += ',';
+      data += std::to_string(im.pixels[k]);
+    }
+    data += "],\"heat\":[";
+    for (std::size_t k = 0; k < im.heat.size(); ++k) {
+      if (k) data += ',';
+      detail::append_number(data, im.heat[k]);
+    }
+    data += "]}";
+  }
+  data += "]}";
+
+  const std::string title = detail::markup_escape(detail::display_text(view.title));
+  std::string page = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+                     "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+                     "<meta name=\"generator\" content=\"qkv ";
+  page += kVersion;
+  page += "\">\n<title>" + title + " \xE2\x80\x94 where the model looked</title>\n<style>";
+  page += kStyle;
+  page += "</style>\n</head>\n<body>\n<header><h1>" + title + "</h1>";
+  if (!view.subtitle.empty())
+    page += "<p class=\"sub\">" + detail::markup_escape(detail::display_text(view.subtitle)) + "</p>";
+  page += R"HTML(</header>
+<div id="qkv-controls"><label>Overlay <input id="qkv-opacity" type="range" min="0" max="100" value="60"></label>
+<span class="read">Orange: the weight of each patch, from the image's smallest (clear) to its largest; hover a patch for its value.</span></div>
+<div id="qkv-error" hidden></div>
+<noscript><p>The images are drawn by JavaScript, which is off. The numbers are in the
+qkv-image-data element of this file.</p></noscript>
+<main id="qkv-cards"></main>
+<footer>Drawn by qkv; this page is self-contained and makes no network requests.</footer>
+<script type="application/json" id="qkv-image-data">)HTML";
+  page += data;
+  page += "</script>\n<script>";
+  page += kScript;
+  page += "</script>\n</body>\n</html>\n";
+  return page;
+}
+
+}  // namespace qkv::viz

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# End-to-end tests of `qkv train vision` and `qkv classify`.
+#   tests/cli/test_vision.sh PATH/TO/qkv
+# On a synthetic data directory in fetch_data.sh fashion-mnist's layout, written here
+# (gzipped IDX: 5,300 training images, the last 5,000 of them validation, and 60 test images of 28x28 whose class k is a bright row band
+# at rows 2k..2k+1 — learnable in a few epochs), a tiny Vision Transformer trains, stops
+# with --stop-at and resumes, and writes its directory; classify reads IDX (gzip and plain),
+# PNG and PGM, with --labels, --json and --html; bad input of every kind fails with a
+# message naming the problem, never a crash. Every check asserts; the script prints each
+# failure and exits 1 if there was any.
+set -u
+
+QKV=${1:?usage: test_vision.sh PATH/TO/qkv}
+PYTHON=/usr/bin/python3
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$HERE/lib.sh"
+
+no_crash() {  # no_crash DESCRIPTION
+  if [[ $status -lt 128 ]] && ! grep -Eq "terminate called|Segmentation|Aborted|core dumped" "$TMP/err"; then
+    pass
+  else
+    fail "$1: crashed (status $status): $(head -c 400 "$TMP/err")"
+  fi
+}
+fails() { expect_failure "$@"; no_crash "qkv ${*:2}"; }              # fails NEEDLE ARGS...
+usage_fails() { expect_usage_error "$@"; no_crash "qkv ${*:2}"; }    # usage_fails NEEDLE ARGS...
+
+DATA="$TMP/data"
+mkdir -p "$DATA"
+"$PYTHON" - "$DATA" "$TMP" <<'PY'
+import gzip, random, struct, sys, zlib
+data, tmp = sys.argv[1], sys.argv[2]
+rng = random.Random(5)
+def images(n, salt):
+    px, labels = bytearray(), bytearray()
+    for i in range(n):
+        k = (i * 7 + salt) % 10
+        for y in range(28):
+            for x in range(28):
+                px.append(230 if y // 2 == k + 2 else rng.randrange(40))
+        labels.append(k)
+    return px, labels
+def idx(dims, payload, ndim_type=0x08):
+    return struct.pack(">BBBB", 0, 0, ndim_type, len(dims)) + b"".join(struct.pack(">I", d) for d in dims) + bytes(payload)
+for name, n, salt in (("train", 5300, 0), ("t10k", 60, 3)):  # the last 5,000 training images validate
+    px, lab = images(n, salt)
+    open(f"{data}/{name}-images-idx3-ubyte.gz", "wb").write(gzip.compress(idx((n, 28, 28), px)))
+    open(f"{data}/{name}-labels-idx1-ubyte.gz", "wb").write(gzip.compress(idx((n,), lab)))
+    if name == "t10k":
+        open(f"{tmp}/test-plain.idx", "wb").write(idx((n, 28, 28), px))
+        open(f"{tmp}/labels-plain.idx", "wb").write(idx((n,), lab))
+        open(f"{tmp}/labels-short.idx", "wb").write(idx((n - 1,), lab[:-1]))
+        bad = bytearray(lab); bad[4] = 12
+        open(f"{tmp}/labels-range.idx", "wb").write(idx((n,), bad))
+        one = px[:784]
+        open(f"{tmp}/one.pgm", "wb").write(b"P5\n# a comment\n28 28\n255\n" + bytes(one))
+        def chunk(t, b):
+            return struct.pack(">I", len(b)) + t + b + struct.pack(">I", zlib.crc32(t + b) & 0xffffffff)
+        raw = b"".join(b"\0" + bytes(one[y * 28:(y + 1) * 28]) for y in range(28))
+        png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 28, 28, 8, 0, 0, 0, 0)) + \
+              chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+        open(f"{tmp}/one.png", "wb").write(png)
+        open(f"{tmp}/small.pgm", "wb").write(b"P5\n14 14\n255\n" + bytes(196))
+        open(f"{tmp}/wrong-magic.idx", "wb").write(b"\x00\x00\x09\x03" + idx((n, 28, 28), px)[4:])
+        open(f"{tmp}/truncated.gz", "wb").write(gzip.compress(idx((n, 28, 28), px))[:300])
+        open(f"{tmp}/empty.idx", "wb").write(b"")
+PY
+TINY=(--dim 16 --layers 1 --heads 2 --mlp-dim 32 --patch-size 7 --batch 50 --lr 3e-3 --checkpoint-every 0 --quiet)
+
+# --- train, interrupt, resume -----------------------------------------------------------
+run train vision --data "$DATA" --out "$TMP/m" --epochs 3 --stop-at 8 "${TINY[@]}"
+expect_status 130 "train vision --stop-at"
+expect_in out "stopped at step 8" "stop message"
+[[ -f $TMP/m/checkpoint.safetensors && ! -f $TMP/m/model.safetensors ]] && pass || fail "a stopped run leaves a checkpoint and no model"
+run train vision --data "$DATA" --out "$TMP/m" --epochs 3 --resume "${TINY[@]}"
+expect_status 0 "train vision --resume"
+expect_in out "best validation accuracy" "the summary"
+expect_in out "test accuracy" "the test accuracy"
+[[ -f $TMP/m/model.safetensors && -f $TMP/m/config.json ]] && pass || fail "the model directory"
+grep -q '"model_type": "qkv-vision"' "$TMP/m/config.json" && pass || fail "config.json model_type"
+run train vision --data "$DATA" --out "$TMP/j" --epochs 1 --json --bf16 "${TINY[@]}"
+expect_status 0 "train vision --json"
+"$PYTHON" -c "import json,sys; j=json.loads(open(sys.argv[1]).read()); assert j['steps']==6 and 0<=j['test_accuracy']<=1 and len(j['validation_accuracy'])==1, j" "$TMP/out" && pass || fail "train --json: $(cat "$TMP/out")"
+
+# --- classify ---------------------------------------------------------------------------
+run classify --model "$TMP/m" --images "$DATA/t10k-images-idx3-ubyte.gz" --labels "$DATA/t10k-labels-idx1-ubyte.gz"
+expect_status 0 "classify --labels"
+expect_in out "^60 images of 28x28" "the header"
+expect_in out "accuracy [0-9.]+% \([0-9]+ of 60\)" "the accuracy"
+expect_in out "confusion matrix" "the confusion matrix"
+expect_in out "\.\.\. 40 more" "the list is cut at 20"
+ACC=$(grep -oE "accuracy [0-9.]+%" "$TMP/out")
+run classify --model "$TMP/m" --images "$TMP/test-plain.idx" --labels "$TMP/labels-plain.idx" --list 0
+expect_in out "$ACC" "plain IDX gives the accuracy of gzip"
+run classify --model "$TMP/m" --images "$DATA/t10k-images-idx3-ubyte.gz" --labels "$DATA/t10k-labels-idx1-ubyte.gz" --json
+expect_status 0 "classify --json"
+"$PYTHON" - "$TMP/out" <<'PY' && pass || fail "classify --json lines"
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert len(lines) == 60, len(lines)
+for i, l in enumerate(lines):
+    j = json.loads(l)
+    assert list(j) == ["index", "label", "class", "score", "truth"], j
+    assert j["index"] == i and 0 <= j["label"] < 10 and 0 <= j["score"] <= 1 and isinstance(j["class"], str)
+PY
+expect_in err "accuracy" "--json: the summary on stderr"
+run classify --model "$TMP/m" --images "$TMP/one.pgm" --json
+PGM=$(cat "$TMP/out")
+run classify --model "$TMP/m" --images "$TMP/one.png" --json
+expect_status 0 "classify a PNG"
+expect_equal out "$PGM" "the PNG and the PGM of one image classify alike"
+run classify --model "$TMP/m" --images "$DATA/t10k-images-idx3-ubyte.gz" --html "$TMP/page.html" --html-images 5
+expect_status 0 "classify --html"
+grep -q 'id="qkv-image-data"' "$TMP/page.html" && pass || fail "the page holds its data"
+"$PYTHON" - "$TMP/page.html" <<'PY' && pass || fail "the page's data: 5 images with 4x4 heat"
+import json, re, sys
+t = open(sys.argv[1]).read()
+d = json.loads(re.search(r'id="qkv-image-data">(.*?)</script>', t, re.S).group(1))
+assert len(d["images"]) == 5
+for im in d["images"]:
+    assert im["grid_h"] == im["grid_w"] == 4 and len(im["heat"]) == 16 and len(im["pixels"]) == 784
+    assert 0 < sum(im["heat"]) < 1
+PY
+
+# --- bad input --------------------------------------------------------------------------
+fails "images are 14x14, the model takes 28x28" classify --model "$TMP/m" --images "$TMP/small.pgm"
+fails "wrong-magic.idx" classify --model "$TMP/m" --images "$TMP/wrong-magic.idx"
+fails "truncated.gz" classify --model "$TMP/m" --images "$TMP/truncated.gz"
+fails "empty.idx" classify --model "$TMP/m" --images "$TMP/empty.idx"
+fails "59 labels for 60 images" classify --model "$TMP/m" --images "$TMP/test-plain.idx" --labels "$TMP/labels-short.idx"
+fails "labels-range.idx" classify --model "$TMP/m" --images "$TMP/test-plain.idx" --labels "$TMP/labels-range.idx"
+fails "no-such" classify --model "$TMP/m" --images "$TMP/no-such.idx"
+mkdir -p "$TMP/other" && echo '{"model_type": "qkv-recommender"}' > "$TMP/other/config.json"
+fails "not a qkv image classifier" classify --model "$TMP/other" --images "$TMP/one.pgm"
+usage_fails "--images" classify --model "$TMP/m"
+usage_fails "--images" classify --model "$TMP/m" --images ""
+fails "not a directory" train vision --data "$TMP/nowhere" --out "$TMP/x" "${TINY[@]}"
+usage_fails "--data" train vision --out "$TMP/x"
+usage_fails "--patch-size" train vision --data "$DATA" --patch-size 5
+usage_fails "--heads" train vision --data "$DATA" --dim 30 --heads 4
+usage_fails "--model" train vision --data "$DATA" --model mf
+usage_fails "--steps" train vision --data "$DATA" --steps 10
+usage_fails "--patch-size" train dates --patch-size 4
+usage_fails "--model" train recommender --data "$DATA" --model vit
+fails "different model configuration" train vision --data "$DATA" --out "$TMP/m" --epochs 3 --resume --dim 32 --layers 1 --heads 2 --mlp-dim 32 --patch-size 7 --quiet
+
+echo "test_vision: $checks checks, $failures failures"
+[[ $failures -eq 0 ]]

@@ -1,0 +1,113 @@
+// qkv classify — what a model of `qkv train vision` sees in images:
+//   --images F    an IDX image file (gzip or plain) or one PNG or PGM image, of the model's size
+//   --labels F    their IDX labels: accuracy and the confusion matrix too
+//   --json        one line per image, in input order:
+//                 {"index": 0, "label": 9, "class": "Ankle boot", "score": 0.97}
+//                 (+ "truth" with --labels; the summary then goes to standard error)
+//   --html OUT    the first --html-images images, each with the class token's attention
+//                 rollout over its patches as a heat overlay
+#include <algorithm>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "commands.h"
+#include "print.h"
+#include "qkv/qkv.h"
+
+namespace qkv::cli {
+
+namespace {
+
+std::string class_name(const vision::Classifier& c, std::int64_t k) {
+  return c.class_names()[static_cast<std::size_t>(k)];
+}
+
+void print_summary(std::ostream& out, const vision::Classifier& c, const vision::Evaluation& e) {
+  out << format("accuracy %.2f%% (%lld of %lld)\n", 100.0 * e.accuracy(), static_cast<long long>(e.correct),
+                static_cast<long long>(e.images));
+  out << "confusion matrix (rows: label, columns: predicted):\n";
+  const std::int64_t K = e.classes;
+  out << format("%-14s", "");
+  for (std::int64_t k = 0; k < K; ++k) out << format("%6lld", static_cast<long long>(k));
+  out << '\n';
+  for (std::int64_t t = 0; t < K; ++t) {
+    out << format("%2lld %-11s", static_cast<long long>(t), class_name(c, t).substr(0, 11).c_str());
+    for (std::int64_t p = 0; p < K; ++p)
+      out << format("%6lld", static_cast<long long>(e.counts[static_cast<std::size_t>(t * K + p)]));
+    out << '\n';
+  }
+}
+
+}  // namespace
+
+int run_classify(const ClassifyOptions& o, std::ostream& out) {
+  const vision::Classifier c = vision::Classifier::load(o.model);
+  const models::VitConfig& cfg = c.config();
+  vision::Images images = vision::read_images(o.images, cfg.image_size, cfg.image_size);
+  if (!o.labels.empty()) vision::read_labels(o.labels, images, static_cast<int>(cfg.classes));
+  const std::vector<vision::Prediction> predictions = c.classify(images, o.batch);
+
+  if (!o.html.empty()) {
+    viz::ImageAttentionView view;
+    view.title = "qkv classify — " + o.model;
+    const std::int64_t shown = std::min<std::int64_t>(images.count, o.html_images);
+    view.subtitle = format("%lld of %lld images of ", static_cast<long long>(shown),
+                           static_cast<long long>(images.count)) +
+                    o.images + "; orange: the class token's attention rollout over the " +
+                    std::to_string(cfg.grid()) + "x" + std::to_string(cfg.grid()) + " patches";
+    for (std::int64_t i = 0; i < shown; ++i) {
+      const vision::Prediction& p = predictions[static_cast<std::size_t>(i)];
+      viz::ImageAttention im;
+      im.caption = format("#%lld %s %.3f", static_cast<long long>(i), class_name(c, p.label).c_str(), p.score) +
+                   (images.labels.empty() ? std::string()
+                                          : " (label: " + class_name(c, images.labels[static_cast<std::size_t>(i)]) + ")");
+      im.height = images.height;
+      im.width = images.width;
+      im.pixels.assign(images.pixels.begin() + i * images.height * images.width,
+                       images.pixels.begin() + (i + 1) * images.height * images.width);
+      im.grid_h = im.grid_w = cfg.grid();
+      im.heat = c.rollout(images, i);
+      view.images.push_back(std::move(im));
+    }
+    viz::write_file(o.html, viz::render_image_html(view));
+    (o.json ? std::cerr : out) << "wrote " << o.html << '\n';
+  }
+
+  vision::Evaluation e;
+  if (!images.labels.empty()) e = vision::evaluate(predictions, images.labels, cfg.classes);
+  if (o.json) {
+    for (std::size_t i = 0; i < predictions.size(); ++i) {
+      nlohmann::ordered_json j;
+      j["index"] = i;
+      j["label"] = predictions[i].label;
+      j["class"] = class_name(c, predictions[i].label);
+      j["score"] = std::round(static_cast<double>(predictions[i].score) * 1e6) / 1e6;
+      if (!images.labels.empty()) j["truth"] = images.labels[i];
+      out << j.dump() << '\n';
+    }
+    if (!images.labels.empty()) print_summary(std::cerr, c, e);
+    return 0;
+  }
+  out << format("%lld image%s of %lldx%lld from %s\n", static_cast<long long>(images.count),
+                images.count == 1 ? "" : "s", static_cast<long long>(images.height),
+                static_cast<long long>(images.width), o.images.c_str());
+  const std::int64_t listed = std::min<std::int64_t>(images.count, o.list);
+  for (std::int64_t i = 0; i < listed; ++i) {
+    const vision::Prediction& p = predictions[static_cast<std::size_t>(i)];
+    out << format("%6lld  %lld %-12s %.3f", static_cast<long long>(i), static_cast<long long>(p.label),
+                  class_name(c, p.label).c_str(), p.score);
+    if (!images.labels.empty()) {
+      const std::int64_t t = images.labels[static_cast<std::size_t>(i)];
+      out << (t == p.label ? "  right" : "  wrong: " + class_name(c, t));
+    }
+    out << '\n';
+  }
+  if (listed < images.count)
+    out << format("... %lld more (--list N shows more; --json prints every image)\n",
+                  static_cast<long long>(images.count - listed));
+  if (!images.labels.empty()) print_summary(out, c, e);
+  return 0;
+}
+
+}  // namespace qkv::cli
