@@ -39,6 +39,7 @@ void register_nn(py::module_& m);  // bindings_nn.cpp
 void register_models(py::module_& m);  // bindings_models.cpp
 void register_train(py::module_& m);   // bindings_train.cpp
 void register_recommender(py::module_& m);  // bindings_recommender.cpp
+void register_vision(py::module_& m);  // bindings_vision.cpp
 
 namespace {
 
@@ -348,4 +349,5 @@ PYBIND11_MODULE(_qkv, m) {
   register_models(m);
   register_train(m);
   register_recommender(m);
+  register_vision(m);
 }

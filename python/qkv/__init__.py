@@ -43,6 +43,7 @@ it has already been imported.
 import math
 import numbers
 import operator
+import os
 import random
 import sys
 
@@ -397,6 +398,25 @@ def _float(value, fn, name, what="a float"):
             and value.layout == _torch_module().strided):
         return float(value.item())
     raise TypeError(f"{fn}: {name} must be {what}, got {_describe(value)}")
+
+
+def _ranged(value, fn, name, low, high):
+    """An int (as _int) in [low, high]; outside is ValueError."""
+    value = _int(value, fn, name)
+    if not low <= value <= high:
+        raise ValueError(f"{fn}: {name} must be in [{low}, {high}], got {value}")
+    return value
+
+
+def _path(value, fn, name):
+    """A file or directory argument: str or os.PathLike (TypeError otherwise), non-empty
+    and without NUL (ValueError), as a str."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{fn}: {name} must be a str or os.PathLike, got {_describe(value)}")
+    value = os.fspath(value)
+    if isinstance(value, bytes) or not value or "\0" in value:
+        raise ValueError(f"{fn}: {name} must be a non-empty str path, got {value!r}")
+    return value
 
 
 def _optional_float(value, fn, name):
@@ -790,4 +810,4 @@ def self_attention_raw(x, scale=1.0):
 from .nn import MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer, Transformer  # noqa: E402
 from .models import (load_model, translate_dates, train_lm, BertModel, GPT2Model,  # noqa: E402
                      UseLiteModel, SearchIndex, search, Tokenizer)
-from . import recommender  # noqa: E402,F401
+from . import recommender, vision  # noqa: E402,F401

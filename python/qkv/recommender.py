@@ -22,31 +22,15 @@ import os
 
 import numpy as np
 
-from . import _describe, _float, _int, _qkv
+from . import _describe, _float, _int, _path, _qkv, _ranged
 
 __all__ = ["train", "Recommender", "read_ratings", "split_ratings", "mf_cross_validation",
            "SasRecBatches", "sasrec_initial", "evaluate", "save_sasrec_weights"]
 
 
-def _path(value, fn, name):
-    if not isinstance(value, (str, os.PathLike)):
-        raise TypeError(f"{fn}: {name} must be a str or os.PathLike, got {_describe(value)}")
-    value = os.fspath(value)
-    if isinstance(value, bytes) or not value or "\0" in value:
-        raise ValueError(f"{fn}: {name} must be a non-empty str path, got {value!r}")
-    return value
-
-
 def _ratings_csv(data, fn):
     data = _path(data, fn, "data")
     return os.path.join(data, "ratings.csv") if os.path.isdir(data) else data
-
-
-def _ranged(value, fn, name, low, high):
-    value = _int(value, fn, name)
-    if not low <= value <= high:
-        raise ValueError(f"{fn}: {name} must be in [{low}, {high}], got {value}")
-    return value
 
 
 def _ids(values, fn, name):

@@ -1,0 +1,269 @@
+"""qkv.vision — image classification on Fashion-MNIST with a Vision Transformer, as
+`qkv train vision` and `qkv classify` do it, with NumPy arrays in and out.
+
+    import qkv.vision as vision
+    result = vision.train("data", "vit-model", epochs=20)      # the Fashion-MNIST directory
+    c = vision.Classifier("vit-model")
+    images = vision.read_images("data/t10k-images-idx3-ubyte.gz")   # uint8 (10000, 28, 28)
+    c.classify(images[:2])       # -> [{"label": 9, "class": "Ankle boot", "score": 0.97}, ...]
+    c.predict_proba(images)      # -> float32 (10000, 10), rows summing to 1
+    c.rollout(images[0])         # -> float32 (7, 7): the class token's attention rollout
+
+The data directory is what `scripts/fetch_data.sh fashion-mnist DIR` writes: the four
+gzipped IDX files of Xiao, Rasul & Vollgraf (2017). Training uses the first 55,000 training
+images, validation (which picks the epoch kept) the last 5,000, and the test set is scored
+once at the end (load_fashion_mnist gives the same split as arrays).
+
+Images are uint8 pixels (N, 28, 28) or one (28, 28), 0 = black, as read_images gives them
+and the files hold them; the model normalises them itself ((p / 255 - PIXEL_MEAN) /
+PIXEL_STD). Float images are a TypeError rather than a guess at their scale: convert with
+``(x * 255).round().astype(np.uint8)`` for 0..1 floats. CPU torch uint8 tensors are
+accepted too.
+
+For a torch twin: TrainingBatches(images, labels, seed=s).get(epoch, step) (or
+training_batch) gives exactly the batches train() trains on, normalised and augmented, a
+pure function of (seed, epoch, step); train() with train_limit=n trains on the first n
+training images, i.e. load_fashion_mnist(data)["train"] sliced to [:n].
+
+Bad input raises ValueError (TypeError for wrong types and dtypes), naming the argument
+and what was wrong: a file that is not an image, images of another size, a directory that
+holds another kind of model.
+"""
+
+import json
+import math
+
+import numpy as np
+
+from . import _bool, _describe, _float, _is_torch, _path, _qkv, _ranged
+
+__all__ = ["train", "Classifier", "read_images", "read_labels", "load_fashion_mnist",
+           "TrainingBatches", "training_batch", "steps_per_epoch", "CLASSES", "PIXEL_MEAN",
+           "PIXEL_STD"]
+
+CLASSES = _qkv._vision_classes        # Fashion-MNIST's class names, by label
+PIXEL_MEAN = _qkv._vision_pixel_mean  # of the training images' p / 255 (float32)
+PIXEL_STD = _qkv._vision_pixel_std
+
+_SEED_LIMIT = (1 << 64) - 1
+_DEFAULTS = _qkv._vision_defaults()
+
+
+def _pixels(images, fn, name="images"):
+    """uint8 pixels (N, H, W) or (H, W) -> (a C-contiguous uint8 (N, H, W) array, whether one
+    image was given)."""
+    if _is_torch(images):
+        if images.device.type != "cpu":
+            raise ValueError(f"{fn}: {name} must be on the CPU, got a tensor on {images.device}")
+        images = images.detach().numpy()
+    if not isinstance(images, np.ndarray):
+        raise TypeError(f"{fn}: {name} must be a numpy.ndarray of uint8 pixels (N, H, W) or (H, W), "
+                        f"got {_describe(images)}")
+    if images.dtype != np.uint8:
+        raise TypeError(f"{fn}: {name} must have dtype uint8 (pixels 0..255, 0 = black), got "
+                        f"{images.dtype}; for 0..1 floats use (x * 255).round().astype(np.uint8)")
+    if images.ndim not in (2, 3):
+        raise ValueError(f"{fn}: {name} must be (N, H, W) or one image (H, W), got shape {images.shape}")
+    one = images.ndim == 2
+    return np.ascontiguousarray(images[None] if one else images), one
+
+
+def _labels(labels, fn, count):
+    if _is_torch(labels):
+        labels = labels.detach().cpu().numpy()
+    if not isinstance(labels, np.ndarray):
+        raise TypeError(f"{fn}: labels must be a numpy.ndarray of integers (N,), got {_describe(labels)}")
+    if labels.dtype.kind not in "iu":
+        raise TypeError(f"{fn}: labels must have an integer dtype, got {labels.dtype}")
+    if labels.shape != (count,):
+        raise ValueError(f"{fn}: labels must be ({count},), one per image, got shape {labels.shape}")
+    return labels.astype(np.int64)
+
+
+def read_images(path, height=28, width=28):
+    """An IDX image file (gzip or plain, as Fashion-MNIST ships them) or one PNG or PGM image
+    -> uint8 (N, height, width). Every image must be height × width (0 = any size)."""
+    fn = "read_images"
+    return _qkv._vision_read_images(_path(path, fn, "path"), _ranged(height, fn, "height", 0, 1 << 20),
+                                    _ranged(width, fn, "width", 0, 1 << 20))
+
+
+def read_labels(path, count, classes=10):
+    """An IDX label file (gzip or plain) -> int64 (count,); count is the number of images they
+    label (len(images)), each label must be in [0, classes)."""
+    fn = "read_labels"
+    return _qkv._vision_read_labels(_path(path, fn, "path"), _ranged(count, fn, "count", 0, 1 << 32),
+                                    _ranged(classes, fn, "classes", 1, 256))
+
+
+def load_fashion_mnist(data, validation=5000):
+    """The split train() uses: {"train", "validation", "test"}, each {"images" uint8
+    (N, 28, 28), "labels" int64 (N,)}; validation is the last `validation` training images."""
+    fn = "load_fashion_mnist"
+    return _qkv._vision_load_fashion_mnist(_path(data, fn, "data"),
+                                           _ranged(validation, fn, "validation", 0, 1 << 32))
+
+
+def steps_per_epoch(images, batch=128):
+    """Batches in an epoch of `images` training images: ceil(images / batch)."""
+    fn = "steps_per_epoch"
+    images, batch = _ranged(images, fn, "images", 0, 1 << 40), _ranged(batch, fn, "batch", 1, 1 << 20)
+    return (images + batch - 1) // batch
+
+
+class TrainingBatches:
+    """The training batches of train() over the training images (uint8 (N, H, W)) and their
+    labels (N,): get(epoch, step) -> (images float32 (B, 1, H, W), labels int64 (B,),
+    indices int64 (B,) into the images). Epoch e's order is a shuffle seeded by (seed, e);
+    batch `step` is its rows [step·batch, step·batch + batch) (the last one shorter),
+    normalised, shifted by up to ±pad pixels (black fill) and flipped left-right with
+    probability 1/2 when flip. train()'s batches are those of pad=2, flip=True."""
+
+    def __init__(self, images, labels, batch=_DEFAULTS["batch"], seed=0, pad=_DEFAULTS["pad"],
+                 flip=_DEFAULTS["flip"]):
+        fn = "TrainingBatches"
+        pixels, _ = _pixels(images, fn)
+        if pixels.ndim != 3 or pixels.shape[0] == 0:
+            raise ValueError(f"{fn}: images must hold at least one image, got shape {pixels.shape}")
+        self.batch = _ranged(batch, fn, "batch", 1, 1 << 20)
+        self.seed = _ranged(seed, fn, "seed", 0, _SEED_LIMIT)
+        self.pad = _ranged(pad, fn, "pad", 0, 1024)
+        self.flip = _bool(flip, fn, "flip")
+        self._b = _qkv._VisionBatches(pixels, _labels(labels, fn, pixels.shape[0]))
+        self.steps_per_epoch = self._b.steps_per_epoch(self.batch)
+
+    def get(self, epoch, step):
+        fn = "TrainingBatches.get"
+        epoch = _ranged(epoch, fn, "epoch", 0, 1 << 40)
+        step = _ranged(step, fn, "step", 0, self.steps_per_epoch - 1)
+        return self._b.get(self.seed, epoch, step, self.batch, self.pad, self.flip)
+
+
+def training_batch(images, labels, seed, epoch, step, batch=_DEFAULTS["batch"], pad=_DEFAULTS["pad"],
+                   flip=_DEFAULTS["flip"]):
+    """TrainingBatches(images, labels, batch, seed, pad, flip).get(epoch, step), for one batch."""
+    return TrainingBatches(images, labels, batch, seed, pad, flip).get(epoch, step)
+
+
+def train(data, out, epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["batch"], lr=_DEFAULTS["lr"],
+          label_smoothing=_DEFAULTS["label_smoothing"], dim=_DEFAULTS["dim"], layers=_DEFAULTS["layers"],
+          heads=_DEFAULTS["heads"], mlp_dim=_DEFAULTS["mlp_dim"], patch_size=_DEFAULTS["patch_size"],
+          positions="learned", seed=0, train_limit=0, resume=False, stop_at=0,
+          checkpoint_every=_DEFAULTS["checkpoint_every"], bf16=False, progress=None):
+    """Trains a Vision Transformer on the Fashion-MNIST directory `data` as `qkv train
+    vision` does, and writes the model directory `out` (config.json, model.safetensors: the
+    weights of the epoch of best validation accuracy; checkpoint.safetensors).
+
+    The model: patch_size × patch_size patches ((28 / patch_size)² tokens + the class
+    token), `layers` pre-norm encoder blocks of width `dim` with `heads` heads (dividing
+    dim) and a feed-forward of mlp_dim, positions "learned" or "sincos" (fixed; dim a
+    multiple of 4). Training: AdamW, a warm-up of one epoch then a cosine decay from `lr`,
+    label smoothing, the augmentation of TrainingBatches. seed fixes the weights, the order
+    and the augmentation. train_limit > 0 trains on the first train_limit images only.
+    A checkpoint is written every checkpoint_every steps (0: at epoch ends only), at every
+    epoch end and when training stops; resume=True continues from out's checkpoint (with
+    the same model options); stop_at > 0 stops after that step as an interruption does.
+    bf16 writes the weights in bf16.
+
+    progress(info) is called after every step with {"step", "total", "epoch", "loss",
+    "accuracy" (of the step's batch), "lr", "images_per_s", "elapsed_s", "epoch_end",
+    "validation_accuracy" (at an epoch's end, else None)}. An exception it raises, or
+    Ctrl-C, stops training after a checkpoint and propagates (resume=True continues).
+
+    -> the result, the keys of `qkv train vision --json`: {"steps" (done, including
+    those before a resume), "interrupted" (stop_at), "seconds", "images_per_s",
+    "validation_accuracy" (per epoch), "best_epoch" (1-based), "test_accuracy" (of the
+    best epoch's weights; absent when interrupted), "num_parameters", "checkpoint", "out"}.
+    """
+    fn = "vision.train"
+    data = _path(data, fn, "data")
+    out = _path(out, fn, "out")
+    if positions not in ("learned", "sincos"):
+        raise ValueError(f"{fn}: positions must be 'learned' or 'sincos', got {positions!r}")
+    options = {
+        "data": data, "out_dir": out,
+        "epochs": _ranged(epochs, fn, "epochs", 1, 100_000),
+        "batch": _ranged(batch, fn, "batch", 1, 1 << 20),
+        "dim": _ranged(dim, fn, "dim", 1, 4096),
+        "layers": _ranged(layers, fn, "layers", 0, 64),
+        "heads": _ranged(heads, fn, "heads", 1, 256),
+        "mlp_dim": _ranged(mlp_dim, fn, "mlp_dim", 1, 16384),
+        "patch_size": _ranged(patch_size, fn, "patch_size", 1, 28),
+        "learned_positions": positions == "learned",
+        "seed": _ranged(seed, fn, "seed", 0, _SEED_LIMIT),
+        "train_limit": _ranged(train_limit, fn, "train_limit", 0, 1 << 40),
+        "resume": _bool(resume, fn, "resume"),
+        "stop_at": _ranged(stop_at, fn, "stop_at", 0, 1 << 40),
+        "checkpoint_every": _ranged(checkpoint_every, fn, "checkpoint_every", 0, 1 << 40),
+        "bf16": _bool(bf16, fn, "bf16"),
+    }
+    lr = _float(lr, fn, "lr")
+    if not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"{fn}: lr must be a finite number > 0, got {lr}")
+    label_smoothing = _float(label_smoothing, fn, "label_smoothing")
+    if not 0 <= label_smoothing < 1:
+        raise ValueError(f"{fn}: label_smoothing must be in [0, 1), got {label_smoothing}")
+    options.update(lr=lr, label_smoothing=label_smoothing)
+    if 28 % options["patch_size"]:
+        raise ValueError(f"{fn}: patch_size must divide 28 (the images' side), got {patch_size}")
+    if options["dim"] % options["heads"]:
+        raise ValueError(f"{fn}: heads = {heads} must divide dim = {dim}")
+    if positions == "sincos" and options["dim"] % 4:
+        raise ValueError(f"{fn}: positions='sincos' needs dim a multiple of 4, got {dim}")
+    if progress is not None and not callable(progress):
+        raise TypeError(f"{fn}: progress must be callable or None, got {_describe(progress)}")
+    options["command"] = (f"qkv.vision.train({data!r}, {out!r}, epochs={options['epochs']}, batch={options['batch']}, "
+                          f"lr={lr!r}, dim={options['dim']}, layers={options['layers']}, heads={options['heads']}, "
+                          f"mlp_dim={options['mlp_dim']}, patch_size={options['patch_size']}, "
+                          f"positions={positions!r}, seed={options['seed']})")
+    return json.loads(_qkv._vision_train(options, progress))
+
+
+class Classifier:
+    """A model directory of `qkv train vision` / train().
+
+    config: the architecture ({"image_size", "channels", "patch_size", "dim", "layers",
+    "heads", "mlp_dim", "classes", "learned_positions"}, the config of qkv's _vit_forward);
+    class_names: by label; report: training's record (epochs, accuracies, the command).
+    """
+
+    def __init__(self, directory):
+        self._c = _qkv._VisionClassifier(_path(directory, "Classifier", "directory"))
+        self.config = self._c.config
+        self.class_names = list(self._c.class_names)
+        self.report = self._c.report
+
+    def _predict(self, images, batch, fn):
+        pixels, one = _pixels(images, fn)
+        labels, scores, probs = self._c.classify(pixels, _ranged(batch, fn, "batch", 1, 65536))
+        return labels, scores, probs, one
+
+    def classify(self, images, batch=256):
+        """uint8 images (N, H, W) -> one dict per image, {"label", "class", "score" (its
+        probability)}, as `qkv classify --json` prints them; one image (H, W) -> one dict."""
+        labels, scores, _, one = self._predict(images, batch, "classify")
+        out = [{"label": int(k), "class": self.class_names[int(k)], "score": float(s)}
+               for k, s in zip(labels, scores)]
+        return out[0] if one else out
+
+    def predict(self, images, batch=256):
+        """The labels: int64 (N,), or an int for one image (H, W)."""
+        labels, _, _, one = self._predict(images, batch, "predict")
+        return int(labels[0]) if one else labels
+
+    def predict_proba(self, images, batch=256):
+        """The softmax of the logits: float32 (N, classes), or (classes,) for one image."""
+        _, _, probs, one = self._predict(images, batch, "predict_proba")
+        return probs[0] if one else probs
+
+    def rollout(self, images, index=None):
+        """The class token's attention rollout (Abnar & Zuidema 2020) over one image's
+        patches: float32 (grid, grid), grid = 28 / patch_size, summing to at most 1. images:
+        one image (H, W), or (N, H, W) with the index of the one to show."""
+        fn = "rollout"
+        pixels, one = _pixels(images, fn)
+        if index is None:
+            if not one and pixels.shape[0] != 1:
+                raise ValueError(f"{fn}: index is required for {pixels.shape[0]} images")
+            index = 0
+        return self._c.rollout(pixels, _ranged(index, fn, "index", 0, pixels.shape[0] - 1))
