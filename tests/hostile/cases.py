@@ -327,6 +327,39 @@ def make_fixtures(tmp, qkv):
     fx["rec_mf_users_short"] = _model_dir(tmp, "rec_mf_users_short", fx["rec_mf"], rec_files,
                                           config_json=edit_config(user_ids=[1, 2]))
     fx["pairs"] = w("pairs.csv", b"userId,movieId\n1,2\n20,15\n")
+    # Image classification (qkv train vision, qkv classify): a Fashion-MNIST-shaped
+    # directory of gzipped IDX files (5,010 training images, the last 5,000 validation;
+    # 10 test images), a tiny ViT trained on it in well under a second, damaged copies.
+    import gzip
+
+    def idx(dims, payload):
+        return struct.pack(">BBBB", 0, 0, 8, len(dims)) + b"".join(struct.pack(">I", d) for d in dims) + payload
+    fx["vit_data"] = os.path.join(tmp, "vit_data")
+    os.makedirs(fx["vit_data"])
+    for name, n in (("train", 5010), ("t10k", 10)):
+        pixels = bytes((i * 7 + i // 784) % 256 for i in range(n * 784))
+        labels = bytes(i % 10 for i in range(n))
+        with open(os.path.join(fx["vit_data"], f"{name}-images-idx3-ubyte.gz"), "wb") as f:
+            f.write(gzip.compress(idx((n, 28, 28), pixels), 1))
+        with open(os.path.join(fx["vit_data"], f"{name}-labels-idx1-ubyte.gz"), "wb") as f:
+            f.write(gzip.compress(idx((n,), labels), 1))
+    fx["vit_images"] = os.path.join(fx["vit_data"], "t10k-images-idx3-ubyte.gz")
+    fx["vit_labels"] = os.path.join(fx["vit_data"], "t10k-labels-idx1-ubyte.gz")
+    fx["vit"] = os.path.join(tmp, "vit")
+    subprocess.run([qkv, "train", "vision", "--data", fx["vit_data"], "--epochs", "1", "--dim", "8",
+                    "--layers", "1", "--heads", "2", "--mlp-dim", "8", "--patch-size", "7", "--quiet",
+                    "--out", fx["vit"]], check=True, stdout=subprocess.DEVNULL, env=env)
+    fx["vit_trunc_half"] = _model_dir(tmp, "vit_trunc_half", fx["vit"], ["config.json"])
+    _copy(os.path.join(fx["vit"], "model.safetensors"),
+          os.path.join(fx["vit_trunc_half"], "model.safetensors"),
+          truncate=os.path.getsize(os.path.join(fx["vit"], "model.safetensors")) // 2)
+    config = json.load(open(os.path.join(fx["vit"], "config.json")))
+    for name, change in (("heads3", {"heads": 3}), ("dim_huge", {"dim": 10**9}),
+                         ("patch5", {"patch_size": 5}), ("classes2", {"classes": 2}),
+                         ("no_names", {"class_names": None}), ("recommender", {"model_type": "qkv-recommender"})):
+        d = _model_dir(tmp, "vit_" + name, fx["vit"], ["model.safetensors"])
+        json.dump(dict(config, **change), open(os.path.join(d, "config.json"), "w"))
+        fx["vit_" + name] = d
     return fx
 
 
@@ -621,6 +654,35 @@ def _generated():
         cases.append(Case(f"recommend damaged {d}",
                           qkv("recommend", "--model", "{" + d + "}", "--user", "1"),
                           expect="failure"))
+    # classify: hostile images, labels, models and counts; the tiny ViT of the fixtures.
+    classify = qkv("classify", "--model", "{vit}", "--images", "{vit_images}")
+    cases.append(Case("classify ok", classify + ["--labels", "{vit_labels}"], expect="ok"))
+    for label, path in READ_PATHS.items():
+        cases.append(Case(f"classify --images {label}", _without(classify, "--images") + ["--images", path],
+                          expect="error"))
+        cases.append(Case(f"classify --labels {label}", classify + ["--labels", path], expect="error"))
+    cases.append(Case("classify --labels of other images", classify + ["--labels", "{vit_data}/train-labels-idx1-ubyte.gz"],
+                      expect="failure", stderr="5010 labels for 10 images"))
+    cases.append(Case("classify --images the labels", _without(classify, "--images") + ["--images", "{vit_labels}"],
+                      expect="failure", stderr="images need 3"))
+    cases += _value_cases("classify", _without(classify, "--model"), "--model", MODEL_PATHS, "error")
+    for d in ("vit_trunc_half", "vit_heads3", "vit_dim_huge", "vit_patch5", "vit_classes2", "vit_no_names",
+              "vit_recommender"):
+        cases.append(Case(f"classify damaged {d}", _without(classify, "--model") + ["--model", "{" + d + "}"],
+                          expect="failure"))
+    for option, lo, hi in (("--batch", 1, 65536), ("--list", 0, 2**31 - 1), ("--html-images", 1, 1000)):
+        cases += _value_cases("classify", classify, option, INT_TEXTS, _in_range(lo, hi))
+    cases += _value_cases("classify", classify, "--html", WRITE_PATHS, "error")
+    # train vision: --data names a Fashion-MNIST directory; anything else is refused.
+    vision = qkv("train", "vision", "--data", "{vit_data}", "--epochs", "1", "--dim", "8", "--layers", "1",
+                 "--heads", "2", "--mlp-dim", "8", "--patch-size", "7", "--quiet", "--out", "{tmp}/vit-{case}")
+    cases.append(Case("train vision ok", vision, expect="ok"))
+    for label, path in READ_PATHS.items():
+        cases.append(Case(f"train vision --data {label}", _without(vision, "--data") + ["--data", path],
+                          expect="error"))
+    cases += _value_cases("train vision", _without(vision, "--model"), "--model", TEXTS, "usage")
+    cases += _value_cases("train vision", _without(vision, "--patch-size"), "--patch-size", INT_TEXTS,
+                          lambda t: "usage" if _in_range(1, 28)(t) == "usage" or 28 % int(t) else "any")
     # train: a value that is valid here still runs one step only (--stop-at 1).
     train = qkv("train", "dates", "--batch", "2", "--eval-size", "2", "--steps", "2",
                 "--stop-at", "1", "--quiet", "--out", "{tmp}/out-{case}")

@@ -42,6 +42,7 @@ void print_summary(std::ostream& out, const vision::Classifier& c, const vision:
 }  // namespace
 
 int run_classify(const ClassifyOptions& o, std::ostream& out) {
+  if (!o.html.empty()) check_output_path("--html", o.html);  // before the work that fills it
   const vision::Classifier c = vision::Classifier::load(o.model);
   const models::VitConfig& cfg = c.config();
   vision::Images images = vision::read_images(o.images, cfg.image_size, cfg.image_size);
