@@ -40,6 +40,7 @@ void register_models(py::module_& m);  // bindings_models.cpp
 void register_train(py::module_& m);   // bindings_train.cpp
 void register_recommender(py::module_& m);  // bindings_recommender.cpp
 void register_vision(py::module_& m);  // bindings_vision.cpp
+void register_point(py::module_& m);   // bindings_point.cpp
 
 namespace {
 
@@ -350,4 +351,5 @@ PYBIND11_MODULE(_qkv, m) {
   register_train(m);
   register_recommender(m);
   register_vision(m);
+  register_point(m);
 }

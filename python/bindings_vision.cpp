@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "bindings_arrays.h"
 #include "bindings_training.h"
 #include "qkv/error.h"
 #include "qkv/vision.h"
@@ -43,13 +44,9 @@ namespace {
 using qkv_python::F32Array;
 using qkv_python::to_numpy;
 
-std::string type_name(const py::handle& h) { return py::str(py::type::handle_of(h).attr("__name__")); }
-
-std::string shape_string(const py::array& a) {
-  std::string s = "(";
-  for (py::ssize_t d = 0; d < a.ndim(); ++d) s += (d ? ", " : "") + std::to_string(a.shape(d));
-  return s + (a.ndim() == 1 ? ",)" : ")");
-}
+using qkv_python::shape_string;
+using qkv_python::type_name;
+using qkv_python::f32_tensor;
 
 // config dict -> VitConfig, checked (VitConfig::check names the field out of range).
 models::VitConfig vit_config(const py::dict& d) {
@@ -81,21 +78,6 @@ models::VitConfig vit_config(const py::dict& d) {
   }
   c.check();
   return c;
-}
-
-// An array argument that must be float32 with `ndim` dimensions (`layout` names them for
-// the message), as a contiguous tensor copy.
-qkv::Tensor f32_tensor(const py::handle& obj, const std::string& name, py::ssize_t ndim, const char* layout) {
-  QKV_CHECK_TYPE(py::isinstance<py::array>(obj),
-                 name << ": expected a numpy.ndarray of float32 " << layout << ", got " << type_name(obj));
-  const auto a = py::reinterpret_borrow<py::array>(obj);
-  // array_t's check: the dtype is equivalent to native float32 (not '>f4', not float64)
-  QKV_CHECK_TYPE(py::isinstance<py::array_t<float>>(a),
-                 name << ": expected dtype float32, got " << static_cast<std::string>(py::str(a.dtype())));
-  QKV_CHECK(a.ndim() == ndim, name << ": expected " << layout << ", got shape " << shape_string(a));
-  const F32Array c = F32Array::ensure(a);  // a C-contiguous float32 view or copy
-  const qkv::Shape shape(c.shape(), c.shape() + c.ndim());
-  return qkv::Tensor::from_vector(shape, std::span<const float>(c.data(), static_cast<std::size_t>(c.size())));
 }
 
 // name -> array into a model of config c: every parameter of c present, with its shape,
@@ -132,20 +114,14 @@ py::dict weights_dict(models::VitWeights& w) {
 // ---------------------------------------------------------------------------------------
 // The Fashion-MNIST task.
 
-using U8Array = py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>;
+using qkv_python::U8Array;
 using qkv_python::IdArray;
 
 std::string dtype_string(const py::array& a) { return py::str(a.dtype()); }
 
 // pixels, a uint8 (N, H, W) array -> Images (a copy, no labels).
 vision::Images images_from(const py::handle& obj, const std::string& name) {
-  QKV_CHECK_TYPE(py::isinstance<py::array>(obj),
-                 name << ": expected a numpy.ndarray of uint8 pixels (N, H, W), got " << type_name(obj));
-  const auto a = py::reinterpret_borrow<py::array>(obj);
-  QKV_CHECK_TYPE(py::isinstance<py::array_t<std::uint8_t>>(a),
-                 name << ": expected dtype uint8 (pixels 0..255, 0 = black), got " << dtype_string(a));
-  QKV_CHECK(a.ndim() == 3, name << ": expected (N, H, W), got shape " << shape_string(a));
-  const U8Array c = U8Array::ensure(a);  // a C-contiguous view or copy
+  const U8Array c = qkv_python::u8_pixels(obj, name, 3, "(N, H, W)");
   vision::Images im;
   im.count = c.shape(0);
   im.height = c.shape(1);

@@ -11,6 +11,7 @@
 #include "qkv/language_model.h"
 #include "qkv/memory.h"
 #include "qkv/nn.h"
+#include "qkv/point_transformer.h"
 #include "qkv/recommender.h"
 #include "qkv/rng.h"
 #include "qkv/safetensors.h"

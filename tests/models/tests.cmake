@@ -25,3 +25,4 @@ add_test(NAME models.use_lite COMMAND qkv_use_lite_tests)
 set_tests_properties(models.use_lite PROPERTIES FIXTURES_REQUIRED use_lite TIMEOUT 900
                      ENVIRONMENT "QKV_TEST_USE_DIR=${QKV_TEST_USE_DIR}/model;QKV_TEST_USE_REFERENCE=${QKV_TEST_USE_DIR}/reference.json")
 list(APPEND QKV_UNIT_TESTS models/test_vit.cpp)
+list(APPEND QKV_UNIT_TESTS models/test_point_transformer.cpp)
