@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The shipped Vision Transformer, models/fashion-vit: qkv classify on the 10,000 Fashion-MNIST
+# test images gives exactly the test accuracy its config.json records (the number its README
+# and BENCHMARKS.md quote), its --json lines agree with the text output, and the Python
+# Classifier gives the same labels.
+#   tests/cli/test_fashion_vit.sh PATH/TO/qkv FETCH_DATA_SH MODEL_DIR [PYTHONPATH]
+set -u
+QKV=${1:?usage: test_fashion_vit.sh PATH/TO/qkv FETCH_DATA_SH MODEL_DIR [PYTHONPATH]}
+FETCH=${2:?}
+MODEL=${3:?}
+PYPATH=${4:-}
+PYTHON=/usr/bin/python3
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$HERE/lib.sh"
+
+"$FETCH" fashion-mnist "$TMP/data" >/dev/null || { echo "fetch_data.sh fashion-mnist failed"; exit 1; }
+WANT=$("$PYTHON" -c "import json,sys; print('%.2f' % (100 * json.load(open(sys.argv[1]))['report']['test_accuracy']))" "$MODEL/config.json")
+run classify --model "$MODEL" --images "$TMP/data/t10k-images-idx3-ubyte.gz" --labels "$TMP/data/t10k-labels-idx1-ubyte.gz" --list 0
+expect_status 0 "classify the test set"
+expect_in out "^accuracy $WANT% " "the accuracy config.json records ($WANT%)"
+run classify --model "$MODEL" --images "$TMP/data/t10k-images-idx3-ubyte.gz" --labels "$TMP/data/t10k-labels-idx1-ubyte.gz" --json
+expect_status 0 "classify --json"
+"$PYTHON" - "$TMP/out" "$WANT" <<'PY' && pass || fail "--json: 10,000 lines whose accuracy is the recorded one"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert len(lines) == 10000
+acc = sum(l["label"] == l["truth"] for l in lines) / 100
+assert "%.2f" % acc == sys.argv[2], (acc, sys.argv[2])
+PY
+if [[ -n $PYPATH ]]; then
+  PYTHONPATH="$PYPATH" "$PYTHON" - "$MODEL" "$TMP/data" "$TMP/out" <<'PY' && pass || fail "qkv.vision.Classifier agrees with qkv classify"
+import json, sys
+import qkv.vision as v
+c = v.Classifier(sys.argv[1])
+images = v.read_images(sys.argv[2] + "/t10k-images-idx3-ubyte.gz")
+got = c.predict(images)
+want = [json.loads(l)["label"] for l in open(sys.argv[3])]
+assert list(got) == want
+PY
+fi
+echo "test_fashion_vit: $checks checks, $failures failures"
+[[ $failures -eq 0 ]]
