@@ -78,7 +78,7 @@ PY
   expect_status 0 "resume after SIGINT"
   expect_in out "\"steps\":$((at + 2))" "resume after SIGINT reaches its steps"
 
-  expect_usage_error "the tasks are 'dates', 'tokenizer', 'lm' and 'recommender'" train poems
+  expect_usage_error "the tasks are 'dates', 'tokenizer', 'lm', 'recommender' and 'vision'" train poems
   expect_usage_error "--steps" train dates --steps 0
   expect_usage_error "--batch" train dates --batch x
   expect_failure "no checkpoint" train dates --steps 3 --out "$TMP/empty" --resume
