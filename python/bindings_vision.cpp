@@ -19,7 +19,6 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -264,21 +263,6 @@ std::pair<std::string, vision::VisionTrainingOptions> training_options(const py:
   }
   QKV_CHECK(!data.empty(), "vision train: 'data', the Fashion-MNIST directory, is required");
   return {data, o};
-}
-
-// The result as `qkv train vision --json` prints it.
-std::string result_json(const vision::VisionTrainingResult& r, const std::string& out_dir) {
-  nlohmann::json j = {{"steps", r.steps},
-                      {"interrupted", r.interrupted},
-                      {"seconds", r.seconds},
-                      {"images_per_s", r.images_per_s},
-                      {"validation_accuracy", r.validation_accuracy},
-                      {"best_epoch", r.best_epoch},
-                      {"num_parameters", r.num_parameters},
-                      {"checkpoint", r.checkpoint},
-                      {"out", out_dir}};
-  if (!r.interrupted) j["test_accuracy"] = r.test_accuracy;
-  return j.dump();
 }
 
 vision::Augmentation augmentation(std::int64_t pad, bool flip) {
@@ -537,7 +521,7 @@ void register_vision(py::module_& m) {
           if (!relay.raised()) throw;  // else the loop stopped for the relay's exception
         }
         relay.rethrow();  // the callback's exception or KeyboardInterrupt (a checkpoint was written)
-        return result_json(r, o.out_dir);
+        return r.to_json();
       },
       py::arg("options"), py::arg("progress") = py::none(),
       "vision::train_vision on the Fashion-MNIST directory options['data'] -> the result as JSON "

@@ -127,6 +127,12 @@ struct VisionTrainingResult {
   double test_accuracy = 0.0;        // of the best epoch's weights (not when interrupted)
   std::int64_t num_parameters = 0;
   std::string checkpoint;
+  std::string out_dir;               // the options' out_dir
+
+  // One JSON object, `qkv train vision --json`'s and qkv.vision.train's: steps, interrupted,
+  // seconds, images_per_s, validation_accuracy, best_epoch, num_parameters, checkpoint, out,
+  // and test_accuracy unless interrupted.
+  std::string to_json() const;
 };
 
 // Trains (or resumes) and writes out_dir/{config.json, model.safetensors} with the weights

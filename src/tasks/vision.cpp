@@ -263,6 +263,20 @@ void copy_weights(models::VitWeights& from, models::VitWeights& to) {
 // ---------------------------------------------------------------------------------------
 // Training.
 
+std::string VisionTrainingResult::to_json() const {
+  nlohmann::json j = {{"steps", steps},
+                      {"interrupted", interrupted},
+                      {"seconds", seconds},
+                      {"images_per_s", images_per_s},
+                      {"validation_accuracy", validation_accuracy},
+                      {"best_epoch", best_epoch},
+                      {"num_parameters", num_parameters},
+                      {"checkpoint", checkpoint},
+                      {"out", out_dir}};
+  if (!interrupted) j["test_accuracy"] = test_accuracy;
+  return j.dump();
+}
+
 VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionMnist& data,
                                   const std::function<void(const VisionProgress&)>& on_progress,
                                   const std::atomic<bool>* stop) {
@@ -299,6 +313,7 @@ VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionM
   const std::int64_t total = per_epoch * o.epochs;
   VisionTrainingResult result;
   result.num_parameters = o.vit.num_parameters();
+  result.out_dir = o.out_dir;
   double best_accuracy = -1.0;
   std::int64_t start = 0;
   if (o.resume) {

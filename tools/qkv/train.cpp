@@ -447,17 +447,7 @@ int run_train_vision(const TrainOptions& o, std::ostream& out) {
   const vision::VisionTrainingResult r =
       with_interrupt([&] { return vision::train_vision(t, data, printer, &g_interrupted); });
   if (o.json) {
-    nlohmann::json j = {{"steps", r.steps},
-                        {"interrupted", r.interrupted},
-                        {"seconds", r.seconds},
-                        {"images_per_s", r.images_per_s},
-                        {"validation_accuracy", r.validation_accuracy},
-                        {"best_epoch", r.best_epoch},
-                        {"num_parameters", r.num_parameters},
-                        {"checkpoint", r.checkpoint},
-                        {"out", t.out_dir}};
-    if (!r.interrupted) j["test_accuracy"] = r.test_accuracy;
-    out << j.dump() << '\n';
+    out << r.to_json() << '\n';
     return r.interrupted ? 130 : 0;
   }
   if (r.interrupted) {
