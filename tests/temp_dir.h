@@ -23,6 +23,7 @@ struct TempDir {
   ~TempDir() { std::filesystem::remove_all(path); }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path / name).string(); }  // path/name
   // Writes `content` to path/name (binary) -> its path.
   std::filesystem::path write(const std::string& name, const std::string& content) const {
     std::ofstream(path / name, std::ios::binary) << content;

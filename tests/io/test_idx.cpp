@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "io/idx.h"
+#include "attention/expect_error.h"
+#include "temp_dir.h"
 #include "qkv/error.h"
 
 namespace fs = std::filesystem;
@@ -26,37 +28,9 @@ using qkv::io::read_idx_images;
 using qkv::io::read_idx_labels;
 using qkv::io::write_idx;
 
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-  } catch (const qkv::Error& e) {
-    const std::string message = e.what();
-    for (const std::string& part : parts)
-      EXPECT_NE(message.find(part), std::string::npos) << "message \"" << message << "\" lacks \"" << part << "\"";
-    return;
-  }
-  ADD_FAILURE() << "no qkv::Error thrown (expected one mentioning \"" << parts.front() << "\")";
-}
+using qkv::testing::expect_error_mentioning;
+using qkv::testing::TempDir;
 
-// A fresh directory per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("qkv_io_" + std::string(test->test_suite_name()) + "_" + test->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
@@ -138,35 +112,35 @@ TEST(Idx, MalformedHeaderNamesTheFile) {
     return dir.file(name);
   };
   const std::string path_empty = at("empty", "");
-  expect_error([&] { read_idx(path_empty); }, {"IDX file '" + path_empty + "'", "empty (0 bytes"});
+  expect_error_mentioning([&] { read_idx(path_empty); }, {"IDX file '" + path_empty + "'", "empty (0 bytes"});
   const std::string path_short = at("short", std::string("\x00\x00\x08", 3));
-  expect_error([&] { read_idx(path_short); }, {path_short, "truncated", "3 byte(s), fewer than the 4"});
+  expect_error_mentioning([&] { read_idx(path_short); }, {path_short, "truncated", "3 byte(s), fewer than the 4"});
   const std::string path_magic = at("magic.png", "\x89PNG\r\n\x1a\n-------");
-  expect_error([&] { read_idx(path_magic); }, {path_magic, "wrong magic number 89 50 4e 47", "not an IDX file"});
+  expect_error_mentioning([&] { read_idx(path_magic); }, {path_magic, "wrong magic number 89 50 4e 47", "not an IDX file"});
   const std::string path_float = at("float", header(0x0D, {2}) + std::string(8, '\0'));
-  expect_error([&] { read_idx(path_float); }, {path_float, "type 0x0d (float32) is not supported", "only 0x08"});
+  expect_error_mentioning([&] { read_idx(path_float); }, {path_float, "type 0x0d (float32) is not supported", "only 0x08"});
   const std::string path_type = at("type", header(0x42, {2}) + "ab");
-  expect_error([&] { read_idx(path_type); }, {path_type, "unknown IDX element type 0x42"});
+  expect_error_mentioning([&] { read_idx(path_type); }, {path_type, "unknown IDX element type 0x42"});
   const std::string path_nodims = at("nodims", header(0x08, {}));
-  expect_error([&] { read_idx(path_nodims); }, {path_nodims, "0 dimensions"});
+  expect_error_mentioning([&] { read_idx(path_nodims); }, {path_nodims, "0 dimensions"});
   const std::string path_header = at("header", header(0x08, {10, 28, 28}).substr(0, 10));
-  expect_error([&] { read_idx(path_header); }, {path_header, "truncated header: 3 dimensions need 16 bytes", "has 10"});
+  expect_error_mentioning([&] { read_idx(path_header); }, {path_header, "truncated header: 3 dimensions need 16 bytes", "has 10"});
   const std::string path_zero = at("zero", header(0x08, {10, 0, 28}));
-  expect_error([&] { read_idx(path_zero); }, {path_zero, "size 1 is 0"});
+  expect_error_mentioning([&] { read_idx(path_zero); }, {path_zero, "size 1 is 0"});
   // 255 sizes of 2^32-1 overflow any integer product; the check comes before multiplying.
   const std::string path_overflow = at("overflow", header(0x08, std::vector<std::uint32_t>(255, 0xFFFFFFFF)));
-  expect_error([&] { read_idx(path_overflow); }, {path_overflow, "hold more than the limit of 1.0 GiB"});
+  expect_error_mentioning([&] { read_idx(path_overflow); }, {path_overflow, "hold more than the limit of 1.0 GiB"});
   // 2^32-1 x 2^32-1 would wrap a 32-bit product to a small number.
   const std::string path_wrap = at("wrap", header(0x08, {0xFFFFFFFF, 0xFFFFFFFF}) + "x");
-  expect_error([&] { read_idx(path_wrap); }, {path_wrap, "4294967295 x 4294967295 hold more than"});
+  expect_error_mentioning([&] { read_idx(path_wrap); }, {path_wrap, "4294967295 x 4294967295 hold more than"});
   // Just over a limit: the limit is the product, not one size.
-  expect_error(
+  expect_error_mentioning(
       [] {
         parse_idx(header(0x08, {3, 4}) + std::string(12, 'x'), "limit", 11);
       },
       {"limit: sizes 3 x 4 hold more than the limit of 11 bytes"});
   EXPECT_EQ(parse_idx(header(0x08, {3, 4}) + std::string(12, 'x'), "limit", 12).data.size(), 12u);
-  expect_error([] { read_idx("/nonexistent/x-idx3-ubyte"); }, {"IDX file '/nonexistent/x-idx3-ubyte'", "cannot open"});
+  expect_error_mentioning([] { read_idx("/nonexistent/x-idx3-ubyte"); }, {"IDX file '/nonexistent/x-idx3-ubyte'", "cannot open"});
 }
 
 TEST(Idx, DataOfTheWrongLengthNamesTheFile) {
@@ -174,23 +148,23 @@ TEST(Idx, DataOfTheWrongLengthNamesTheFile) {
   const std::string bytes = idx_bytes(images(4, 5, 6));  // 16 + 120 bytes
   const std::string truncated = dir.file("truncated");
   write_file(truncated, bytes.substr(0, bytes.size() - 1));
-  expect_error([&] { read_idx(truncated); }, {truncated, "truncated: sizes 4 x 5 x 6 = 120 bytes", "has 119"});
+  expect_error_mentioning([&] { read_idx(truncated); }, {truncated, "truncated: sizes 4 x 5 x 6 = 120 bytes", "has 119"});
   const std::string trailing = dir.file("trailing");
   write_file(trailing, bytes + "zz");
-  expect_error([&] { read_idx(trailing); }, {trailing, "2 byte(s) after the data (sizes 4 x 5 x 6 = 120 bytes)"});
+  expect_error_mentioning([&] { read_idx(trailing); }, {trailing, "2 byte(s) after the data (sizes 4 x 5 x 6 = 120 bytes)"});
 
   const std::string gz_truncated = dir.file("truncated.gz");
   write_file(gz_truncated, gzip(bytes.substr(0, bytes.size() - 1)));
-  expect_error([&] { read_idx(gz_truncated); }, {gz_truncated, "truncated", "gzip data inflates to 119"});
+  expect_error_mentioning([&] { read_idx(gz_truncated); }, {gz_truncated, "truncated", "gzip data inflates to 119"});
   const std::string gz_trailing = dir.file("trailing.gz");
   write_file(gz_trailing, gzip(bytes + "zz"));
-  expect_error([&] { read_idx(gz_trailing); }, {gz_trailing, "gzip data holds 2 byte(s) after the data"});
+  expect_error_mentioning([&] { read_idx(gz_trailing); }, {gz_trailing, "gzip data holds 2 byte(s) after the data"});
   const std::string gz_header = dir.file("header.gz");
   write_file(gz_header, gzip(bytes.substr(0, 9)));
-  expect_error([&] { read_idx(gz_header); }, {gz_header, "truncated header", "inflates to 9"});
+  expect_error_mentioning([&] { read_idx(gz_header); }, {gz_header, "truncated header", "inflates to 9"});
   const std::string gz_empty = dir.file("empty.gz");
   write_file(gz_empty, gzip(""));
-  expect_error([&] { read_idx(gz_empty); }, {gz_empty, "inflates to 0 byte(s)"});
+  expect_error_mentioning([&] { read_idx(gz_empty); }, {gz_empty, "inflates to 0 byte(s)"});
 }
 
 TEST(Idx, CorruptOrTruncatedGzipNamesTheFile) {
@@ -201,26 +175,26 @@ TEST(Idx, CorruptOrTruncatedGzipNamesTheFile) {
   for (const std::size_t keep : {good.size() / 2, good.size() - 4, std::size_t{11}}) {
     const std::string path = dir.file("cut" + std::to_string(keep) + ".gz");
     write_file(path, good.substr(0, keep));
-    expect_error([&] { read_idx(path); }, {path, "ends before its end marker (truncated"});
+    expect_error_mentioning([&] { read_idx(path); }, {path, "ends before its end marker (truncated"});
   }
   // A flipped byte in the CRC-32: the data inflate, the check fails.
   std::string crc = good;
   crc[crc.size() - 6] ^= 0x5A;
   const std::string path_crc = dir.file("crc.gz");
   write_file(path_crc, crc);
-  expect_error([&] { read_idx(path_crc); }, {path_crc, "corrupt gzip data: incorrect data check"});
+  expect_error_mentioning([&] { read_idx(path_crc); }, {path_crc, "corrupt gzip data: incorrect data check"});
   // A bad deflate block type right after the 10-byte gzip header.
   std::string block = good;
   block[10] = static_cast<char>(0x07);  // BFINAL 1, BTYPE 11: reserved
   const std::string path_block = dir.file("block.gz");
   write_file(path_block, block);
-  expect_error([&] { read_idx(path_block); }, {path_block, "corrupt gzip data: invalid block type"});
+  expect_error_mentioning([&] { read_idx(path_block); }, {path_block, "corrupt gzip data: invalid block type"});
   // Bytes after the last member that are not another member.
   const std::string path_junk = dir.file("junk.gz");
   write_file(path_junk, good + "junk");
-  expect_error([&] { read_idx(path_junk); }, {path_junk, "corrupt gzip data after member 1"});
+  expect_error_mentioning([&] { read_idx(path_junk); }, {path_junk, "corrupt gzip data after member 1"});
   // The gzip magic alone.
-  expect_error([] { parse_idx("\x1f\x8b", "magic.gz"); }, {"magic.gz", "truncated"});
+  expect_error_mentioning([] { parse_idx("\x1f\x8b", "magic.gz"); }, {"magic.gz", "truncated"});
 }
 
 TEST(Idx, ImagesAndLabelsReaders) {
@@ -228,27 +202,27 @@ TEST(Idx, ImagesAndLabelsReaders) {
   const std::string imgs = dir.file("images");
   write_idx(imgs, images(2, 32, 30));
   EXPECT_EQ(read_idx_images(imgs).dims, (std::vector<std::int64_t>{2, 32, 30}));
-  expect_error([&] { read_idx_images(imgs, 28, 28); }, {imgs, "images are 32 x 30 (H x W), expected 28 x 28"});
-  expect_error([&] { read_idx_labels(imgs); },
+  expect_error_mentioning([&] { read_idx_images(imgs, 28, 28); }, {imgs, "images are 32 x 30 (H x W), expected 28 x 28"});
+  expect_error_mentioning([&] { read_idx_labels(imgs); },
                {imgs, "expected labels, 1 dimension (N); the file has 3", "an image file?"});
 
   const std::string labels = dir.file("labels");
   write_idx(labels, IdxArray{{5}, {0, 9, 2, 10, 1}});
-  expect_error([&] { read_idx_labels(labels); }, {labels, "label 3 (from 0) is 10, outside 0..9 (10 classes)"});
+  expect_error_mentioning([&] { read_idx_labels(labels); }, {labels, "label 3 (from 0) is 10, outside 0..9 (10 classes)"});
   EXPECT_EQ(read_idx_labels(labels, 11).data.size(), 5u);
-  expect_error([&] { read_idx_labels(labels, 0); }, {"classes must be in 1..256, got 0"});
-  expect_error([&] { read_idx_images(labels); },
+  expect_error_mentioning([&] { read_idx_labels(labels, 0); }, {"classes must be in 1..256, got 0"});
+  expect_error_mentioning([&] { read_idx_images(labels); },
                {labels, "expected images, 3 dimensions (N, H, W); the file has 1", "a label file?"});
   write_idx(labels, IdxArray{{3}, {0, 255, 1}});
   EXPECT_EQ(read_idx_labels(labels, 256).data[1], 255);
 }
 
 TEST(Idx, WriterRefusesWhatIdxCannotHold) {
-  expect_error([] { idx_bytes(IdxArray{{}, {}}); }, {"1 to 255 dimensions, got 0"});
-  expect_error([] { idx_bytes(IdxArray{{2, 0}, {}}); }, {"sizes must be in 1..2^32-1, got 2 x 0"});
-  expect_error([] { idx_bytes(IdxArray{{int64_t{1} << 32}, {}}); }, {"sizes must be in 1..2^32-1"});
-  expect_error([] { idx_bytes(IdxArray{{2, 3}, {1, 2}}); }, {"sizes 2 x 3 hold 6 bytes, data has 2"});
-  expect_error(
+  expect_error_mentioning([] { idx_bytes(IdxArray{{}, {}}); }, {"1 to 255 dimensions, got 0"});
+  expect_error_mentioning([] { idx_bytes(IdxArray{{2, 0}, {}}); }, {"sizes must be in 1..2^32-1, got 2 x 0"});
+  expect_error_mentioning([] { idx_bytes(IdxArray{{int64_t{1} << 32}, {}}); }, {"sizes must be in 1..2^32-1"});
+  expect_error_mentioning([] { idx_bytes(IdxArray{{2, 3}, {1, 2}}); }, {"sizes 2 x 3 hold 6 bytes, data has 2"});
+  expect_error_mentioning(
       [] {
         write_idx("/nonexistent/out-idx1-ubyte", IdxArray{{1}, {0}});
       },

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "io/image.h"
+#include "attention/expect_error.h"
+#include "temp_dir.h"
 #include "qkv/error.h"
 
 namespace fs = std::filesystem;
@@ -24,43 +26,16 @@ using qkv::io::parse_image;
 using qkv::io::read_image;
 using namespace std::string_literals;  // "\x00"s: literals that hold NUL bytes
 
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-  } catch (const qkv::Error& e) {
-    const std::string message = e.what();
-    for (const std::string& part : parts)
-      EXPECT_NE(message.find(part), std::string::npos) << "message \"" << message << "\" lacks \"" << part << "\"";
-    return;
-  }
-  ADD_FAILURE() << "no qkv::Error thrown (expected one mentioning \"" << parts.front() << "\")";
+using qkv::testing::expect_error_mentioning;
+using qkv::testing::TempDir;
+
+// Writes `bytes` to dir/name -> its path (checked written whole).
+std::string at(const TempDir& dir, const std::string& name, const std::string& bytes) {
+  const std::string path = dir.write(name, bytes).string();
+  EXPECT_EQ(fs::file_size(path), bytes.size()) << path;
+  return path;
 }
 
-// A fresh directory per test, removed afterwards; at() writes a file in it.
-class TempDir {
- public:
-  TempDir() {
-    const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("qkv_io_" + std::string(test->test_suite_name()) + "_" + test->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string at(const std::string& name, const std::string& bytes) const {
-    const std::string path = (path_ / name).string();
-    std::ofstream out(path, std::ios::binary);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    EXPECT_TRUE(out.good()) << path;
-    return path;
-  }
-
- private:
-  fs::path path_;
-};
 
 // A PNG written by libpng. `rows` are the packed rows as PNG stores them (16-bit samples
 // big-endian, sub-byte samples packed from the high bit).
@@ -118,7 +93,7 @@ TEST(Image, PngGrey8) {
   const auto pixels = pattern(28, 28);
   for (const bool interlaced : {false, true}) {
     const std::string path =
-        dir.at("grey.png", png_bytes({28, 28, PNG_COLOR_TYPE_GRAY, 8, interlaced, {}, grey_rows(pixels, 28, 28)}));
+        at(dir, "grey.png", png_bytes({28, 28, PNG_COLOR_TYPE_GRAY, 8, interlaced, {}, grey_rows(pixels, 28, 28)}));
     const GreyImage image = read_image(path, 28, 28);
     EXPECT_EQ(image.height, 28);
     EXPECT_EQ(image.width, 28);
@@ -182,11 +157,11 @@ TEST(Image, Pgm) {
   TempDir dir;
   // P5 with comments in the header; the one white-space byte after the maxval may be a
   // byte a pixel could be ('\n' = 10), and pixels may look like white space or '#'.
-  const std::string p5 = dir.at("a.pgm", "P5\n# made by hand\n3 2 # W H\n255\n\x0a#\x00\xff\x20\x09"s);
+  const std::string p5 = at(dir, "a.pgm", "P5\n# made by hand\n3 2 # W H\n255\n\x0a#\x00\xff\x20\x09"s);
   GreyImage image = read_image(p5, 2, 3);
   EXPECT_EQ(image.pixels, (std::vector<std::uint8_t>{10, '#', 0, 255, 32, 9}));
   // P2, comments between numbers too; maxval 15 scales to 0..255 (v * 17).
-  const std::string p2 = dir.at("b.pgm", "P2\n3 2\n15\n0 1 # first row\n15\n7\t14   2\n");
+  const std::string p2 = at(dir, "b.pgm", "P2\n3 2\n15\n0 1 # first row\n15\n7\t14   2\n");
   image = read_image(p2);
   EXPECT_EQ(image.height, 2);
   EXPECT_EQ(image.width, 3);
@@ -195,15 +170,15 @@ TEST(Image, Pgm) {
   EXPECT_EQ(parse_image("P2 2 1 100 50 1", "c").pixels, (std::vector<std::uint8_t>{128, 3}));
   // A 28 x 28 P5, as `qkv classify` will read.
   const auto pixels = pattern(28, 28);
-  const std::string big = dir.at("28.pgm", "P5 28 28 255\n" + std::string(pixels.begin(), pixels.end()));
+  const std::string big = at(dir, "28.pgm", "P5 28 28 255\n" + std::string(pixels.begin(), pixels.end()));
   EXPECT_EQ(read_image(big, 28, 28).pixels, pixels);
 }
 
 TEST(Image, MalformedPgmNamesTheFile) {
   TempDir dir;
   const auto check = [&](const std::string& name, const std::string& bytes, const std::string& what) {
-    const std::string path = dir.at(name, bytes);
-    expect_error([&] { read_image(path); }, {"image '" + path + "'", what});
+    const std::string path = at(dir, name, bytes);
+    expect_error_mentioning([&] { read_image(path); }, {"image '" + path + "'", what});
   };
   check("header.pgm", "P5 28", "truncated PGM: the file ends before the height");
   check("bare.pgm", "P5", "truncated PGM: the file ends before the width");
@@ -231,8 +206,8 @@ TEST(Image, MalformedPngNamesTheFile) {
   const auto pixels = pattern(28, 28);
   const std::string good = png_bytes({28, 28, PNG_COLOR_TYPE_GRAY, 8, false, {}, grey_rows(pixels, 28, 28)});
   const auto check = [&](const std::string& name, const std::string& bytes, const std::string& what) {
-    const std::string path = dir.at(name, bytes);
-    expect_error([&] { read_image(path); }, {"image '" + path + "'", what});
+    const std::string path = at(dir, name, bytes);
+    expect_error_mentioning([&] { read_image(path); }, {"image '" + path + "'", what});
   };
   // Cut in the IHDR, in the image data and before the IEND chunk.
   check("cut20.png", good.substr(0, 20), "corrupt or truncated PNG: the file ends inside the PNG (truncated)");
@@ -254,17 +229,17 @@ TEST(Image, MalformedPngNamesTheFile) {
   for (const int shift : {24, 16, 8, 0}) huge += static_cast<char>((crc >> shift) & 0xFF);
   check("huge.png", huge + good.substr(33), "the image is 5000 x 5000 (H x W), more than the limit of 16777216 pixels");
   // The right image at the wrong size.
-  const std::string path = dir.at("good.png", good);
-  expect_error([&] { read_image(path, 32, 32); },
+  const std::string path = at(dir, "good.png", good);
+  expect_error_mentioning([&] { read_image(path, 32, 32); },
                {"image '" + path + "'", "the image is 28 x 28 (H x W), expected 32 x 32"});
-  expect_error([&] { read_image(path, 0, 27); }, {path, "expected any x 27"});
+  expect_error_mentioning([&] { read_image(path, 0, 27); }, {path, "expected any x 27"});
 }
 
 TEST(Image, NotAnImageNamesTheFile) {
   TempDir dir;
   const auto check = [&](const std::string& name, const std::string& bytes, const std::string& what) {
-    const std::string path = dir.at(name, bytes);
-    expect_error([&] { read_image(path); }, {"image '" + path + "'", what});
+    const std::string path = at(dir, name, bytes);
+    expect_error_mentioning([&] { read_image(path); }, {"image '" + path + "'", what});
   };
   check("empty.png", "", "empty (0 bytes; expected a PNG or PGM image)");
   check("photo.jpg", "\xFF\xD8\xFF\xE0\x00\x10JFIF"s,
@@ -273,7 +248,7 @@ TEST(Image, NotAnImageNamesTheFile) {
         "a netpbm image of type P6 (PBM, PPM or PAM): only grey PGM (P5 or P2) and PNG are read");
   check("images.gz", "\x1f\x8b\x08\x00"s, "gzip data, an IDX file?");
   check("images-idx3-ubyte", std::string("\x00\x00\x08\x03\x00\x00\x00\x01", 8), "an IDX file?");
-  expect_error([] { read_image("/nonexistent/x.png"); }, {"image '/nonexistent/x.png'", "cannot open"});
+  expect_error_mentioning([] { read_image("/nonexistent/x.png"); }, {"image '/nonexistent/x.png'", "cannot open"});
 }
 
 }  // namespace

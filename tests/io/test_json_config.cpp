@@ -10,24 +10,14 @@
 #include <vector>
 
 #include "io/json_config.h"
+#include "attention/expect_error.h"
 #include "qkv/error.h"
 
 namespace {
 
 using qkv::JsonConfig;
 
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-  } catch (const qkv::Error& e) {
-    const std::string message = e.what();
-    for (const std::string& part : parts)
-      EXPECT_NE(message.find(part), std::string::npos)
-          << "message \"" << message << "\" lacks \"" << part << "\"";
-    return;
-  }
-  ADD_FAILURE() << "no qkv::Error thrown (expected one mentioning \"" << parts.front() << "\")";
-}
+using qkv::testing::expect_error_mentioning;
 
 const char* kBert = R"({
   "architectures": ["BertModel"],
@@ -71,28 +61,28 @@ TEST(JsonConfig, TypedAccess) {
 
 TEST(JsonConfig, Errors) {
   const JsonConfig c = JsonConfig::parse(kBert, "config.json");
-  expect_error([&] { c.get_int("num_layers"); }, {"config.json", "missing key 'num_layers'", "an integer"});
-  expect_error([&] { c.get_int("torch_dtype"); }, {"config.json", "missing key 'torch_dtype'"});
-  expect_error([&] { c.get_int("hidden_act"); }, {"config.json", "'hidden_act'", "must be an integer", "string \"gelu\""});
-  expect_error([&] { c.get_int("three"); }, {"'three'", "must be an integer", "number 3.0"});
-  expect_error([&] { c.get_int("layer_norm_eps", 1); }, {"'layer_norm_eps'", "must be an integer"});
-  expect_error([&] { c.get_int("huge"); }, {"'huge'", "18446744073709551615", "does not fit"});
-  expect_error([&] { c.get_double("hidden_act"); }, {"'hidden_act'", "must be a number"});
-  expect_error([&] { c.get_double("missing"); }, {"missing key 'missing'", "a number"});
-  expect_error([&] { c.get_string("hidden_size"); }, {"'hidden_size'", "must be a string", "number 768"});
-  expect_error([&] { c.get_string("architectures", "x"); }, {"'architectures'", "must be a string", "array"});
-  expect_error([&] { c.get_bool("pad_token_id"); }, {"'pad_token_id'", "must be a boolean", "number 0"});
-  expect_error([&] { c.get_bool("missing"); }, {"missing key 'missing'", "a boolean"});
-  expect_error([&] { c.get_object("hidden_size"); }, {"'hidden_size'", "must be an object"});
-  expect_error([&] { c.get_object("text_config").get_string("name"); },
+  expect_error_mentioning([&] { c.get_int("num_layers"); }, {"config.json", "missing key 'num_layers'", "an integer"});
+  expect_error_mentioning([&] { c.get_int("torch_dtype"); }, {"config.json", "missing key 'torch_dtype'"});
+  expect_error_mentioning([&] { c.get_int("hidden_act"); }, {"config.json", "'hidden_act'", "must be an integer", "string \"gelu\""});
+  expect_error_mentioning([&] { c.get_int("three"); }, {"'three'", "must be an integer", "number 3.0"});
+  expect_error_mentioning([&] { c.get_int("layer_norm_eps", 1); }, {"'layer_norm_eps'", "must be an integer"});
+  expect_error_mentioning([&] { c.get_int("huge"); }, {"'huge'", "18446744073709551615", "does not fit"});
+  expect_error_mentioning([&] { c.get_double("hidden_act"); }, {"'hidden_act'", "must be a number"});
+  expect_error_mentioning([&] { c.get_double("missing"); }, {"missing key 'missing'", "a number"});
+  expect_error_mentioning([&] { c.get_string("hidden_size"); }, {"'hidden_size'", "must be a string", "number 768"});
+  expect_error_mentioning([&] { c.get_string("architectures", "x"); }, {"'architectures'", "must be a string", "array"});
+  expect_error_mentioning([&] { c.get_bool("pad_token_id"); }, {"'pad_token_id'", "must be a boolean", "number 0"});
+  expect_error_mentioning([&] { c.get_bool("missing"); }, {"missing key 'missing'", "a boolean"});
+  expect_error_mentioning([&] { c.get_object("hidden_size"); }, {"'hidden_size'", "must be an object"});
+  expect_error_mentioning([&] { c.get_object("text_config").get_string("name"); },
                {"config.json: text_config", "'name'", "must be a string"});
 }
 
 TEST(JsonConfig, ParseAndLoadErrors) {
-  expect_error([] { JsonConfig::parse("{\"a\": ", "c.json"); }, {"c.json", "not valid JSON"});
-  expect_error([] { JsonConfig::parse("", "c.json"); }, {"c.json", "not valid JSON"});
-  expect_error([] { JsonConfig::parse("[1, 2]", "c.json"); }, {"c.json", "expected a JSON object", "array"});
-  expect_error([] { JsonConfig::parse("null", "c.json"); }, {"c.json", "expected a JSON object"});
+  expect_error_mentioning([] { JsonConfig::parse("{\"a\": ", "c.json"); }, {"c.json", "not valid JSON"});
+  expect_error_mentioning([] { JsonConfig::parse("", "c.json"); }, {"c.json", "not valid JSON"});
+  expect_error_mentioning([] { JsonConfig::parse("[1, 2]", "c.json"); }, {"c.json", "expected a JSON object", "array"});
+  expect_error_mentioning([] { JsonConfig::parse("null", "c.json"); }, {"c.json", "expected a JSON object"});
 
   const auto dir = std::filesystem::temp_directory_path() /
                    ("qkv_io_JsonConfig_" + std::to_string(::getpid()));
@@ -100,8 +90,8 @@ TEST(JsonConfig, ParseAndLoadErrors) {
   const std::string path = (dir / "config.json").string();
   std::ofstream(path) << "{\"hidden_size\": 64}";
   EXPECT_EQ(JsonConfig::load(path).get_int("hidden_size"), 64);
-  expect_error([&] { JsonConfig::load(path).get_int("heads"); }, {path, "missing key 'heads'"});
-  expect_error([&] { JsonConfig::load((dir / "absent.json").string()); }, {"absent.json", "cannot open"});
+  expect_error_mentioning([&] { JsonConfig::load(path).get_int("heads"); }, {path, "missing key 'heads'"});
+  expect_error_mentioning([&] { JsonConfig::load((dir / "absent.json").string()); }, {"absent.json", "cannot open"});
   std::filesystem::remove_all(dir);
 }
 
@@ -112,18 +102,18 @@ TEST(JsonConfig, LoadRefusesWhatIsNotAConfigFile) {
                    ("qkv_io_JsonConfig_files_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir / "a_directory");
-  expect_error([&] { JsonConfig::load((dir / "a_directory").string()); },
+  expect_error_mentioning([&] { JsonConfig::load((dir / "a_directory").string()); },
                {"a_directory", "not a regular file (a directory)"});
-  expect_error([] { JsonConfig::load("/dev/zero"); },
+  expect_error_mentioning([] { JsonConfig::load("/dev/zero"); },
                {"/dev/zero", "not a regular file (a character device)"});
   const std::string empty = (dir / "empty.json").string();
   std::ofstream(empty).close();
-  expect_error([&] { JsonConfig::load(empty); }, {"empty.json", "the file is empty"});
+  expect_error_mentioning([&] { JsonConfig::load(empty); }, {"empty.json", "the file is empty"});
   // A sparse file of 16 MiB + 1 byte: over the limit, and no disk space taken.
   const std::string big = (dir / "big.json").string();
   std::ofstream(big).close();
   std::filesystem::resize_file(big, (std::uint64_t{16} << 20) + 1);
-  expect_error([&] { JsonConfig::load(big); },
+  expect_error_mentioning([&] { JsonConfig::load(big); },
                {"big.json", "16.0 MiB (16777217 bytes), over the limit of 16.0 MiB"});
   std::filesystem::remove_all(dir);
 }

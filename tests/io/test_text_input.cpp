@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "io/text_input.h"
+#include "attention/expect_error.h"
 #include "qkv/error.h"
 
 namespace {
@@ -19,18 +20,7 @@ namespace fs = std::filesystem;
 using qkv::io::LineReader;
 using qkv::io::LineReaderOptions;
 
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-  } catch (const qkv::Error& e) {
-    const std::string message = e.what();
-    for (const std::string& part : parts)
-      EXPECT_NE(message.find(part), std::string::npos)
-          << "message \"" << message << "\" lacks \"" << part << "\"";
-    return;
-  }
-  ADD_FAILURE() << "no qkv::Error thrown (expected one mentioning \"" << parts.front() << "\")";
-}
+using qkv::testing::expect_error_mentioning;
 
 class TextInput : public ::testing::Test {
  protected:
@@ -82,7 +72,7 @@ TEST_F(TextInput, ManyLinesAcrossChunks) {
 // Line numbers count lines, whatever the bytes of the lines before hold.
 TEST_F(TextInput, LineNumbersCountLinesAfterNonAscii) {
   const std::string path = write("u.txt", "二〇二六年十一月二十一日\nSaturday, 21 Nov\nx\xff y\n");
-  expect_error([&] { lines(path); }, {"--file '" + path + "' line 3: ", "not UTF-8",
+  expect_error_mentioning([&] { lines(path); }, {"--file '" + path + "' line 3: ", "not UTF-8",
                                       "byte 0xff at character 2"});
   LineReader reader(path, "--file");
   std::string line;
@@ -93,16 +83,16 @@ TEST_F(TextInput, LineNumbersCountLinesAfterNonAscii) {
 
 TEST_F(TextInput, RefusesWhatIsNotText) {
   const std::string missing = (dir_ / "missing.txt").string();
-  expect_error([&] { lines(missing); }, {"--file '" + missing + "'", "cannot open"});
-  expect_error([&] { lines(dir_.string()); }, {dir_.string(), "is a directory"});
+  expect_error_mentioning([&] { lines(missing); }, {"--file '" + missing + "'", "cannot open"});
+  expect_error_mentioning([&] { lines(dir_.string()); }, {dir_.string(), "is a directory"});
   const std::string empty = write("empty.txt", "");
-  expect_error([&] { lines(empty); }, {empty, "is empty"});
+  expect_error_mentioning([&] { lines(empty); }, {empty, "is empty"});
   LineReaderOptions allow;
   allow.allow_empty = true;
   EXPECT_TRUE(lines(empty, allow).empty());
   const std::string nul = write("nul.bin", std::string("ok\nab\0cd\n", 9));
-  expect_error([&] { lines(nul); }, {nul + "' line 2: binary data (a NUL byte)"});
-  expect_error([&] { lines(""); }, {"the path is empty"});
+  expect_error_mentioning([&] { lines(nul); }, {nul + "' line 2: binary data (a NUL byte)"});
+  expect_error_mentioning([&] { lines(""); }, {"the path is empty"});
 }
 
 TEST_F(TextInput, LineLengthLimit) {
@@ -110,34 +100,34 @@ TEST_F(TextInput, LineLengthLimit) {
   o.max_line_bytes = 8;
   EXPECT_EQ(lines(write("ok.txt", "12345678\r\n12345678"), o),
             (std::vector<std::string>{"12345678", "12345678"}));
-  expect_error([&] { lines(write("long.txt", "short\n123456789\n"), o); },
+  expect_error_mentioning([&] { lines(write("long.txt", "short\n123456789\n"), o); },
                {"line 2: longer than the limit of 8 bytes"});
-  expect_error([&] { lines(write("last.txt", "short\n123456789"), o); },
+  expect_error_mentioning([&] { lines(write("last.txt", "short\n123456789"), o); },
                {"line 2: longer than the limit of 8 bytes"});
   // An endless line stops at the limit, not at the end of memory.
   o.max_line_bytes = 1000;
   std::string many_a(200000, 'a');
-  expect_error([&] { lines(write("aaa.txt", many_a), o); }, {"line 1: longer than the limit"});
+  expect_error_mentioning([&] { lines(write("aaa.txt", many_a), o); }, {"line 1: longer than the limit"});
 }
 
 TEST_F(TextInput, TotalLimitCheckedBeforeReading) {
   LineReaderOptions o;
   o.max_total_bytes = 10;
   const std::string big = write("big.txt", "0123456789\n");
-  expect_error([&] { LineReader r(big, "merges", o); },
+  expect_error_mentioning([&] { LineReader r(big, "merges", o); },
                {"merges '" + big + "': is 11 bytes, more than the limit of 10 bytes"});
   EXPECT_EQ(lines(write("fits.txt", "012345678\n"), o), (std::vector<std::string>{"012345678"}));
 }
 
 TEST_F(TextInput, EndlessDevicesEndWithAnError) {
   if (!fs::exists("/dev/zero")) GTEST_SKIP() << "no /dev/zero";
-  expect_error([&] { lines("/dev/zero"); }, {"'/dev/zero' line 1: binary data"});
+  expect_error_mentioning([&] { lines("/dev/zero"); }, {"'/dev/zero' line 1: binary data"});
 }
 
 TEST_F(TextInput, FifoWithoutWriterReadsAsEmpty) {
   const std::string fifo = (dir_ / "fifo").string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  expect_error([&] { lines(fifo); }, {fifo, "is empty"});
+  expect_error_mentioning([&] { lines(fifo); }, {fifo, "is empty"});
 }
 
 TEST(TextInputBytes, Text) {

@@ -35,8 +35,6 @@ vision::Images synthetic(std::int64_t n, std::int64_t h = 28, std::int64_t w = 2
   return im;
 }
 
-std::string at(const qkv::testing::TempDir& dir, const std::string& name) { return (dir.path / name).string(); }
-
 float normalised(int p) { return (static_cast<float>(p) / 255.0f - vision::kPixelMean) / vision::kPixelStd; }
 
 }  // namespace
@@ -112,35 +110,35 @@ TEST(Vision, ReadsIdxPgmAndRefusesOtherSizes) {
   qkv::io::IdxArray a;
   a.dims = {2, 28, 28};
   a.data.assign(2 * 28 * 28, 7);
-  qkv::io::write_idx(at(dir, "im.idx"), a);
-  const vision::Images im = vision::read_images(at(dir, "im.idx"));
+  qkv::io::write_idx(dir.file("im.idx"), a);
+  const vision::Images im = vision::read_images(dir.file("im.idx"));
   EXPECT_EQ(im.count, 2);
   qkv::io::IdxArray l;
   l.dims = {2};
   l.data = {3, 9};
-  qkv::io::write_idx(at(dir, "l.idx"), l);
+  qkv::io::write_idx(dir.file("l.idx"), l);
   vision::Images labelled = im;
-  vision::read_labels(at(dir, "l.idx"), labelled);
+  vision::read_labels(dir.file("l.idx"), labelled);
   EXPECT_EQ(labelled.labels, (std::vector<std::int64_t>{3, 9}));
   l.dims = {3};
   l.data = {1, 2, 3};
-  qkv::io::write_idx(at(dir, "l3.idx"), l);
-  expect_error([&] { vision::read_labels(at(dir, "l3.idx"), labelled); }, "3 labels for 2 images");
+  qkv::io::write_idx(dir.file("l3.idx"), l);
+  expect_error([&] { vision::read_labels(dir.file("l3.idx"), labelled); }, "3 labels for 2 images");
   {
-    std::ofstream f(at(dir, "small.pgm"), std::ios::binary);
+    std::ofstream f(dir.file("small.pgm"), std::ios::binary);
     f << "P5\n3 2\n255\n" << std::string(6, '\x10');
   }
-  expect_error([&] { vision::read_images(at(dir, "small.pgm")); }, "images are 2x3, the model takes 28x28");
-  EXPECT_EQ(vision::read_images(at(dir, "small.pgm"), 2, 3).pixels, std::vector<std::uint8_t>(6, 0x10));
+  expect_error([&] { vision::read_images(dir.file("small.pgm")); }, "images are 2x3, the model takes 28x28");
+  EXPECT_EQ(vision::read_images(dir.file("small.pgm"), 2, 3).pixels, std::vector<std::uint8_t>(6, 0x10));
   a.dims = {2, 784};
   a.data.assign(2 * 784, 1);
-  qkv::io::write_idx(at(dir, "flat.idx"), a);
-  expect_error([&] { vision::read_images(at(dir, "flat.idx")); }, "images need 3 (N, H, W)");
+  qkv::io::write_idx(dir.file("flat.idx"), a);
+  expect_error([&] { vision::read_images(dir.file("flat.idx")); }, "images need 3 (N, H, W)");
   {
-    std::ofstream f(at(dir, "text.txt"));
+    std::ofstream f(dir.file("text.txt"));
     f << "hello";
   }
-  expect_error([&] { vision::read_images(at(dir, "text.txt")); }, "text.txt");
+  expect_error([&] { vision::read_images(dir.file("text.txt")); }, "text.txt");
 }
 
 namespace {
@@ -190,31 +188,31 @@ vision::VisionTrainingOptions tiny_options(const std::string& out) {
 TEST(Vision, TrainingLearnsAndResumesBitForBit) {
   qkv::testing::TempDir dir;
   const vision::FashionMnist data = tiny_data();
-  const vision::VisionTrainingResult whole = vision::train_vision(tiny_options(at(dir, "a")), data, nullptr);
+  const vision::VisionTrainingResult whole = vision::train_vision(tiny_options(dir.file("a")), data, nullptr);
   ASSERT_EQ(whole.validation_accuracy.size(), 12u);
   EXPECT_GT(whole.test_accuracy, 0.9) << "a band per class is easy";
   EXPECT_GE(whole.best_epoch, 1);
 
   // Stopped at step 11 (inside epoch 2), then resumed: the same weights and accuracies.
-  vision::VisionTrainingOptions o = tiny_options(at(dir, "b"));
+  vision::VisionTrainingOptions o = tiny_options(dir.file("b"));
   o.stop_at = 11;
   const vision::VisionTrainingResult first = vision::train_vision(o, data, nullptr);
   EXPECT_TRUE(first.interrupted);
   EXPECT_EQ(first.steps, 11);
-  EXPECT_FALSE(std::filesystem::exists(at(dir, "b") + "/model.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("b") + "/model.safetensors"));
   o.stop_at = 0;
   o.resume = true;
   const vision::VisionTrainingResult rest = vision::train_vision(o, data, nullptr);
   EXPECT_EQ(rest.steps, whole.steps);
   EXPECT_EQ(rest.validation_accuracy, whole.validation_accuracy);
   EXPECT_EQ(rest.test_accuracy, whole.test_accuracy);
-  const qkv::SafeTensors wa = qkv::SafeTensors::open(at(dir, "a") + "/model.safetensors");
-  const qkv::SafeTensors wb = qkv::SafeTensors::open(at(dir, "b") + "/model.safetensors");
+  const qkv::SafeTensors wa = qkv::SafeTensors::open(dir.file("a") + "/model.safetensors");
+  const qkv::SafeTensors wb = qkv::SafeTensors::open(dir.file("b") + "/model.safetensors");
   ASSERT_EQ(wa.names(), wb.names());
   for (const std::string& name : wa.names()) EXPECT_EQ(wa.get(name).to_vector(), wb.get(name).to_vector()) << name;
 
   // A changed architecture cannot resume.
-  vision::VisionTrainingOptions other = tiny_options(at(dir, "b"));
+  vision::VisionTrainingOptions other = tiny_options(dir.file("b"));
   other.resume = true;
   other.vit.dim = 8;
   expect_error([&] { vision::train_vision(other, data, nullptr); }, "different model configuration");
@@ -223,11 +221,11 @@ TEST(Vision, TrainingLearnsAndResumesBitForBit) {
 TEST(Vision, ClassifierLoadsWhatTrainingWrote) {
   qkv::testing::TempDir dir;
   const vision::FashionMnist data = tiny_data();
-  vision::VisionTrainingOptions o = tiny_options(at(dir, "m"));
+  vision::VisionTrainingOptions o = tiny_options(dir.file("m"));
   o.epochs = 2;
   o.bf16 = true;
   const vision::VisionTrainingResult r = vision::train_vision(o, data, nullptr);
-  const vision::Classifier c = vision::Classifier::load(at(dir, "m"));
+  const vision::Classifier c = vision::Classifier::load(dir.file("m"));
   const std::vector<vision::Prediction> p = c.classify(data.test, 7);  // batches of 7: a short last one
   ASSERT_EQ(p.size(), 60u);
   const vision::Evaluation e = vision::evaluate(p, data.test.labels, 10);
@@ -247,12 +245,12 @@ TEST(Vision, ClassifierLoadsWhatTrainingWrote) {
   expect_error([&] { c.classify(vision::Images{1, 28, 28, std::vector<std::uint8_t>(784), {}}); }, "takes 12x12");
 
   // Another kind of model directory, and a damaged one.
-  std::filesystem::create_directories(at(dir, "other"));
+  std::filesystem::create_directories(dir.file("other"));
   {
-    std::ofstream f(at(dir, "other") + "/config.json");
+    std::ofstream f(dir.file("other") + "/config.json");
     f << R"({"model_type": "qkv-recommender"})";
   }
-  expect_error([&] { vision::Classifier::load(at(dir, "other")); }, "not a qkv image classifier");
-  std::filesystem::remove(at(dir, "m") + "/model.safetensors");
-  expect_error([&] { vision::Classifier::load(at(dir, "m")); }, "model.safetensors");
+  expect_error([&] { vision::Classifier::load(dir.file("other")); }, "not a qkv image classifier");
+  std::filesystem::remove(dir.file("m") + "/model.safetensors");
+  expect_error([&] { vision::Classifier::load(dir.file("m")); }, "model.safetensors");
 }
