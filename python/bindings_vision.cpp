@@ -161,6 +161,19 @@ py::dict images_dict(const vision::Images& im) {
   return d;
 }
 
+py::dict point_config_dict(const models::PointTransformerConfig& c) {
+  py::dict d;
+  d["points"] = c.points;
+  d["neighbors"] = c.neighbors;
+  d["dim"] = c.dim;
+  d["blocks"] = c.blocks;
+  d["pos_mlp_hidden"] = c.pos_mlp_hidden;
+  d["attn_mlp_hidden_mult"] = c.attn_mlp_hidden_mult;
+  d["head_hidden"] = c.head_hidden;
+  d["classes"] = c.classes;
+  return d;
+}
+
 py::dict config_dict(const models::VitConfig& c) {
   py::dict d;
   d["image_size"] = c.image_size;
@@ -231,6 +244,11 @@ std::pair<std::string, vision::VisionTrainingOptions> training_options(const py:
   vision::VisionTrainingOptions o;
   std::string data;
   models::VitConfig& c = o.vit;
+  models::PointTransformerConfig& pc = o.point;
+  // "model" first: dim and layers are the chosen model's.
+  if (d.contains("model") && !d["model"].is_none()) o.model = str_option(d["model"], "vision train: model");
+  QKV_CHECK(o.model == "vit" || o.model == "point", "vision train: model must be 'vit' or 'point', got '" << o.model << "'");
+  const bool vit = o.model == "vit";
   for (const auto& [key, value] : d) {
     QKV_CHECK_TYPE(py::isinstance<py::str>(key), "vision train: option names must be str, got " << type_name(key));
     const std::string k = key.cast<std::string>();
@@ -249,17 +267,20 @@ std::pair<std::string, vision::VisionTrainingOptions> training_options(const py:
     else if (k == "stop_at") o.stop_at = int_option(value, what, 0, kMaxSteps);
     else if (k == "checkpoint_every") o.checkpoint_every = int_option(value, what, 0, kMaxSteps);
     else if (k == "bf16") o.bf16 = bool_option(value, what);
-    else if (k == "dim") c.dim = int_option(value, what, 1, 4096);
-    else if (k == "layers") c.layers = int_option(value, what, 0, 64);
+    else if (k == "model") continue;
+    else if (k == "dim") (vit ? c.dim : pc.dim) = int_option(value, what, 1, 4096);
+    else if (k == "layers") (vit ? c.layers : pc.blocks) = int_option(value, what, 0, 64);
+    else if (k == "points") pc.points = int_option(value, what, 1, 4096);
+    else if (k == "neighbors") pc.neighbors = int_option(value, what, 1, 4096);
     else if (k == "heads") c.heads = int_option(value, what, 1, 256);
     else if (k == "mlp_dim") c.mlp_dim = int_option(value, what, 1, 16384);
     else if (k == "patch_size") c.patch_size = int_option(value, what, 1, 28);
     else if (k == "learned_positions") c.learned_positions = bool_option(value, what);
     else
       throw qkv::Error("vision train: unknown option '" + k +
-                       "'; expected data, out_dir, command, epochs, batch, lr, label_smoothing, seed, train_limit, "
-                       "resume, stop_at, checkpoint_every, bf16, dim, layers, heads, mlp_dim, patch_size, "
-                       "learned_positions");
+                       "'; expected data, out_dir, command, model, epochs, batch, lr, label_smoothing, seed, "
+                       "train_limit, resume, stop_at, checkpoint_every, bf16, dim, layers, heads, mlp_dim, "
+                       "patch_size, learned_positions, points, neighbors");
   }
   QKV_CHECK(!data.empty(), "vision train: 'data', the Fashion-MNIST directory, is required");
   return {data, o};
@@ -405,6 +426,8 @@ void register_vision(py::module_& m) {
       [] {
         const vision::VisionTrainingOptions o;
         py::dict d = config_dict(o.vit);
+        d["model"] = o.model;
+        d["point"] = point_config_dict(o.point);
         d["epochs"] = o.epochs;
         d["batch"] = o.batch;
         d["lr"] = o.peak_lr;
@@ -533,7 +556,12 @@ void register_vision(py::module_& m) {
              return vision::Classifier::load(dir);
            }),
            py::arg("dir"))
-      .def_property_readonly("config", [](const vision::Classifier& c) { return config_dict(c.config()); })
+      .def_property_readonly("model", &vision::Classifier::model)
+      .def_property_readonly("config",
+                             [](const vision::Classifier& c) {
+                               return c.model() == "vit" ? config_dict(c.network().vit)
+                                                         : point_config_dict(c.network().point);
+                             })
       .def_property_readonly("class_names", &vision::Classifier::class_names)
       .def_property_readonly("report",
                              [](const vision::Classifier& c) {
@@ -548,7 +576,7 @@ void register_vision(py::module_& m) {
               py::gil_scoped_release release;
               p = c.classify(im, batch);
             }
-            const py::ssize_t N = static_cast<py::ssize_t>(p.size()), K = c.config().classes;
+            const py::ssize_t N = static_cast<py::ssize_t>(p.size()), K = c.classes();
             py::array_t<std::int64_t> labels(N);
             py::array_t<float> scores(N), probs({N, K});
             for (py::ssize_t i = 0; i < N; ++i) {
@@ -570,9 +598,29 @@ void register_vision(py::module_& m) {
               py::gil_scoped_release release;
               r = c.rollout(im, i);
             }
-            const py::ssize_t g = c.config().grid();
+            const py::ssize_t g = c.network().vit.grid();
             return array_of(r, {g, g});
           },
           py::arg("images"), py::arg("i"),
-          "Image i's attention rollout over its patches, float32 (grid, grid), row-major as the patches.");
+          "Image i's attention rollout over its patches, float32 (grid, grid), row-major as the patches.")
+      .def(
+          "point_view",
+          [](const vision::Classifier& c, const py::handle& pixels, std::int64_t i) {
+            const vision::Images im = images_from(pixels, "point_view: images");
+            vision::Classifier::PointView v;
+            {
+              py::gil_scoped_release release;
+              v = c.point_view(im, i);
+            }
+            const py::ssize_t N = static_cast<py::ssize_t>(v.points.size() / 3), K = v.neighbors;
+            py::dict d;
+            d["points"] = array_of(v.points, {N, 3});
+            d["neighbors"] = array_of(v.neighbor, {N, K});
+            d["weights"] = array_of(v.weight, {N, K});
+            d["received"] = array_of(v.received, {N});
+            return d;
+          },
+          py::arg("images"), py::arg("i"),
+          "The point model's view of image i: points (N, 3), its last block's neighbours (N, K) and their "
+          "channel-mean attention weights (N, K), and the weight each point receives / N (N,).");
 }

@@ -7,9 +7,13 @@
 // the first 55,000 training images; validation, which picks the epoch kept, the last 5,000;
 // the test set is scored only after training, for the report.
 //
-// Model directory: config.json ("model_type": "qkv-vision", the architecture, the pixel
-// normalisation, the class names, the training report) and model.safetensors (the
-// weights, f32 or bf16).
+// Two architectures read the images (VisionNetwork): a Vision Transformer over 4×4 patches
+// (qkv/vit.h) and a Point Transformer over points sampled from the inked pixels
+// (qkv/point_transformer.h).
+//
+// Model directory: config.json ("model_type": "qkv-vision", "model": "vit" or "point", the
+// architecture, the pixel normalisation, the class names, the training report) and
+// model.safetensors (the weights, f32 or bf16).
 #pragma once
 
 #include <array>
@@ -20,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/point_transformer.h"
 #include "qkv/tensor.h"
 #include "qkv/vit.h"
 
@@ -70,6 +75,11 @@ struct Augmentation {
 Tensor to_input(const Images& images, std::span<const std::int64_t> indices,
                 const Augmentation* augment = nullptr, std::uint64_t seed = 0);
 
+// images [indices] -> (B, H, W) pixels, cropped and flipped as `augment` and `seed` say (the
+// same draws as to_input), or copied when `augment` is null.
+std::vector<std::uint8_t> augmented_pixels(const Images& images, std::span<const std::int64_t> indices,
+                                           const Augmentation* augment = nullptr, std::uint64_t seed = 0);
+
 // Training batch `step` of `epoch`: the epoch's order is a Fisher–Yates shuffle seeded
 // by (seed, epoch); the batch is its rows [step·B, step·B + B) (the last one shorter),
 // augmented with a seed of (seed, epoch, step). A pure function of its arguments, so a torch
@@ -78,14 +88,59 @@ struct Batch {
   Tensor images;                     // (B, 1, H, W)
   std::vector<std::int64_t> labels;  // (B)
   std::vector<std::int64_t> indices; // (B) into the training images
+  std::uint64_t seed = 0;            // the augmentation's (and the point sampling's) seed
 };
 Batch training_batch(const Images& train, std::uint64_t seed, std::int64_t epoch, std::int64_t step,
                      std::int64_t batch, const Augmentation& augment);
 std::int64_t steps_per_epoch(std::int64_t images, std::int64_t batch);
 
+// The network of a vision model: "vit", a Vision Transformer over the image's patches, or
+// "point", a Point Transformer over points sampled from its inked pixels. One interface
+// for the training loop and the classifier.
+//
+// The point model's input: a training image's points are drawn afresh each time it is seen
+// (models::image_to_points with the batch's seed and counter = its position in the batch),
+// after the pixel augmentation; at inference every image is sampled with seed 0 and counter
+// 0, so a prediction depends on the image alone.
+struct VisionNetwork {
+  std::string model = "vit";                // "vit" or "point"
+  models::VitConfig vit;                    // when "vit"
+  models::PointTransformerConfig point;     // when "point"
+  std::int64_t point_image_size = 28;       // when "point": the side of the images it takes
+  models::VitWeights vit_weights;
+  models::PointTransformerWeights point_weights;
+
+  struct Record {
+    models::VitWeights::Record vit;
+    models::PointTransformerWeights::Record point;
+  };
+
+  // Throws qkv::Error naming the field out of range or an unknown model.
+  void check() const;
+  std::int64_t image_size() const;
+  std::int64_t classes() const;
+  std::int64_t num_parameters() const;
+
+  // Fresh weights of `model` with the given configuration (the other one is ignored).
+  static VisionNetwork initialized(const VisionNetwork& shape, std::uint64_t seed);
+  VisionNetwork zeros_like() const;
+
+  // images [indices] -> the network's input: (B, 1, H, W) normalised pixels for the ViT,
+  // (B, N, 3) points for the point model. augment/seed as for to_input; without augment
+  // this is the inference input.
+  Tensor input(const Images& images, std::span<const std::int64_t> indices, const Augmentation* augment = nullptr,
+               std::uint64_t seed = 0) const;
+  // input -> logits (B, classes).
+  Tensor forward(const Tensor& input, Record* record = nullptr) const;
+  // dlogits (B, classes) -> adds ∂/∂θ into grads (of zeros_like's shape).
+  void backward(const Tensor& dlogits, const Record& record, VisionNetwork& grads) const;
+  nn::ParameterList parameters();
+};
+
 struct VisionTrainingOptions {
-  std::string model = "vit";
+  std::string model = "vit";            // "vit" or "point" (VisionNetwork)
   models::VitConfig vit;
+  models::PointTransformerConfig point;
   std::int64_t epochs = 20;
   std::int64_t batch = 128;
   double peak_lr = 1e-3;
@@ -164,22 +219,34 @@ class Classifier {
   // A directory written by train_vision; errors name the file and what is wrong with it
   // (another kind of model, a missing or misshapen weight, a weight that is not finite).
   static Classifier load(const std::string& dir);
-  static Classifier from_weights(const models::VitConfig& config, models::VitWeights weights,
-                                 std::vector<std::string> class_names);
+  static Classifier from_network(VisionNetwork network, std::vector<std::string> class_names);
 
   // Images of the model's size (else an error naming both sizes) -> one prediction each,
   // in `batch`-sized forwards.
   std::vector<Prediction> classify(const Images& images, std::int64_t batch = 256) const;
-  // Image i's attention rollout over its patches (models::attention_rollout): (grid²).
+  // ViT: image i's attention rollout over its patches (models::attention_rollout): (grid²).
   std::vector<float> rollout(const Images& images, std::int64_t i) const;
 
-  const models::VitConfig& config() const { return config_; }
+  // Point model: image i's points and what the last block's vector attention does with them.
+  struct PointView {
+    std::vector<float> points;              // (N, 3) x, y in [−1, 1], intensity
+    std::int64_t neighbors = 0;             // K
+    std::vector<std::int64_t> neighbor;     // (N, K) each point's neighbours, nearest first
+    std::vector<float> weight;              // (N, K) their attention weights, the softmax's
+                                            // per-channel weights averaged over the C channels
+    std::vector<float> received;            // (N) Σ of the weights a point receives, / N
+  };
+  PointView point_view(const Images& images, std::int64_t i) const;
+
+  const VisionNetwork& network() const { return net_; }
+  const std::string& model() const { return net_.model; }  // "vit" or "point"
+  std::int64_t image_size() const { return net_.image_size(); }
+  std::int64_t classes() const { return net_.classes(); }
   const std::vector<std::string>& class_names() const { return class_names_; }
   const std::string& report_json() const { return report_json_; }  // training's, or "{}"
 
  private:
-  models::VitConfig config_;
-  models::VitWeights weights_;
+  VisionNetwork net_;
   std::vector<std::string> class_names_;
   float mean_ = kPixelMean, std_ = kPixelStd;
   std::string report_json_ = "{}";

@@ -65,13 +65,23 @@ std::string render_svg(const AttentionGroup& group, std::int64_t layer, std::int
 // weight. Self-contained like render_html (no network, data in
 // <script type="application/json" id="qkv-image-data">: {"title", "subtitle", "images":
 // [{"caption", "height", "width", "pixels": [H·W grey 0-255], "grid_h", "grid_w",
-// "heat": [grid_h·grid_w]}]}); sets document.body.dataset.rendered = "1" once drawn.
+// "heat": [grid_h·grid_w]} or, for a point model, {..., "points": [P·2], "point_heat": [P],
+// "neighbors": K, "neighbor": [P·K], "neighbor_weight": [P·K]}]}); sets
+// document.body.dataset.rendered = "1" once drawn.
 struct ImageAttention {
   std::string caption;               // e.g. "#3 Sneaker 0.98 (label: Sneaker)"
   std::int64_t height = 0, width = 0;
   std::vector<std::uint8_t> pixels;  // (height, width) grey, 0 = black
+  // A patch model: a heat value per patch of a grid_h × grid_w grid over the image.
   std::int64_t grid_h = 0, grid_w = 0;
   std::vector<float> heat;           // (grid_h, grid_w), each >= 0; shown from its min to its max
+  // A point model (no grid, no heat): its points, each with a heat value, and each point's
+  // `neighbors` neighbours with the weight it gives them (drawn when the point is hovered).
+  std::vector<float> points;         // (P, 2) column, row in pixels, inside the image
+  std::vector<float> point_heat;     // (P), each >= 0
+  std::int64_t neighbors = 0;        // K (0: no neighbours)
+  std::vector<std::int64_t> neighbor;    // (P, K) in [0, P)
+  std::vector<float> neighbor_weight;    // (P, K), each in [0, 1]
 };
 struct ImageAttentionView {
   std::string title;
@@ -79,7 +89,9 @@ struct ImageAttentionView {
   std::vector<ImageAttention> images;  // at least one
 };
 // Throws qkv::Error naming the image and what is wrong: no images, sizes that disagree with
-// the pixel or heat counts, a grid larger than the image, a heat value negative or not finite.
+// the pixel or heat counts, a grid larger than the image, a heat value negative or not finite,
+// an image with both or neither of a grid and points, a point outside the image, a
+// neighbour index out of range or a weight outside [0, 1].
 std::string render_image_html(const ImageAttentionView& view);
 
 // Writes text to path (replacing it). Throws qkv::Error naming the path and the reason.

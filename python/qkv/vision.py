@@ -1,5 +1,5 @@
-"""qkv.vision — image classification on Fashion-MNIST with a Vision Transformer, as
-`qkv train vision` and `qkv classify` do it, with NumPy arrays in and out.
+"""qkv.vision — image classification on Fashion-MNIST with a Vision Transformer or a Point
+Transformer, as `qkv train vision` and `qkv classify` do it, with NumPy arrays in and out.
 
     import qkv.vision as vision
     result = vision.train("data", "vit-model", epochs=20)      # the Fashion-MNIST directory
@@ -8,6 +8,9 @@
     c.classify(images[:2])       # -> [{"label": 9, "class": "Ankle boot", "score": 0.97}, ...]
     c.predict_proba(images)      # -> float32 (10000, 10), rows summing to 1
     c.rollout(images[0])         # -> float32 (7, 7): the class token's attention rollout
+
+    vision.train("data", "point-model", model="point")   # points sampled from the inked pixels
+    vision.Classifier("point-model").point_view(images[0])   # its points and their attention
 
 The data directory is what `scripts/fetch_data.sh fashion-mnist DIR` writes: the four
 gzipped IDX files of Xiao, Rasul & Vollgraf (2017). Training uses the first 55,000 training
@@ -145,21 +148,26 @@ def training_batch(images, labels, seed, epoch, step, batch=_DEFAULTS["batch"], 
     return TrainingBatches(images, labels, batch, seed, pad, flip).get(epoch, step)
 
 
-def train(data, out, epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["batch"], lr=_DEFAULTS["lr"],
-          label_smoothing=_DEFAULTS["label_smoothing"], dim=_DEFAULTS["dim"], layers=_DEFAULTS["layers"],
+def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["batch"], lr=_DEFAULTS["lr"],
+          label_smoothing=_DEFAULTS["label_smoothing"], dim=None, layers=None,
           heads=_DEFAULTS["heads"], mlp_dim=_DEFAULTS["mlp_dim"], patch_size=_DEFAULTS["patch_size"],
-          positions="learned", seed=0, train_limit=0, resume=False, stop_at=0,
+          positions="learned", points=_DEFAULTS["point"]["points"], neighbors=_DEFAULTS["point"]["neighbors"],
+          seed=0, train_limit=0, resume=False, stop_at=0,
           checkpoint_every=_DEFAULTS["checkpoint_every"], bf16=False, progress=None):
-    """Trains a Vision Transformer on the Fashion-MNIST directory `data` as `qkv train
-    vision` does, and writes the model directory `out` (config.json, model.safetensors: the
-    weights of the epoch of best validation accuracy; checkpoint.safetensors).
+    """Trains a Vision Transformer (model="vit") or a Point Transformer (model="point") on
+    the Fashion-MNIST directory `data` as `qkv train vision` does, and writes the model
+    directory `out` (config.json, model.safetensors: the weights of the epoch of best
+    validation accuracy; checkpoint.safetensors).
 
-    The model: patch_size × patch_size patches ((28 / patch_size)² tokens + the class
-    token), `layers` pre-norm encoder blocks of width `dim` with `heads` heads (dividing
-    dim) and a feed-forward of mlp_dim, positions "learned" or "sincos" (fixed; dim a
-    multiple of 4). Training: AdamW, a warm-up of one epoch then a cosine decay from `lr`,
-    label smoothing, the augmentation of TrainingBatches. seed fixes the weights, the order
-    and the augmentation. train_limit > 0 trains on the first train_limit images only.
+    The ViT: patch_size × patch_size patches ((28 / patch_size)² tokens + the class
+    token), `layers` pre-norm encoder blocks (default 6) of width `dim` (default 128) with
+    `heads` heads (dividing dim) and a feed-forward of mlp_dim, positions "learned" or
+    "sincos" (fixed; dim a multiple of 4). The point model: `points` points sampled from
+    each image's inked pixels, `layers` blocks (default 2) of width `dim` (default 32) of
+    vector attention over each point's `neighbors` nearest points. Training: AdamW, a warm-up
+    of one epoch then a cosine decay from `lr`, label smoothing, the augmentation of
+    TrainingBatches. seed fixes the weights, the order and the augmentation. train_limit > 0
+    trains on the first train_limit images only.
     A checkpoint is written every checkpoint_every steps (0: at epoch ends only), at every
     epoch end and when training stops; resume=True continues from out's checkpoint (with
     the same model options); stop_at > 0 stops after that step as an interruption does.
@@ -178,18 +186,19 @@ def train(data, out, epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["batch"], lr=_D
     fn = "vision.train"
     data = _path(data, fn, "data")
     out = _path(out, fn, "out")
+    if model not in ("vit", "point"):
+        raise ValueError(f"{fn}: model must be 'vit' or 'point', got {model!r}")
     if positions not in ("learned", "sincos"):
         raise ValueError(f"{fn}: positions must be 'learned' or 'sincos', got {positions!r}")
+    shape = _DEFAULTS if model == "vit" else _DEFAULTS["point"]
+    dim = shape["dim"] if dim is None else dim
+    layers = (shape["layers"] if model == "vit" else shape["blocks"]) if layers is None else layers
     options = {
-        "data": data, "out_dir": out,
+        "data": data, "out_dir": out, "model": model,
         "epochs": _ranged(epochs, fn, "epochs", 1, 100_000),
         "batch": _ranged(batch, fn, "batch", 1, 1 << 20),
         "dim": _ranged(dim, fn, "dim", 1, 4096),
         "layers": _ranged(layers, fn, "layers", 0, 64),
-        "heads": _ranged(heads, fn, "heads", 1, 256),
-        "mlp_dim": _ranged(mlp_dim, fn, "mlp_dim", 1, 16384),
-        "patch_size": _ranged(patch_size, fn, "patch_size", 1, 28),
-        "learned_positions": positions == "learned",
         "seed": _ranged(seed, fn, "seed", 0, _SEED_LIMIT),
         "train_limit": _ranged(train_limit, fn, "train_limit", 0, 1 << 40),
         "resume": _bool(resume, fn, "resume"),
@@ -204,31 +213,47 @@ def train(data, out, epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["batch"], lr=_D
     if not 0 <= label_smoothing < 1:
         raise ValueError(f"{fn}: label_smoothing must be in [0, 1), got {label_smoothing}")
     options.update(lr=lr, label_smoothing=label_smoothing)
-    if 28 % options["patch_size"]:
-        raise ValueError(f"{fn}: patch_size must divide 28 (the images' side), got {patch_size}")
-    if options["dim"] % options["heads"]:
-        raise ValueError(f"{fn}: heads = {heads} must divide dim = {dim}")
-    if positions == "sincos" and options["dim"] % 4:
-        raise ValueError(f"{fn}: positions='sincos' needs dim a multiple of 4, got {dim}")
+    if model == "vit":
+        options.update(heads=_ranged(heads, fn, "heads", 1, 256),
+                       mlp_dim=_ranged(mlp_dim, fn, "mlp_dim", 1, 16384),
+                       patch_size=_ranged(patch_size, fn, "patch_size", 1, 28),
+                       learned_positions=positions == "learned")
+        if 28 % options["patch_size"]:
+            raise ValueError(f"{fn}: patch_size must divide 28 (the images' side), got {patch_size}")
+        if options["dim"] % options["heads"]:
+            raise ValueError(f"{fn}: heads = {heads} must divide dim = {dim}")
+        if positions == "sincos" and options["dim"] % 4:
+            raise ValueError(f"{fn}: positions='sincos' needs dim a multiple of 4, got {dim}")
+        shape_text = (f"heads={options['heads']}, mlp_dim={options['mlp_dim']}, patch_size={options['patch_size']}, "
+                      f"positions={positions!r}")
+    else:
+        options.update(points=_ranged(points, fn, "points", 1, 4096),
+                       neighbors=_ranged(neighbors, fn, "neighbors", 1, 4096))
+        if options["neighbors"] > options["points"]:
+            raise ValueError(f"{fn}: neighbors = {neighbors} exceeds points = {points}")
+        shape_text = f"points={options['points']}, neighbors={options['neighbors']}"
     if progress is not None and not callable(progress):
         raise TypeError(f"{fn}: progress must be callable or None, got {_describe(progress)}")
-    options["command"] = (f"qkv.vision.train({data!r}, {out!r}, epochs={options['epochs']}, batch={options['batch']}, "
-                          f"lr={lr!r}, dim={options['dim']}, layers={options['layers']}, heads={options['heads']}, "
-                          f"mlp_dim={options['mlp_dim']}, patch_size={options['patch_size']}, "
-                          f"positions={positions!r}, seed={options['seed']})")
+    options["command"] = (f"qkv.vision.train({data!r}, {out!r}, model={model!r}, epochs={options['epochs']}, "
+                          f"batch={options['batch']}, lr={lr!r}, dim={options['dim']}, layers={options['layers']}, "
+                          f"{shape_text}, seed={options['seed']})")
     return json.loads(_qkv._vision_train(options, progress))
 
 
 class Classifier:
     """A model directory of `qkv train vision` / train().
 
-    config: the architecture ({"image_size", "channels", "patch_size", "dim", "layers",
-    "heads", "mlp_dim", "classes", "learned_positions"}, the config of qkv's _vit_forward);
-    class_names: by label; report: training's record (epochs, accuracies, the command).
+    model: "vit" or "point"; config: the architecture (a ViT's {"image_size", "channels",
+    "patch_size", "dim", "layers", "heads", "mlp_dim", "classes", "learned_positions"}, the
+    config of qkv's _vit_forward; a point model's {"points", "neighbors", "dim", "blocks",
+    "pos_mlp_hidden", "attn_mlp_hidden_mult", "head_hidden", "classes"}, that of
+    _pt_forward); class_names: by label; report: training's record (epochs, accuracies, the
+    command).
     """
 
     def __init__(self, directory):
         self._c = _qkv._VisionClassifier(_path(directory, "Classifier", "directory"))
+        self.model = self._c.model
         self.config = self._c.config
         self.class_names = list(self._c.class_names)
         self.report = self._c.report
@@ -266,4 +291,23 @@ class Classifier:
             if not one and pixels.shape[0] != 1:
                 raise ValueError(f"{fn}: index is required for {pixels.shape[0]} images")
             index = 0
+        if self.model != "vit":
+            raise ValueError(f"{fn}: attention rollout is the ViT's; this is a {self.model!r} model (use point_view)")
         return self._c.rollout(pixels, _ranged(index, fn, "index", 0, pixels.shape[0] - 1))
+
+    def point_view(self, images, index=None):
+        """What the point model reads of one image and what its last block attends to:
+        {"points": float32 (N, 3) (x, y in [-1, 1], intensity in [0, 1]; the sampling of
+        qkv's _pt_image_to_points with seed 0, counter 0), "neighbors": int64 (N, K) each
+        point's K nearest points, "weights": float32 (N, K) the attention it gives them (the
+        per-channel softmax averaged over channels; rows sum to 1), "received": float32 (N,)
+        the weight each point receives, / N}. images as for rollout."""
+        fn = "point_view"
+        pixels, one = _pixels(images, fn)
+        if index is None:
+            if not one and pixels.shape[0] != 1:
+                raise ValueError(f"{fn}: index is required for {pixels.shape[0]} images")
+            index = 0
+        if self.model != "point":
+            raise ValueError(f"{fn}: this is a {self.model!r} model, not a point model (use rollout)")
+        return self._c.point_view(pixels, _ranged(index, fn, "index", 0, pixels.shape[0] - 1))

@@ -1,12 +1,18 @@
 // Vector attention (Point Transformer) with optional k-nearest-neighbour sets: one forward
 // (keeping its activations when given a record) and its backward.
+//
+// The per-pair loops (neighbour search, gathers, the per-channel softmax) run on every
+// thread, split by point rows (or by images where rows of one image write to each other's
+// gradients), so each row's arithmetic and order are the same whatever the split.
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
 
+#include "core/parallel.h"
 #include "nn/common.h"
+#include "qkv/threads.h"
 
 namespace qkv::nn {
 
@@ -19,21 +25,24 @@ std::vector<std::int64_t> nearest_neighbors(const Tensor& pos, std::int64_t k) {
   Tensor p = detail::contiguous_f32(pos, "nearest_neighbors", "pos");  // (B, N, P)
   const float* pp = p.data_as<float>();
   std::vector<std::int64_t> out(static_cast<std::size_t>(B * N * k));  // (B, N, k)
-  std::vector<std::pair<double, std::int64_t>> d(static_cast<std::size_t>(N));
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t i = 0; i < N; ++i) {
-      for (std::int64_t j = 0; j < N; ++j) {
-        double s = 0;
-        for (std::int64_t c = 0; c < P; ++c) {
-          const double diff = double(pp[(b * N + i) * P + c]) - pp[(b * N + j) * P + c];
-          s += diff * diff;
+  qkv::detail::parallel_chunks(
+      "nn.nearest_neighbors", B * N, B * N * N >= (1 << 14), num_threads(), [&](std::int64_t r0, std::int64_t r1) {
+        std::vector<std::pair<double, std::int64_t>> d(static_cast<std::size_t>(N));
+        for (std::int64_t r = r0; r < r1; ++r) {  // r = b·N + i
+          const std::int64_t b = r / N;
+          for (std::int64_t j = 0; j < N; ++j) {
+            double s = 0;
+            for (std::int64_t c = 0; c < P; ++c) {
+              const double diff = double(pp[r * P + c]) - pp[(b * N + j) * P + c];
+              s += diff * diff;
+            }
+            d[static_cast<std::size_t>(j)] = {s, j};  // pairs compare (distance, index): ties to the lower index
+          }
+          std::partial_sort(d.begin(), d.begin() + k, d.end());
+          for (std::int64_t t = 0; t < k; ++t)
+            out[static_cast<std::size_t>(r * k + t)] = d[static_cast<std::size_t>(t)].second;
         }
-        d[static_cast<std::size_t>(j)] = {s, j};  // pairs compare (distance, index): ties to the lower index
-      }
-      std::partial_sort(d.begin(), d.begin() + k, d.end());
-      for (std::int64_t t = 0; t < k; ++t)
-        out[static_cast<std::size_t>((b * N + i) * k + t)] = d[static_cast<std::size_t>(t)].second;
-    }
+      });
   return out;
 }
 
@@ -79,15 +88,16 @@ void run_to_logits(const VectorAttention& va, const Tensor& x, const Tensor& pos
   const float* pq = a.qkv.data_as<float>();
   const float* pp = p.data_as<float>();
 
+  const bool parallel = B * N * K >= (1 << 12);
   a.rel = Tensor::empty({B, N, K, P});
   float* pr = a.rel.data_as<float>();
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t i = 0; i < N; ++i)
+  qkv::detail::parallel_chunks("nn.vector_attention.rel", B * N, parallel, num_threads(), [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r)  // r = b·N + i
       for (std::int64_t t = 0; t < K; ++t) {
-        const std::int64_t j = a.idx[static_cast<std::size_t>((b * N + i) * K + t)];
-        for (std::int64_t c = 0; c < P; ++c)
-          pr[((b * N + i) * K + t) * P + c] = pp[(b * N + i) * P + c] - pp[(b * N + j) * P + c];
+        const std::int64_t j = a.idx[static_cast<std::size_t>(r * K + t)], b = r / N;
+        for (std::int64_t c = 0; c < P; ++c) pr[(r * K + t) * P + c] = pp[r * P + c] - pp[(b * N + j) * P + c];
       }
+  });
   a.h0 = va.pos_mlp0.forward(a.rel);
   a.r0 = relu(a.h0);
   a.delta = va.pos_mlp2.forward(a.r0);
@@ -95,14 +105,15 @@ void run_to_logits(const VectorAttention& va, const Tensor& x, const Tensor& pos
 
   a.pre = Tensor::empty({B, N, K, C});
   float* pe = a.pre.data_as<float>();
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t i = 0; i < N; ++i)
+  qkv::detail::parallel_chunks("nn.vector_attention.pre", B * N, parallel, num_threads(), [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r)  // r = b·N + i
       for (std::int64_t t = 0; t < K; ++t) {
-        const std::int64_t j = a.idx[static_cast<std::size_t>((b * N + i) * K + t)];
-        const std::int64_t at = ((b * N + i) * K + t) * C;
+        const std::int64_t j = a.idx[static_cast<std::size_t>(r * K + t)], b = r / N;
+        const std::int64_t at = (r * K + t) * C;
         for (std::int64_t c = 0; c < C; ++c)
-          pe[at + c] = pq[(b * N + i) * 3 * C + c] - pq[(b * N + j) * 3 * C + C + c] + pd[at + c];
+          pe[at + c] = pq[r * 3 * C + c] - pq[(b * N + j) * 3 * C + C + c] + pd[at + c];
       }
+  });
   a.a0 = va.attn_mlp0.forward(a.pre);
   a.ra = relu(a.a0);
   a.logits = va.attn_mlp2.forward(a.ra);
@@ -116,34 +127,37 @@ void softmax_and_sum(const VectorAttention::Record& a, std::int64_t C, float* w,
   const float* pq = a.qkv.data_as<float>();
   const float* pd = a.delta.data_as<float>();
   const float* pl = a.logits.data_as<float>();
-  std::vector<double> m(static_cast<std::size_t>(C)), z(static_cast<std::size_t>(C)),
-      acc(static_cast<std::size_t>(C));
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t i = 0; i < N; ++i) {
-      const std::int64_t row = (b * N + i) * K;  // first (b, i, t) of this point
-      std::fill(m.begin(), m.end(), -std::numeric_limits<double>::infinity());
-      std::fill(z.begin(), z.end(), 0.0);
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (std::int64_t t = 0; t < K; ++t)
-        for (std::int64_t c = 0; c < C; ++c) m[c] = std::max(m[c], double(pl[(row + t) * C + c]));
-      for (std::int64_t t = 0; t < K; ++t) {
-        const std::int64_t j = a.idx[static_cast<std::size_t>(row + t)];
-        for (std::int64_t c = 0; c < C; ++c) {
-          const double e = std::exp(double(pl[(row + t) * C + c]) - m[c]);
-          const double value = double(pq[(b * N + j) * 3 * C + 2 * C + c]) + pd[(row + t) * C + c];
-          z[c] += e;
-          acc[c] += e * value;
-          if (w) w[(row + t) * C + c] = static_cast<float>(e);  // normalised below
-          if (u) u[(row + t) * C + c] = static_cast<float>(value);
-        }
-      }
-      for (std::int64_t c = 0; c < C; ++c) {
-        out[(b * N + i) * C + c] = static_cast<float>(acc[c] / z[c]);
-        if (w)
+  qkv::detail::parallel_chunks(
+      "nn.vector_attention.softmax", B * N, B * N * K * C >= (1 << 14), num_threads(),
+      [&](std::int64_t r0, std::int64_t r1) {
+        std::vector<double> m(static_cast<std::size_t>(C)), z(static_cast<std::size_t>(C)),
+            acc(static_cast<std::size_t>(C));
+        for (std::int64_t r = r0; r < r1; ++r) {  // r = b·N + i
+          const std::int64_t b = r / N, row = r * K;  // row: the first (b, i, t) of this point
+          std::fill(m.begin(), m.end(), -std::numeric_limits<double>::infinity());
+          std::fill(z.begin(), z.end(), 0.0);
+          std::fill(acc.begin(), acc.end(), 0.0);
           for (std::int64_t t = 0; t < K; ++t)
-            w[(row + t) * C + c] = static_cast<float>(w[(row + t) * C + c] / z[c]);
-      }
-    }
+            for (std::int64_t c = 0; c < C; ++c) m[c] = std::max(m[c], double(pl[(row + t) * C + c]));
+          for (std::int64_t t = 0; t < K; ++t) {
+            const std::int64_t j = a.idx[static_cast<std::size_t>(row + t)];
+            for (std::int64_t c = 0; c < C; ++c) {
+              const double e = std::exp(double(pl[(row + t) * C + c]) - m[c]);
+              const double value = double(pq[(b * N + j) * 3 * C + 2 * C + c]) + pd[(row + t) * C + c];
+              z[c] += e;
+              acc[c] += e * value;
+              if (w) w[(row + t) * C + c] = static_cast<float>(e);  // normalised below
+              if (u) u[(row + t) * C + c] = static_cast<float>(value);
+            }
+          }
+          for (std::int64_t c = 0; c < C; ++c) {
+            out[r * C + c] = static_cast<float>(acc[c] / z[c]);
+            if (w)
+              for (std::int64_t t = 0; t < K; ++t)
+                w[(row + t) * C + c] = static_cast<float>(w[(row + t) * C + c] / z[c]);
+          }
+        }
+      });
 }
 
 }  // namespace
@@ -179,13 +193,16 @@ Tensor VectorAttention::backward(const Tensor& dy, const Record& a, VectorAttent
   Tensor du = Tensor::empty({B, N, K, C}), dlogits = Tensor::empty({B, N, K, C});
   float* pdu = du.data_as<float>();
   float* pdl = dlogits.data_as<float>();
-  for (std::int64_t r = 0; r < B * N; ++r)
-    for (std::int64_t t = 0; t < K; ++t)
-      for (std::int64_t c = 0; c < C; ++c) {
-        const std::int64_t at = (r * K + t) * C + c;
-        pdu[at] = pg[r * C + c] * pw[at];
-        pdl[at] = pw[at] * pg[r * C + c] * (pu[at] - py[r * C + c]);
-      }
+  const bool parallel = B * N * K * C >= (1 << 14);
+  qkv::detail::parallel_chunks("nn.vector_attention.dlogits", B * N, parallel, num_threads(), [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r)
+      for (std::int64_t t = 0; t < K; ++t)
+        for (std::int64_t c = 0; c < C; ++c) {
+          const std::int64_t at = (r * K + t) * C + c;
+          pdu[at] = pg[r * C + c] * pw[at];
+          pdl[at] = pw[at] * pg[r * C + c] * (pu[at] - py[r * C + c]);
+        }
+  });
   // logits = attn_mlp2(relu(attn_mlp0(pre)))
   Tensor dra = linear_backward(dlogits, a.ra, layer.attn_mlp2.weight, grads.attn_mlp2.weight,
                                &grads.attn_mlp2.bias);
@@ -200,21 +217,24 @@ Tensor VectorAttention::backward(const Tensor& dy, const Record& a, VectorAttent
   relu_backward_(dr0, a.h0);
   linear_backward(dr0, a.rel, layer.pos_mlp0.weight, grads.pos_mlp0.weight,
                   &grads.pos_mlp0.bias);
-  // pre = q_i − k_j + δ, u = v_j + δ: gather back into (B, N, 3C) in a fixed order
+  // pre = q_i − k_j + δ, u = v_j + δ: gather back into (B, N, 3C) in a fixed order (split
+  // by images: the points of one image add into each other's rows)
   Tensor dqkv = Tensor::zeros({B, N, 3 * C});
   float* pq = dqkv.data_as<float>();
   const float* pp = dpre.data_as<float>();
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t i = 0; i < N; ++i)
-      for (std::int64_t t = 0; t < K; ++t) {
-        const std::int64_t j = a.idx[static_cast<std::size_t>((b * N + i) * K + t)];
-        const std::int64_t at = ((b * N + i) * K + t) * C;
-        for (std::int64_t c = 0; c < C; ++c) {
-          pq[(b * N + i) * 3 * C + c] += pp[at + c];
-          pq[(b * N + j) * 3 * C + C + c] -= pp[at + c];
-          pq[(b * N + j) * 3 * C + 2 * C + c] += pdu[at + c];
+  qkv::detail::parallel_chunks("nn.vector_attention.dqkv", B, parallel, num_threads(), [&](std::int64_t b0, std::int64_t b1) {
+    for (std::int64_t b = b0; b < b1; ++b)
+      for (std::int64_t i = 0; i < N; ++i)
+        for (std::int64_t t = 0; t < K; ++t) {
+          const std::int64_t j = a.idx[static_cast<std::size_t>((b * N + i) * K + t)];
+          const std::int64_t at = ((b * N + i) * K + t) * C;
+          for (std::int64_t c = 0; c < C; ++c) {
+            pq[(b * N + i) * 3 * C + c] += pp[at + c];
+            pq[(b * N + j) * 3 * C + C + c] -= pp[at + c];
+            pq[(b * N + j) * 3 * C + 2 * C + c] += pdu[at + c];
+          }
         }
-      }
+  });
   // q, k, v = to_qkv(x)
   return linear_backward(dqkv, a.x, layer.to_qkv.weight, grads.to_qkv.weight, nullptr);
 }

@@ -104,14 +104,10 @@ FashionMnist load_fashion_mnist(const std::string& dir, std::int64_t validation)
   return data;
 }
 
-Tensor to_input(const Images& images, std::span<const std::int64_t> indices, const Augmentation* augment,
-                std::uint64_t seed) {
+std::vector<std::uint8_t> augmented_pixels(const Images& images, std::span<const std::int64_t> indices,
+                                           const Augmentation* augment, std::uint64_t seed) {
   const std::int64_t B = static_cast<std::int64_t>(indices.size()), H = images.height, W = images.width;
-  Tensor out = Tensor::empty({B, 1, H, W});
-  float* o = out.data_as<float>();
-  // Pixel p -> (p / 255 − mean) / std; padding is black (p = 0).
-  float table[256];
-  for (int p = 0; p < 256; ++p) table[p] = (static_cast<float>(p) / 255.0f - kPixelMean) / kPixelStd;
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(B * H * W));  // (B, H, W)
   for (std::int64_t b = 0; b < B; ++b) {
     const std::int64_t i = indices[static_cast<std::size_t>(b)];
     QKV_CHECK(i >= 0 && i < images.count, "to_input: image index " << i << " outside [0, " << images.count << ")");
@@ -127,22 +123,37 @@ Tensor to_input(const Images& images, std::span<const std::int64_t> indices, con
       dx = std::min<std::int64_t>(static_cast<std::int64_t>(draw(1) * static_cast<double>(span)), span - 1) - augment->pad;
       flip = augment->flip && draw(2) < 0.5;
     }
-    float* dst = o + b * H * W;
-    // Output (y, x) reads source (y + dy, x' + dx) with x' = flip ? W − 1 − x : x.
+    std::uint8_t* dst = out.data() + b * H * W;
+    // Output (y, x) reads source (y + dy, x' + dx) with x' = flip ? W − 1 − x : x; outside
+    // the image is black (the padding).
     for (std::int64_t y = 0; y < H; ++y)
       for (std::int64_t x = 0; x < W; ++x) {
         const std::int64_t sy = y + dy, sx = (flip ? W - 1 - x : x) + dx;
         const bool inside = sy >= 0 && sy < H && sx >= 0 && sx < W;
-        dst[y * W + x] = table[inside ? src[sy * W + sx] : 0];
+        dst[y * W + x] = inside ? src[sy * W + sx] : 0;
       }
   }
   return out;
 }
 
+Tensor to_input(const Images& images, std::span<const std::int64_t> indices, const Augmentation* augment,
+                std::uint64_t seed) {
+  const std::vector<std::uint8_t> pixels = augmented_pixels(images, indices, augment, seed);
+  Tensor out = Tensor::empty({static_cast<std::int64_t>(indices.size()), 1, images.height, images.width});
+  float* o = out.data_as<float>();
+  // Pixel p -> (p / 255 − mean) / std.
+  float table[256];
+  for (int p = 0; p < 256; ++p) table[p] = (static_cast<float>(p) / 255.0f - kPixelMean) / kPixelStd;
+  for (std::size_t k = 0; k < pixels.size(); ++k) o[k] = table[pixels[k]];
+  return out;
+}
+
 std::int64_t steps_per_epoch(std::int64_t images, std::int64_t batch) { return (images + batch - 1) / batch; }
 
-Batch training_batch(const Images& train, std::uint64_t seed, std::int64_t epoch, std::int64_t step,
-                     std::int64_t batch, const Augmentation& augment) {
+namespace {
+
+// training_batch without its images: the indices, labels and augmentation seed.
+Batch batch_of(const Images& train, std::uint64_t seed, std::int64_t epoch, std::int64_t step, std::int64_t batch) {
   QKV_CHECK(batch >= 1 && train.count >= 1 && !train.labels.empty(),
             "training_batch: need labelled images and batch >= 1");
   QKV_CHECK(step >= 0 && step < steps_per_epoch(train.count, batch),
@@ -155,9 +166,17 @@ Batch training_batch(const Images& train, std::uint64_t seed, std::int64_t epoch
   const std::int64_t begin = step * batch, end = std::min(train.count, begin + batch);
   out.indices.assign(order.begin() + begin, order.begin() + end);
   for (const std::int64_t i : out.indices) out.labels.push_back(train.labels[static_cast<std::size_t>(i)]);
-  const std::uint64_t batch_seed = mix64(mix64(seed + 0x41756721ull) ^ (static_cast<std::uint64_t>(epoch) << 32) ^
-                                         static_cast<std::uint64_t>(step));
-  out.images = to_input(train, out.indices, &augment, batch_seed);
+  out.seed = mix64(mix64(seed + 0x41756721ull) ^ (static_cast<std::uint64_t>(epoch) << 32) ^
+                   static_cast<std::uint64_t>(step));
+  return out;
+}
+
+}  // namespace
+
+Batch training_batch(const Images& train, std::uint64_t seed, std::int64_t epoch, std::int64_t step,
+                     std::int64_t batch, const Augmentation& augment) {
+  Batch out = batch_of(train, seed, epoch, step, batch);
+  out.images = to_input(train, out.indices, &augment, out.seed);
   return out;
 }
 
@@ -177,6 +196,88 @@ Evaluation evaluate(std::span<const Prediction> predictions, std::span<const std
     ++e.images;
   }
   return e;
+}
+
+// ---------------------------------------------------------------------------------------
+// The network.
+
+void VisionNetwork::check() const {
+  if (model == "vit") {
+    vit.check();
+    return;
+  }
+  QKV_CHECK(model == "point", "vision: the model must be 'vit' or 'point', got '" << model << "'");
+  point.check();
+  QKV_CHECK(point_image_size >= 1 && point_image_size <= 4096,
+            "vision: the point model's image size must be in [1, 4096], got " << point_image_size);
+}
+
+std::int64_t VisionNetwork::image_size() const { return model == "vit" ? vit.image_size : point_image_size; }
+std::int64_t VisionNetwork::classes() const { return model == "vit" ? vit.classes : point.classes; }
+std::int64_t VisionNetwork::num_parameters() const {
+  return model == "vit" ? vit.num_parameters() : point.num_parameters();
+}
+
+VisionNetwork VisionNetwork::initialized(const VisionNetwork& shape, std::uint64_t seed) {
+  shape.check();
+  VisionNetwork n;
+  n.model = shape.model;
+  n.vit = shape.vit;
+  n.point = shape.point;
+  n.point_image_size = shape.point_image_size;
+  if (n.model == "vit")
+    n.vit_weights = models::VitWeights::initialized(n.vit, seed);
+  else
+    n.point_weights = models::PointTransformerWeights::initialized(n.point, seed);
+  return n;
+}
+
+VisionNetwork VisionNetwork::zeros_like() const {
+  VisionNetwork n;
+  n.model = model;
+  n.vit = vit;
+  n.point = point;
+  n.point_image_size = point_image_size;
+  if (n.model == "vit")
+    n.vit_weights = models::VitWeights::zeros_like(n.vit);
+  else
+    n.point_weights = models::PointTransformerWeights::zeros_like(n.point);
+  return n;
+}
+
+Tensor VisionNetwork::input(const Images& images, std::span<const std::int64_t> indices, const Augmentation* augment,
+                            std::uint64_t seed) const {
+  if (model == "vit") return to_input(images, indices, augment, seed);
+  const std::vector<std::uint8_t> pixels = augmented_pixels(images, indices, augment, seed);  // (B, H, W)
+  const std::int64_t B = static_cast<std::int64_t>(indices.size()), H = images.height, W = images.width;
+  if (augment != nullptr) return models::images_to_points(pixels, B, H, W, point.points, seed, 0);
+  // Inference: every image with seed 0, counter 0 — its points depend on its pixels alone.
+  Tensor out = Tensor::empty({B, point.points, 3});
+  float* o = out.data_as<float>();
+  for (std::int64_t b = 0; b < B; ++b) {
+    const Tensor one = models::image_to_points(std::span<const std::uint8_t>(pixels).subspan(
+                                                   static_cast<std::size_t>(b * H * W), static_cast<std::size_t>(H * W)),
+                                               H, W, point.points, 0, 0);
+    std::copy_n(one.data_as<float>(), point.points * 3, o + b * point.points * 3);
+  }
+  return out;
+}
+
+Tensor VisionNetwork::forward(const Tensor& input, Record* record) const {
+  if (model == "vit") return vit_weights.forward(input, nullptr, record ? &record->vit : nullptr);
+  return point_weights.forward(input, record ? &record->point : nullptr);
+}
+
+void VisionNetwork::backward(const Tensor& dlogits, const Record& record, VisionNetwork& grads) const {
+  QKV_CHECK(grads.model == model, "vision: gradients of a '" << grads.model << "' model for a '" << model << "' one");
+  if (model == "vit")
+    vit_weights.backward(dlogits, record.vit, grads.vit_weights);
+  else
+    point_weights.backward(dlogits, record.point, grads.point_weights);
+}
+
+nn::ParameterList VisionNetwork::parameters() {
+  return model == "vit" ? vit_weights.parameters() : point_weights.parameters();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -203,57 +304,96 @@ void append_predictions(const Tensor& logits, std::vector<Prediction>& out) {
   }
 }
 
-std::vector<Prediction> predict(const models::VitWeights& w, const Images& images, std::int64_t batch) {
+std::vector<Prediction> predict(const VisionNetwork& net, const Images& images, std::int64_t batch) {
   std::vector<Prediction> out;
   out.reserve(static_cast<std::size_t>(images.count));
   std::vector<std::int64_t> idx;
   for (std::int64_t begin = 0; begin < images.count; begin += batch) {
     idx.clear();
     for (std::int64_t i = begin; i < std::min(images.count, begin + batch); ++i) idx.push_back(i);
-    append_predictions(w.forward(to_input(images, idx)), out);
+    append_predictions(net.forward(net.input(images, idx)), out);
   }
   return out;
 }
 
-double accuracy_of(const models::VitWeights& w, const Images& images) {
+double accuracy_of(const VisionNetwork& net, const Images& images) {
   if (images.count == 0) return 0.0;
-  const std::vector<Prediction> p = predict(w, images, 256);
-  return evaluate(p, images.labels, w.head.out_features()).accuracy();
+  const std::vector<Prediction> p = predict(net, images, 256);
+  return evaluate(p, images.labels, net.classes()).accuracy();
 }
 
-nlohmann::json config_json(const models::VitConfig& c) {
-  return {{"image_size", c.image_size}, {"channels", c.channels}, {"patch_size", c.patch_size},
-          {"dim", c.dim},               {"layers", c.layers},     {"heads", c.heads},
-          {"mlp_dim", c.mlp_dim},       {"classes", c.classes},   {"learned_positions", c.learned_positions}};
+// The architecture's fields of config.json ("model" and the config's, at the top level).
+nlohmann::json config_json(const VisionNetwork& n) {
+  if (n.model == "vit") {
+    const models::VitConfig& c = n.vit;
+    return {{"model", "vit"},   {"image_size", c.image_size}, {"channels", c.channels},
+            {"patch_size", c.patch_size}, {"dim", c.dim},     {"layers", c.layers},
+            {"heads", c.heads}, {"mlp_dim", c.mlp_dim},       {"classes", c.classes},
+            {"learned_positions", c.learned_positions}};
+  }
+  const models::PointTransformerConfig& c = n.point;
+  return {{"model", "point"},
+          {"image_size", n.point_image_size},
+          {"points", c.points},
+          {"neighbors", c.neighbors},
+          {"dim", c.dim},
+          {"blocks", c.blocks},
+          {"pos_mlp_hidden", c.pos_mlp_hidden},
+          {"attn_mlp_hidden_mult", c.attn_mlp_hidden_mult},
+          {"head_hidden", c.head_hidden},
+          {"classes", c.classes}};
 }
 
-models::VitConfig config_from(const JsonConfig& j) {
-  models::VitConfig c;
-  c.image_size = j.get_int("image_size");
-  c.channels = j.get_int("channels");
-  c.patch_size = j.get_int("patch_size");
-  c.dim = j.get_int("dim");
-  c.layers = j.get_int("layers");
-  c.heads = j.get_int("heads");
-  c.mlp_dim = j.get_int("mlp_dim");
-  c.classes = j.get_int("classes");
-  c.learned_positions = j.get_bool("learned_positions");
-  QKV_CHECK(c.image_size <= 4096 && c.channels <= 16 && c.dim <= 4096 && c.layers <= 64 && c.heads <= 256 &&
-                c.mlp_dim <= 16384 && c.classes <= 100000,
-            j.label() << ": a size is out of range (image_size <= 4096, channels <= 16, dim <= 4096, layers <= 64, "
-                         "heads <= 256, mlp_dim <= 16384, classes <= 100000)");
-  c.check();
-  return c;
+// config.json's architecture -> an unweighted network, checked (sizes bounded so a
+// hostile file cannot ask for terabytes).
+VisionNetwork network_from(const JsonConfig& j) {
+  VisionNetwork n;
+  n.model = j.get_string("model");
+  QKV_CHECK(n.model == "vit" || n.model == "point",
+            j.label() << ": model must be 'vit' or 'point', got '" << n.model << "'");
+  if (n.model == "vit") {
+    models::VitConfig& c = n.vit;
+    c.image_size = j.get_int("image_size");
+    c.channels = j.get_int("channels");
+    c.patch_size = j.get_int("patch_size");
+    c.dim = j.get_int("dim");
+    c.layers = j.get_int("layers");
+    c.heads = j.get_int("heads");
+    c.mlp_dim = j.get_int("mlp_dim");
+    c.classes = j.get_int("classes");
+    c.learned_positions = j.get_bool("learned_positions");
+    QKV_CHECK(c.image_size <= 4096 && c.channels <= 16 && c.dim <= 4096 && c.layers <= 64 && c.heads <= 256 &&
+                  c.mlp_dim <= 16384 && c.classes <= 100000,
+              j.label() << ": a size is out of range (image_size <= 4096, channels <= 16, dim <= 4096, layers <= 64, "
+                           "heads <= 256, mlp_dim <= 16384, classes <= 100000)");
+  } else {
+    models::PointTransformerConfig& c = n.point;
+    n.point_image_size = j.get_int("image_size");
+    c.points = j.get_int("points");
+    c.neighbors = j.get_int("neighbors");
+    c.dim = j.get_int("dim");
+    c.blocks = j.get_int("blocks");
+    c.pos_mlp_hidden = j.get_int("pos_mlp_hidden");
+    c.attn_mlp_hidden_mult = j.get_int("attn_mlp_hidden_mult");
+    c.head_hidden = j.get_int("head_hidden");
+    c.classes = j.get_int("classes");
+    QKV_CHECK(c.points <= 65536 && c.dim <= 4096 && c.blocks <= 64 && c.pos_mlp_hidden <= 4096 &&
+                  c.attn_mlp_hidden_mult <= 64 && c.head_hidden <= 16384 && c.classes <= 100000,
+              j.label() << ": a size is out of range (points <= 65536, dim <= 4096, blocks <= 64, pos_mlp_hidden "
+                           "<= 4096, attn_mlp_hidden_mult <= 64, head_hidden <= 16384, classes <= 100000)");
+  }
+  n.check();
+  return n;
 }
 
-std::vector<std::pair<std::string, Tensor>> weight_tensors(models::VitWeights& w, bool bf16) {
+std::vector<std::pair<std::string, Tensor>> weight_tensors(VisionNetwork& n, bool bf16) {
   std::vector<std::pair<std::string, Tensor>> out;
-  for (auto& [name, t] : w.parameters()) out.emplace_back(name, bf16 ? t->to(DType::bf16) : t->contiguous());
+  for (auto& [name, t] : n.parameters()) out.emplace_back(name, bf16 ? t->to(DType::bf16) : t->contiguous());
   return out;
 }
 
 // Copies `from` into `to` (same config).
-void copy_weights(models::VitWeights& from, models::VitWeights& to) {
+void copy_weights(VisionNetwork& from, VisionNetwork& to) {
   auto a = from.parameters(), b = to.parameters();
   for (std::size_t i = 0; i < a.size(); ++i) *b[i].second = a[i].second->contiguous().clone();
 }
@@ -280,29 +420,36 @@ std::string VisionTrainingResult::to_json() const {
 VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionMnist& data,
                                   const std::function<void(const VisionProgress&)>& on_progress,
                                   const std::atomic<bool>* stop) {
-  QKV_CHECK(o.model == "vit", "train vision: --model must be 'vit', got '" << o.model << "'");
+  QKV_CHECK(o.model == "vit" || o.model == "point",
+            "train vision: --model must be 'vit' or 'point', got '" << o.model << "'");
   QKV_CHECK(o.epochs >= 1 && o.batch >= 1, "train vision: epochs and batch must be >= 1, got "
                                                << o.epochs << " and " << o.batch);
   QKV_CHECK(o.peak_lr > 0 && std::isfinite(o.peak_lr) && o.warmup_epochs >= 0 && o.label_smoothing >= 0 &&
                 o.label_smoothing < 1 && o.weight_decay >= 0 && o.augment.pad >= 0,
             "train vision: lr must be > 0, warm-up, weight decay and padding >= 0, label smoothing in [0, 1)");
   QKV_CHECK(!o.out_dir.empty(), "train vision: an output directory is required");
-  o.vit.check();
-  QKV_CHECK(o.vit.channels == 1 && o.vit.image_size == data.train.height && data.train.height == data.train.width,
-            "train vision: the model takes " << o.vit.channels << "x" << o.vit.image_size << "x" << o.vit.image_size
-                                             << " images, the data are 1x" << data.train.height << "x"
-                                             << data.train.width);
-  QKV_CHECK(o.vit.classes == static_cast<std::int64_t>(kFashionMnistClasses.size()),
+  VisionNetwork shape;
+  shape.model = o.model;
+  shape.vit = o.vit;
+  shape.point = o.point;
+  shape.point_image_size = data.train.height;
+  shape.check();
+  QKV_CHECK((o.model == "point" || o.vit.channels == 1) && shape.image_size() == data.train.height &&
+                data.train.height == data.train.width,
+            "train vision: the model takes " << (o.model == "vit" ? o.vit.channels : 1) << "x" << shape.image_size()
+                                             << "x" << shape.image_size() << " images, the data are 1x"
+                                             << data.train.height << "x" << data.train.width);
+  QKV_CHECK(shape.classes() == static_cast<std::int64_t>(kFashionMnistClasses.size()),
             "train vision: the model must have " << kFashionMnistClasses.size() << " classes");
   const Images train = o.train_limit > 0 && o.train_limit < data.train.count ? data.train.slice(0, o.train_limit)
                                                                               : data.train;
   std::filesystem::create_directories(o.out_dir);
   const std::string checkpoint = o.out_dir + "/checkpoint.safetensors";
-  const std::string config_text = config_json(o.vit).dump();
+  const std::string config_text = config_json(shape).dump();
 
-  models::VitWeights model = models::VitWeights::initialized(o.vit, o.seed);
-  models::VitWeights grads = models::VitWeights::zeros_like(o.vit);
-  models::VitWeights best = models::VitWeights::zeros_like(o.vit);
+  VisionNetwork model = VisionNetwork::initialized(shape, o.seed);
+  VisionNetwork grads = model.zeros_like();
+  VisionNetwork best = model.zeros_like();
   const nn::ParameterList grad_list = grads.parameters();
   train::AdamWOptions adam;
   adam.weight_decay = o.weight_decay;
@@ -312,7 +459,7 @@ VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionM
   const std::int64_t per_epoch = steps_per_epoch(train.count, o.batch);
   const std::int64_t total = per_epoch * o.epochs;
   VisionTrainingResult result;
-  result.num_parameters = o.vit.num_parameters();
+  result.num_parameters = shape.num_parameters();
   result.out_dir = o.out_dir;
   double best_accuracy = -1.0;
   std::int64_t start = 0;
@@ -366,10 +513,10 @@ VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionM
       break;
     }
     const std::int64_t epoch = step / per_epoch;
-    const Batch batch = training_batch(train, o.seed, epoch, step % per_epoch, o.batch, o.augment);
+    const Batch batch = batch_of(train, o.seed, epoch, step % per_epoch, o.batch);
     train::zero_grad(grad_list);
-    models::VitWeights::Record record;
-    const Tensor logits = model.forward(batch.images, nullptr, &record);
+    VisionNetwork::Record record;
+    const Tensor logits = model.forward(model.input(train, batch.indices, &o.augment, batch.seed), &record);
     Tensor dlogits;
     const train::CrossEntropyResult ce = train::cross_entropy(logits, batch.labels, &dlogits, o.label_smoothing);
     model.backward(dlogits, record, grads);
@@ -411,9 +558,8 @@ VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionM
   if (result.interrupted) return result;
 
   result.test_accuracy = accuracy_of(best, data.test);
-  nlohmann::json config = config_json(o.vit);
+  nlohmann::json config = config_json(shape);
   config["model_type"] = "qkv-vision";
-  config["model"] = "vit";
   config["pixel_mean"] = kPixelMean;
   config["pixel_std"] = kPixelStd;
   config["class_names"] = std::vector<std::string>(kFashionMnistClasses.begin(), kFashionMnistClasses.end());
@@ -436,14 +582,12 @@ VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionM
 // ---------------------------------------------------------------------------------------
 // A trained model.
 
-Classifier Classifier::from_weights(const models::VitConfig& config, models::VitWeights weights,
-                                    std::vector<std::string> class_names) {
-  config.check();
-  QKV_CHECK(static_cast<std::int64_t>(class_names.size()) == config.classes,
-            "classifier: " << class_names.size() << " class names for " << config.classes << " classes");
+Classifier Classifier::from_network(VisionNetwork network, std::vector<std::string> class_names) {
+  network.check();
+  QKV_CHECK(static_cast<std::int64_t>(class_names.size()) == network.classes(),
+            "classifier: " << class_names.size() << " class names for " << network.classes() << " classes");
   Classifier c;
-  c.config_ = config;
-  c.weights_ = std::move(weights);
+  c.net_ = std::move(network);
   c.class_names_ = std::move(class_names);
   return c;
 }
@@ -453,8 +597,7 @@ Classifier Classifier::load(const std::string& dir) {
   const JsonConfig j = JsonConfig::load(config_path);
   QKV_CHECK(j.get_string("model_type", "") == "qkv-vision",
             config_path << ": not a qkv image classifier (model_type is not 'qkv-vision'; make one with qkv train vision)");
-  QKV_CHECK(j.get_string("model") == "vit", config_path << ": model must be 'vit', got '" << j.get_string("model") << "'");
-  const models::VitConfig c = config_from(j);
+  VisionNetwork net = network_from(j);
   const nlohmann::json names = nlohmann::json::parse(io::read_file(config_path, "config", 16u << 20), nullptr, false);
   QKV_CHECK(names.is_object() && names.contains("class_names") && names["class_names"].is_array(),
             config_path << ": no class_names list");
@@ -465,10 +608,10 @@ Classifier Classifier::load(const std::string& dir) {
   }
   const std::string weights_path = dir + "/model.safetensors";
   const SafeTensors st = SafeTensors::open(weights_path);
-  models::VitWeights w = models::VitWeights::zeros_like(c);
+  net = net.zeros_like();
   nn::StateDict state;
   std::set<std::string> read;
-  for (auto& [name, t] : w.parameters()) {
+  for (auto& [name, t] : net.parameters()) {
     QKV_CHECK(st.contains(name), weights_path << ": no tensor '" << name << "'");
     Tensor v = st.get(name).to(DType::f32).contiguous();
     QKV_CHECK(v.shape() == t->shape(), weights_path << ": '" << name << "' has shape " << shape_to_string(v.shape())
@@ -479,8 +622,8 @@ Classifier Classifier::load(const std::string& dir) {
   }
   for (const std::string& name : st.names())
     QKV_CHECK(read.count(name), weights_path << ": tensor '" << name << "' belongs to no parameter of this model");
-  nn::load_state_dict(w.parameters(), state);
-  Classifier out = from_weights(c, std::move(w), std::move(class_names));
+  nn::load_state_dict(net.parameters(), state);
+  Classifier out = from_network(std::move(net), std::move(class_names));
   out.mean_ = static_cast<float>(j.get_double("pixel_mean", kPixelMean));
   out.std_ = static_cast<float>(j.get_double("pixel_std", kPixelStd));
   QKV_CHECK(out.mean_ == kPixelMean && out.std_ == kPixelStd,
@@ -489,23 +632,68 @@ Classifier Classifier::load(const std::string& dir) {
   return out;
 }
 
+namespace {
+
+void check_image_size(const Images& images, std::int64_t size, const char* fn) {
+  QKV_CHECK(images.height == size && images.width == size,
+            fn << ": the model takes " << size << "x" << size << " images, got " << images.height << "x"
+               << images.width);
+}
+
+}  // namespace
+
 std::vector<Prediction> Classifier::classify(const Images& images, std::int64_t batch) const {
-  QKV_CHECK(images.height == config_.image_size && images.width == config_.image_size,
-            "classify: the model takes " << config_.image_size << "x" << config_.image_size << " images, got "
-                                         << images.height << "x" << images.width);
+  check_image_size(images, image_size(), "classify");
   QKV_CHECK(batch >= 1, "classify: batch must be >= 1, got " << batch);
-  return predict(weights_, images, batch);
+  return predict(net_, images, batch);
 }
 
 std::vector<float> Classifier::rollout(const Images& images, std::int64_t i) const {
-  QKV_CHECK(images.height == config_.image_size && images.width == config_.image_size,
-            "rollout: the model takes " << config_.image_size << "x" << config_.image_size << " images, got "
-                                        << images.height << "x" << images.width);
+  QKV_CHECK(net_.model == "vit", "rollout: the model is '" << net_.model << "', attention rollout is the ViT's (use point_view)");
+  check_image_size(images, image_size(), "rollout");
   QKV_CHECK(i >= 0 && i < images.count, "rollout: image " << i << " outside [0, " << images.count << ")");
   std::vector<Tensor> probs;
   const std::int64_t index[1] = {i};
-  weights_.forward(to_input(images, index), &probs);
+  net_.vit_weights.forward(to_input(images, index), &probs);
   return models::attention_rollout(probs, 0);
+}
+
+Classifier::PointView Classifier::point_view(const Images& images, std::int64_t i) const {
+  QKV_CHECK(net_.model == "point", "point_view: the model is '" << net_.model << "', not the point model (use rollout)");
+  check_image_size(images, image_size(), "point_view");
+  QKV_CHECK(i >= 0 && i < images.count, "point_view: image " << i << " outside [0, " << images.count << ")");
+  const std::int64_t index[1] = {i};
+  const Tensor points = net_.input(images, index);  // (1, N, 3)
+  models::PointTransformerWeights::Record record;
+  net_.point_weights.forward(points, &record);
+  PointView v;
+  v.points = points.to_vector();
+  const std::int64_t N = points.size(1);
+  if (record.blocks.empty()) return v;  // no attention to show
+  const nn::VectorAttention::Record& a = record.blocks.back().attn;
+  const std::int64_t K = a.K, C = a.logits.size(3);
+  v.neighbors = K;
+  v.neighbor.assign(a.idx.begin(), a.idx.begin() + N * K);
+  v.weight.assign(static_cast<std::size_t>(N * K), 0.0f);
+  v.received.assign(static_cast<std::size_t>(N), 0.0f);
+  // The softmax over the K neighbours of each channel (a.logits (1, N, K, C)), averaged
+  // over the channels.
+  const Tensor logits = a.logits.contiguous();
+  const float* l = logits.data_as<float>();
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t c = 0; c < C; ++c) {
+      float mx = -INFINITY;
+      for (std::int64_t k = 0; k < K; ++k) mx = std::max(mx, l[(n * K + k) * C + c]);
+      double sum = 0.0;
+      for (std::int64_t k = 0; k < K; ++k) sum += std::exp(static_cast<double>(l[(n * K + k) * C + c] - mx));
+      for (std::int64_t k = 0; k < K; ++k)
+        v.weight[static_cast<std::size_t>(n * K + k)] += static_cast<float>(
+            std::exp(static_cast<double>(l[(n * K + k) * C + c] - mx)) / sum / static_cast<double>(C));
+    }
+  for (std::int64_t t = 0; t < N * K; ++t)
+    v.received[static_cast<std::size_t>(v.neighbor[static_cast<std::size_t>(t)])] +=
+        v.weight[static_cast<std::size_t>(t)] / static_cast<float>(N);
+  return v;
 }
 
 }  // namespace qkv::vision

@@ -1,5 +1,6 @@
 // The image page (qkv/viz.h, render_image_html): grey images drawn on canvases with a heat
-// overlay over their patch grid. Vanilla JavaScript and inline CSS, nothing fetched.
+// overlay over their patch grid, or with a point model's points and, on hover, a point's
+// neighbours. Vanilla JavaScript and inline CSS, nothing fetched.
 #include <cmath>
 #include <string>
 
@@ -41,25 +42,51 @@ data.images.forEach(function(im,n){
   var cap=document.createElement('div');cap.className='cap';cap.textContent=im.caption;
   var read=document.createElement('div');read.className='read';
   card.appendChild(c);card.appendChild(cap);card.appendChild(read);cards.appendChild(card);
-  var max=-Infinity,min=Infinity;im.heat.forEach(function(v){if(v>max)max=v;if(v<min)min=v;});
-  var ph=im.height/im.grid_h,pw=im.width/im.grid_w;
+  var pts=!!im.points,vals=pts?im.point_heat:im.heat,hover=-1;
+  var max=-Infinity,min=Infinity;vals.forEach(function(v){if(v>max)max=v;if(v<min)min=v;});
+  function tone(v){return max>min?(v-min)/(max-min):0;}
+  var ph=pts?1:im.height/im.grid_h,pw=pts?1:im.width/im.grid_w;
   function draw(){
     var g=c.getContext('2d'),img=g.createImageData(im.width,im.height);
     for(var i=0;i<im.width*im.height;i++){var p=im.pixels[i];img.data[4*i]=p;img.data[4*i+1]=p;img.data[4*i+2]=p;img.data[4*i+3]=255;}
     var tmp=document.createElement('canvas');tmp.width=im.width;tmp.height=im.height;tmp.getContext('2d').putImageData(img,0,0);
     g.imageSmoothingEnabled=false;g.drawImage(tmp,0,0,c.width,c.height);
     var op=slider.value/100;
-    for(var y=0;y<im.grid_h;y++)for(var x=0;x<im.grid_w;x++){
-      var t=max>min?(im.heat[y*im.grid_w+x]-min)/(max-min):0;
-      g.fillStyle='rgba(255,110,0,'+(t*op).toFixed(3)+')';
-      g.fillRect(Math.round(x*pw*scale),Math.round(y*ph*scale),Math.round(pw*scale),Math.round(ph*scale));
+    if(!pts){
+      for(var y=0;y<im.grid_h;y++)for(var x=0;x<im.grid_w;x++){
+        g.fillStyle='rgba(255,110,0,'+(tone(im.heat[y*im.grid_w+x])*op).toFixed(3)+')';
+        g.fillRect(Math.round(x*pw*scale),Math.round(y*ph*scale),Math.round(pw*scale),Math.round(ph*scale));
+      }
+      return;
+    }
+    // Points at pixel centres: blue (little attention received) to orange (most).
+    var P=im.point_heat.length,cx=function(n){return (im.points[2*n]+0.5)*scale;},cy=function(n){return (im.points[2*n+1]+0.5)*scale;};
+    if(hover>=0){
+      for(var k=0;k<im.neighbors;k++){
+        var j=im.neighbor[hover*im.neighbors+k],w=im.neighbor_weight[hover*im.neighbors+k];
+        g.strokeStyle='rgba(0,200,255,'+Math.min(1,0.15+w*1.5).toFixed(3)+')';g.lineWidth=1+4*w;
+        g.beginPath();g.moveTo(cx(hover),cy(hover));g.lineTo(cx(j),cy(j));g.stroke();
+      }
+    }
+    for(var n=0;n<P;n++){
+      var t=tone(im.point_heat[n]);
+      g.fillStyle='rgba('+Math.round(60+195*t)+','+Math.round(120-10*t)+','+Math.round(255-255*t)+','+(0.25+0.75*op).toFixed(3)+')';
+      g.beginPath();g.arc(cx(n),cy(n),n===hover?4:2.5,0,2*Math.PI);g.fill();
     }
   }
   c.addEventListener('mousemove',function(e){
-    var r=c.getBoundingClientRect(),x=Math.floor((e.clientX-r.left)/r.width*im.grid_w),y=Math.floor((e.clientY-r.top)/r.height*im.grid_h);
+    var r=c.getBoundingClientRect();
+    if(pts){
+      var px=(e.clientX-r.left)/r.width*im.width-0.5,py=(e.clientY-r.top)/r.height*im.height-0.5,best=-1,bd=Infinity;
+      for(var n=0;n<im.point_heat.length;n++){var dx=im.points[2*n]-px,dy=im.points[2*n+1]-py,d=dx*dx+dy*dy;if(d<bd){bd=d;best=n;}}
+      if(best!==hover){hover=best;draw();}
+      if(best>=0)read.textContent='point '+best+' (row '+im.points[2*best+1].toFixed(0)+', column '+im.points[2*best].toFixed(0)+'): receives '+im.point_heat[best].toPrecision(3)+(im.neighbors?'; lines: its '+im.neighbors+' neighbours, by its attention':'');
+      return;
+    }
+    var x=Math.floor((e.clientX-r.left)/r.width*im.grid_w),y=Math.floor((e.clientY-r.top)/r.height*im.grid_h);
     if(x>=0&&y>=0&&x<im.grid_w&&y<im.grid_h)read.textContent='patch ('+y+', '+x+'): '+im.heat[y*im.grid_w+x].toPrecision(3);
   });
-  c.addEventListener('mouseleave',function(){read.textContent='';});
+  c.addEventListener('mouseleave',function(){read.textContent='';if(pts&&hover>=0){hover=-1;draw();}});
   draws.push(draw);draw();
 });
 slider.addEventListener('input',function(){draws.forEach(function(d){d();});});
@@ -80,13 +107,41 @@ std::string render_image_html(const ImageAttentionView& view) {
     QKV_CHECK(im.height >= 1 && im.width >= 1 &&
                   static_cast<std::int64_t>(im.pixels.size()) == im.height * im.width,
               where << ": " << im.pixels.size() << " pixels for " << im.height << "x" << im.width);
-    QKV_CHECK(im.grid_h >= 1 && im.grid_w >= 1 && im.grid_h <= im.height && im.grid_w <= im.width &&
-                  static_cast<std::int64_t>(im.heat.size()) == im.grid_h * im.grid_w,
-              where << ": " << im.heat.size() << " heat values for a " << im.grid_h << "x" << im.grid_w
-                    << " grid over " << im.height << "x" << im.width << " pixels");
-    for (std::size_t k = 0; k < im.heat.size(); ++k)
-      QKV_CHECK(std::isfinite(im.heat[k]) && im.heat[k] >= 0.0f,
-                where << ": heat value " << k << " is " << im.heat[k] << " (must be finite and >= 0)");
+    const bool points = !im.points.empty();
+    QKV_CHECK(points != (im.grid_h > 0 || !im.heat.empty()),
+              where << ": give either a patch grid with heat values or points, not " << (points ? "both" : "neither"));
+    const std::vector<float>& heat = points ? im.point_heat : im.heat;
+    if (!points) {
+      QKV_CHECK(im.grid_h >= 1 && im.grid_w >= 1 && im.grid_h <= im.height && im.grid_w <= im.width &&
+                    static_cast<std::int64_t>(im.heat.size()) == im.grid_h * im.grid_w,
+                where << ": " << im.heat.size() << " heat values for a " << im.grid_h << "x" << im.grid_w
+                      << " grid over " << im.height << "x" << im.width << " pixels");
+    } else {
+      const std::int64_t P = static_cast<std::int64_t>(im.points.size() / 2), K = im.neighbors;
+      QKV_CHECK(im.points.size() % 2 == 0 && static_cast<std::int64_t>(im.point_heat.size()) == P,
+                where << ": " << im.points.size() << " point coordinates and " << im.point_heat.size()
+                      << " heat values (need 2 per point and 1 per point)");
+      for (std::int64_t k = 0; k < P; ++k) {
+        const float x = im.points[static_cast<std::size_t>(2 * k)], y = im.points[static_cast<std::size_t>(2 * k + 1)];
+        QKV_CHECK(std::isfinite(x) && std::isfinite(y) && x >= 0 && y >= 0 && x <= static_cast<float>(im.width - 1) &&
+                      y <= static_cast<float>(im.height - 1),
+                  where << ": point " << k << " at (" << x << ", " << y << ") is outside the " << im.width << "x"
+                        << im.height << " image");
+      }
+      QKV_CHECK(K >= 0 && static_cast<std::int64_t>(im.neighbor.size()) == P * K &&
+                    static_cast<std::int64_t>(im.neighbor_weight.size()) == P * K,
+                where << ": " << im.neighbor.size() << " neighbours and " << im.neighbor_weight.size()
+                      << " weights for " << P << " points x " << K);
+      for (std::size_t k = 0; k < im.neighbor.size(); ++k) {
+        QKV_CHECK(im.neighbor[k] >= 0 && im.neighbor[k] < P,
+                  where << ": neighbour " << k << " is point " << im.neighbor[k] << ", outside [0, " << P << ")");
+        QKV_CHECK(im.neighbor_weight[k] >= 0.0f && im.neighbor_weight[k] <= 1.0f,
+                  where << ": neighbour weight " << k << " is " << im.neighbor_weight[k] << " (must be in [0, 1])");
+      }
+    }
+    for (std::size_t k = 0; k < heat.size(); ++k)
+      QKV_CHECK(std::isfinite(heat[k]) && heat[k] >= 0.0f,
+                where << ": heat value " << k << " is " << heat[k] << " (must be finite and >= 0)");
     if (n) data += ',';
     data += "{\"caption\":" + detail::json_string(im.caption) + ",\"height\":" + std::to_string(im.height) +
             ",\"width\":" + std::to_string(im.width) + ",\"grid_h\":" + std::to_string(im.grid_h) +
@@ -95,10 +150,24 @@ std::string render_image_html(const ImageAttentionView& view) {
       if (k) data += ',';
       data += std::to_string(im.pixels[k]);
     }
-    data += "],\"heat\":[";
-    for (std::size_t k = 0; k < im.heat.size(); ++k) {
-      if (k) data += ',';
-      detail::append_number(data, im.heat[k]);
+    const auto append_floats = [&](const char* key, const std::vector<float>& values) {
+      data += std::string("],\"") + key + "\":[";
+      for (std::size_t k = 0; k < values.size(); ++k) {
+        if (k) data += ',';
+        detail::append_number(data, values[k]);
+      }
+    };
+    if (!points) {
+      append_floats("heat", im.heat);
+    } else {
+      append_floats("points", im.points);
+      append_floats("point_heat", im.point_heat);
+      append_floats("neighbor_weight", im.neighbor_weight);
+      data += "],\"neighbors\":" + std::to_string(im.neighbors) + ",\"neighbor\":[";
+      for (std::size_t k = 0; k < im.neighbor.size(); ++k) {
+        if (k) data += ',';
+        data += std::to_string(im.neighbor[k]);
+      }
     }
     data += "]}";
   }
@@ -116,7 +185,7 @@ std::string render_image_html(const ImageAttentionView& view) {
     page += "<p class=\"sub\">" + detail::markup_escape(detail::display_text(view.subtitle)) + "</p>";
   page += R"HTML(</header>
 <div id="qkv-controls"><label>Overlay <input id="qkv-opacity" type="range" min="0" max="100" value="60"></label>
-<span class="read">Orange: the weight of each patch, from the image's smallest (clear) to its largest; hover a patch for its value.</span></div>
+<span class="read">Orange: the weight of each patch or point, from the image's smallest to its largest; hover a patch or a point for its value (and a point's neighbours).</span></div>
 <div id="qkv-error" hidden></div>
 <noscript><p>The images are drawn by JavaScript, which is off. The numbers are in the
 qkv-image-data element of this file.</p></noscript>

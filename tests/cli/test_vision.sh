@@ -5,7 +5,8 @@
 # (gzipped IDX: 5,300 training images, the last 5,000 of them validation, and 60 test images of 28x28 whose class k is a bright row band
 # at rows 2k..2k+1 — learnable in a few epochs), a tiny Vision Transformer trains, stops
 # with --stop-at and resumes, and writes its directory; classify reads IDX (gzip and plain),
-# PNG and PGM, with --labels, --json and --html; bad input of every kind fails with a
+# PNG and PGM, with --labels, --json and --html; a tiny point model trains and classify
+# shows its points; bad input of every kind fails with a
 # message naming the problem, never a crash. Every check asserts; the script prints each
 # failure and exits 1 if there was any.
 set -u
@@ -123,6 +124,33 @@ for im in d["images"]:
     assert im["grid_h"] == im["grid_w"] == 4 and len(im["heat"]) == 16 and len(im["pixels"]) == 784
     assert 0 < sum(im["heat"]) < 1
 PY
+
+# --- the point model ----------------------------------------------------------------------
+run train vision --model point --data "$DATA" --out "$TMP/p" --epochs 2 --points 48 --neighbors 6 --dim 16 --layers 1 \
+    --batch 50 --lr 1e-2 --checkpoint-every 0 --quiet
+expect_status 0 "train vision --model point"
+expect_in out "training a Point Transformer on 300 Fashion-MNIST images" "the point model's header"
+grep -q '"model": "point"' "$TMP/p/config.json" && pass || fail "config.json model point"
+POINT_ACC=$(grep -oE "test accuracy [0-9.]+%" "$TMP/out" | grep -oE "[0-9.]+%")
+run classify --model "$TMP/p" --images "$DATA/t10k-images-idx3-ubyte.gz" --labels "$DATA/t10k-labels-idx1-ubyte.gz" \
+    --html "$TMP/points.html" --html-images 3
+expect_status 0 "classify with a point model"
+expect_in out "accuracy $POINT_ACC" "classify reproduces the point model's test accuracy"
+"$PYTHON" - "$TMP/points.html" <<'PY' && pass || fail "the point page's data: 3 images, 48 points, 6 neighbours each"
+import json, re, sys
+t = open(sys.argv[1]).read()
+d = json.loads(re.search(r'id="qkv-image-data">(.*?)</script>', t, re.S).group(1))
+assert len(d["images"]) == 3
+for im in d["images"]:
+    assert "heat" not in im and len(im["points"]) == 96 and len(im["point_heat"]) == 48, im.keys()
+    assert im["neighbors"] == 6 and len(im["neighbor"]) == 288 and all(0 <= j < 48 for j in im["neighbor"])
+    rows = [sum(im["neighbor_weight"][6 * n:6 * n + 6]) for n in range(48)]
+    assert all(abs(r - 1) < 1e-4 for r in rows), rows
+    assert all(0 <= x <= 27 for x in im["points"])
+PY
+usage_fails "--points" train vision --data "$DATA" --points 64
+usage_fails "--patch-size" train vision --data "$DATA" --model point --patch-size 4
+usage_fails "--neighbors" train vision --data "$DATA" --model point --points 8 --neighbors 9
 
 # --- bad input --------------------------------------------------------------------------
 fails "images are 14x14, the model takes 28x28" classify --model "$TMP/m" --images "$TMP/small.pgm"

@@ -360,6 +360,17 @@ def make_fixtures(tmp, qkv):
         d = _model_dir(tmp, "vit_" + name, fx["vit"], ["model.safetensors"])
         json.dump(dict(config, **change), open(os.path.join(d, "config.json"), "w"))
         fx["vit_" + name] = d
+    # A tiny point model on the same data, and config.json edits it must refuse.
+    fx["point"] = os.path.join(tmp, "point")
+    subprocess.run([qkv, "train", "vision", "--model", "point", "--data", fx["vit_data"], "--epochs", "1", "--dim", "8",
+                    "--layers", "1", "--points", "16", "--neighbors", "4", "--quiet", "--out", fx["point"]],
+                   check=True, stdout=subprocess.DEVNULL, env=env)
+    config = json.load(open(os.path.join(fx["point"], "config.json")))
+    for name, change in (("neighbors17", {"neighbors": 17}), ("points_huge", {"points": 10**9}),
+                         ("dim_string", {"dim": "8"}), ("model_cnn", {"model": "cnn"}), ("model_vit", {"model": "vit"})):
+        d = _model_dir(tmp, "point_" + name, fx["point"], ["model.safetensors"])
+        json.dump(dict(config, **change), open(os.path.join(d, "config.json"), "w"))
+        fx["point_" + name] = d
     return fx
 
 
@@ -673,6 +684,12 @@ def _generated():
     for option, lo, hi in (("--batch", 1, 65536), ("--list", 0, 2**31 - 1), ("--html-images", 1, 1000)):
         cases += _value_cases("classify", classify, option, INT_TEXTS, _in_range(lo, hi))
     cases += _value_cases("classify", classify, "--html", WRITE_PATHS, "error")
+    point = qkv("classify", "--model", "{point}", "--images", "{vit_images}")
+    cases.append(Case("classify point ok", point + ["--labels", "{vit_labels}", "--html", "{tmp}/point-{case}.html"],
+                      expect="ok"))
+    for d in ("point_neighbors17", "point_points_huge", "point_dim_string", "point_model_cnn", "point_model_vit"):
+        cases.append(Case(f"classify damaged {d}", _without(point, "--model") + ["--model", "{" + d + "}"],
+                          expect="failure"))
     # train vision: --data names a Fashion-MNIST directory; anything else is refused.
     vision = qkv("train", "vision", "--data", "{vit_data}", "--epochs", "1", "--dim", "8", "--layers", "1",
                  "--heads", "2", "--mlp-dim", "8", "--patch-size", "7", "--quiet", "--out", "{tmp}/vit-{case}")
@@ -683,6 +700,14 @@ def _generated():
     cases += _value_cases("train vision", _without(vision, "--model"), "--model", TEXTS, "usage")
     cases += _value_cases("train vision", _without(vision, "--patch-size"), "--patch-size", INT_TEXTS,
                           lambda t: "usage" if _in_range(1, 28)(t) == "usage" or 28 % int(t) else "any")
+    point_train = qkv("train", "vision", "--model", "point", "--data", "{vit_data}", "--dim", "8", "--layers", "1",
+                      "--neighbors", "1", "--points", "16", "--epochs", "1", "--quiet", "--out", "{tmp}/point-{case}")
+    cases.append(Case("train vision point ok", point_train, expect="ok"))
+    for option in ("--points", "--neighbors"):
+        cases += _value_cases("train vision point", _without(point_train, option), option, INT_TEXTS,
+                              _in_range(1, 16 if option == "--neighbors" else 4096))
+    cases.append(Case("train vision point --patch-size", point_train + ["--patch-size", "4"], expect="usage",
+                      names="--patch-size"))
     # train: a value that is valid here still runs one step only (--stop-at 1).
     train = qkv("train", "dates", "--batch", "2", "--eval-size", "2", "--steps", "2",
                 "--stop-at", "1", "--quiet", "--out", "{tmp}/out-{case}")

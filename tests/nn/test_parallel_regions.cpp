@@ -124,6 +124,18 @@ std::vector<Site> sites() {
          mha.backward(y, record, grads);
        }},
   };
+  // Vector attention's regions, each on the way of a forward and backward over neighbours.
+  const Tensor points = random_tensor({2, 40, 16}, rng), pos = random_tensor({2, 40, 3}, rng);
+  for (const char* region : {"nn.nearest_neighbors", "nn.vector_attention.rel", "nn.vector_attention.pre",
+                             "nn.vector_attention.softmax", "nn.vector_attention.dlogits",
+                             "nn.vector_attention.dqkv"})
+    s.push_back({region, [=] {
+                   nn::VectorAttentionConfig config{16, 3, 8, 1, 6};
+                   nn::VectorAttention va(config, 1), grads(config, 1);
+                   nn::VectorAttention::Record record;
+                   const Tensor y = va.forward(points, pos, &record);
+                   va.backward(y, record, grads);
+                 }});
   // Only where the variant multiplies bf16 pairs (AVX512-BF16, AMX).
   const std::string isa = fast_kernel_isa();
   if (isa == "avx512_bf16" || isa == "amx" || isa == "amx_emulated")

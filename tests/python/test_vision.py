@@ -391,3 +391,49 @@ def test_errors_name_what_was_wrong(trained, data, tmp_path):
         vision.TrainingBatches(pixels.astype(np.float32), labels)
     with pytest.raises(ValueError, match=r"step must be in \[0, 1\], got 2"):
         vision.training_batch(pixels, labels, 0, 0, 2, batch=50)
+
+
+# ---------------------------------------------------------------------------------------
+# The point model.
+
+POINT = dict(dim=16, layers=1, points=48, neighbors=6, batch=50, lr=1e-2, train_limit=200, checkpoint_every=0)
+
+
+def test_point_model_trains_equals_the_cli_and_shows_its_points(data, tmp_path):
+    out = tmp_path / "p"
+    result = vision.train(data["dir"], out, model="point", epochs=EPOCHS, **POINT)
+    assert set(result) == RESULT_KEYS and result["steps"] == STEPS
+    c = vision.Classifier(out)
+    assert c.model == "point"
+    assert c.config == dict(points=48, neighbors=6, dim=16, blocks=1, pos_mlp_hidden=16, attn_mlp_hidden_mult=1,
+                            head_hidden=64, classes=10)
+    assert result["num_parameters"] == sum(a.size for a in _qkv._pt_initial(c.config, 0).values())
+    assert c.report["trained_with"].startswith("qkv.vision.train(") and "model='point'" in c.report["trained_with"]
+    line = run_qkv("train", "vision", "--model", "point", "--data", data["dir"], "--out", tmp_path / "cli",
+                   "--epochs", EPOCHS, "--dim", 16, "--layers", 1, "--points", 48, "--neighbors", 6, "--batch", 50,
+                   "--lr", 1e-2, "--train-limit", 200, "--checkpoint-every", 0, "--json", "--quiet")
+    j = json.loads(line)
+    for key in ("steps", "validation_accuracy", "best_epoch", "test_accuracy", "num_parameters"):
+        assert j[key] == result[key], key
+    test = data["test"][0]
+    np.testing.assert_array_equal(vision.Classifier(tmp_path / "cli").predict_proba(test), c.predict_proba(test))
+
+    # point_view against NumPy: the sampled points, their 6 nearest (self first, ties to the
+    # lower index), softmax rows summing to 1, and the weight each point receives.
+    v = c.point_view(test, 5)
+    np.testing.assert_array_equal(v["points"], _qkv._pt_image_to_points(test[5], 48, 0, 0))
+    xy = v["points"][:, :2].astype(np.float64)
+    d = ((xy[:, None, :] - xy[None, :, :]) ** 2).sum(-1)
+    # (distances, not indices: grid points tie, and float32 rounding may break a tie either way)
+    chosen = np.take_along_axis(d, v["neighbors"], axis=1)
+    np.testing.assert_allclose(np.sort(chosen, axis=1), np.sort(d, axis=1)[:, :6], atol=1e-6)
+    np.testing.assert_array_equal(v["neighbors"][:, 0], np.arange(48))
+    np.testing.assert_allclose(v["weights"].sum(1), 1, atol=1e-5)
+    received = np.bincount(v["neighbors"].ravel(), weights=v["weights"].ravel(), minlength=48) / 48
+    np.testing.assert_allclose(v["received"], received, atol=1e-6)
+    with pytest.raises(ValueError, match="rollout is the ViT's"):
+        c.rollout(test[0])
+    with pytest.raises(ValueError, match="neighbors = 9 exceeds points = 8"):
+        vision.train(data["dir"], tmp_path / "x", model="point", points=8, neighbors=9)
+    with pytest.raises(ValueError, match="model must be 'vit' or 'point'"):
+        vision.train(data["dir"], tmp_path / "x", model="cnn")

@@ -1,12 +1,14 @@
 // The image classification task (qkv/vision.h): augmentation against a naive twin, batches
 // as pure functions of their seed, the split, reading images of every kind with bad input
 // named, a tiny training run that learns, --resume reproducing an uninterrupted run bit for
-// bit, and model directories loaded back (another kind of model refused).
+// bit, and model directories loaded back (another kind of model refused); the same for the
+// point model, whose input is the images' sampled points.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <tuple>
 
@@ -253,4 +255,111 @@ TEST(Vision, ClassifierLoadsWhatTrainingWrote) {
   expect_error([&] { vision::Classifier::load(dir.file("other")); }, "not a qkv image classifier");
   std::filesystem::remove(dir.file("m") + "/model.safetensors");
   expect_error([&] { vision::Classifier::load(dir.file("m")); }, "model.safetensors");
+}
+
+// ---------------------------------------------------------------------------------------
+// The point model behind the same loop and classifier.
+
+namespace {
+
+vision::VisionTrainingOptions tiny_point_options(const std::string& out) {
+  vision::VisionTrainingOptions o = tiny_options(out);
+  o.model = "point";
+  o.point.points = 64;
+  o.point.neighbors = 8;
+  o.point.dim = 16;
+  o.point.blocks = 1;
+  o.point.head_hidden = 32;
+  o.peak_lr = 1e-2;
+  o.epochs = 30;  // the sampled points vary each epoch: slower than the ViT to find the band
+  return o;
+}
+
+}  // namespace
+
+TEST(Vision, PointInputIsTheImagesSampledPoints) {
+  const vision::Images im = synthetic(3);
+  vision::VisionNetwork net;
+  net.model = "point";
+  net.point.points = 50;
+  // Inference: each image with seed 0, counter 0, wherever it sits in the batch.
+  const std::int64_t two[2] = {2, 0}, one[1] = {0};
+  const std::vector<float> a = net.input(im, two).to_vector(), b = net.input(im, one).to_vector();
+  ASSERT_EQ(a.size(), 2u * 50 * 3);
+  EXPECT_EQ(std::vector<float>(a.begin() + 150, a.end()), b);
+  const std::span<const std::uint8_t> pixels0(im.pixels.data(), 784);
+  EXPECT_EQ(b, qkv::models::image_to_points(pixels0, 28, 28, 50, 0, 0).to_vector());
+  // Training: the augmented pixels, sampled with the batch's seed, counter = position.
+  const vision::Augmentation aug{2, true};
+  const std::vector<std::uint8_t> shifted = vision::augmented_pixels(im, two, &aug, 77);
+  EXPECT_EQ(net.input(im, two, &aug, 77).to_vector(),
+            qkv::models::images_to_points(shifted, 2, 28, 28, 50, 77, 0).to_vector());
+  // augmented_pixels is what to_input normalises.
+  const std::vector<float> x = vision::to_input(im, two, &aug, 77).to_vector();
+  for (std::size_t k = 0; k < x.size(); ++k) ASSERT_EQ(x[k], normalised(shifted[k])) << k;
+}
+
+TEST(Vision, PointModelTrainsResumesAndLoads) {
+  qkv::testing::TempDir dir;
+  const vision::FashionMnist data = tiny_data();
+  const vision::VisionTrainingResult whole = vision::train_vision(tiny_point_options(dir.file("a")), data, nullptr);
+  ASSERT_EQ(whole.validation_accuracy.size(), 30u);
+  EXPECT_GT(whole.test_accuracy, 0.8) << "the bright band's points give the class";
+  EXPECT_EQ(whole.num_parameters, tiny_point_options("").point.num_parameters());
+
+  vision::VisionTrainingOptions o = tiny_point_options(dir.file("b"));
+  o.stop_at = 13;
+  EXPECT_TRUE(vision::train_vision(o, data, nullptr).interrupted);
+  o.stop_at = 0;
+  o.resume = true;
+  const vision::VisionTrainingResult rest = vision::train_vision(o, data, nullptr);
+  EXPECT_EQ(rest.validation_accuracy, whole.validation_accuracy);
+  EXPECT_EQ(rest.test_accuracy, whole.test_accuracy);
+
+  // A ViT cannot resume a point model's checkpoint.
+  vision::VisionTrainingOptions vit = tiny_options(dir.file("b"));
+  vit.resume = true;
+  expect_error([&] { vision::train_vision(vit, data, nullptr); }, "different model configuration");
+
+  const vision::Classifier c = vision::Classifier::load(dir.file("a"));
+  EXPECT_EQ(c.model(), "point");
+  EXPECT_EQ(c.image_size(), 12);
+  const std::vector<vision::Prediction> p = c.classify(data.test, 7);
+  EXPECT_EQ(vision::evaluate(p, data.test.labels, 10).accuracy(), whole.test_accuracy) << "f32 weights: the same";
+
+  const vision::Classifier::PointView v = c.point_view(data.test, 4);
+  ASSERT_EQ(v.points.size(), 64u * 3);
+  ASSERT_EQ(v.neighbors, 8);
+  ASSERT_EQ(v.neighbor.size(), 64u * 8);
+  double received = 0;
+  for (std::int64_t n = 0; n < 64; ++n) {
+    double row = 0;
+    for (std::int64_t k = 0; k < 8; ++k) {
+      const std::int64_t j = v.neighbor[static_cast<std::size_t>(n * 8 + k)];
+      ASSERT_TRUE(j >= 0 && j < 64);
+      row += v.weight[static_cast<std::size_t>(n * 8 + k)];
+    }
+    EXPECT_NEAR(row, 1.0, 1e-5) << "point " << n << ": a softmax per channel, averaged";
+    EXPECT_EQ(v.neighbor[static_cast<std::size_t>(n * 8)], n) << "the nearest point is itself";
+    received += v.received[static_cast<std::size_t>(n)];
+  }
+  EXPECT_NEAR(received, 1.0, 1e-5);
+  expect_error([&] { c.rollout(data.test, 0); }, "rollout is the ViT's");
+  expect_error([&] { c.point_view(data.test, 60); }, "image 60 outside");
+
+  // A config.json whose point sizes are out of range, or whose model is unknown.
+  const std::string config = dir.file("a") + "/config.json";
+  std::ifstream in(config);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto rewrite = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    t.replace(t.find(from), from.size(), to);
+    std::ofstream(config) << t;
+  };
+  rewrite("\"points\": 64", "\"points\": 1000000");
+  expect_error([&] { vision::Classifier::load(dir.file("a")); }, "points <= 65536");
+  rewrite("\"model\": \"point\"", "\"model\": \"cnn\"");
+  expect_error([&] { vision::Classifier::load(dir.file("a")); }, "must be 'vit' or 'point'");
+  rewrite("\"neighbors\": 8", "\"neighbors\": 65");
+  expect_error([&] { vision::Classifier::load(dir.file("a")); }, "must not exceed points");
 }

@@ -447,6 +447,60 @@ TEST(VizImages, InconsistentViewsNamed) {
   expect_error([&] { qkv::viz::render_image_html(v); }, {"grid over 4x6"});
 }
 
+// A point model's image: 3 points, each with 2 neighbours.
+qkv::viz::ImageAttentionView point_view() {
+  qkv::viz::ImageAttentionView v = image_view();
+  v.images.resize(1);
+  ImageAttention& im = v.images[0];
+  im.grid_h = im.grid_w = 0;
+  im.heat.clear();
+  im.points = {0.0f, 0.0f, 5.0f, 3.0f, 2.5f, 1.0f};  // (column, row)
+  im.point_heat = {0.2f, 0.5f, 0.3f};
+  im.neighbors = 2;
+  im.neighbor = {0, 2, 1, 2, 2, 0};
+  im.neighbor_weight = {0.75f, 0.25f, 0.5f, 0.5f, 1.0f, 0.0f};
+  return v;
+}
+
+TEST(VizImages, PointsAndTheirNeighboursEmbedded) {
+  const qkv::viz::ImageAttentionView v = point_view();
+  const json im = json::parse(image_data_text(qkv::viz::render_image_html(v)))["images"][0];
+  EXPECT_EQ(im.at("points").get<std::vector<float>>(), v.images[0].points);
+  EXPECT_EQ(im.at("point_heat").get<std::vector<float>>(), v.images[0].point_heat);
+  EXPECT_EQ(im.at("neighbors").get<int>(), 2);
+  EXPECT_EQ(im.at("neighbor").get<std::vector<std::int64_t>>(), v.images[0].neighbor);
+  EXPECT_EQ(im.at("neighbor_weight").get<std::vector<float>>(), v.images[0].neighbor_weight);
+  EXPECT_FALSE(im.contains("heat"));
+}
+
+TEST(VizImages, InconsistentPointViewsNamed) {
+  qkv::viz::ImageAttentionView v = point_view();
+  v.images[0].heat = {0.1f};
+  v.images[0].grid_h = v.images[0].grid_w = 1;
+  expect_error([&] { qkv::viz::render_image_html(v); }, {"image 0", "not both"});
+  v = point_view();
+  v.images[0].points.clear();
+  expect_error([&] { qkv::viz::render_image_html(v); }, {"not neither"});
+  v = point_view();
+  v.images[0].points[2] = 6.0f;  // column 6 of a 6-wide image
+  expect_error([&] { qkv::viz::render_image_html(v); }, {"point 1 at (6, 3)", "outside the 6x4 image"});
+  v = point_view();
+  v.images[0].point_heat.pop_back();
+  expect_error([&] { qkv::viz::render_image_html(v); }, {"6 point coordinates and 2 heat values"});
+  v = point_view();
+  v.images[0].neighbor[3] = 3;
+  expect_error([&] { qkv::viz::render_image_html(v); }, {"neighbour 3 is point 3", "outside [0, 3)"});
+  v = point_view();
+  v.images[0].neighbor_weight[4] = 1.5f;
+  expect_error([&] { qkv::viz::render_image_html(v); }, {"neighbour weight 4 is 1.5"});
+  v = point_view();
+  v.images[0].neighbor.pop_back();
+  expect_error([&] { qkv::viz::render_image_html(v); }, {"5 neighbours and 6 weights for 3 points x 2"});
+  v = point_view();
+  v.images[0].point_heat[0] = -0.5f;
+  expect_error([&] { qkv::viz::render_image_html(v); }, {"heat value 0 is -0.5"});
+}
+
 }  // namespace
 }  // namespace qkv::viz
 

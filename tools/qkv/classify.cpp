@@ -4,8 +4,10 @@
 //   --json        one line per image, in input order:
 //                 {"index": 0, "label": 9, "class": "Ankle boot", "score": 0.97}
 //                 (+ "truth" with --labels; the summary then goes to standard error)
-//   --html OUT    the first --html-images images, each with the class token's attention
-//                 rollout over its patches as a heat overlay
+//   --html OUT    the first --html-images images, each with what the model attended to: a
+//                 ViT's class-token attention rollout over its patches as a heat overlay; a
+//                 point model's points, coloured by the attention they receive in its last
+//                 block, and (on hover) a point's neighbours weighted by its attention
 #include <algorithm>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -44,19 +46,23 @@ void print_summary(std::ostream& out, const vision::Classifier& c, const vision:
 int run_classify(const ClassifyOptions& o, std::ostream& out) {
   if (!o.html.empty()) check_output_path("--html", o.html);  // before the work that fills it
   const vision::Classifier c = vision::Classifier::load(o.model);
-  const models::VitConfig& cfg = c.config();
-  vision::Images images = vision::read_images(o.images, cfg.image_size, cfg.image_size);
-  if (!o.labels.empty()) vision::read_labels(o.labels, images, static_cast<int>(cfg.classes));
+  const std::int64_t side = c.image_size();
+  vision::Images images = vision::read_images(o.images, side, side);
+  if (!o.labels.empty()) vision::read_labels(o.labels, images, static_cast<int>(c.classes()));
   const std::vector<vision::Prediction> predictions = c.classify(images, o.batch);
 
   if (!o.html.empty()) {
+    const bool vit = c.model() == "vit";
     viz::ImageAttentionView view;
     view.title = "qkv classify — " + o.model;
     const std::int64_t shown = std::min<std::int64_t>(images.count, o.html_images);
     view.subtitle = format("%lld of %lld images of ", static_cast<long long>(shown),
                            static_cast<long long>(images.count)) +
-                    o.images + "; orange: the class token's attention rollout over the " +
-                    std::to_string(cfg.grid()) + "x" + std::to_string(cfg.grid()) + " patches";
+                    o.images +
+                    (vit ? "; orange: the class token's attention rollout over the " + std::to_string(c.network().vit.grid()) +
+                               "x" + std::to_string(c.network().vit.grid()) + " patches"
+                         : "; the " + std::to_string(c.network().point.points) +
+                               " points the model read, orange by the attention they receive in its last block");
     for (std::int64_t i = 0; i < shown; ++i) {
       const vision::Prediction& p = predictions[static_cast<std::size_t>(i)];
       viz::ImageAttention im;
@@ -67,8 +73,24 @@ int run_classify(const ClassifyOptions& o, std::ostream& out) {
       im.width = images.width;
       im.pixels.assign(images.pixels.begin() + i * images.height * images.width,
                        images.pixels.begin() + (i + 1) * images.height * images.width);
-      im.grid_h = im.grid_w = cfg.grid();
-      im.heat = c.rollout(images, i);
+      if (vit) {
+        im.grid_h = im.grid_w = c.network().vit.grid();
+        im.heat = c.rollout(images, i);
+      } else {
+        const vision::Classifier::PointView pv = c.point_view(images, i);
+        const std::int64_t N = static_cast<std::int64_t>(pv.points.size() / 3);
+        // [−1, 1] back to pixel centres: column = (x + 1)·(W − 1)/2.
+        for (std::int64_t n = 0; n < N; ++n) {
+          im.points.push_back((pv.points[static_cast<std::size_t>(3 * n)] + 1.0f) * 0.5f *
+                              static_cast<float>(images.width - 1));
+          im.points.push_back((pv.points[static_cast<std::size_t>(3 * n + 1)] + 1.0f) * 0.5f *
+                              static_cast<float>(images.height - 1));
+        }
+        im.point_heat = pv.received;
+        im.neighbors = pv.neighbors;
+        im.neighbor = pv.neighbor;
+        im.neighbor_weight = pv.weight;
+      }
       view.images.push_back(std::move(im));
     }
     viz::write_file(o.html, viz::render_image_html(view));
@@ -76,7 +98,7 @@ int run_classify(const ClassifyOptions& o, std::ostream& out) {
   }
 
   vision::Evaluation e;
-  if (!images.labels.empty()) e = vision::evaluate(predictions, images.labels, cfg.classes);
+  if (!images.labels.empty()) e = vision::evaluate(predictions, images.labels, c.classes());
   if (o.json) {
     for (std::size_t i = 0; i < predictions.size(); ++i) {
       nlohmann::ordered_json j;

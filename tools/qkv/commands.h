@@ -168,11 +168,13 @@ struct TrainOptions {
   std::int64_t dim = 0;              // 0 = the model's default
   double l2 = -1;                    // mf: λ; < 0 = the default
   std::int64_t max_len = 200;        // sasrec
-  // train vision (--data is the Fashion-MNIST directory; --model vit; --epochs, --dim,
-  // --layers, --heads, --batch, --lr, --label-smoothing, --seed, --out, --resume,
+  // train vision (--data is the Fashion-MNIST directory; --model vit or point; --epochs,
+  // --dim, --layers, --heads, --batch, --lr, --label-smoothing, --seed, --out, --resume,
   // --checkpoint-every, --stop-at are shared and take qkv/vision.h's defaults unless given)
-  std::int64_t patch_size = 4;
-  std::int64_t mlp_dim = 256;
+  std::int64_t patch_size = 4;       // vit
+  std::int64_t mlp_dim = 256;        // vit
+  std::int64_t points = 128;         // point: N per image
+  std::int64_t neighbors = 8;        // point: K
   std::int64_t train_limit = 0;      // > 0: the first N training images only
   bool bf16 = false;                 // write the weights in bf16
   std::string positions = "learned"; // or "sincos"

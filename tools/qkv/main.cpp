@@ -415,26 +415,32 @@ int run(int argc, char** argv) {
                     "the end only); recommender sasrec: epochs between validation HR@10 (default " +
                     std::to_string(sasrec_defaults.eval_every) + ")")->capture_default_str()->check(integer_in(0, kMaxSteps));
   train->add_option("--model", tr.model, "recommender: mf (matrix factorisation) or sasrec "
-                    "(self-attention over each user's history); vision: vit (a Vision Transformer)")
-      ->capture_default_str()->check(one_of({"mf", "sasrec", "vit"}));
+                    "(self-attention over each user's history); vision: vit (a Vision Transformer) or point "
+                    "(a Point Transformer over points sampled from the inked pixels)")
+      ->capture_default_str()->check(one_of({"mf", "sasrec", "vit", "point"}));
   train->add_option("--epochs", tr.epochs, "recommender, vision: passes over the data (default: mf " +
                     std::to_string(mf_defaults.epochs) + ", sasrec " + std::to_string(sasrec_defaults.epochs) +
                     ", vit " + std::to_string(vision_defaults.epochs) +
                     "; the epoch with the best validation is kept)")->check(integer_in(1, 100000));
   train->add_option("--dim", tr.dim, "recommender, vision: embedding width (default: mf " +
                     std::to_string(mf_defaults.dim) + ", sasrec " + std::to_string(sasrec_defaults.model.dim) +
-                    ", vit " + std::to_string(vision_defaults.vit.dim) + "; mf 0 = biases only)")->check(integer_in(0, 4096));
+                    ", vit " + std::to_string(vision_defaults.vit.dim) + ", point " +
+                    std::to_string(vision_defaults.point.dim) + "; mf 0 = biases only)")->check(integer_in(0, 4096));
   train->add_option("--l2", tr.l2, "recommender mf: L2 weight λ (default " + format("%g", mf_defaults.l2) + ")")
       ->check(number_in(0.0, 100.0, false, false));
   train->add_option("--max-len", tr.max_len, "recommender sasrec: history positions")
       ->capture_default_str()->check(integer_in(1, 4096));
-  train->add_option("--patch-size", tr.patch_size, "vision: patch side P (28 / P patches per side; "
+  train->add_option("--patch-size", tr.patch_size, "vision vit: patch side P (28 / P patches per side; "
                     "4 = 49 patches + the class token)")
       ->capture_default_str()->check(integer_in(1, 28));
-  train->add_option("--mlp-dim", tr.mlp_dim, "vision: the blocks' feed-forward width")
+  train->add_option("--mlp-dim", tr.mlp_dim, "vision vit: the blocks' feed-forward width")
       ->capture_default_str()->check(integer_in(1, 16384));
-  train->add_option("--positions", tr.positions, "vision: learned positions or the fixed 2-D sine-cosine table")
+  train->add_option("--positions", tr.positions, "vision vit: learned positions or the fixed 2-D sine-cosine table")
       ->capture_default_str()->check(one_of({"learned", "sincos"}));
+  train->add_option("--points", tr.points, "vision point: points sampled per image")
+      ->capture_default_str()->check(integer_in(1, 4096));
+  train->add_option("--neighbors", tr.neighbors, "vision point: K, the nearest points each attends to")
+      ->capture_default_str()->check(integer_in(1, 4096));
   train->add_option("--train-limit", tr.train_limit, "vision: train on the first N training images only "
                     "(0 = all 55,000)")
       ->capture_default_str()->check(integer_in(0, 1000000));

@@ -5,8 +5,9 @@
 // progress bar, Ctrl-C and --resume as dates.
 // qkv train recommender: matrix factorisation or SASRec on movie ratings
 // (qkv::recommender::train_recommender), with the split, the baselines and the test metrics.
-// qkv train vision: a Vision Transformer on Fashion-MNIST (qkv::vision::train_vision), with
-// the progress bar, Ctrl-C and --resume of dates, and validation accuracy every epoch.
+// qkv train vision: a Vision Transformer or a Point Transformer on Fashion-MNIST
+// (qkv::vision::train_vision), with the progress bar, Ctrl-C and --resume of dates, and
+// validation accuracy every epoch.
 #include <unistd.h>
 
 #include <algorithm>
@@ -89,7 +90,10 @@ const std::vector<std::string> kLmOnly = {"--data-dir", "--heldout", "--tokenize
 const std::vector<std::string> kLmOrRecommender = {"--data", "--layers", "--heads", "--eval-every"};
 const std::vector<std::string> kRecommenderOnly = {"--l2", "--max-len"};
 const std::vector<std::string> kRecommenderOrVision = {"--model", "--epochs", "--dim"};
-const std::vector<std::string> kVisionOnly = {"--patch-size", "--mlp-dim", "--train-limit", "--bf16", "--positions"};
+const std::vector<std::string> kVisionOnly = {"--patch-size", "--mlp-dim", "--train-limit", "--bf16", "--positions",
+                                              "--points", "--neighbors"};
+const std::vector<std::string> kVitOnly = {"--patch-size", "--mlp-dim", "--positions", "--heads"};
+const std::vector<std::string> kPointOnly = {"--points", "--neighbors"};
 
 void refuse_options_of(const std::vector<std::string>& others, const TrainOptions& o) {
   for (const std::string& option : o.given)
@@ -393,28 +397,46 @@ int run_train_vision(const TrainOptions& o, std::ostream& out) {
   refuse_options_of(kLmOnly, o);
   refuse_options_of(kRecommenderOnly, o);
   refuse_options_of({"--text", "--vocab-size", "--steps", "--eval-every"}, o);
-  if (given(o, "--model") && o.model != "vit")
-    throw UsageError("--model", "'qkv train vision' trains vit, got " + quote_value(o.model));
+  const std::string model = given(o, "--model") ? o.model : "vit";
+  if (model != "vit" && model != "point")
+    throw UsageError("--model", "'qkv train vision' trains vit or point, got " + quote_value(o.model));
+  const std::vector<std::string>& other_models = model == "vit" ? kPointOnly : kVitOnly;
+  for (const std::string& option : o.given)
+    if (std::find(other_models.begin(), other_models.end(), option) != other_models.end())
+      throw UsageError(option, "does not apply to --model " + model);
   if (!given(o, "--data"))
     throw UsageError("--data", "'qkv train vision' needs the Fashion-MNIST directory "
                                "(scripts/fetch_data.sh fashion-mnist DIR writes it)");
   vision::VisionTrainingOptions t;
+  t.model = model;
   models::VitConfig& c = t.vit;
-  if (given(o, "--dim")) c.dim = o.dim;
-  if (given(o, "--layers")) c.layers = o.layers;
-  if (given(o, "--heads")) c.heads = o.heads;
-  if (given(o, "--patch-size")) c.patch_size = o.patch_size;
-  if (given(o, "--mlp-dim")) c.mlp_dim = o.mlp_dim;
-  c.learned_positions = o.positions == "learned";
-  if (c.dim < 1) throw UsageError("--dim", "vit needs a width >= 1");
-  if (c.dim % c.heads != 0)
-    throw UsageError("--heads", format("%lld must divide --dim %lld", static_cast<long long>(c.heads),
-                                       static_cast<long long>(c.dim)));
-  if (28 % c.patch_size != 0)
-    throw UsageError("--patch-size", format("must divide 28 (the images' side), got %lld",
-                                            static_cast<long long>(c.patch_size)));
-  if (!c.learned_positions && c.dim % 4 != 0)
-    throw UsageError("--positions", "sincos needs --dim a multiple of 4");
+  models::PointTransformerConfig& pc = t.point;
+  if (model == "vit") {
+    if (given(o, "--dim")) c.dim = o.dim;
+    if (given(o, "--layers")) c.layers = o.layers;
+    if (given(o, "--heads")) c.heads = o.heads;
+    if (given(o, "--patch-size")) c.patch_size = o.patch_size;
+    if (given(o, "--mlp-dim")) c.mlp_dim = o.mlp_dim;
+    c.learned_positions = o.positions == "learned";
+    if (c.dim < 1) throw UsageError("--dim", "vit needs a width >= 1");
+    if (c.dim % c.heads != 0)
+      throw UsageError("--heads", format("%lld must divide --dim %lld", static_cast<long long>(c.heads),
+                                         static_cast<long long>(c.dim)));
+    if (28 % c.patch_size != 0)
+      throw UsageError("--patch-size", format("must divide 28 (the images' side), got %lld",
+                                              static_cast<long long>(c.patch_size)));
+    if (!c.learned_positions && c.dim % 4 != 0)
+      throw UsageError("--positions", "sincos needs --dim a multiple of 4");
+  } else {
+    if (given(o, "--dim")) pc.dim = o.dim;
+    if (given(o, "--layers")) pc.blocks = o.layers;
+    if (given(o, "--points")) pc.points = o.points;
+    if (given(o, "--neighbors")) pc.neighbors = o.neighbors;
+    if (pc.dim < 1) throw UsageError("--dim", "point needs a width >= 1");
+    if (pc.neighbors > pc.points)
+      throw UsageError("--neighbors", format("%lld exceeds --points %lld", static_cast<long long>(pc.neighbors),
+                                             static_cast<long long>(pc.points)));
+  }
   if (given(o, "--epochs")) t.epochs = o.epochs;
   t.batch = o.batch;
   t.peak_lr = o.lr;
@@ -430,7 +452,16 @@ int run_train_vision(const TrainOptions& o, std::ostream& out) {
   const vision::FashionMnist data = vision::load_fashion_mnist(o.data);
   const std::int64_t train_images =
       t.train_limit > 0 ? std::min(t.train_limit, data.train.count) : data.train.count;
-  if (!o.json)
+  if (!o.json && model == "point")
+    out << format("training a Point Transformer on %lld Fashion-MNIST images (%lld validation): %lld points, "
+                  "%lld neighbours, %lld blocks, dim %lld, %lld parameters; %lld epochs, batch %lld, lr %g, "
+                  "label smoothing %g, %d threads\n",
+                  static_cast<long long>(train_images), static_cast<long long>(data.validation.count),
+                  static_cast<long long>(pc.points), static_cast<long long>(pc.neighbors),
+                  static_cast<long long>(pc.blocks), static_cast<long long>(pc.dim),
+                  static_cast<long long>(pc.num_parameters()), static_cast<long long>(t.epochs),
+                  static_cast<long long>(t.batch), t.peak_lr, t.label_smoothing, num_threads());
+  else if (!o.json)
     out << format("training a Vision Transformer on %lld Fashion-MNIST images (%lld validation): patch %lld "
                   "(%lld tokens), %lld blocks, dim %lld, %lld heads, mlp %lld, %s positions, %lld parameters; "
                   "%lld epochs, batch %lld, lr %g, label smoothing %g, %d threads\n",
