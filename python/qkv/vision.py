@@ -281,19 +281,24 @@ class Classifier:
         _, _, probs, one = self._predict(images, batch, "predict_proba")
         return probs[0] if one else probs
 
-    def rollout(self, images, index=None):
-        """The class token's attention rollout (Abnar & Zuidema 2020) over one image's
-        patches: float32 (grid, grid), grid = 28 / patch_size, summing to at most 1. images:
-        one image (H, W), or (N, H, W) with the index of the one to show."""
-        fn = "rollout"
+    def _one_image(self, images, index, fn):
+        """(the pixels, the index of the image to show): images is one image (H, W), or
+        (N, H, W) with `index`."""
         pixels, one = _pixels(images, fn)
         if index is None:
             if not one and pixels.shape[0] != 1:
                 raise ValueError(f"{fn}: index is required for {pixels.shape[0]} images")
             index = 0
+        return pixels, _ranged(index, fn, "index", 0, pixels.shape[0] - 1)
+
+    def rollout(self, images, index=None):
+        """The class token's attention rollout (Abnar & Zuidema 2020) over one image's
+        patches: float32 (grid, grid), grid = 28 / patch_size, summing to at most 1. images:
+        one image (H, W), or (N, H, W) with the index of the one to show."""
+        pixels, index = self._one_image(images, index, "rollout")
         if self.model != "vit":
-            raise ValueError(f"{fn}: attention rollout is the ViT's; this is a {self.model!r} model (use point_view)")
-        return self._c.rollout(pixels, _ranged(index, fn, "index", 0, pixels.shape[0] - 1))
+            raise ValueError(f"rollout: attention rollout is the ViT's; this is a {self.model!r} model (use point_view)")
+        return self._c.rollout(pixels, index)
 
     def point_view(self, images, index=None):
         """What the point model reads of one image and what its last block attends to:
@@ -302,12 +307,7 @@ class Classifier:
         point's K nearest points, "weights": float32 (N, K) the attention it gives them (the
         per-channel softmax averaged over channels; rows sum to 1), "received": float32 (N,)
         the weight each point receives, / N}. images as for rollout."""
-        fn = "point_view"
-        pixels, one = _pixels(images, fn)
-        if index is None:
-            if not one and pixels.shape[0] != 1:
-                raise ValueError(f"{fn}: index is required for {pixels.shape[0]} images")
-            index = 0
+        pixels, index = self._one_image(images, index, "point_view")
         if self.model != "point":
-            raise ValueError(f"{fn}: this is a {self.model!r} model, not a point model (use rollout)")
-        return self._c.point_view(pixels, _ranged(index, fn, "index", 0, pixels.shape[0] - 1))
+            raise ValueError(f"point_view: this is a {self.model!r} model, not a point model (use rollout)")
+        return self._c.point_view(pixels, index)

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "qkv/error.h"
+#include "qkv/version.h"
 
 namespace qkv::viz {
 namespace detail {
@@ -197,6 +198,35 @@ std::string hex_colour(const std::array<int, 3>& rgb) {
   char buf[8];
   std::snprintf(buf, sizeof buf, "#%02x%02x%02x", rgb[0], rgb[1], rgb[2]);
   return buf;
+}
+
+std::string self_contained_page(std::string_view title, std::string_view title_suffix, std::string_view subtitle,
+                                std::string_view style, std::string_view body, std::string_view data_id,
+                                const std::string& data, std::string_view script) {
+  const std::string shown = markup_escape(display_text(title));
+  std::string page;
+  page.reserve(data.size() + style.size() + body.size() + script.size() + 1024);
+  page += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+          "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+          "<meta name=\"generator\" content=\"qkv ";
+  page += kVersion;
+  page += "\">\n<title>" + shown + " \xE2\x80\x94 ";
+  page += title_suffix;
+  page += "</title>\n<style>";
+  page += style;
+  page += "</style>\n</head>\n<body>\n<header><h1>" + shown + "</h1>";
+  if (!subtitle.empty()) page += "<p class=\"sub\">" + markup_escape(display_text(subtitle)) + "</p>";
+  page += "</header>\n";
+  page += body;
+  page += "\n<footer>Drawn by qkv; this page is self-contained and makes no network requests.</footer>\n"
+          "<script type=\"application/json\" id=\"";
+  page += data_id;
+  page += "\">";
+  page += data;
+  page += "</script>\n<script>";
+  page += script;
+  page += "</script>\n</body>\n</html>\n";
+  return page;
 }
 
 }  // namespace detail

@@ -41,6 +41,14 @@ std::string json_string(std::string_view text);
 // Shortest decimal with 6 significant digits ("0.125", "1.23457e-05", "0").
 void append_number(std::string& out, float value);
 
+// A self-contained HTML page, the shell of render_html's and render_image_html's: <head>
+// (title "TITLE — title_suffix", `style`), a header with the title and subtitle (both
+// escaped here), `body` (markup), the footer, `data` in
+// <script type="application/json" id="data_id"> and `script`.
+std::string self_contained_page(std::string_view title, std::string_view title_suffix, std::string_view subtitle,
+                                std::string_view style, std::string_view body, std::string_view data_id,
+                                const std::string& data, std::string_view script);
+
 // The sequential ramp used everywhere (ColorBrewer "Blues", 5 stops), t in [0, 1].
 std::array<int, 3> ramp(double t);
 std::string hex_colour(const std::array<int, 3>& rgb);  // "#rrggbb"

@@ -8,7 +8,6 @@
 
 #include "common.h"
 #include "qkv/error.h"
-#include "qkv/version.h"
 
 namespace qkv::viz {
 namespace {
@@ -73,6 +72,33 @@ footer { color: #888; font-size: 11px; padding: 0 20px 16px; }
 
 // The drawing script. Plain ES5-style code, no modules, no network; it reads the JSON
 // above it and sets document.body.dataset.rendered = "1" once everything is drawn.
+constexpr const char* kBody = R"HTML(<div id="qkv-controls">
+<label>Attention <select id="qkv-group"></select></label>
+<label>Layer <select id="qkv-layer"></select></label>
+<span>Heads <span id="qkv-heads"></span></span>
+</div>
+<div id="qkv-error" hidden></div>
+<noscript><p id="qkv-noscript">The views are drawn by JavaScript, which is off. The numbers are in
+the qkv-attention-data element of this file.</p></noscript>
+<main>
+<section id="qkv-head-view"><h2>Head view</h2>
+<p class="hint">Each query (left) is joined to the keys (right) it attends to: opacity is the
+probability, colour the head. Hover a token to keep only its lines; click a head above to show
+or hide it.</p>
+<svg id="qkv-lines" role="img" aria-label="head view"></svg></section>
+<section id="qkv-detail"><h2><span id="qkv-detail-title"></span><label>head
+<select id="qkv-head"></select></label></h2>
+<p class="hint">Rows: queries, columns: keys. Colour runs from 0 to this head's largest
+probability.</p>
+<div id="qkv-heatmap"></div>
+<div class="legend"><span>0</span><span class="bar"></span><span id="qkv-legend-max"></span></div>
+<div id="qkv-readout"></div></section>
+<section id="qkv-model-view"><h2 id="qkv-model-title">Model view</h2>
+<p class="hint">Every layer (rows) and head (columns), coloured on one scale from 0 to 1.
+Click one to select that layer and head.</p>
+<div id="qkv-grid"></div></section>
+</main>)HTML";
+
 constexpr const char* kScript = R"JS(
 (function () {
   "use strict";
@@ -412,52 +438,8 @@ std::string render_html(const AttentionView& view) {
   }
   data += "]}";
 
-  const std::string title = detail::markup_escape(detail::display_text(view.title));
-  std::string page;
-  page.reserve(data.size() + 32768);
-  page += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-          "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-          "<meta name=\"generator\" content=\"qkv ";
-  page += kVersion;
-  page += "\">\n<title>" + title + " \xE2\x80\x94 attention</title>\n<style>";
-  page += kStyle;
-  page += "</style>\n</head>\n<body>\n<header><h1>" + title + "</h1>";
-  if (!view.subtitle.empty())
-    page += "<p class=\"sub\">" + detail::markup_escape(detail::display_text(view.subtitle)) + "</p>";
-  page += R"HTML(</header>
-<div id="qkv-controls">
-<label>Attention <select id="qkv-group"></select></label>
-<label>Layer <select id="qkv-layer"></select></label>
-<span>Heads <span id="qkv-heads"></span></span>
-</div>
-<div id="qkv-error" hidden></div>
-<noscript><p id="qkv-noscript">The views are drawn by JavaScript, which is off. The numbers are in
-the qkv-attention-data element of this file.</p></noscript>
-<main>
-<section id="qkv-head-view"><h2>Head view</h2>
-<p class="hint">Each query (left) is joined to the keys (right) it attends to: opacity is the
-probability, colour the head. Hover a token to keep only its lines; click a head above to show
-or hide it.</p>
-<svg id="qkv-lines" role="img" aria-label="head view"></svg></section>
-<section id="qkv-detail"><h2><span id="qkv-detail-title"></span><label>head
-<select id="qkv-head"></select></label></h2>
-<p class="hint">Rows: queries, columns: keys. Colour runs from 0 to this head's largest
-probability.</p>
-<div id="qkv-heatmap"></div>
-<div class="legend"><span>0</span><span class="bar"></span><span id="qkv-legend-max"></span></div>
-<div id="qkv-readout"></div></section>
-<section id="qkv-model-view"><h2 id="qkv-model-title">Model view</h2>
-<p class="hint">Every layer (rows) and head (columns), coloured on one scale from 0 to 1.
-Click one to select that layer and head.</p>
-<div id="qkv-grid"></div></section>
-</main>
-<footer>Drawn by qkv; this page is self-contained and makes no network requests.</footer>
-<script type="application/json" id="qkv-attention-data">)HTML";
-  page += data;
-  page += "</script>\n<script>";
-  page += kScript;
-  page += "</script>\n</body>\n</html>\n";
-  return page;
+  return detail::self_contained_page(view.title, "attention", view.subtitle, kStyle, kBody, "qkv-attention-data",
+                                     data, kScript);
 }
 
 }  // namespace qkv::viz

@@ -6,7 +6,6 @@
 
 #include "common.h"
 #include "qkv/error.h"
-#include "qkv/version.h"
 
 namespace qkv::viz {
 
@@ -29,6 +28,13 @@ footer{padding:8px 20px;color:#777;font-size:12px}
 // image's smallest value (transparent) to its largest (opaque: a rollout is never far from
 // uniform, so scaling to the largest alone would tint every patch alike), is painted over
 // each patch in orange with alpha t·opacity.
+constexpr const char* kBody = R"HTML(<div id="qkv-controls"><label>Overlay <input id="qkv-opacity" type="range" min="0" max="100" value="60"></label>
+<span class="read">Orange: the weight of each patch or point, from the image's smallest to its largest; hover a patch or a point for its value (and a point's neighbours).</span></div>
+<div id="qkv-error" hidden></div>
+<noscript><p>The images are drawn by JavaScript, which is off. The numbers are in the
+qkv-image-data element of this file.</p></noscript>
+<main id="qkv-cards"></main>)HTML";
+
 constexpr const char* kScript = R"JS(
 (function(){
 try{
@@ -173,30 +179,8 @@ std::string render_image_html(const ImageAttentionView& view) {
   }
   data += "]}";
 
-  const std::string title = detail::markup_escape(detail::display_text(view.title));
-  std::string page = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-                     "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-                     "<meta name=\"generator\" content=\"qkv ";
-  page += kVersion;
-  page += "\">\n<title>" + title + " \xE2\x80\x94 where the model looked</title>\n<style>";
-  page += kStyle;
-  page += "</style>\n</head>\n<body>\n<header><h1>" + title + "</h1>";
-  if (!view.subtitle.empty())
-    page += "<p class=\"sub\">" + detail::markup_escape(detail::display_text(view.subtitle)) + "</p>";
-  page += R"HTML(</header>
-<div id="qkv-controls"><label>Overlay <input id="qkv-opacity" type="range" min="0" max="100" value="60"></label>
-<span class="read">Orange: the weight of each patch or point, from the image's smallest to its largest; hover a patch or a point for its value (and a point's neighbours).</span></div>
-<div id="qkv-error" hidden></div>
-<noscript><p>The images are drawn by JavaScript, which is off. The numbers are in the
-qkv-image-data element of this file.</p></noscript>
-<main id="qkv-cards"></main>
-<footer>Drawn by qkv; this page is self-contained and makes no network requests.</footer>
-<script type="application/json" id="qkv-image-data">)HTML";
-  page += data;
-  page += "</script>\n<script>";
-  page += kScript;
-  page += "</script>\n</body>\n</html>\n";
-  return page;
+  return detail::self_contained_page(view.title, "where the model looked", view.subtitle, kStyle, kBody,
+                                     "qkv-image-data", data, kScript);
 }
 
 }  // namespace qkv::viz
