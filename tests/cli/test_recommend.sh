@@ -369,7 +369,7 @@ fails "$TMP/nodata/ratings.csv does not exist; write it with: scripts/fetch_data
   train recommender --data "$TMP/nodata" --out "$NEVER"
 fails "$TMP/missing.csv does not exist" train recommender --data "$TMP/missing.csv" --out "$NEVER"
 usage_fails "--data: 'qkv train recommender' needs the ratings" train recommender --out "$NEVER"
-usage_fails "--model: must be one of mf, sasrec, vit, got 'foo'" train recommender --data "$DATA" --model foo --out "$NEVER"
+usage_fails "--model: must be one of mf, sasrec, vit, point, got 'foo'" train recommender --data "$DATA" --model foo --out "$NEVER"
 usage_fails "--heads: 3 must divide --dim 8" train recommender --data "$DATA" --model sasrec --dim 8 --heads 3 --out "$NEVER"
 usage_fails "--steps: does not apply" train recommender --data "$DATA" --steps 3 --out "$NEVER"
 if [[ ! -e "$NEVER" ]]; then pass; else fail "a failed training wrote $NEVER"; fi

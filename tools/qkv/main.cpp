@@ -462,6 +462,7 @@ int run(int argc, char** argv) {
                 "--out recommender-model;\nevery user's ratings split by time (last 20% test, "
                 "10% of the rest validation; printed).\n"
                 "          scripts/fetch_data.sh fashion-mnist data && qkv train vision --data data --out vit-model\n"
+                "          qkv train vision --data data --model point --dim 48 --lr 3e-3 --out point-model\n"
                 "vision defaults: --model vit --epochs " + std::to_string(vision_defaults.epochs) + " --batch " +
                 std::to_string(vision_defaults.batch) + " --lr " + format("%g", vision_defaults.peak_lr) +
                 " --label-smoothing " + format("%g", vision_defaults.label_smoothing) +
@@ -482,7 +483,9 @@ int run(int argc, char** argv) {
   classify->add_flag("--json", cl.json, "One JSON line per image, in input order: index, label, class, score "
                      "(+ truth with --labels; the accuracy then goes to standard error)");
   classify->add_option("--html", cl.html, "Write a self-contained HTML page: the first --html-images images "
-                       "with the class token's attention rollout over their patches");
+                       "with the class token's attention rollout over their patches (a ViT) or their points "
+                       "coloured by the attention they receive, a hovered point's neighbours by its weights "
+                       "(a point model)");
   classify->add_option("--html-images", cl.html_images, "Images on the --html page")
       ->capture_default_str()->check(integer_in(1, 1000));
   classify->footer("Example: qkv classify --model models/fashion-vit --images data/t10k-images-idx3-ubyte.gz "

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The shipped Vision Transformer, models/fashion-vit: qkv classify on the 10,000 Fashion-MNIST
-# test images gives exactly the test accuracy its config.json records (the number its README
-# and BENCHMARKS.md quote), its --json lines agree with the text output, and the Python
-# Classifier gives the same labels.
-#   tests/cli/test_fashion_vit.sh PATH/TO/qkv FETCH_DATA_SH MODEL_DIR [PYTHONPATH]
+# A shipped image classifier (models/fashion-vit, the Vision Transformer; models/fashion-point,
+# the Point Transformer): qkv classify on the 10,000 Fashion-MNIST test images gives exactly
+# the test accuracy its config.json records (the number its README and BENCHMARKS.md quote),
+# its --json lines agree with the text output, and the Python Classifier gives the same labels.
+#   tests/cli/test_shipped_classifier.sh PATH/TO/qkv FETCH_DATA_SH MODEL_DIR [PYTHONPATH]
 set -u
-QKV=${1:?usage: test_fashion_vit.sh PATH/TO/qkv FETCH_DATA_SH MODEL_DIR [PYTHONPATH]}
+QKV=${1:?usage: test_shipped_classifier.sh PATH/TO/qkv FETCH_DATA_SH MODEL_DIR [PYTHONPATH]}
 FETCH=${2:?}
 MODEL=${3:?}
 PYPATH=${4:-}
@@ -40,5 +40,5 @@ want = [json.loads(l)["label"] for l in open(sys.argv[3])]
 assert list(got) == want
 PY
 fi
-echo "test_fashion_vit: $checks checks, $failures failures"
+echo "test_shipped_classifier $MODEL: $checks checks, $failures failures"
 [[ $failures -eq 0 ]]
