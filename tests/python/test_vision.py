@@ -223,9 +223,11 @@ def test_classify_equals_the_cli(trained, data):
     np.testing.assert_allclose(c.predict_proba(pixels, batch=7), probs, rtol=0, atol=1e-6)
     # one image (H, W): one result without the batch dimension; a torch uint8 tensor alike
     assert c.classify(pixels[5]) == got[5] and c.predict(pixels[5]) == got[5]["label"]
-    np.testing.assert_array_equal(c.predict_proba(pixels[5]), probs[5])
+    # (exactly as a batch of that one image; against the batch of 60, within the rounding above)
+    np.testing.assert_array_equal(c.predict_proba(pixels[5]), c.predict_proba(pixels[5:6])[0])
+    np.testing.assert_allclose(c.predict_proba(pixels[5]), probs[5], rtol=0, atol=1e-6)
     torch = pytest.importorskip("torch")
-    np.testing.assert_array_equal(c.predict_proba(torch.from_numpy(pixels[:3])), probs[:3])
+    np.testing.assert_array_equal(c.predict_proba(torch.from_numpy(pixels[:3])), c.predict_proba(pixels[:3]))
     # the images read back from the file are the ones written
     np.testing.assert_array_equal(vision.read_images(path), pixels)
     np.testing.assert_array_equal(vision.read_labels(data["dir"] / "t10k-labels-idx1-ubyte.gz", 60), labels)
