@@ -15,7 +15,14 @@ void validate_attention(const Tensor& q, const Tensor& k, const Tensor& v,
 
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
                           const AttentionOptions& options) {
-  const detail::AttentionProblem problem = detail::make_problem(q, k, v, options);
+  return detail::attention_shifted(q, k, v, options, {});
+}
+
+AttentionResult detail::attention_shifted(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const AttentionOptions& options,
+                                          const std::vector<std::int64_t>& query_shift) {
+  detail::AttentionProblem problem = detail::make_problem(q, k, v, options);
+  detail::set_query_shift(problem, options, query_shift);
   switch (options.impl) {
     case AttentionImpl::reference:
       return detail::reference_attention(problem, q, k, v, options);

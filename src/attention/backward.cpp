@@ -60,7 +60,16 @@ AttentionGradients flash_attention_backward(const AttentionProblem& problem, con
 AttentionGradients attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                       const Tensor& v, const Tensor& out, const Tensor& lse,
                                       const AttentionOptions& options) {
-  const detail::AttentionProblem problem = detail::make_problem(q, k, v, options);
+  return detail::attention_backward_shifted(dout, q, k, v, out, lse, options, {});
+}
+
+AttentionGradients detail::attention_backward_shifted(const Tensor& dout, const Tensor& q,
+                                                      const Tensor& k, const Tensor& v,
+                                                      const Tensor& out, const Tensor& lse,
+                                                      const AttentionOptions& options,
+                                                      const std::vector<std::int64_t>& query_shift) {
+  detail::AttentionProblem problem = detail::make_problem(q, k, v, options);
+  detail::set_query_shift(problem, options, query_shift);
   detail::check_like_out(dout, "dout", problem, q.dtype());
   detail::check_like_out(out, "out", problem, q.dtype());
   const Shape lse_shape{problem.B, problem.Hq, problem.Lq};

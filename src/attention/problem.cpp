@@ -181,4 +181,20 @@ AttentionProblem make_problem(const Tensor& q, const Tensor& k, const Tensor& v,
   return p;
 }
 
+void set_query_shift(AttentionProblem& p, const AttentionOptions& o,
+                     const std::vector<std::int64_t>& query_shift) {
+  if (query_shift.empty()) return;
+  QKV_CHECK(static_cast<std::int64_t>(query_shift.size()) == p.B,
+            "attention: query_shift must have B = " << p.B << " entries, got " << query_shift.size());
+  std::int64_t reach = 0;
+  for (const std::int64_t s : query_shift) reach = std::max(reach, s < 0 ? -s : s);
+  p.query_shift = query_shift;
+  // i' now lies in [−Lq − reach, Lk + reach): a side clamped at Lq + Lk (make_problem) could
+  // stop short of keys it reaches on the whole sequence.
+  if (o.window) {
+    p.window_left = std::min(o.window->left, p.Lq + p.Lk + reach);
+    p.window_right = std::min(o.window->right, p.Lq + p.Lk + reach);
+  }
+}
+
 }  // namespace qkv::detail

@@ -40,9 +40,17 @@ struct AttentionProblem {
   DType mask_dtype = DType::boolean;
   std::int64_t mask_stride[4] = {0, 0, 0, 0};
 
+  // Internal (no public option sets it): B entries added to every query's diagonal, or
+  // empty for none. The distributed layer runs attention on blocks of a longer sequence
+  // (src/distributed/ring.cpp): a block of queries that starts at global position qs
+  // against keys that start at ks has i' = i + (qs − ks), so causal, window and ALiBi keep
+  // the meaning they have on the whole sequence. See attention_shifted (below).
+  std::vector<std::int64_t> query_shift;
+
   // The diagonal i' for query i of batch b (see attention.h).
   std::int64_t aligned_query(std::int64_t b, std::int64_t i) const {
-    return alignment == Alignment::top_left ? i : i + key_lengths[b] - Lq;
+    const std::int64_t d = alignment == Alignment::top_left ? i : i + key_lengths[b] - Lq;
+    return query_shift.empty() ? d : d + query_shift[static_cast<std::size_t>(b)];
   }
 
   // The structural masks (causal, window, key length) — those a kernel can decide per
@@ -81,5 +89,26 @@ std::uint64_t dropout_threshold(double p);
 // Validates (throws qkv::Error naming the argument) and resolves.
 AttentionProblem make_problem(const Tensor& q, const Tensor& k, const Tensor& v,
                               const AttentionOptions& options);
+
+// Sets p.query_shift (B entries, or empty for none) and widens the window clamp to match
+// (see attention_shifted); throws qkv::Error when query_shift has neither 0 nor B entries.
+void set_query_shift(AttentionProblem& p, const AttentionOptions& options,
+                     const std::vector<std::int64_t>& query_shift);
+
+// attention() and attention_backward() with every query's diagonal moved by
+// query_shift[b] (B entries; AttentionProblem::query_shift), on the CPU implementations
+// only. For the distributed layer, which computes a long sequence block by block: with
+// options.alignment top_left and query_shift[b] = qs − ks, the block (queries from global
+// position qs, keys from ks) sees exactly the masks and ALiBi distances of the whole
+// sequence. A window side is then clamped at Lq + Lk + max|shift| (not Lq + Lk), so that
+// every diagonal still reaches as far as it did. An empty query_shift is attention().
+AttentionResult attention_shifted(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const AttentionOptions& options,
+                                  const std::vector<std::int64_t>& query_shift);
+AttentionGradients attention_backward_shifted(const Tensor& dout, const Tensor& q,
+                                              const Tensor& k, const Tensor& v,
+                                              const Tensor& out, const Tensor& lse,
+                                              const AttentionOptions& options,
+                                              const std::vector<std::int64_t>& query_shift);
 
 }  // namespace qkv::detail

@@ -7,4 +7,5 @@ list(APPEND QKV_UNIT_TESTS
   attention/test_backward.cpp
   attention/test_limits.cpp
   attention/test_float64.cpp
+  attention/test_query_shift.cpp
 )
