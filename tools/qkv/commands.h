@@ -66,9 +66,12 @@ struct BenchOptions {
   std::uint64_t seed = 0;     // inputs
   bool json = false;
   std::string device = "cpu";  // cpu | cuda (bench_cuda.cpp)
+  bool ring = false;      // ring attention across the ranks of mpirun (bench_ring.cpp)
+  bool backward = false;  // with ring: forward + backward
 };
 int run_bench(const BenchOptions& options, std::ostream& out);
 int run_bench_cuda(const BenchOptions& options, std::ostream& out);
+int run_bench_ring(const BenchOptions& options, std::ostream& out);
 
 // qkv run, qkv tokenize (BERT, tokenizers)
 struct RunOptions {

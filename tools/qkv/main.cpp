@@ -222,7 +222,17 @@ int run(int argc, char** argv) {
                     "needs qkv built with CUDA and a GPU)")
       ->capture_default_str()
       ->check(one_of({"cpu", "cuda"}));
-  bench->footer("Example: qkv bench --batch 1 --heads 12 --seq 512 --dim 64 --causal");
+  bench->add_flag("--ring", b.ring,
+                  "Ring attention across the ranks of mpirun (qkv built with MPI): the sequence "
+                  "split zigzag over the ranks, --seq divisible by 2 x ranks, one thread per rank "
+                  "unless --threads; prints each rank's compute and communication time and the "
+                  "largest difference from a single-process run (rank 0 prints)");
+  bench->add_flag("--backward", b.backward, "With --ring: time forward + backward, and compare dq, dk, dv too");
+  bench->footer(
+      "Example: qkv bench --batch 1 --heads 12 --seq 512 --dim 64 --causal\n"
+      "Ring attention on 4 processes (as root add --allow-run-as-root; on fewer cores than\n"
+      "ranks add --oversubscribe):\n"
+      "  mpirun -np 4 --bind-to none qkv bench --ring --batch 1 --heads 8 --seq 4096 --dim 64 --causal");
 
   // Model commands (run, tokenize: BERT and tokenizers).
   RunOptions ro;
@@ -609,7 +619,11 @@ int run(int argc, char** argv) {
   try {
     if (version->parsed()) return run_version(std::cout);
     if (explain->parsed()) return run_explain(explain_options, std::cout);
-    if (bench->parsed()) return b.device == "cuda" ? run_bench_cuda(b, std::cout) : run_bench(b, std::cout);
+    if (bench->parsed()) {
+      if (b.backward && !b.ring) throw UsageError("--backward", "is for --ring (ring attention's forward + backward)");
+      if (b.ring) return run_bench_ring(b, std::cout);
+      return b.device == "cuda" ? run_bench_cuda(b, std::cout) : run_bench(b, std::cout);
+    }
     // Dispatch: run, tokenize.
     if (run_cmd->parsed()) return run_run(ro, std::cout);
     if (embed->parsed()) {
