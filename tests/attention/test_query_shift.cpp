@@ -4,13 +4,17 @@
 // distributed layer's blocks rely on.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "attention/problem.h"
 #include "attention/random_inputs.h"
 #include "qkv/attention.h"
+#include "qkv/error.h"
 
 namespace qkv {
 namespace {
@@ -26,9 +30,10 @@ struct ShiftCase {
   bool key_lengths = false;
 };
 
-// Rows [q0, q0 + rows) of the whole problem against keys [k0, k0 + cols): options with
-// top_left alignment, block key lengths and shift = q0 − k0 (+ Lk_b − L for bottom_right).
-void check_block(const ShiftCase& c, AttentionImpl impl, std::int64_t q0, std::int64_t rows) {
+// Rows [q0, q0 + rows) of the whole problem against keys [k0, k1): options with top_left
+// alignment, block key lengths and shift = q0 − k0 (+ Lk_b − L for bottom_right).
+void check_block(const ShiftCase& c, AttentionImpl impl, std::int64_t q0, std::int64_t rows, std::int64_t k0,
+                 std::int64_t k1) {
   const std::int64_t B = 2, H = 2, L = 70, D = 16;
   Rng rng(7);
   const Tensor q = random_tensor({B, H, L, D}, rng), k = random_tensor({B, H, L, D}, rng),
@@ -44,24 +49,24 @@ void check_block(const ShiftCase& c, AttentionImpl impl, std::int64_t q0, std::i
   const AttentionResult full = attention(q, k, v, whole);
   const AttentionGradients full_grads = attention_backward(dout, q, k, v, full.out, full.lse, whole);
 
-  // Keys [k0, L): the whole key range after k0 (keys before k0 come in another block).
-  const std::int64_t k0 = 10;
   AttentionOptions block = whole;
   block.alignment = Alignment::top_left;
   block.key_lengths.clear();
   std::vector<std::int64_t> shift;
   for (std::int64_t b = 0; b < B; ++b) {
     const std::int64_t kl = c.key_lengths ? whole.key_lengths[static_cast<std::size_t>(b)] : L;
-    block.key_lengths.push_back(std::max<std::int64_t>(0, kl - k0));
+    block.key_lengths.push_back(std::clamp<std::int64_t>(kl - k0, 0, k1 - k0));
     shift.push_back(q0 - k0 + (c.alignment == Alignment::bottom_right ? kl - L : 0));
   }
-  const Tensor qb = q.slice(2, q0, q0 + rows), kb = k.slice(2, k0, L), vb = v.slice(2, k0, L);
+  const Tensor qb = q.slice(2, q0, q0 + rows), kb = k.slice(2, k0, k1), vb = v.slice(2, k0, k1);
   const AttentionResult part = detail::attention_shifted(qb, kb, vb, block, shift);
-  // The oracle: the whole problem with keys before k0 masked out by a bool mask (positions,
-  // and so causal, window and ALiBi, unchanged); its rows [q0, q0 + rows) are the block's.
+  // The oracle: the whole problem with keys outside [k0, k1) masked out by a bool mask
+  // (positions, and so causal, window and ALiBi, unchanged); its rows [q0, q0 + rows) are
+  // the block's.
   Tensor mask = Tensor::full({L, L}, 1.0f, DType::boolean);
   for (std::int64_t i = 0; i < L; ++i)
-    for (std::int64_t j = 0; j < k0; ++j) mask.set({i, j}, 0.0f);
+    for (std::int64_t j = 0; j < L; ++j)
+      if (j < k0 || j >= k1) mask.set({i, j}, 0.0f);
   AttentionOptions cut = whole;
   cut.mask = mask;
   const AttentionResult want = attention(q, k, v, cut);
@@ -96,9 +101,9 @@ void check_block(const ShiftCase& c, AttentionImpl impl, std::int64_t q0, std::i
   };
   close(g.dq, cut_grads.dq.slice(2, q0, q0 + rows), "dq");
   (void)full_grads;
-  if (q0 == 0 && rows == L) {  // every query: dk and dv of keys [k0, L) are complete
-    close(g.dk, cut_grads.dk.slice(2, k0, L), "dk");
-    close(g.dv, cut_grads.dv.slice(2, k0, L), "dv");
+  if (q0 == 0 && rows == L) {  // every query: dk and dv of keys [k0, k1) are complete
+    close(g.dk, cut_grads.dk.slice(2, k0, k1), "dk");
+    close(g.dv, cut_grads.dv.slice(2, k0, k1), "dv");
   }
 }
 
@@ -113,10 +118,16 @@ TEST(AttentionQueryShift, BlocksOfTheWholeSequence) {
       {"alibi", false, Alignment::top_left, std::nullopt, true},
       {"causal alibi key_lengths", true, Alignment::top_left, std::nullopt, true, true},
       {"bottom_right window alibi key_lengths", false, Alignment::bottom_right, Window{5, 20}, true, true},
+      // Wider than the block's Lq + Lk but not than the distance from the block's queries to
+      // its keys: make_problem's clamp at Lq + Lk alone would cut it.
+      {"causal wide window", true, Alignment::top_left, Window{50, -1}},
+      {"wide window both sides", false, Alignment::top_left, Window{50, 45}, true},
   };
   for (const ShiftCase& c : cases)
     for (AttentionImpl impl : {AttentionImpl::fast, AttentionImpl::reference})
-      for (auto [q0, rows] : {std::pair<std::int64_t, std::int64_t>{0, 70}, {33, 21}, {64, 6}}) check_block(c, impl, q0, rows);
+      for (auto [q0, rows] : {std::pair<std::int64_t, std::int64_t>{0, 70}, {33, 21}, {64, 6}})
+        for (auto [k0, k1] : {std::pair<std::int64_t, std::int64_t>{10, 70}, {10, 24}, {52, 70}})
+          check_block(c, impl, q0, rows, k0, k1);
 }
 
 TEST(AttentionQueryShift, WrongCountIsAnError) {
