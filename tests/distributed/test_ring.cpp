@@ -171,6 +171,11 @@ TEST(RingAttention, Window) {
   c.options.causal = true;
   c.options.window = Window{11, -1};
   run_sizes(c, "causal window (11, -1)");
+  // Wider than a block's two chunks (Lq + Lk = 80), narrower than the sequence.
+  c.C = 40;
+  c.options.window = Window{150, -1};
+  run_case(c, "causal window (150, -1)");
+  c.options.window = Window{11, -1};
   c.options.alignment = Alignment::bottom_right;
   c.options.key_lengths = {2 * world().size() * 40 - 3, 50};
   c.C = 40;
