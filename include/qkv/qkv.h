@@ -5,6 +5,7 @@
 #include "qkv/bert.h"
 #include "qkv/cpu.h"
 #include "qkv/dates.h"
+#include "qkv/distributed.h"
 #include "qkv/dtype.h"
 #include "qkv/error.h"
 #include "qkv/gpt2.h"
