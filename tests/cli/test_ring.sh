@@ -62,9 +62,9 @@ QKV_COMMAND=("$QKV")
 run bench --ring "${small[@]}" --kv-seq 24
 expect_status 2 "--ring --kv-seq"
 expect_in err "ring attention needs Lk = Lq" "--ring --kv-seq: the message"
-run bench "${small[@]}" --backward
-expect_status 2 "--backward without --ring"
-expect_in err "--backward: is for --ring" "--backward without --ring: the message"
+run bench "${small[@]}" --backward --json
+expect_status 0 "--backward without --ring"
+expect_in out '"op":"attention\+backward"' "--backward without --ring: forward + backward in one process"
 # One process is a ring of one.
 run bench --ring "${small[@]}" --json
 expect_status 0 "--ring without mpirun"

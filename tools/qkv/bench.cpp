@@ -1,11 +1,13 @@
-// qkv bench — times the forward pass of qkv::scaled_dot_product_attention.
+// qkv bench — times the forward pass of qkv::scaled_dot_product_attention (with
+// --backward: qkv::attention with its log-sum-exp, then qkv::attention_backward).
 //
 // Random inputs (seeded), warm-up runs discarded, the median of the timed runs
 // reported (the minimum beside it), in ms and GFLOP/s. FLOPs count the two matrix
 // products, as FlashAttention's and PyTorch's benchmarks do:
 //   2·B·Hq·Lq·Lk·Dk (q·kᵀ) + 2·B·Hq·Lq·Lk·Dv (p·v),
 // halved for a causal problem with Lq == Lk (half the score matrix is masked; the
-// exact fraction is (L+1)/2L, which the convention rounds to 1/2).
+// exact fraction is (L+1)/2L, which the convention rounds to 1/2); times 3.5 with
+// --backward (the backward counted as 2.5 forwards, as FlashAttention-2's benchmarks do).
 //
 // --json also reports memory, in MiB (2^20 bytes): baseline_rss_mib, the resident set
 // right before the inputs are allocated (/proc/self/statm); peak_rss_mib, the process's
@@ -159,12 +161,21 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
   const qkv::Tensor v = random_tensor({B, Hkv, Lk, Dv}, dtype, rng);  // (B, Hkv, Lk, Dv)
   qkv::validate_attention(q, k, v, options);
 
+  // --backward: the forward with its log-sum-exp, then attention_backward of a random dout.
+  const qkv::Tensor dout = o.backward ? random_tensor({B, Hq, Lq, Dv}, dtype, rng) : qkv::Tensor();  // (B, Hq, Lq, Dv)
+  const auto call = [&] {
+    if (!o.backward) return (void)qkv::scaled_dot_product_attention(q, k, v, options);
+    qkv::AttentionOptions with_lse = options;
+    with_lse.return_lse = true;
+    const qkv::AttentionResult f = qkv::attention(q, k, v, with_lse);
+    (void)qkv::attention_backward(dout, q, k, v, f.out, f.lse, with_lse);
+  };
   using clock = std::chrono::steady_clock;
-  for (int i = 0; i < o.warmup; ++i) qkv::scaled_dot_product_attention(q, k, v, options);
+  for (int i = 0; i < o.warmup; ++i) call();
   std::vector<double> ms;
   for (int i = 0; i < o.repeats; ++i) {
     const auto start = clock::now();
-    const qkv::Tensor result = qkv::scaled_dot_product_attention(q, k, v, options);
+    call();
     const auto stop = clock::now();
     ms.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
   }
@@ -176,6 +187,9 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
                        static_cast<double>(Lk);
   double flops = 2.0 * pairs * static_cast<double>(Dk) + 2.0 * pairs * static_cast<double>(Dv);
   if (o.causal && Lq == Lk) flops *= 0.5;
+  // The backward as FlashAttention-2's benchmarks count it: 2.5 forwards (five products
+  // of the forward's size: S again, dV, dP, dQ, dK).
+  if (o.backward) flops *= 3.5;
   // ms is never exactly 0 on a steady clock with ns ticks for a real call, but a tiny
   // problem may take less than one tick: report 0 GFLOP/s rather than infinity.
   const double gflops = ms_median > 0 ? flops / (ms_median * 1e6) : 0.0;
@@ -183,7 +197,7 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
   if (o.json) {
     nlohmann::json j;
     j["version"] = qkv::kVersion;
-    j["op"] = "scaled_dot_product_attention";
+    j["op"] = o.backward ? "attention+backward" : "scaled_dot_product_attention";
     j["impl"] = o.impl;
     j["isa"] = o.impl == "reference" ? "none" : qkv::fast_kernel_isa();
     j["dtype"] = qkv::dtype_name(dtype);
@@ -210,7 +224,8 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
     out << j.dump() << '\n';
     return 0;
   }
-  out << format("sdpa forward  B=%lld Hq=%lld Hkv=%lld Lq=%lld Lk=%lld Dk=%lld Dv=%lld%s\n",
+  out << (o.backward ? "sdpa forward+backward" : "sdpa forward");
+  out << format("  B=%lld Hq=%lld Hkv=%lld Lq=%lld Lk=%lld Dk=%lld Dv=%lld%s\n",
                 static_cast<long long>(B), static_cast<long long>(Hq), static_cast<long long>(Hkv),
                 static_cast<long long>(Lq), static_cast<long long>(Lk), static_cast<long long>(Dk),
                 static_cast<long long>(Dv), o.causal ? " causal" : "");
