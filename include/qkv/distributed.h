@@ -83,8 +83,9 @@ class Communicator {
 // Wall-clock time of one ring_attention or ring_attention_backward call on this rank.
 struct RingTimings {
   double compute_ms = 0.0;  // in the local attention kernels and the merges
-  double comm_ms = 0.0;     // waiting for messages (the argument check included); the
-                            // transfer that overlaps the kernel is not counted
+  double comm_ms = 0.0;     // inside MPI calls: the collective argument check, MPI_Testall
+                            // between blocks (where shared memory moves the data) and the
+                            // waits at the end of each step
   double total_ms = 0.0;    // the whole call
 };
 

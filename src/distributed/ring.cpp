@@ -158,7 +158,7 @@ struct Ring {
 
 // The rank's own validity, as a message (empty when valid): what ring attention refuses,
 // then every check single-process attention makes, on the whole sequence's shapes.
-std::string local_error(const char* where, const Tensor& q, const Tensor& k, const Tensor& v,
+std::string local_error(const Tensor& q, const Tensor& k, const Tensor& v,
                         const AttentionOptions& o, int N) {
   std::ostringstream m;
   if (!q.defined() || !k.defined() || !v.defined()) return "q, k and v must be defined";
@@ -189,7 +189,6 @@ std::string local_error(const char* where, const Tensor& q, const Tensor& k, con
   } catch (const Error& e) {
     return e.what();
   }
-  (void)where;
   return "";
 }
 
@@ -356,7 +355,7 @@ RingAttentionResult ring_attention(const Tensor& q, const Tensor& k, const Tenso
                  {"v shape", describe_tensor_shape(v)}, {"q dtype", describe_tensor_dtype(q)},
                  {"k dtype", describe_tensor_dtype(k)}, {"v dtype", describe_tensor_dtype(v)}};
   describe_options(mine, options);
-  mine.error = local_error(kWhere, q, k, v, options, c.size);
+  mine.error = local_error(q, k, v, options, c.size);
   check_collectively(kWhere, mine, c);
   time.comm_ms += ms_since(t_start);
 
@@ -426,7 +425,7 @@ RingAttentionGradients ring_attention_backward(const Tensor& dout, const Tensor&
                  {"v dtype", describe_tensor_dtype(v)},       {"dout dtype", describe_tensor_dtype(dout)},
                  {"out dtype", describe_tensor_dtype(out)},   {"lse dtype", describe_tensor_dtype(lse)}};
   describe_options(mine, options);
-  mine.error = local_error(kWhere, q, k, v, options, c.size);
+  mine.error = local_error(q, k, v, options, c.size);
   if (mine.error.empty()) {
     const Shape want_out{q.size(0), q.size(1), q.size(2), v.size(3)}, want_lse{q.size(0), q.size(1), q.size(2)};
     if (!dout.defined() || dout.shape() != want_out)
