@@ -19,7 +19,8 @@ for f in qkv_cuda_tests qkv libqkv_cuda.so; do
   src=$BUILD/$f
   [ -f "$src" ] || src=$(find "$BUILD" -maxdepth 3 -name "$f" -type f | head -1)
   [ -n "$src" ] || { echo "pack_device: $f not found under $BUILD (build first)" >&2; exit 1; }
-  newer=$(find src include tools tests -type f -newer "$src" | head -3)
+  case $f in qkv) dirs="src include tools" ;; qkv_cuda_tests) dirs="src include tests" ;; *) dirs="src include" ;; esac
+  newer=$(find $dirs -type f -newer "$src" | head -3)
   [ -z "$newer" ] || { echo "pack_device: $src is older than $(echo $newer | tr '\n' ' ')(rebuild first)" >&2; exit 1; }
   cp "$src" "$DEV/$f"
   strip --strip-debug "$DEV/$f" 2>/dev/null || true
