@@ -10,9 +10,11 @@
     where SDPA can run the case in the same dtype, SDPA's own error for scale.
 (b) Speed: qkv vs SDPA's flash and cuDNN backends (torch.nn.attention.sdpa_kernel), bf16,
     median of CUDA-event timings over rotating input sets; TFLOP/s as tools/qkv/bench.cpp
-    counts them (4·B·H·Lq·Lk·D, halved when causal with Lq == Lk). qkv twice: its default
-    CTA shape ("qkv") and QKV_CUDA_BLOCK_M=64's narrow one ("qkv64"), with the relative L2
-    difference of their outputs ("qkv~qkv64", bf16 rounding: ~1e-3).
+    counts them (4·B·H·Lq·Lk·D, halved when causal with Lq == Lk). qkv in several forms
+    (QKV_VARIANTS): its default ("qkv": the wgmma kernel where it applies), the wgmma
+    kernel's other CTA shapes (QKV_CUDA_SM90_TILE) and the mma.sync kernel
+    (QKV_CUDA_KERNEL=mma), with the largest relative L2 difference of their outputs from the
+    mma.sync kernel's ("agree", bf16 rounding: ~1e-3).
 Exit status 1 when a correctness case fails. Runs on the CPU too (torch without CUDA): then
 only the float64 reference is checked against SDPA's math, which tests this script.
 """
@@ -136,18 +138,28 @@ def correctness(qc, device, quick):
             for causal in (False, True):
                 for group in (1, 4):
                     for Lq, Lk in lengths:
-                        c.case(f"{dn} D={D} {'causal' if causal else 'full  '} g={group} Lq={Lq} Lk={Lk}",
-                               dtype, 2, 2 * group, 2, Lq, Lk, D, sdpa=True, causal=causal)
+                        # splits=1: no key split, which sends D <= 128 with Lq > 64 to the
+                        # wgmma kernel; automatic splits keep these small grids on mma.sync.
+                        for splits in (0, 1):
+                            c.case(f"{dn} D={D} {'causal' if causal else 'full  '} g={group} Lq={Lq} Lk={Lk}"
+                                   f"{' splits=1' if splits else ''}",
+                                   dtype, 2, 2 * group, 2, Lq, Lk, D, sdpa=True, causal=causal, splits=splits)
     for D in (64, 128, 256):
         for dtype in (torch.bfloat16, torch.float16):
             dn = "bf16" if dtype == torch.bfloat16 else "f16"
-            c.case(f"{dn} D={D} causal bottom_right Lq=100 Lk=300", dtype, 2, 4, 2, 100, 300, D, causal=True, bottom_right=True)
-            c.case(f"{dn} D={D} window(64,0) L=500", dtype, 1, 4, 4, 500, 500, D, window=(64, 0))
-            c.case(f"{dn} D={D} window(30,10) br Lq=77 Lk=600", dtype, 1, 4, 1, 77, 600, D, window=(30, 10), bottom_right=True)
-            c.case(f"{dn} D={D} alibi causal L=300", dtype, 1, 4, 2, 300, 300, D, causal=True, alibi=[0.5, 0.25, 0.125, 0.0625])
-            c.case(f"{dn} D={D} softcap=10 scale=0.2 L=257", dtype, 2, 4, 4, 257, 257, D, softcap=10.0, scale=0.2)
-            c.case(f"{dn} D={D} key_lengths(0,5,300,129) causal br", dtype, 4, 4, 2, 64, 300, D,
-                   key_lengths=[0, 5, 300, 129], causal=True, bottom_right=True)
+            for splits in (0, 1):
+                sp = " splits=1" if splits else ""
+                c.case(f"{dn} D={D} causal bottom_right Lq=100 Lk=300{sp}", dtype, 2, 4, 2, 100, 300, D, causal=True,
+                       bottom_right=True, splits=splits)
+                c.case(f"{dn} D={D} window(64,0) L=500{sp}", dtype, 1, 4, 4, 500, 500, D, window=(64, 0), splits=splits)
+                c.case(f"{dn} D={D} window(30,10) br Lq=77 Lk=600{sp}", dtype, 1, 4, 1, 77, 600, D, window=(30, 10),
+                       bottom_right=True, splits=splits)
+                c.case(f"{dn} D={D} alibi causal L=300{sp}", dtype, 1, 4, 2, 300, 300, D, causal=True,
+                       alibi=[0.5, 0.25, 0.125, 0.0625], splits=splits)
+                c.case(f"{dn} D={D} softcap=10 scale=0.2 L=257{sp}", dtype, 2, 4, 4, 257, 257, D, softcap=10.0, scale=0.2,
+                       splits=splits)
+                c.case(f"{dn} D={D} key_lengths(0,5,300,129) causal br Lq=200{sp}", dtype, 4, 4, 2, 200, 300, D,
+                       key_lengths=[0, 5, 300, 129], causal=True, bottom_right=True, splits=splits)
             for splits in (0, 1, 7, 32):
                 c.case(f"{dn} D={D} decode Lq=1 Lk=8192 g=4 splits={splits}", dtype, 2, 8, 2, 1, 8192, D,
                        causal=True, bottom_right=True, splits=splits, key_lengths=[8192, 5000])
@@ -183,31 +195,32 @@ def cuda_time(fn, input_sets, warmup=3, repeats=12):
     return times[len(times) // 2]
 
 
-# qkv's forward timed twice per case: the default CTA shape (128 query rows where Lq > 64)
-# and the narrow 64-row one, through QKV_CUDA_BLOCK_M, which libqkv_cuda.so reads at every
-# call (src/attention/cuda/forward.cu, wide_block).
-QKV_VARIANTS = (("qkv", None), ("qkv64", "64"))
+# qkv's forward timed in several forms per case, chosen through environment variables that
+# libqkv_cuda.so reads at every call (src/attention/cuda/forward.cu, use_sm90 and wide_block;
+# forward_sm90.cu, launch_forward_sm90): the default, the wgmma kernel's other CTA shapes
+# (warpgroups x keys per tile) and the mma.sync kernel.
+QKV_VARIANTS = (("qkv", {}), ("2x128", {"QKV_CUDA_SM90_TILE": "2x128"}), ("2x64", {"QKV_CUDA_SM90_TILE": "2x64"}),
+                ("1x128", {"QKV_CUDA_SM90_TILE": "1x128"}), ("1x64", {"QKV_CUDA_SM90_TILE": "1x64"}),
+                ("mma", {"QKV_CUDA_KERNEL": "mma"}))
 
 
-class BlockM:
-    """QKV_CUDA_BLOCK_M set to `value` (None: unset) inside the with-block."""
+class Env:
+    """The environment variables of `values` set inside the with-block, restored after."""
 
-    def __init__(self, value):
-        self.value = value
+    def __init__(self, values):
+        self.values = values
 
     def __enter__(self):
-        self.saved = os.environ.get("QKV_CUDA_BLOCK_M")
-        self._set(self.value)
+        self.saved = {name: os.environ.get(name) for name in self.values}
+        for name, value in self.values.items():
+            os.environ[name] = value
 
     def __exit__(self, *exc):
-        self._set(self.saved)
-
-    @staticmethod
-    def _set(value):
-        if value is None:
-            os.environ.pop("QKV_CUDA_BLOCK_M", None)
-        else:
-            os.environ["QKV_CUDA_BLOCK_M"] = value
+        for name, value in self.saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def speed(qc, results):
@@ -217,7 +230,7 @@ def speed(qc, results):
     names = [n for n, _ in QKV_VARIANTS] + [n for n, _ in backends]
     rows = []
     header = f"{'case':<40}" + "".join(f"{n + ' ms':>10}{'TFLOP/s':>9}" for n in names)
-    header += "".join(f"{n + '/flash':>12}" for n, _ in QKV_VARIANTS) + f"{'qkv~qkv64':>11}"
+    header += "".join(f"{n + '/flash':>12}" for n, _ in QKV_VARIANTS) + f"{'agree':>11}"
     print("\n" + header, flush=True)
     configs = []
     for D in (64, 128, 256):
@@ -234,15 +247,16 @@ def speed(qc, results):
             mk = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16)
             sets.append((mk(B, Hq, Lq, D), mk(B, Hkv, Lk, D), mk(B, Hkv, Lk, D)))
         cells, outs = {}, {}
-        for vname, block_m in QKV_VARIANTS:
-            with BlockM(block_m):
+        for vname, env in QKV_VARIANTS:
+            with Env(env):
                 try:
                     cells[vname] = cuda_time(lambda q, k, v: qc.attention(q, k, v, is_causal=causal), sets)
                     outs[vname] = qc.attention(*sets[0], is_causal=causal)
                 except Exception as e:  # noqa: BLE001
                     cells[vname] = f"err {e}"[:60]
-        # The two shapes compute the same thing: their outputs must agree to bf16 rounding.
-        agree = rel(outs["qkv"], outs["qkv64"]) if len(outs) == 2 else float("nan")
+        # Every form computes the same thing: their outputs must agree to bf16 rounding.
+        agree = (max(rel(outs[n], outs["mma"]) for n in outs) if len(outs) == len(QKV_VARIANTS)
+                 else float("nan"))
         del outs
         if Hq != Hkv:
             sets = [(q, k.repeat_interleave(Hq // Hkv, 1), v.repeat_interleave(Hq // Hkv, 1)) for q, k, v in sets]
@@ -265,7 +279,7 @@ def speed(qc, results):
             line += "  MISMATCH"
         print(line, flush=True)
         rows.append(line)
-        results.append({"case": name, "flops": flops, "qkv_vs_qkv64_rel": agree, **{k: v for k, v in cells.items()}})
+        results.append({"case": name, "flops": flops, "max_rel_to_mma": agree, **{k: v for k, v in cells.items()}})
         del sets
         torch.cuda.empty_cache()
     return header, rows

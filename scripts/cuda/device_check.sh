@@ -42,7 +42,7 @@ if ! python3 -c "import ctypes,sys; ctypes.CDLL(sys.argv[1])" "$LIB" > "$OUT/lib
   mkdir -p /tmp/qkvbuild
   NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
   if $NVCC -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --use_fast_math -Xcompiler -fPIC -shared \
-      -Iinclude -Isrc src/attention/cuda/forward.cu src/attention/cuda/backward.cu src/attention/cuda/device.cpp src/attention/cuda/capi.cpp \
+      -Iinclude -Isrc src/attention/cuda/forward.cu src/attention/cuda/forward_sm90.cu src/attention/cuda/backward.cu src/attention/cuda/device.cpp src/attention/cuda/capi.cpp \
       -cudart static -o /tmp/qkvbuild/libqkv_cuda.so > "$OUT/nvcc.log" 2>&1; then
     LIB=/tmp/qkvbuild/libqkv_cuda.so
     say "lib: rebuilt with nvcc"
@@ -68,17 +68,16 @@ rc=$?
 grep -vE '^ok' "$OUT/check_torch_backward.log" | head -n 40
 say "torch backward: exit $rc ($(grep -E 'backward cases within tolerance' "$OUT/check_torch_backward.log"))"
 
-echo "== qkv bench --device cuda (the default CTA, then QKV_CUDA_BLOCK_M=64's narrow one)"
-for block_m in "" 64; do
-  if QKV_CUDA_BLOCK_M=$block_m timeout 60 $DEV/qkv bench --device cuda --batch 4 --heads 16 --seq 4096 --dim 128 --dtype bf16 \
-      --repeats 20 --warmup 5 > "$OUT/bench$block_m.log" 2>&1; then
-    cat "$OUT/bench$block_m.log"
-    say "bench${block_m:+ (block_m $block_m)}: $(tail -n 1 "$OUT/bench$block_m.log" | tr -s ' ')"
+echo "== qkv bench --device cuda (the default, then QKV_CUDA_KERNEL=mma's mma.sync kernel)"
+for kernel in "" mma; do
+  if QKV_CUDA_KERNEL=$kernel timeout 60 $DEV/qkv bench --device cuda --batch 4 --heads 16 --seq 4096 --dim 128 --dtype bf16 \
+      --repeats 20 --warmup 5 > "$OUT/bench$kernel.log" 2>&1; then
+    cat "$OUT/bench$kernel.log"
+    say "bench${kernel:+ (kernel $kernel)}: $(tail -n 1 "$OUT/bench$kernel.log" | tr -s ' ')"
   else
-    say "bench${block_m:+ (block_m $block_m)}: FAILED: $(tail -c 400 "$OUT/bench$block_m.log")"
+    say "bench${kernel:+ (kernel $kernel)}: FAILED: $(tail -c 400 "$OUT/bench$kernel.log")"
   fi
 done
-
 echo
 echo "== summary ($(( $(date +%s) - START )) s; logs in $OUT)"
 printf '%s\n' "${SUMMARY[@]}"

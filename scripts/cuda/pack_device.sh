@@ -10,12 +10,18 @@ BUILD=${1:-build}
 DEV=.device
 rm -rf "$DEV"
 mkdir -p "$DEV"
+# The binaries must be newer than every source: a stale one (say build/qkv when only the
+# libraries were rebuilt) would time code that is gone. Build them with
+#   cmake --build build --target qkv_cli qkv_cuda_tests qkv_cuda_capi
 for f in qkv_cuda_tests qkv libqkv_cuda.so; do
   # The build's own output first: build/python/qkv/ keeps a copy of libqkv_cuda.so that is
   # only refreshed when the Python module is rebuilt, and find's order is the directory's.
   src=$BUILD/$f
   [ -f "$src" ] || src=$(find "$BUILD" -maxdepth 3 -name "$f" -type f | head -1)
   [ -n "$src" ] || { echo "pack_device: $f not found under $BUILD (build first)" >&2; exit 1; }
+  case $f in qkv) dirs="src include tools" ;; qkv_cuda_tests) dirs="src include tests" ;; *) dirs="src include" ;; esac
+  newer=$(find $dirs -type f -newer "$src" | head -3)
+  [ -z "$newer" ] || { echo "pack_device: $src is older than $(echo $newer | tr '\n' ' ')(rebuild first)" >&2; exit 1; }
   cp "$src" "$DEV/$f"
   strip --strip-debug "$DEV/$f" 2>/dev/null || true
 done

@@ -25,6 +25,7 @@ list(APPEND QKV_SOURCES
 if(QKV_CUDA_ENABLED)
   set(QKV_CUDA_DEVICE_SOURCES
     src/attention/cuda/forward.cu
+    src/attention/cuda/forward_sm90.cu
     src/attention/cuda/backward.cu
     src/attention/cuda/device.cpp
   )

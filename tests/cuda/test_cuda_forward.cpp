@@ -30,6 +30,8 @@ struct Case {
   AttentionOptions options;
   int splits = 0;   // QKV_CUDA_SPLITS while it runs; 0 = automatic
   int block_m = 0;  // QKV_CUDA_BLOCK_M while it runs (64: the narrow CTA); 0 = the default
+  const char* kernel = nullptr;     // QKV_CUDA_KERNEL while it runs ("mma"); null = the default
+  const char* sm90_tile = nullptr;  // QKV_CUDA_SM90_TILE while it runs ("2x64", ...); null = the default
 
   std::string name() const {
     std::ostringstream s;
@@ -47,6 +49,8 @@ struct Case {
     if (options.return_lse) s << " lse";
     if (splits) s << " splits=" << splits;
     if (block_m) s << " block_m=" << block_m;
+    if (kernel) s << " kernel=" << kernel;
+    if (sm90_tile) s << " sm90_tile=" << sm90_tile;
     return s.str();
   }
 };
@@ -54,12 +58,16 @@ struct Case {
 #define SKIP_WITHOUT_GPU() \
   if (!qkv::cuda::available()) GTEST_SKIP() << qkv::cuda::unavailable_reason()
 
-// Sets the environment variable `name` to `value` for the lifetime of the object (0:
-// leaves it unset), then unsets it: QKV_CUDA_SPLITS, QKV_CUDA_BLOCK_M.
+// Sets the environment variable `name` to `value` for the lifetime of the object (0 or
+// null: leaves it unset), then unsets it: QKV_CUDA_SPLITS, QKV_CUDA_BLOCK_M,
+// QKV_CUDA_KERNEL, QKV_CUDA_SM90_TILE.
 class EnvOverride {
  public:
   EnvOverride(const char* name, int value) : name_(name) {
     if (value > 0) setenv(name, std::to_string(value).c_str(), 1);
+  }
+  EnvOverride(const char* name, const char* value) : name_(name) {
+    if (value != nullptr) setenv(name, value, 1);
   }
   ~EnvOverride() { unsetenv(name_); }
   EnvOverride(const EnvOverride&) = delete;
@@ -84,6 +92,8 @@ void run_case(const Case& c) {
   {
     EnvOverride splits("QKV_CUDA_SPLITS", c.splits);
     EnvOverride block_m("QKV_CUDA_BLOCK_M", c.block_m);
+    EnvOverride kernel("QKV_CUDA_KERNEL", c.kernel);
+    EnvOverride sm90_tile("QKV_CUDA_SM90_TILE", c.sm90_tile);
     got = qkv::cuda::attention(q, k, v, c.options);
   }
   const std::vector<float> w = want.out.to_vector(), g = got.out.to_vector();
@@ -187,8 +197,34 @@ TEST(CudaForward, KeyLengths) {
   }
 }
 
-// Both CTA shapes (forward.cu's Tiling) on the same problems, each forced through
-// QKV_CUDA_BLOCK_M (64: narrow; 128: wide, which D = 256 does not take by default), over lengths
+// The option sets the kernel-shape tests run (B = 2, Hq = 4): 0 none, 1 causal, 2 causal
+// bottom-right, 3 window with key lengths and softcap, 4 causal ALiBi with a scale, 5 a right
+// window with batch 0's rows all masked.
+void set_variant(Case& c, int variant) {
+  switch (variant) {
+    case 0: break;
+    case 1: c.options.causal = true; break;
+    case 2: c.options.causal = true; c.options.alignment = Alignment::bottom_right; break;
+    case 3:
+      c.options.window = qkv::Window{40, 3};
+      c.options.key_lengths = {c.Lk, c.Lk / 2};
+      c.options.softcap = 15.0;
+      break;
+    case 4:
+      c.options.causal = true;
+      c.options.alibi_slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
+      c.options.scale = 0.3;
+      break;
+    case 5:
+      c.options.key_lengths = {0, c.Lk - 1};
+      c.options.window = qkv::Window{-1, 50};
+      break;
+  }
+}
+
+// Both CTA shapes of the mma.sync kernel (forward.cu's Tiling) on the same problems, each
+// forced through QKV_CUDA_BLOCK_M (64: narrow; 128: wide, which D = 256 does not take by
+// default; setting it also keeps D = 64 and 128 off the wgmma kernel), over lengths
 // that leave partial CTAs and partial warps in each, masks included.
 TEST(CudaForward, BothBlockShapes) {
   SKIP_WITHOUT_GPU();
@@ -200,16 +236,7 @@ TEST(CudaForward, BothBlockShapes) {
           c.dtype = D == 128 ? DType::f16 : DType::bf16;
           c.D = D, c.B = 2, c.Hq = 4, c.Hkv = 2, c.Lq = Lq, c.Lk = Lk, c.block_m = block_m;
           c.options.return_lse = true;
-          switch (variant) {
-            case 0: break;
-            case 1: c.options.causal = true; break;
-            case 2: c.options.causal = true; c.options.alignment = Alignment::bottom_right; break;
-            case 3:
-              c.options.window = qkv::Window{40, 3};
-              c.options.key_lengths = {Lk, Lk / 2};
-              c.options.softcap = 15.0;
-              break;
-          }
+          set_variant(c, variant);
           run_case(c);
         }
       }
@@ -221,6 +248,37 @@ TEST(CudaForward, BothBlockShapes) {
   c.options.alignment = Alignment::bottom_right;
   c.options.return_lse = true;
   run_case(c);
+}
+
+// The wgmma kernel (forward_sm90.cu) in each of its CTA shapes, and the mma.sync kernel
+// forced by QKV_CUDA_KERNEL=mma, on problems the default sends to it (D 64 and 128, more
+// than 64 query rows, no key split: splits = 1), over lengths that leave partial CTAs,
+// partial warpgroups and partial key tiles, every mask and score option, GQA and both dtypes.
+TEST(CudaForward, Sm90Kernel) {
+  SKIP_WITHOUT_GPU();
+  const char* tiles[] = {"2x128", "2x64", "1x128", "1x64"};
+  for (const char* tile : tiles) {
+    for (std::int64_t D : {64, 128}) {
+      for (int variant = 0; variant < 6; ++variant) {
+        for (auto [Lq, Lk] : std::vector<std::pair<std::int64_t, std::int64_t>>{{65, 200}, {200, 161}, {333, 600}}) {
+          Case c;
+          c.dtype = variant % 2 == 0 ? DType::bf16 : DType::f16;
+          c.D = D, c.B = 2, c.Hq = 4, c.Hkv = variant >= 3 ? 1 : 2, c.Lq = Lq, c.Lk = Lk;
+          c.splits = 1, c.sm90_tile = tile;
+          c.options.return_lse = true;
+          set_variant(c, variant);
+          run_case(c);
+        }
+      }
+    }
+  }
+  for (std::int64_t D : {64, 128}) {  // the same problems on the mma.sync kernel
+    Case c;
+    c.D = D, c.B = 2, c.Hq = 4, c.Hkv = 2, c.Lq = 333, c.Lk = 1000, c.splits = 1, c.kernel = "mma";
+    c.options.causal = true;
+    c.options.return_lse = true;
+    run_case(c);
+  }
 }
 
 // Fully masked rows from the diagonal: bottom-right with Lq > Lk leaves the first rows

@@ -1,5 +1,7 @@
 // The forward attention kernel, FlashAttention-2's algorithm (Dao, "FlashAttention-2:
-// Faster Attention with Better Parallelism and Work Partitioning", 2023) on mma.sync:
+// Faster Attention with Better Parallelism and Work Partitioning", 2023) on mma.sync, and
+// the forward's dispatch: D = 64 and 128 go to the wgmma kernel (forward_sm90.cu) unless
+// they need key splits or are short (use_sm90 below); this kernel takes the rest.
 //
 // - One CTA per (BM query rows, query head, batch [, key split]); warp w owns a band of
 //   16 or 32 rows of the block (one or two m16 tiles), so a row's softmax state never
@@ -24,27 +26,10 @@
 
 #include "attention/cuda/check.h"
 #include "attention/cuda/common.cuh"
+#include "attention/cuda/forward_common.cuh"
 
 namespace qkv::cuda::detail {
 namespace {
-
-struct ForwardParams {
-  const void* q;
-  const void* k;
-  const void* v;
-  void* out;
-  float* lse;  // (B, Hq, Lq) or null
-  long long q_b, q_h, q_r, k_b, k_h, k_r, v_b, v_h, v_r, o_b, o_h, o_r;
-  int B, Hq, Lq, Lk, group;  // group = Hq / Hkv
-  float scale_log2, softcap_log2;
-  const float* alibi;       // (Hq) or null
-  const int* key_lengths;   // (B) or null
-  bool causal, bottom_right;
-  int window_left, window_right;
-  int splits;
-  float* partial_out;  // (splits, B, Hq, Lq, D) f32, when splits > 1
-  float* partial_lse;  // (splits, B, Hq, Lq) f32, when splits > 1
-};
 
 // The CTA shapes, two of them (host code picks one per call, wide_block below):
 // - narrow (kWide = false): 64 query rows, 4 warps x 16 rows; the shape this kernel began
@@ -75,29 +60,6 @@ struct Tiling {
   static constexpr int kBlocksPerSM = kSharedBytes <= 112 * 1024 ? 2 : 1;
 };
 
-// Copies rows [row0, row0 + ROWS) of a (rows, D) global matrix into a swizzled shared tile;
-// rows >= limit are zero-filled (not read). All THREADS threads of the CTA take part: thread
-// tid copies chunk tid % (D/8) of rows tid / (D/8), + THREADS / (D/8), ... — a trip count
-// known at compile time and one pointer stepped by a constant, so the copy unrolls into
-// cp.async instructions with little address arithmetic between them (a loop starting at
-// tid did not unroll and cost about 15 integer instructions per 16-byte copy).
-template <int ROWS, int D, int THREADS, class T>
-__device__ __forceinline__ void load_tile(std::uint32_t dst, const T* src, long long row_stride,
-                                          int row0, int limit, int tid) {
-  constexpr int kChunks = D / 8;  // 16-byte chunks per row
-  static_assert(THREADS % kChunks == 0 && ROWS % (THREADS / kChunks) == 0);
-  constexpr int kRowStep = THREADS / kChunks;
-  const int chunk = tid % kChunks;
-  const int row = tid / kChunks;
-  const T* p = src + static_cast<long long>(row0 + row) * row_stride + chunk * 8;
-  const long long step = kRowStep * row_stride;
-#pragma unroll
-  for (int i = 0; i < ROWS / kRowStep; ++i) {
-    const bool valid = row0 + row + i * kRowStep < limit;
-    cp_async_16(dst + swizzled_offset<D>(row + i * kRowStep, chunk), valid ? p + i * step : src, valid);
-  }
-}
-
 template <class T, int D, bool kWide>
 __global__ void __launch_bounds__(Tiling<D, kWide>::kThreads, Tiling<D, kWide>::kBlocksPerSM)
     forward_kernel(const ForwardParams p) {
@@ -116,41 +78,23 @@ __global__ void __launch_bounds__(Tiling<D, kWide>::kThreads, Tiling<D, kWide>::
   const int h = blockIdx.y;
   const int b = blockIdx.z / p.splits, split = blockIdx.z % p.splits;
   const int m0 = blockIdx.x * BM;
-  const int key_length = p.key_lengths ? min(max(p.key_lengths[b], 0), p.Lk) : p.Lk;
-  const int offset = p.bottom_right ? key_length - p.Lq : 0;  // i' − i
-
-  // The keys any row of this block may see, then this split's share of their tiles.
-  const int row_last = min(m0 + BM, p.Lq) - 1;
-  int k_begin = 0, k_end = key_length;
-  if (p.causal) k_end = min(k_end, row_last + offset + 1);
-  if (p.window_right >= 0) k_end = min(k_end, row_last + offset + p.window_right + 1);
-  if (p.window_left >= 0) k_begin = max(k_begin, m0 + offset - p.window_left);
-  const int first_tile = k_begin / BN;
-  const int end_tile = k_end > k_begin ? (k_end + BN - 1) / BN : first_tile;
-  const int per_split = (end_tile - first_tile + p.splits - 1) / p.splits;
-  const int tile_lo = min(first_tile + split * per_split, end_tile);
-  const int tile_hi = min(tile_lo + per_split, end_tile);
+  // The key tiles this block may see, then this split's share of them.
+  const KeyTiles keys = key_tiles(p, b, split, m0, BM, BN);
+  const int key_length = keys.key_length;
+  const int tile_lo = keys.lo, tile_hi = keys.hi;
 
   const T* q = static_cast<const T*>(p.q) + b * p.q_b + h * p.q_h;
   const T* k = static_cast<const T*>(p.k) + b * p.k_b + (h / p.group) * p.k_h;
   const T* v = static_cast<const T*>(p.v) + b * p.v_b + (h / p.group) * p.v_h;
 
-  ScoreParams sp;
-  sp.scale_log2 = p.scale_log2;
-  sp.softcap_log2 = p.softcap_log2;
-  sp.alibi_log2 = p.alibi ? p.alibi[h] * kLog2e : 0.0f;
-  sp.causal = p.causal;
-  sp.window_left = p.window_left;
-  sp.window_right = p.window_right;
-  sp.key_length = key_length;
-  sp.diagonal_offset = offset;
+  const ScoreParams sp = score_params(p, h, keys);
   const bool plain_scores = sp.softcap_log2 == 0.0f && sp.alibi_log2 == 0.0f && sp.scale_log2 > 0.0f;
 
   // Prologue: Q and the first K tile in one group, the first V tile in the next.
-  load_tile<BM, D, kThreads>(q_smem, q, p.q_r, m0, p.Lq, tid);
-  if (tile_lo < tile_hi) load_tile<BN, D, kThreads>(k_smem, k, p.k_r, tile_lo * BN, key_length, tid);
+  load_tile<BM, D, kThreads, RowSwizzledTile<D>>(q_smem, q, p.q_r, m0, p.Lq, tid);
+  if (tile_lo < tile_hi) load_tile<BN, D, kThreads, RowSwizzledTile<D>>(k_smem, k, p.k_r, tile_lo * BN, key_length, tid);
   cp_async_commit();
-  if (tile_lo < tile_hi) load_tile<BN, D, kThreads>(v_smem, v, p.v_r, tile_lo * BN, key_length, tid);
+  if (tile_lo < tile_hi) load_tile<BN, D, kThreads, RowSwizzledTile<D>>(v_smem, v, p.v_r, tile_lo * BN, key_length, tid);
   cp_async_commit();
 
   // Warp w owns rows warp_row0 .. warp_row0 + 16·MT − 1 of the block, as MT m16 tiles;
@@ -190,7 +134,7 @@ __global__ void __launch_bounds__(Tiling<D, kWide>::kThreads, Tiling<D, kWide>::
     cp_async_wait<1>();  // this tile's K (its V may still be in flight)
     __syncthreads();     // ... for every thread; and all are done with the other buffers
     if (tile + 1 < tile_hi) {
-      load_tile<BN, D, kThreads>(k_smem + (buffer ^ 1) * BN * D * 2, k, p.k_r, n0 + BN, key_length, tid);
+      load_tile<BN, D, kThreads, RowSwizzledTile<D>>(k_smem + (buffer ^ 1) * BN * D * 2, k, p.k_r, n0 + BN, key_length, tid);
     }
     cp_async_commit();
 
@@ -227,10 +171,7 @@ __global__ void __launch_bounds__(Tiling<D, kWide>::kThreads, Tiling<D, kWide>::
 
       // Scores: the per-element function only where a mask boundary crosses the tile or
       // softcap/ALiBi ask for it.
-      const bool boundary =
-          n0 + BN > key_length || (p.causal && n0 + BN - 1 > m0 + offset) ||
-          (p.window_left >= 0 && n0 < m0 + BM - 1 + offset - p.window_left) ||
-          (p.window_right >= 0 && n0 + BN - 1 > m0 + offset + p.window_right);
+      const bool boundary = tile_crosses_mask(p, keys, m0, BM, n0, BN);
       // The plain case leaves S raw and folds the scale into the softmax below (one FFMA
       // per score, FlashAttention-2's exp2(s·scale − max·scale), instead of a multiply and
       // a subtraction); the per-element function leaves base-2 scores there (multiplier 1).
@@ -238,18 +179,7 @@ __global__ void __launch_bounds__(Tiling<D, kWide>::kThreads, Tiling<D, kWide>::
       const float multiplier = plain_tile ? sp.scale_log2 : 1.0f;
       if (!plain_tile) {
 #pragma unroll
-        for (int m = 0; m < MT; ++m) {
-#pragma unroll
-          for (int n = 0; n < BN / 8; ++n) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int i = m0 + warp_row0 + 16 * m + g + (e >= 2 ? 8 : 0);
-              const int j = n0 + n * 8 + 2 * t + (e & 1);
-              const float value = score_value(sp, s[m][n][e], i, j);
-              s[m][n][e] = (!boundary || score_allowed(sp, i, j)) ? value : -INFINITY;
-            }
-          }
-        }
+        for (int m = 0; m < MT; ++m) apply_scores(s[m], sp, boundary, m0 + warp_row0 + 16 * m + g, n0, t);
       }
 
       // Online softmax: new running max, rescale what was summed so far. A row whose max
@@ -260,27 +190,7 @@ __global__ void __launch_bounds__(Tiling<D, kWide>::kThreads, Tiling<D, kWide>::
       bool changed = false;
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float tile_max = -INFINITY;  // of the unscaled scores (the multiplier is > 0)
-#pragma unroll
-          for (int n = 0; n < BN / 8; ++n) tile_max = fmaxf(tile_max, fmaxf(s[m][n][2 * r], s[m][n][2 * r + 1]));
-          tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-          tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-          const float mx = fmaxf(row_max[m][r], tile_max * multiplier);
-          const float base = mx == -INFINITY ? 0.0f : mx;  // all masked so far: exp2(−inf) = 0
-          correction[m][r] = mx == row_max[m][r] ? 1.0f : fast_exp2(row_max[m][r] - base);
-          changed = changed || mx != row_max[m][r];
-          row_max[m][r] = mx;
-          float sum = 0.0f;
-#pragma unroll
-          for (int n = 0; n < BN / 8; ++n) {
-            s[m][n][2 * r] = fast_exp2(fmaf(s[m][n][2 * r], multiplier, -base));
-            s[m][n][2 * r + 1] = fast_exp2(fmaf(s[m][n][2 * r + 1], multiplier, -base));
-            sum += s[m][n][2 * r] + s[m][n][2 * r + 1];
-          }
-          row_sum[m][r] = row_sum[m][r] * correction[m][r] + sum;
-        }
+        changed = online_softmax(s[m], multiplier, row_max[m], row_sum[m], correction[m]) || changed;
       }
       if (__any_sync(0xffffffffu, changed)) {
 #pragma unroll
@@ -297,7 +207,7 @@ __global__ void __launch_bounds__(Tiling<D, kWide>::kThreads, Tiling<D, kWide>::
     cp_async_wait<1>();  // this tile's V (the next K may still be in flight)
     __syncthreads();
     if (tile + 1 < tile_hi) {
-      load_tile<BN, D, kThreads>(v_smem + (buffer ^ 1) * BN * D * 2, v, p.v_r, n0 + BN, key_length, tid);
+      load_tile<BN, D, kThreads, RowSwizzledTile<D>>(v_smem + (buffer ^ 1) * BN * D * 2, v, p.v_r, n0 + BN, key_length, tid);
     }
     cp_async_commit();
 
@@ -334,13 +244,7 @@ __global__ void __launch_bounds__(Tiling<D, kWide>::kThreads, Tiling<D, kWide>::
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float sum = row_sum[m][r];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      inverse[m][r] = sum == 0.0f ? 0.0f : 1.0f / sum;
-      lse[m][r] = sum == 0.0f ? -INFINITY : (row_max[m][r] + __log2f(sum)) * kLn2;
-    }
+    for (int r = 0; r < 2; ++r) finish_row(row_max[m][r], row_sum[m][r], inverse[m][r], lse[m][r]);
   }
 
   // This thread's rows: m0 + row_of(m, r) for m-tile m, r = 0 (g) or 1 (g + 8).
@@ -519,8 +423,26 @@ bool wide_block(int Lq, int D) {
   return D != 256;
 }
 
+// Whether the wgmma kernel (forward_sm90.cu) takes the call: D = 64 or 128, query blocks
+// longer than 64 rows, and a grid of its 128-row CTAs that fills the GPU without key splits
+// (split-KV is the mma.sync kernel's). QKV_CUDA_KERNEL=mma, or a forced QKV_CUDA_BLOCK_M,
+// sends every call to the mma.sync kernel (A/B timing, tests).
+bool use_sm90(const ForwardParams& p, int D, int splits) {
+  if (D > 128 || p.Lq <= 64 || splits > 1) return false;
+  if (const char* kernel = std::getenv("QKV_CUDA_KERNEL"); kernel != nullptr && std::string(kernel) == "mma") {
+    return false;
+  }
+  if (const char* forced = std::getenv("QKV_CUDA_BLOCK_M"); forced != nullptr && *forced != '\0') return false;
+  if (splits == 1) return true;
+  const long long ctas = static_cast<long long>((p.Lq + 127) / 128) * p.Hq * p.B;
+  return automatic_splits(ctas, (p.Lk + 127) / 128, 1) == 1;
+}
+
 template <class T, int D>
 void launch_for_shape(const ForwardParams& p, int splits, cudaStream_t stream) {
+  if constexpr (D <= 128) {
+    if (use_sm90(p, D, splits)) return launch_forward_sm90<T, D>(p, stream);
+  }
   if (wide_block(p.Lq, D)) return launch<T, D, true>(p, splits, stream);
   return launch<T, D, false>(p, splits, stream);
 }
