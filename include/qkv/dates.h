@@ -30,6 +30,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "qkv/distributed.h"
 #include "qkv/rng.h"
 #include "qkv/seq2seq.h"
 
@@ -170,6 +171,16 @@ struct DateTrainingOptions {
   std::uint64_t eval_seed = 2026;    // which held-out dates (fixed, so runs compare)
   std::string command;               // recorded in the weights' metadata
   Seq2SeqConfig model = date_model_config();
+  // Data-parallel training over the ranks of `communicator` (qkv built with MPI, run under
+  // mpirun) when it has more than one: every rank builds the same global batch of `batch`
+  // pairs and trains on its contiguous share of the rows; the gradients are summed across
+  // the ranks, each weighted by its share of the batch's counted targets, with reductions
+  // started during the backward (distributed::GradientReducer), so every rank takes the
+  // step single-process training would. The weights start as rank 0's (broadcast); rank 0
+  // alone writes checkpoints and the model and reports progress (on_progress is called on
+  // rank 0 only); every rank reads the checkpoint on --resume. All ranks must be given the
+  // same options (checked: the same qkv::Error on every rank otherwise).
+  const distributed::Communicator* communicator = nullptr;
 };
 
 struct TrainingProgress {

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "qkv/attention.h"
+#include "qkv/nn/layers.h"
 #include "qkv/tensor.h"
 
 namespace qkv::distributed {
@@ -70,6 +71,11 @@ class Communicator {
   double min(double value) const;
   // Every rank's `value`, in rank order (MPI_Allgather), on every rank.
   std::vector<double> all_gather(double value) const;
+  // The sum of `value` over the ranks (MPI_Allreduce SUM), on every rank.
+  double sum(double value) const;
+  // Ends every process of the job (MPI_Abort with `code`): for an error on one rank while
+  // the others may be waiting for it in a collective, which would otherwise never return.
+  [[noreturn]] void abort(int code) const;
 
   struct Impl;
   const Impl& impl() const { return *impl_; }
@@ -124,6 +130,65 @@ RingAttentionGradients ring_attention_backward(const Tensor& dout, const Tensor&
                                                const Tensor& out, const Tensor& lse,
                                                const AttentionOptions& options,
                                                const Communicator& comm);
+
+// ---- Data-parallel training
+//
+// Every rank holds the whole model and trains on its share of every batch; the gradients
+// are averaged across the ranks before each optimizer step, so every rank takes the same
+// step and the weights stay identical. With the same global batch the result equals
+// single-process training up to float rounding (the sums are taken in another order).
+
+// Every rank's tensors become rank `root`'s (MPI_Bcast; f32 or any dtype, contiguous):
+// the parameters before the first step. Collective; ranks whose lists differ in length or
+// sizes all throw the same qkv::Error before anything moves.
+void broadcast(const nn::ParameterList& tensors, const Communicator& comm, int root = 0);
+
+// Where a step's gradient reduction spent its time on this rank.
+struct ReductionTimings {
+  int buckets = 0;              // reductions per step
+  int started_early = 0;        // of them, started during the backward (by ready())
+  double pack_ms = 0.0;         // copying gradients into and out of the bucket buffers
+  double progress_ms = 0.0;     // in MPI_Testall during the backward
+  double wait_ms = 0.0;         // in finish(): communication the backward did not hide
+};
+
+// Sums gradients over the ranks in buckets, started while the backward is still running
+// (PyTorch DDP's scheme): the gradients (f32, contiguous) are grouped, in reverse order (the
+// backward produces the last ones first), into buckets of about bucket_bytes; when every
+// gradient of a bucket has been reported ready, it is copied into the bucket's buffer,
+// multiplied by this rank's weight, and its MPI_Iallreduce (SUM) started. Buckets start in
+// the same order on every rank (a collective's order must agree), each only after the ones
+// before it. Open MPI moves the data only inside MPI calls, so every ready() also tests the
+// reductions in flight (MPI_Testall); finish() starts whatever is left and waits.
+//
+//   GradientReducer reducer(grads.parameters(), comm);
+//   reducer.begin(my_share);                      // e.g. my counted targets / all ranks'
+//   model.forward_backward(batch, grads, 0.0, &reducer.hook());
+//   reducer.finish();                             // grads now hold Σ_ranks weight·grad
+class GradientReducer {
+ public:
+  explicit GradientReducer(const nn::ParameterList& grads, const Communicator& comm,
+                           std::size_t bucket_bytes = 256 * 1024);
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  // A new step: nothing is ready; this rank's gradients count `weight` times in the sum.
+  void begin(double weight = 1.0);
+  // These gradients are final on this rank (nn::GradientsReady). A gradient the reducer was
+  // not made with, or one reported twice in a step, is a qkv::Error.
+  void ready(const nn::ParameterList& grads);
+  // The hook for a backward (forward_backward's `ready`), calling ready().
+  const nn::GradientsReady& hook() const { return hook_; }
+  // Starts every bucket not yet started (gradients never reported count as ready now),
+  // waits for all and writes the sums back into the gradients.
+  ReductionTimings finish();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+  nn::GradientsReady hook_;
+};
 
 // Rank `rank`'s zigzag shard of `full` along dimension `dim` (2 for (B, H, L, D) and for
 // lse (B, H, L)): chunks rank and 2·ranks − 1 − rank of 2·ranks, as a contiguous copy.

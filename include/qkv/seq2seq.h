@@ -87,8 +87,12 @@ class Seq2Seq {
 
   // Loss (mean cross-entropy over non-ignored targets) of one batch; adds ∂loss/∂θ into
   // `grads` (a Seq2Seq of the same config; zero it first to get this batch's gradient).
+  // `ready`, when given, hears each module's gradients as soon as they are final: the
+  // generator, the transformer's modules last first (nn::Transformer::backward), then the
+  // source and target embeddings.
   train::CrossEntropyResult forward_backward(const Seq2SeqBatch& batch, Seq2Seq& grads,
-                                             double label_smoothing = 0.0) const;
+                                             double label_smoothing = 0.0,
+                                             const nn::GradientsReady* ready = nullptr) const;
 
   // Logits (B, T, V) of a batch (tgt_out is not read). With `attention`, the
   // probabilities of every attention (reference path) are returned too.

@@ -6,6 +6,7 @@ list(APPEND QKV_SOURCES src/distributed/shard.cpp)
 if(QKV_MPI_ENABLED)
   list(APPEND QKV_SOURCES
     src/distributed/communicator.cpp
+    src/distributed/data_parallel.cpp
     src/distributed/ring.cpp
   )
   list(APPEND QKV_LAYER_LIBRARIES MPI::MPI_CXX)

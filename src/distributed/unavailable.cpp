@@ -32,6 +32,19 @@ void Communicator::barrier() const { unavailable("qkv::distributed::Communicator
 double Communicator::max(double) const { unavailable("qkv::distributed::Communicator::max"); }
 double Communicator::min(double) const { unavailable("qkv::distributed::Communicator::min"); }
 std::vector<double> Communicator::all_gather(double) const { unavailable("qkv::distributed::Communicator::all_gather"); }
+double Communicator::sum(double) const { unavailable("qkv::distributed::Communicator::sum"); }
+void Communicator::abort(int) const { unavailable("qkv::distributed::Communicator::abort"); }
+
+void broadcast(const nn::ParameterList&, const Communicator&, int) { unavailable("qkv::distributed::broadcast"); }
+
+struct GradientReducer::State {};
+GradientReducer::GradientReducer(const nn::ParameterList&, const Communicator&, std::size_t) {
+  unavailable("qkv::distributed::GradientReducer");
+}
+GradientReducer::~GradientReducer() = default;
+void GradientReducer::begin(double) { unavailable("qkv::distributed::GradientReducer::begin"); }
+void GradientReducer::ready(const nn::ParameterList&) { unavailable("qkv::distributed::GradientReducer::ready"); }
+ReductionTimings GradientReducer::finish() { unavailable("qkv::distributed::GradientReducer::finish"); }
 
 RingAttentionResult ring_attention(const Tensor&, const Tensor&, const Tensor&,
                                    const AttentionOptions&, const Communicator&) {

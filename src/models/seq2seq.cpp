@@ -246,7 +246,8 @@ Tensor run_forward(const Seq2Seq& m, const Seq2SeqBatch& batch, Record* record,
 }  // namespace
 
 train::CrossEntropyResult Seq2Seq::forward_backward(const Seq2SeqBatch& batch, Seq2Seq& grads,
-                                                    double label_smoothing) const {
+                                                    double label_smoothing,
+                                                    const nn::GradientsReady* ready) const {
   check_batch(batch, config, true);
   QKV_CHECK(grads.config.to_json() == config.to_json(),
             "Seq2Seq::forward_backward: grads must be a Seq2Seq of the same config");
@@ -257,14 +258,20 @@ train::CrossEntropyResult Seq2Seq::forward_backward(const Seq2SeqBatch& batch, S
       train::cross_entropy(logits, batch.tgt_out, &dlogits, label_smoothing, -100);
   const std::int64_t B = batch.batch, T = batch.tgt_len, E = config.d_model;
   // logits = generator(h)
+  const auto report = [&](nn::ParameterList module_grads) {
+    if (ready != nullptr && *ready) (*ready)(module_grads);
+  };
   const Tensor dh = generator.backward(dlogits, record.generator, grads.generator).view({B, T, E});
-  nn::Transformer::Gradients d = transformer.backward(dh, record.transformer, grads.transformer);
+  report(grads.generator.parameters("generator."));
+  nn::Transformer::Gradients d = transformer.backward(dh, record.transformer, grads.transformer, ready);
   // x = embed[ids]·√E + pe
   const auto scale = static_cast<float>(std::sqrt(static_cast<double>(E)));
   nn::scale_(d.src, scale);
   nn::scale_(d.tgt, scale);
   src_embed.backward(d.src, record.src_embed, grads.src_embed);
+  report(grads.src_embed.parameters("src_embed."));
   tgt_embed.backward(d.tgt, record.tgt_embed, grads.tgt_embed);
+  report(grads.tgt_embed.parameters("tgt_embed."));
   return r;
 }
 

@@ -76,17 +76,22 @@ Tensor Transformer::forward(const Tensor& src, const Tensor& tgt, const Attentio
 }
 
 Transformer::Gradients Transformer::backward(const Tensor& dy, const Record& record,
-                                             Transformer& grads) const {
+                                             Transformer& grads, const GradientsReady* ready) const {
   QKV_CHECK(record.decoder.size() == decoder_layers.size() &&
                 record.encoder.size() == encoder_layers.size(),
             "Transformer::backward: the record is not from forward() of this model");
+  const auto report = [&](ParameterList module_grads) {
+    if (ready != nullptr && *ready) (*ready)(module_grads);
+  };
   Gradients out;
   Tensor dmemory;  // (B, S, E), summed over every decoder layer's cross-attention
   // y = decoder_norm(decoder(tgt, memory))
   Tensor d = decoder_norm.backward(dy, record.decoder_norm, grads.decoder_norm);
+  report(grads.decoder_norm.parameters("decoder.norm."));
   for (std::size_t i = decoder_layers.size(); i-- > 0;) {
     TransformerDecoderLayer::Gradients g =
         decoder_layers[i].backward(d, record.decoder[i], grads.decoder_layers[i]);
+    report(grads.decoder_layers[i].parameters("decoder.layers." + std::to_string(i) + "."));
     d = g.tgt;
     if (!dmemory.defined()) dmemory = g.memory;
     else add_(dmemory, g.memory);
@@ -95,8 +100,11 @@ Transformer::Gradients Transformer::backward(const Tensor& dy, const Record& rec
   // memory = encoder_norm(encoder(src))
   if (!dmemory.defined()) dmemory = Tensor::zeros(record.encoder_norm.x.shape());
   d = encoder_norm.backward(dmemory, record.encoder_norm, grads.encoder_norm);
-  for (std::size_t i = encoder_layers.size(); i-- > 0;)
+  report(grads.encoder_norm.parameters("encoder.norm."));
+  for (std::size_t i = encoder_layers.size(); i-- > 0;) {
     d = encoder_layers[i].backward(d, record.encoder[i], grads.encoder_layers[i]);
+    report(grads.encoder_layers[i].parameters("encoder.layers." + std::to_string(i) + "."));
+  }
   out.src = d;
   return out;
 }

@@ -4,10 +4,12 @@
 
 #include <unicode/uchar.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -63,6 +65,39 @@ Seq2SeqBatch training_batch(std::uint64_t seed, std::int64_t step, std::int64_t 
   return b;
 }
 
+// Rows [lo, hi) of a batch, padded as the whole batch is (the same src_len and tgt_len),
+// so each row computes exactly what it computes in the whole batch.
+Seq2SeqBatch rows_of(const Seq2SeqBatch& b, std::int64_t lo, std::int64_t hi) {
+  Seq2SeqBatch r;
+  r.batch = hi - lo;
+  r.src_len = b.src_len;
+  r.tgt_len = b.tgt_len;
+  const auto slice = [](const std::vector<std::int64_t>& v, std::int64_t from, std::int64_t to) {
+    return std::vector<std::int64_t>(v.begin() + from, v.begin() + to);
+  };
+  r.src = slice(b.src, lo * b.src_len, hi * b.src_len);
+  r.src_lengths = slice(b.src_lengths, lo, hi);
+  r.tgt_in = slice(b.tgt_in, lo * b.tgt_len, hi * b.tgt_len);
+  r.tgt_out = slice(b.tgt_out, lo * b.tgt_len, hi * b.tgt_len);
+  return r;
+}
+
+// Collective: the same qkv::Error on every rank unless all were given the same options.
+void check_same_options(const DateTrainingOptions& o, const distributed::Communicator& comm) {
+  std::ostringstream key;
+  key.precision(17);
+  key << o.steps << ' ' << o.batch << ' ' << o.peak_lr << ' ' << o.warmup_steps << ' ' << o.min_lr_ratio << ' '
+      << o.weight_decay << ' ' << o.clip_norm << ' ' << o.label_smoothing << ' ' << o.seed << ' ' << o.out_dir
+      << ' ' << o.resume << ' ' << o.checkpoint_every << ' ' << o.stop_at << ' ' << o.eval_size << ' '
+      << o.eval_seed << ' ' << o.model.to_json();
+  const std::uint64_t h = std::hash<std::string>{}(key.str());
+  // Two halves of 32 bits, each exact in a double.
+  const double high = static_cast<double>(h >> 32), low = static_cast<double>(h & 0xffffffffu);
+  QKV_CHECK(comm.min(high) == comm.max(high) && comm.min(low) == comm.max(low),
+            "train dates: the " << comm.size() << " ranks were given different options (every rank "
+                                "of mpirun must run the same qkv train dates command)");
+}
+
 void save_checkpoint(const std::string& path, Seq2Seq& model, const train::AdamW& opt,
                      std::int64_t step, const DateTrainingOptions& o) {
   detail::save_training_checkpoint(path, model.parameters(), opt, step,
@@ -95,6 +130,16 @@ DateTrainingResult train_dates(const DateTrainingOptions& o,
   QKV_CHECK(o.model.vocab_size == dates::Vocabulary::dates().size(),
             "train dates: the model's vocab_size must be the date vocabulary's "
                 << dates::Vocabulary::dates().size());
+  // Data-parallel over more than one rank (DateTrainingOptions::communicator).
+  const distributed::Communicator* comm =
+      o.communicator != nullptr && o.communicator->size() > 1 ? o.communicator : nullptr;
+  const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
+  if (comm) {
+    check_same_options(o, *comm);
+    QKV_CHECK(o.batch >= ranks, "train dates: --batch " << o.batch << " gives some of the " << ranks
+                                                       << " ranks no pairs; it must be at least the number of ranks");
+  }
+  const bool writer = rank == 0;  // the rank that writes files and reports progress
   std::filesystem::create_directories(o.out_dir);
   const std::string checkpoint = o.out_dir + "/checkpoint.safetensors";
 
@@ -120,6 +165,14 @@ DateTrainingResult train_dates(const DateTrainingOptions& o,
     start = detail::load_training_state(ck, checkpoint, opt);
     QKV_CHECK(start <= o.steps, checkpoint << ": is at step " << start << ", past --steps " << o.steps);
   }
+  std::optional<distributed::GradientReducer> reducer;
+  if (comm) {
+    distributed::broadcast(model.parameters(), *comm, 0);
+    reducer.emplace(grad_list, *comm);
+  }
+  // This rank's rows of every batch: a contiguous share, the first B mod N ranks one more.
+  const std::int64_t row_lo = rank * (o.batch / ranks) + std::min<std::int64_t>(rank, o.batch % ranks);
+  const std::int64_t row_hi = row_lo + o.batch / ranks + (rank < o.batch % ranks ? 1 : 0);
 
   // A run shorter than the warm-up (a quick test) warms up over its first tenth instead,
   // so the learning rate still reaches its peak and decays.
@@ -131,21 +184,39 @@ DateTrainingResult train_dates(const DateTrainingOptions& o,
   std::int64_t tokens_total = 0;
   std::int64_t step = start;
   for (; step < o.steps; ++step) {
-    if ((stop && stop->load()) || (o.stop_at > 0 && step >= o.stop_at)) {
+    bool stopping = (stop && stop->load()) || (o.stop_at > 0 && step >= o.stop_at);
+    if (comm) stopping = comm->max(stopping ? 1.0 : 0.0) > 0.0;  // every rank stops at the same step
+    if (stopping) {
       result.interrupted = true;
       break;
     }
     std::int64_t tokens = 0;
     const Seq2SeqBatch batch = training_batch(o.seed, step, o.batch, &tokens);
     train::zero_grad(grad_list);
-    const train::CrossEntropyResult ce = model.forward_backward(batch, grads, o.label_smoothing);
+    train::CrossEntropyResult ce;
+    if (comm) {
+      const Seq2SeqBatch mine = rows_of(batch, row_lo, row_hi);
+      const auto counted = static_cast<double>(std::count_if(
+          mine.tgt_out.begin(), mine.tgt_out.end(), [](std::int64_t t) { return t != -100; }));
+      const double all_counted = comm->sum(counted);
+      // Each rank's loss is the mean over its own counted targets; weighted by its share of
+      // all of them, the sum over ranks is the whole batch's mean and its gradient.
+      reducer->begin(all_counted > 0 ? counted / all_counted : 0.0);
+      ce = model.forward_backward(mine, grads, o.label_smoothing, &reducer->hook());
+      reducer->finish();
+      ce.loss = all_counted > 0 ? comm->sum(ce.loss * counted) / all_counted : 0.0;
+      ce.correct = static_cast<std::int64_t>(comm->sum(static_cast<double>(ce.correct)));
+      ce.counted = static_cast<std::int64_t>(all_counted);
+    } else {
+      ce = model.forward_backward(batch, grads, o.label_smoothing);
+    }
     train::clip_grad_norm(grad_list, o.clip_norm);
     const double lr = train::cosine_schedule(step, schedule);
     opt.step(grad_list, lr);
     tokens_total += tokens;
-    if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0 && step + 1 < o.steps)
+    if (writer && o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0 && step + 1 < o.steps)
       save_checkpoint(checkpoint, model, opt, step + 1, o);
-    if (on_progress) {
+    if (writer && on_progress) {
       TrainingProgress p;
       p.step = step + 1;
       p.total = o.steps;
@@ -160,11 +231,16 @@ DateTrainingResult train_dates(const DateTrainingOptions& o,
   result.steps = step;
   result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   result.tokens_per_s = result.seconds > 0 ? tokens_total / result.seconds : 0.0;
-  save_checkpoint(checkpoint, model, opt, step, o);
+  if (writer) save_checkpoint(checkpoint, model, opt, step, o);
   result.checkpoint = checkpoint;
   if (result.interrupted) return result;
 
+  if (!writer) {  // rank 0 scores and writes the model; the others learn its score
+    result.exact_match = comm->sum(0.0);
+    return result;
+  }
   result.exact_match = evaluate_dates(model, dates::held_out_set(o.eval_size, o.eval_seed));
+  if (comm) comm->sum(result.exact_match);
   std::ostringstream em;
   em.precision(6);
   em << result.exact_match;

@@ -17,6 +17,8 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -26,6 +28,7 @@
 #include "io/text_input.h"
 #include "print.h"
 #include "qkv/dates.h"
+#include "qkv/distributed.h"
 #include "qkv/error.h"
 #include "qkv/language_model.h"
 #include "qkv/recommender.h"
@@ -497,6 +500,22 @@ int run_train_vision(const TrainOptions& o, std::ostream& out) {
   return 0;
 }
 
+// The number of processes mpirun (Open MPI, or a PMI launcher) started for this job: 1
+// when run directly.
+int launched_ranks() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
+    if (const char* value = std::getenv(name); value != nullptr && *value != '\0') return std::max(1, std::atoi(value));
+  }
+  return 1;
+}
+
+// A stream that drops what it is given: the output of every rank but 0.
+struct NullStream : std::ostream {
+  NullStream() : std::ostream(nullptr) {}
+};
+
+int run_train_dates(const TrainOptions& o, std::ostream& out, const distributed::Communicator* comm);
+
 }  // namespace
 
 int run_train(const TrainOptions& o, std::ostream& out) {
@@ -514,7 +533,35 @@ int run_train(const TrainOptions& o, std::ostream& out) {
   refuse_options_of(kRecommenderOnly, o);
   refuse_options_of(kRecommenderOrVision, o);
   refuse_options_of(kVisionOnly, o);
+  // Under mpirun with more than one process: data-parallel training over all of them.
+  std::optional<distributed::Session> session;
+  std::optional<distributed::Communicator> world;
+  if (launched_ranks() > 1) {
+    if (!distributed::available())
+      throw qkv::Error("train dates: started by mpirun as one of " + std::to_string(launched_ranks()) +
+                       " processes, but this qkv was built without MPI (each would train alone and "
+                       "write the same files); rebuild with -DQKV_MPI=ON");
+    session.emplace();
+    world.emplace(distributed::Communicator::world());
+  }
+  NullStream quiet_rank;
+  std::ostream& say = world && world->rank() != 0 ? static_cast<std::ostream&>(quiet_rank) : out;
+  if (!world) return run_train_dates(o, say, nullptr);
+  try {
+    return run_train_dates(o, say, &*world);
+  } catch (const std::exception& e) {
+    // The other ranks may be waiting for this one in a collective: a plain exit (and
+    // MPI_Finalize) would leave them there. Say why, then end the whole job.
+    std::cerr << "qkv: error on rank " << world->rank() << " of " << world->size() << ": " << e.what() << std::endl;
+    world->abort(1);
+  }
+}
+
+namespace {
+
+int run_train_dates(const TrainOptions& o, std::ostream& out, const distributed::Communicator* comm) {
   models::DateTrainingOptions t;
+  t.communicator = comm;
   t.steps = o.steps;
   t.batch = o.batch;
   t.peak_lr = o.lr;
@@ -531,14 +578,17 @@ int run_train(const TrainOptions& o, std::ostream& out) {
       << t.model.num_decoder_layers << " layers, d_model " << t.model.d_model << ", "
       << t.model.nhead << " heads, feed-forward " << t.model.dim_feedforward << ", vocabulary "
       << t.model.vocab_size << "; " << t.steps << " steps of " << t.batch << " pairs, "
-      << num_threads() << " threads\n"
+      << num_threads() << " threads"
+      << (comm ? " on each of " + std::to_string(comm->size()) + " ranks (data-parallel, MPI)" : std::string())
+      << "\n"
       << "(Ctrl-C saves a checkpoint; continue with --resume)\n";
   out.flush();
 
   const bool tty = isatty(STDERR_FILENO) != 0;
   const models::DateTrainingResult r = with_interrupt([&] {
-    return models::train_dates(t, progress_printer<models::TrainingProgress>(o.quiet, tty, t.steps),
-                               &g_interrupted);
+    return models::train_dates(
+        t, progress_printer<models::TrainingProgress>(o.quiet || (comm && comm->rank() != 0), tty, t.steps),
+        &g_interrupted);
   });
   if (tty && !o.quiet) std::cerr << '\n';
 
@@ -571,5 +621,7 @@ int run_train(const TrainOptions& o, std::ostream& out) {
       << "try: qkv translate --model " << o.out << " --show \"Saturday, 21 November 2026\"\n";
   return 0;
 }
+
+}  // namespace
 
 }  // namespace qkv::cli

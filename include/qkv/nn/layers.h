@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -32,6 +33,11 @@ namespace qkv::nn {
 using StateDict = std::map<std::string, Tensor>;
 // (full name, the module's own tensor) in torch's registration order.
 using ParameterList = std::vector<std::pair<std::string, Tensor*>>;
+// A backward's report that the gradients of one module are final (every contribution to
+// them has been added), called as soon as that module's backward returns, last module first.
+// Data-parallel training starts reducing those gradients across processes while the
+// backward goes on (distributed::GradientReducer).
+using GradientsReady = std::function<void(const ParameterList& ready)>;
 
 struct Linear {
   Tensor weight;  // (out_features, in_features); may be undefined when `packed` is defined

@@ -190,8 +190,11 @@ struct Transformer {
   Tensor forward(const Tensor& src, const Tensor& tgt, const AttentionMasks& src_masks = {},
                  const AttentionMasks& tgt_masks = {}, const AttentionMasks& memory_masks = {},
                  TransformerAttention* probs = nullptr, Record* record = nullptr) const;
-  // dy (B, T, E) -> the gradients of src and tgt (record from forward()).
-  Gradients backward(const Tensor& dy, const Record& record, Transformer& grads) const;
+  // dy (B, T, E) -> the gradients of src and tgt (record from forward()). `ready`, when
+  // given, hears each module's gradients as soon as they are final: decoder_norm, the
+  // decoder layers last first, encoder_norm, the encoder layers last first.
+  Gradients backward(const Tensor& dy, const Record& record, Transformer& grads,
+                     const GradientsReady* ready = nullptr) const;
   ParameterList parameters(const std::string& prefix = "");
 };
 
