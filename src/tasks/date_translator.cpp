@@ -180,6 +180,7 @@ DateTrainingResult train_dates(const DateTrainingOptions& o,
   const train::Schedule schedule{o.peak_lr, warmup, o.steps, o.min_lr_ratio};
   DateTrainingResult result;
   result.num_parameters = model.num_parameters();
+  result.ranks = ranks;
   const auto t0 = Clock::now();
   std::int64_t tokens_total = 0;
   std::int64_t step = start;
@@ -203,7 +204,12 @@ DateTrainingResult train_dates(const DateTrainingOptions& o,
       // all of them, the sum over ranks is the whole batch's mean and its gradient.
       reducer->begin(all_counted > 0 ? counted / all_counted : 0.0);
       ce = model.forward_backward(mine, grads, o.label_smoothing, &reducer->hook());
-      reducer->finish();
+      const distributed::ReductionTimings rt = reducer->finish();
+      result.reduce_wait_s += rt.wait_ms / 1e3;
+      result.reduce_progress_s += rt.progress_ms / 1e3;
+      result.reduce_pack_s += rt.pack_ms / 1e3;
+      result.buckets_started_early += rt.started_early;
+      result.buckets_total += rt.buckets;
       ce.loss = all_counted > 0 ? comm->sum(ce.loss * counted) / all_counted : 0.0;
       ce.correct = static_cast<std::int64_t>(comm->sum(static_cast<double>(ce.correct)));
       ce.counted = static_cast<std::int64_t>(all_counted);

@@ -608,9 +608,22 @@ int run_train_dates(const TrainOptions& o, std::ostream& out, const distributed:
     j["held_out"] = t.eval_size;
     j["parameters"] = r.num_parameters;
     j["out"] = o.out;
+    if (r.ranks > 1) {  // rank 0's view of the gradient reductions
+      j["ranks"] = r.ranks;
+      j["reduce_wait_s"] = r.reduce_wait_s;
+      j["reduce_progress_s"] = r.reduce_progress_s;
+      j["reduce_pack_s"] = r.reduce_pack_s;
+      j["buckets_started_early"] = r.buckets_started_early;
+      j["buckets_total"] = r.buckets_total;
+    }
     out << j.dump() << '\n';
     return 0;
   }
+  if (r.ranks > 1)
+    out << format("gradient sums over %d ranks (rank 0): %lld of %lld reductions started during the backward; "
+                  "%.2f s waiting after it, %.2f s testing during it, %.2f s copying\n",
+                  r.ranks, static_cast<long long>(r.buckets_started_early),
+                  static_cast<long long>(r.buckets_total), r.reduce_wait_s, r.reduce_progress_s, r.reduce_pack_s);
   out << format("done: %lld steps in %s (%.0f tokens/s), %lld parameters\n",
                 static_cast<long long>(r.steps), clock_time(r.seconds).c_str(), r.tokens_per_s,
                 static_cast<long long>(r.num_parameters))
