@@ -201,13 +201,7 @@ struct DateTrainingResult {
   double exact_match = 0.0;        // on eval_size held-out dates (not measured when interrupted)
   std::int64_t num_parameters = 0;
   std::string checkpoint;          // path written
-  // Data-parallel runs (more than one rank), this rank's totals over the steps:
-  int ranks = 1;
-  double reduce_wait_s = 0.0;      // waiting for gradient sums after the backward (not hidden)
-  double reduce_progress_s = 0.0;  // in MPI_Testall during the backward
-  double reduce_pack_s = 0.0;      // copying gradients into and out of the buckets
-  std::int64_t buckets_started_early = 0;  // reductions started during the backward
-  std::int64_t buckets_total = 0;          // reductions in all
+  distributed::ReductionTotals reductions;  // data-parallel runs: the gradient sums
 };
 
 // Trains (or resumes). out_dir/checkpoint.safetensors (weights, AdamW moments, step) is

@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "qkv/attention.h"
@@ -143,6 +144,18 @@ RingAttentionGradients ring_attention_backward(const Tensor& dout, const Tensor&
 // sizes all throw the same qkv::Error before anything moves.
 void broadcast(const nn::ParameterList& tensors, const Communicator& comm, int root = 0);
 
+// The rows [lo, hi) of a batch of `rows` that rank `rank` of `ranks` trains on: contiguous
+// shares, the first rows mod ranks ranks one row more. No MPI needed.
+struct RowShare {
+  std::int64_t lo = 0, hi = 0;
+};
+RowShare row_share(std::int64_t rows, int rank, int ranks);
+
+// Collective: returns when every rank passed the same `key` (e.g. its options written out),
+// else throws the same qkv::Error on every rank: "<what>: the N ranks were given different
+// options (...)".
+void check_same_everywhere(const std::string& key, const Communicator& comm, const std::string& what);
+
 // Where a step's gradient reduction spent its time on this rank.
 struct ReductionTimings {
   int buckets = 0;              // reductions per step
@@ -150,6 +163,23 @@ struct ReductionTimings {
   double pack_ms = 0.0;         // copying gradients into and out of the bucket buffers
   double progress_ms = 0.0;     // in MPI_Testall during the backward
   double wait_ms = 0.0;         // in finish(): communication the backward did not hide
+};
+
+// A training run's reductions, this rank's totals over its steps.
+struct ReductionTotals {
+  int ranks = 1;                       // 1: not data-parallel (everything else 0)
+  double wait_s = 0.0;                 // waiting for sums after the backward (not hidden)
+  double progress_s = 0.0;             // in MPI_Testall during the backward
+  double pack_s = 0.0;                 // copying gradients into and out of the buckets
+  std::int64_t started_early = 0;      // reductions started during the backward
+  std::int64_t total = 0;              // reductions in all
+  void add(const ReductionTimings& step) {
+    wait_s += step.wait_ms / 1e3;
+    progress_s += step.progress_ms / 1e3;
+    pack_s += step.pack_ms / 1e3;
+    started_early += step.started_early;
+    total += step.buckets;
+  }
 };
 
 // Sums gradients over the ranks in buckets, started while the backward is still running

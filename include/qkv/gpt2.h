@@ -120,7 +120,10 @@ struct Gpt2Weights {
                  std::int64_t offset = 0, Gpt2State* state = nullptr,
                  std::vector<Tensor>* attentions = nullptr, Record* record = nullptr) const;
   // dx (B, T, E), the gradient of forward()'s output -> adds ∂/∂θ into `grads`.
-  void backward(const Tensor& dx, const Record& record, Gpt2Weights& grads) const;
+  // `ready`, when given, hears each module's gradients once final: the blocks last first,
+  // then wte and wpe.
+  void backward(const Tensor& dx, const Record& record, Gpt2Weights& grads,
+                const nn::GradientsReady* ready = nullptr) const;
 
   // qkv's names: wte.weight, wpe.weight, h.N.<nn::TransformerEncoderLayer's names>,
   // ln_f.weight, ln_f.bias. save_gpt2 writes them under Hugging Face's names.
@@ -220,8 +223,11 @@ void save_gpt2(const std::string& dir, const Gpt2Config& config, Gpt2Weights& we
 // counted. With `grads` (a Gpt2Weights of the same shapes), adds ∂loss/∂θ into it; the
 // tied LM head's gradient goes into grads.wte. T must be in [1, n_positions].
 //   logits = ln_f(forward(tokens[:, :T])) · wteᵀ                (B·T, V)
+// `ready` (with grads) hears each module's gradients as soon as they are final: ln_f, the
+// blocks last first, then wpe and wte (the tied head's gradient lands in wte first).
 train::CrossEntropyResult gpt2_lm_loss(const Gpt2Config& config, const Gpt2Weights& weights,
                                        std::span<const std::int64_t> tokens, std::int64_t B,
-                                       std::int64_t T, Gpt2Weights* grads = nullptr);
+                                       std::int64_t T, Gpt2Weights* grads = nullptr,
+                                       const nn::GradientsReady* ready = nullptr);
 
 }  // namespace qkv::models

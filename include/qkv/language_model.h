@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "qkv/distributed.h"
 #include "qkv/gpt2.h"
 #include "qkv/tokenizer.h"
 
@@ -54,6 +55,13 @@ struct LmTrainingOptions {
   std::int64_t eval_every = 250;   // steps between validation losses; 0 = only at the end
   std::int64_t eval_tokens = 32768;  // held-out tokens each validation scores (whole windows)
   std::string command;             // recorded in the weights' metadata
+  // Data-parallel training over the ranks of `communicator` when it has more than one, as
+  // DateTrainingOptions::communicator (qkv/dates.h): every rank its contiguous share of the
+  // `batch` windows of every step, gradients summed across the ranks during the backward,
+  // weights from rank 0; rank 0 alone tokenizes a new tokenizer's text, writes files, runs
+  // the validation (its loss is shared) and reports progress. All ranks must be given the
+  // same options.
+  const distributed::Communicator* communicator = nullptr;
 };
 
 struct LmProgress {
@@ -77,6 +85,7 @@ struct LmTrainingResult {
   std::int64_t train_tokens = 0; // length of the training stream
   std::int64_t vocab_size = 0;
   std::string checkpoint;        // path written
+  distributed::ReductionTotals reductions;  // data-parallel runs: the gradient sums
 };
 
 // Trains (or resumes) into out_dir: vocab.json and merges.txt first (trained or copied),

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -35,6 +36,15 @@ double Communicator::sum(double value) const {
 void Communicator::abort(int code) const {
   MPI_Abort(impl_->comm, code);
   std::abort();  // MPI_Abort does not return; if it ever did, this process must still end
+}
+
+void check_same_everywhere(const std::string& key, const Communicator& comm, const std::string& what) {
+  const std::uint64_t h = std::hash<std::string>{}(key);
+  // Two halves of 32 bits, each exact in a double.
+  const double high = static_cast<double>(h >> 32), low = static_cast<double>(h & 0xffffffffu);
+  QKV_CHECK(comm.min(high) == comm.max(high) && comm.min(low) == comm.max(low),
+            what << ": the " << comm.size() << " ranks were given different options (every rank of "
+                    "mpirun must run the same command)");
 }
 
 void broadcast(const nn::ParameterList& tensors, const Communicator& comm, int root) {

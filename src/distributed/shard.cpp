@@ -1,4 +1,5 @@
 // The zigzag layout's shards (include/qkv/distributed.h), without MPI: views and copies.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,16 @@ Tensor unshard_sequence(const std::vector<Tensor>& shards, std::int64_t dim) {
     full.slice(dim, second * C, (second + 1) * C).copy_from(s.slice(dim, C, 2 * C));
   }
   return full;
+}
+
+RowShare row_share(std::int64_t rows, int rank, int ranks) {
+  QKV_CHECK(ranks >= 1 && rank >= 0 && rank < ranks && rows >= 0,
+            "row_share: rank " << rank << " of " << ranks << " ranks, " << rows << " rows");
+  const std::int64_t base = rows / ranks, extra = rows % ranks;
+  RowShare s;
+  s.lo = rank * base + std::min<std::int64_t>(rank, extra);
+  s.hi = s.lo + base + (rank < extra ? 1 : 0);
+  return s;
 }
 
 }  // namespace qkv::distributed

@@ -36,6 +36,9 @@ double Communicator::sum(double) const { unavailable("qkv::distributed::Communic
 void Communicator::abort(int) const { unavailable("qkv::distributed::Communicator::abort"); }
 
 void broadcast(const nn::ParameterList&, const Communicator&, int) { unavailable("qkv::distributed::broadcast"); }
+void check_same_everywhere(const std::string&, const Communicator&, const std::string&) {
+  unavailable("qkv::distributed::check_same_everywhere");
+}
 
 struct GradientReducer::State {};
 GradientReducer::GradientReducer(const nn::ParameterList&, const Communicator&, std::size_t) {

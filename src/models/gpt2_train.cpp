@@ -128,20 +128,30 @@ nn::ParameterList Gpt2Weights::parameters() {
   return list;
 }
 
-void Gpt2Weights::backward(const Tensor& dx, const Record& record, Gpt2Weights& grads) const {
+void Gpt2Weights::backward(const Tensor& dx, const Record& record, Gpt2Weights& grads,
+                           const nn::GradientsReady* ready) const {
   QKV_CHECK(record.h.size() == h.size() && grads.h.size() == h.size(),
             "Gpt2Weights::backward: the record and grads must come from a model with "
                 << h.size() << " blocks");
+  const auto report = [&](nn::ParameterList module_grads) {
+    if (ready != nullptr && *ready) (*ready)(module_grads);
+  };
   Tensor d = dx;  // (B, T, E)
-  for (std::size_t i = h.size(); i-- > 0;) d = h[i].backward(d, record.h[i], grads.h[i]);
+  for (std::size_t i = h.size(); i-- > 0;) {
+    d = h[i].backward(d, record.h[i], grads.h[i]);
+    report(grads.h[i].parameters("h." + std::to_string(i) + "."));
+  }
   // x = wte[ids] + wpe[positions]: both tables receive d.
-  wte.backward(d, record.wte, grads.wte);
   wpe.backward(d, record.wpe, grads.wpe);
+  report(grads.wpe.parameters("wpe."));
+  wte.backward(d, record.wte, grads.wte);
+  report(grads.wte.parameters("wte."));
 }
 
 train::CrossEntropyResult gpt2_lm_loss(const Gpt2Config& c, const Gpt2Weights& w,
                                        std::span<const std::int64_t> tokens, std::int64_t B,
-                                       std::int64_t T, Gpt2Weights* grads) {
+                                       std::int64_t T, Gpt2Weights* grads,
+                                       const nn::GradientsReady* ready) {
   QKV_CHECK(B >= 1 && T >= 1 && T <= c.n_positions,
             "gpt2_lm_loss: need B >= 1 windows of T + 1 tokens with T in [1, n_positions = "
                 << c.n_positions << "], got B = " << B << ", T = " << T);
@@ -174,7 +184,8 @@ train::CrossEntropyResult gpt2_lm_loss(const Gpt2Config& c, const Gpt2Weights& w
   head_grads.weight = grads->wte.weight;  // a view: the head's gradient lands in wte's
   const Tensor dy = head.backward(dlogits, head_record, head_grads);  // (B·T, E)
   const Tensor dx = w.ln_f.backward(dy, ln_record, grads->ln_f).view({B, T, E});
-  w.backward(dx, record, *grads);
+  if (ready != nullptr && *ready) (*ready)(grads->ln_f.parameters("ln_f."));
+  w.backward(dx, record, *grads, ready);
   return r;
 }
 

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <functional>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -82,20 +81,15 @@ Seq2SeqBatch rows_of(const Seq2SeqBatch& b, std::int64_t lo, std::int64_t hi) {
   return r;
 }
 
-// Collective: the same qkv::Error on every rank unless all were given the same options.
-void check_same_options(const DateTrainingOptions& o, const distributed::Communicator& comm) {
+// Every option that changes the run, written out: ranks must agree on all of them.
+std::string options_key(const DateTrainingOptions& o) {
   std::ostringstream key;
   key.precision(17);
   key << o.steps << ' ' << o.batch << ' ' << o.peak_lr << ' ' << o.warmup_steps << ' ' << o.min_lr_ratio << ' '
       << o.weight_decay << ' ' << o.clip_norm << ' ' << o.label_smoothing << ' ' << o.seed << ' ' << o.out_dir
       << ' ' << o.resume << ' ' << o.checkpoint_every << ' ' << o.stop_at << ' ' << o.eval_size << ' '
       << o.eval_seed << ' ' << o.model.to_json();
-  const std::uint64_t h = std::hash<std::string>{}(key.str());
-  // Two halves of 32 bits, each exact in a double.
-  const double high = static_cast<double>(h >> 32), low = static_cast<double>(h & 0xffffffffu);
-  QKV_CHECK(comm.min(high) == comm.max(high) && comm.min(low) == comm.max(low),
-            "train dates: the " << comm.size() << " ranks were given different options (every rank "
-                                "of mpirun must run the same qkv train dates command)");
+  return key.str();
 }
 
 void save_checkpoint(const std::string& path, Seq2Seq& model, const train::AdamW& opt,
@@ -135,7 +129,7 @@ DateTrainingResult train_dates(const DateTrainingOptions& o,
       o.communicator != nullptr && o.communicator->size() > 1 ? o.communicator : nullptr;
   const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
   if (comm) {
-    check_same_options(o, *comm);
+    distributed::check_same_everywhere(options_key(o), *comm, "train dates");
     QKV_CHECK(o.batch >= ranks, "train dates: --batch " << o.batch << " gives some of the " << ranks
                                                        << " ranks no pairs; it must be at least the number of ranks");
   }
@@ -170,9 +164,7 @@ DateTrainingResult train_dates(const DateTrainingOptions& o,
     distributed::broadcast(model.parameters(), *comm, 0);
     reducer.emplace(grad_list, *comm);
   }
-  // This rank's rows of every batch: a contiguous share, the first B mod N ranks one more.
-  const std::int64_t row_lo = rank * (o.batch / ranks) + std::min<std::int64_t>(rank, o.batch % ranks);
-  const std::int64_t row_hi = row_lo + o.batch / ranks + (rank < o.batch % ranks ? 1 : 0);
+  const distributed::RowShare rows = distributed::row_share(o.batch, rank, ranks);  // of every batch
 
   // A run shorter than the warm-up (a quick test) warms up over its first tenth instead,
   // so the learning rate still reaches its peak and decays.
@@ -180,7 +172,7 @@ DateTrainingResult train_dates(const DateTrainingOptions& o,
   const train::Schedule schedule{o.peak_lr, warmup, o.steps, o.min_lr_ratio};
   DateTrainingResult result;
   result.num_parameters = model.num_parameters();
-  result.ranks = ranks;
+  result.reductions.ranks = ranks;
   const auto t0 = Clock::now();
   std::int64_t tokens_total = 0;
   std::int64_t step = start;
@@ -196,7 +188,7 @@ DateTrainingResult train_dates(const DateTrainingOptions& o,
     train::zero_grad(grad_list);
     train::CrossEntropyResult ce;
     if (comm) {
-      const Seq2SeqBatch mine = rows_of(batch, row_lo, row_hi);
+      const Seq2SeqBatch mine = rows_of(batch, rows.lo, rows.hi);
       const auto counted = static_cast<double>(std::count_if(
           mine.tgt_out.begin(), mine.tgt_out.end(), [](std::int64_t t) { return t != -100; }));
       const double all_counted = comm->sum(counted);
@@ -204,12 +196,7 @@ DateTrainingResult train_dates(const DateTrainingOptions& o,
       // all of them, the sum over ranks is the whole batch's mean and its gradient.
       reducer->begin(all_counted > 0 ? counted / all_counted : 0.0);
       ce = model.forward_backward(mine, grads, o.label_smoothing, &reducer->hook());
-      const distributed::ReductionTimings rt = reducer->finish();
-      result.reduce_wait_s += rt.wait_ms / 1e3;
-      result.reduce_progress_s += rt.progress_ms / 1e3;
-      result.reduce_pack_s += rt.pack_ms / 1e3;
-      result.buckets_started_early += rt.started_early;
-      result.buckets_total += rt.buckets;
+      result.reductions.add(reducer->finish());
       ce.loss = all_counted > 0 ? comm->sum(ce.loss * counted) / all_counted : 0.0;
       ce.correct = static_cast<std::int64_t>(comm->sum(static_cast<double>(ce.correct)));
       ce.counted = static_cast<std::int64_t>(all_counted);

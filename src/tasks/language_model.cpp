@@ -8,7 +8,10 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <optional>
+#include <span>
 #include <sstream>
+#include <string>
 
 #include "io/text_input.h"
 #include "models/checkpoint.h"
@@ -125,13 +128,32 @@ LmTrainingResult train_lm(const LmTrainingOptions& o,
             "train lm: context must be in [1, n_positions = " << o.model.n_positions << "], got "
                                                                << o.context);
   const std::int64_t T = o.context == 0 ? o.model.n_positions : o.context;
+  // Data-parallel over more than one rank (LmTrainingOptions::communicator).
+  const distributed::Communicator* comm =
+      o.communicator != nullptr && o.communicator->size() > 1 ? o.communicator : nullptr;
+  const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
+  if (comm) {
+    std::ostringstream key;
+    key.precision(17);
+    key << o.text << ' ' << o.heldout << ' ' << o.tokenizer << ' ' << o.vocab_size << ' ' << o.model.to_json()
+        << ' ' << o.steps << ' ' << o.batch << ' ' << o.context << ' ' << o.peak_lr << ' ' << o.warmup_steps << ' '
+        << o.min_lr_ratio << ' ' << o.weight_decay << ' ' << o.clip_norm << ' ' << o.seed << ' ' << o.out_dir << ' '
+        << o.resume << ' ' << o.checkpoint_every << ' ' << o.stop_at << ' ' << o.eval_every << ' ' << o.eval_tokens;
+    distributed::check_same_everywhere(key.str(), *comm, "train lm");
+    QKV_CHECK(o.batch >= ranks, "train lm: --batch " << o.batch << " gives some of the " << ranks
+                                                    << " ranks no windows; it must be at least the number of ranks");
+  }
+  const bool writer = rank == 0;  // the rank that writes files, validates and reports progress
   std::filesystem::create_directories(o.out_dir);
   const std::string checkpoint = o.out_dir + "/checkpoint.safetensors";
   const std::filesystem::path out(o.out_dir);
 
-  // The tokenizer: the run's own copy in out_dir, which a resumed run reads back.
+  // The tokenizer: the run's own copy in out_dir, which a resumed run reads back. Rank 0
+  // writes it; the others read it once it is there.
   const std::string text = io::read_text(o.text, "train lm: text");
-  if (o.resume) {
+  if (!writer) {
+    // rank 0 writes the tokenizer; the barrier below waits for it
+  } else if (o.resume) {
     QKV_CHECK(std::filesystem::exists(checkpoint),
               "train lm: --resume: no checkpoint at " << checkpoint);
   } else if (!o.tokenizer.empty()) {
@@ -147,6 +169,7 @@ LmTrainingResult train_lm(const LmTrainingOptions& o,
                                    "<|endoftext|>), got " << o.vocab_size);
     train_bpe(text, {.vocab_size = o.vocab_size}).save(o.out_dir);
   }
+  if (comm) comm->barrier();
   const BpeTokenizer tokenizer =
       BpeTokenizer::from_files(out / "vocab.json", out / "merges.txt");
   const std::vector<std::int64_t> stream = lm_tokens(tokenizer, text);
@@ -189,10 +212,18 @@ LmTrainingResult train_lm(const LmTrainingOptions& o,
     QKV_CHECK(start <= o.steps, checkpoint << ": is at step " << start << ", past steps " << o.steps);
   }
 
+  std::optional<distributed::GradientReducer> reducer;
+  if (comm) {
+    distributed::broadcast(w.parameters(), *comm, 0);
+    reducer.emplace(grad_list, *comm);
+  }
+  const distributed::RowShare rows = distributed::row_share(o.batch, rank, ranks);  // of every batch
+
   const std::int64_t warmup = o.warmup_steps < o.steps ? o.warmup_steps : o.steps / 10;
   const train::Schedule schedule{o.peak_lr, warmup, o.steps, o.min_lr_ratio};
   LmTrainingResult result;
   result.num_parameters = c.num_parameters();
+  result.reductions.ranks = ranks;
   result.train_tokens = N;
   result.vocab_size = c.vocab_size;
   const auto t0 = Clock::now();
@@ -200,7 +231,9 @@ LmTrainingResult train_lm(const LmTrainingOptions& o,
   std::vector<std::int64_t> tokens(static_cast<std::size_t>(o.batch * (T + 1)));
   std::int64_t step = start;
   for (; step < o.steps; ++step) {
-    if ((stop && stop->load()) || (o.stop_at > 0 && step >= o.stop_at)) {
+    bool stopping = (stop && stop->load()) || (o.stop_at > 0 && step >= o.stop_at);
+    if (comm) stopping = comm->max(stopping ? 1.0 : 0.0) > 0.0;  // every rank stops at the same step
+    if (stopping) {
       result.interrupted = true;
       break;
     }
@@ -209,7 +242,18 @@ LmTrainingResult train_lm(const LmTrainingOptions& o,
       std::copy_n(stream.begin() + offsets[static_cast<std::size_t>(b)], T + 1,
                   tokens.begin() + b * (T + 1));
     train::zero_grad(grad_list);
-    const train::CrossEntropyResult ce = gpt2_lm_loss(c, w, tokens, o.batch, T, &grads);
+    train::CrossEntropyResult ce;
+    if (comm) {
+      // Every window scores T targets: each rank's share of the loss is its share of the rows.
+      const std::span<const std::int64_t> mine(tokens.data() + rows.lo * (T + 1),
+                                               static_cast<std::size_t>((rows.hi - rows.lo) * (T + 1)));
+      reducer->begin(static_cast<double>(rows.hi - rows.lo) / static_cast<double>(o.batch));
+      ce = gpt2_lm_loss(c, w, mine, rows.hi - rows.lo, T, &grads, &reducer->hook());
+      result.reductions.add(reducer->finish());
+      ce.loss = comm->sum(ce.loss * static_cast<double>(rows.hi - rows.lo)) / static_cast<double>(o.batch);
+    } else {
+      ce = gpt2_lm_loss(c, w, tokens, o.batch, T, &grads);
+    }
     train::clip_grad_norm(grad_list, o.clip_norm);
     const double lr = train::cosine_schedule(step, schedule);
     opt.step(grad_list, lr);
@@ -221,20 +265,21 @@ LmTrainingResult train_lm(const LmTrainingOptions& o,
     p.lr = lr;
     const bool last = step + 1 == o.steps;
     if (!heldout.empty() && ((o.eval_every > 0 && p.step % o.eval_every == 0) || last)) {
-      p.val_loss = validation_loss(c, w, heldout, T, o.batch, o.eval_tokens);
+      p.val_loss = writer ? validation_loss(c, w, heldout, T, o.batch, o.eval_tokens) : 0.0;
+      if (comm) p.val_loss = comm->sum(p.val_loss);  // rank 0's, on every rank
       result.val_loss = p.val_loss;
     }
-    if (o.checkpoint_every > 0 && p.step % o.checkpoint_every == 0 && !last)
+    if (writer && o.checkpoint_every > 0 && p.step % o.checkpoint_every == 0 && !last)
       save_all(o, c, T, w, opt, p.step, result.val_loss, seconds());
     p.elapsed_s = seconds();
     p.tokens_per_s = static_cast<double>((p.step - start) * o.batch * T) / std::max(p.elapsed_s, 1e-9);
-    if (on_progress) on_progress(p);
+    if (writer && on_progress) on_progress(p);
   }
   result.steps = step;
   result.seconds = seconds();
   result.tokens_per_s =
       static_cast<double>((step - start) * o.batch * T) / std::max(result.seconds, 1e-9);
-  save_all(o, c, T, w, opt, step, result.val_loss, result.seconds);
+  if (writer) save_all(o, c, T, w, opt, step, result.val_loss, result.seconds);
   result.checkpoint = checkpoint;
   return result;
 }

@@ -74,6 +74,21 @@ for name in single:
 assert diff2 ** 0.5 <= 1e-5 * norm2 ** 0.5, (diff2 ** 0.5, norm2 ** 0.5)
 PY
 
+# The language model the same way (tests/distributed compares its weights): one JSON line
+# from rank 0, which says how the gradient sums went.
+QKV_COMMAND=("${MPI[@]}" -np 2 "$QKV")
+run train lm --text "$(dirname "${BASH_SOURCE[0]}")/../../README.md" --vocab-size 300 --context 32 --layers 1 \
+  --embd 32 --heads 2 --steps 6 --batch 5 --eval-every 0 --checkpoint-every 0 --quiet --json --out "$TMP/lm"
+expect_status 0 "mpirun -np 2 train lm"
+if "$PYTHON" - "$TMP/out" <<'PY'; then pass; else fail "mpirun -np 2 train lm --json: $(head -c 600 "$TMP/out")"; fi
+import json, sys
+lines = [l for l in open(sys.argv[1]).read().splitlines() if l.startswith("{")]
+assert len(lines) == 1, lines
+j = json.loads(lines[0])
+assert j["steps"] == 6 and j["ranks"] == 2 and j["reductions"] >= 6, j
+assert 0 < j["reductions_started_early"] <= j["reductions"], j
+PY
+
 # A rank that dies: mpirun ends the others and exits non-zero within a bounded time, and no
 # checkpoint is left that looks complete but is not (checkpoints are written to a .tmp file
 # and renamed).

@@ -11,10 +11,12 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "qkv/dates.h"
+#include "qkv/language_model.h"
 #include "qkv/distributed.h"
 #include "qkv/error.h"
 #include "qkv/safetensors.h"
@@ -148,30 +150,22 @@ models::DateTrainingOptions small_run(const std::string& out_dir) {
 // in exact arithmetic: what the backward gives is rounding, which AdamW turns into steps of
 // ordinary size (1e-4 after 20 steps); another summation order gives another walk. Those
 // entries are only checked to be finite.
-TEST(DataParallelDates, WeightsAfter20StepsEqualSingleProcess) {
-  const int me = comm().rank();
-  const std::string parallel_dir = job_dir("parallel");
-  const std::string single_dir = job_dir("single_" + std::to_string(me));
-  models::DateTrainingOptions parallel = small_run(parallel_dir);
-  parallel.communicator = &comm();
-  const models::DateTrainingResult pr = models::train_dates(parallel, nullptr);
-  const models::DateTrainingResult sr = models::train_dates(small_run(single_dir), nullptr);
-  EXPECT_EQ(pr.steps, 20);
-  comm().barrier();  // rank 0's files are written
-  const SafeTensors p = SafeTensors::open(parallel_dir + "/checkpoint.safetensors");
-  const SafeTensors s = SafeTensors::open(single_dir + "/checkpoint.safetensors");
+// The comparison described above, of two training checkpoints' weights; E is the model
+// width (the key part of an attention's in_proj_bias, or GPT-2's c_attn.bias, is [E, 2E)).
+void expect_same_weights(const std::string& parallel_file, const std::string& single_file, std::int64_t E) {
+  const SafeTensors p = SafeTensors::open(parallel_file);
+  const SafeTensors s = SafeTensors::open(single_file);
   ASSERT_EQ(p.names(), s.names());
-  const std::int64_t E = small_run("").model.d_model;
   double diff2 = 0, norm2 = 0;
   for (const std::string& name : s.names()) {
     if (name.starts_with("optimizer.")) continue;
     const std::vector<float> a = p.get(name).to_vector(), b = s.get(name).to_vector();
     ASSERT_EQ(a.size(), b.size()) << name;
-    const bool in_proj_bias = name.ends_with("in_proj_bias");
+    const bool qkv_bias = name.ends_with("in_proj_bias") || name.ends_with("c_attn.bias");
     double worst = 0, scale = 0;
     for (std::size_t i = 0; i < a.size(); ++i) {
       const auto at = static_cast<std::int64_t>(i);
-      if (in_proj_bias && at >= E && at < 2 * E) {  // the key part: see above
+      if (qkv_bias && at >= E && at < 2 * E) {  // the key part: see above
         EXPECT_TRUE(std::isfinite(a[i]) && std::isfinite(b[i])) << name << "[" << i << "]";
         continue;
       }
@@ -184,11 +178,71 @@ TEST(DataParallelDates, WeightsAfter20StepsEqualSingleProcess) {
     EXPECT_LE(worst, 1e-4 * scale) << name;
   }
   EXPECT_LE(std::sqrt(diff2), 1e-5 * std::sqrt(norm2)) << "the whole model";
+}
+
+TEST(DataParallelDates, WeightsAfter20StepsEqualSingleProcess) {
+  const int me = comm().rank();
+  const std::string parallel_dir = job_dir("parallel");
+  const std::string single_dir = job_dir("single_" + std::to_string(me));
+  models::DateTrainingOptions parallel = small_run(parallel_dir);
+  parallel.communicator = &comm();
+  const models::DateTrainingResult pr = models::train_dates(parallel, nullptr);
+  const models::DateTrainingResult sr = models::train_dates(small_run(single_dir), nullptr);
+  EXPECT_EQ(pr.steps, 20);
+  EXPECT_EQ(pr.reductions.ranks, comm().size());
+  EXPECT_EQ(pr.reductions.started_early, pr.reductions.total) << "every bucket started during the backward";
+  comm().barrier();  // rank 0's files are written
+  expect_same_weights(parallel_dir + "/checkpoint.safetensors", single_dir + "/checkpoint.safetensors",
+                      small_run("").model.d_model);
   EXPECT_EQ(comm().min(pr.exact_match), comm().max(pr.exact_match)) << "every rank learns rank 0's score";
   EXPECT_GE(sr.exact_match, 0.0);
   comm().barrier();
   std::filesystem::remove_all(single_dir);
   if (me == 0) std::filesystem::remove_all(parallel_dir);
+}
+
+// The same for the language model: a tiny GPT-2 on a generated text, 7 windows a step.
+TEST(DataParallelLm, WeightsAfter20StepsEqualSingleProcess) {
+  const int me = comm().rank();
+  // Every rank must be given the same options, the text's path included: rank 0 writes it.
+  const std::string text = job_dir("lm_text") + ".txt";
+  if (me == 0) {
+    std::ofstream f(text);
+    for (int i = 0; i < 400; ++i) f << "line " << i << " says " << (i * 7919) % 1000 << " and the year is 19" << i % 100 << ".\n";
+  }
+  comm().barrier();
+  const auto train = [&](const std::string& out_dir, const distributed::Communicator* c) {
+    models::LmTrainingOptions o;
+    o.text = text;
+    o.vocab_size = 300;
+    o.model.n_layer = 1;
+    o.model.n_embd = 32;
+    o.model.n_head = 2;
+    o.context = 32;
+    o.steps = 20;
+    o.batch = 7;
+    o.warmup_steps = 4;
+    o.eval_every = 0;
+    o.checkpoint_every = 0;
+    o.out_dir = out_dir;
+    o.communicator = c;
+    return models::train_lm(o, nullptr);
+  };
+  const std::string parallel_dir = job_dir("lm_parallel");
+  const std::string single_dir = job_dir("lm_single_" + std::to_string(me));
+  const models::LmTrainingResult pr = train(parallel_dir, &comm());
+  const models::LmTrainingResult sr = train(single_dir, nullptr);
+  EXPECT_EQ(pr.steps, 20);
+  EXPECT_NEAR(pr.final_loss, sr.final_loss, 1e-5 * std::abs(sr.final_loss));
+  EXPECT_EQ(pr.reductions.started_early, pr.reductions.total);
+  comm().barrier();
+  expect_same_weights(parallel_dir + "/checkpoint.safetensors", single_dir + "/checkpoint.safetensors", 32);
+  comm().barrier();
+  std::filesystem::remove_all(single_dir);
+  if (me == 0) {
+    std::filesystem::remove_all(parallel_dir);
+    std::filesystem::remove(text);
+  }
 }
 
 TEST(DataParallelDates, RanksWithDifferentOptionsAllRefuse) {

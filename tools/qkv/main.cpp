@@ -461,9 +461,9 @@ int run(int argc, char** argv) {
   train->add_flag("--quiet", tr.quiet, "No progress bar");
   train->footer("Examples: qkv train dates --steps 1500 --out dates-model --seed 0\n"
                 "          mpirun -np 2 --bind-to none qkv train dates --steps 1500 --out dates-model\n"
-                "dates under mpirun (qkv built with MPI): data-parallel, each rank its share of every "
-                "--batch,\ngradients summed across the ranks during the backward; rank 0 prints and "
-                "writes the files.\n"
+                "dates and lm under mpirun (qkv built with MPI): data-parallel, each rank its share of "
+                "every --batch,\ngradients summed across the ranks during the backward; rank 0 prints "
+                "and writes the files.\n"
                 "          qkv train tokenizer --text speeches.txt --vocab-size 8192 --out sotu-bpe\n"
                 "          scripts/fetch_data.sh sotu data && qkv train lm --data sotu --steps 2000 "
                 "--out sotu-gpt\n"

@@ -39,6 +39,75 @@
 namespace qkv::cli {
 namespace {
 
+// The number of processes mpirun (Open MPI, or a PMI launcher) started for this job: 1
+// when run directly.
+int launched_ranks() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
+    if (const char* value = std::getenv(name); value != nullptr && *value != '\0') return std::max(1, std::atoi(value));
+  }
+  return 1;
+}
+
+// A data-parallel run's gradient sums (rank 0's view), in --json and in the text output;
+// nothing for a single process.
+void add_reductions(nlohmann::ordered_json& j, const distributed::ReductionTotals& r) {
+  if (r.ranks <= 1) return;
+  j["ranks"] = r.ranks;
+  j["reduce_wait_s"] = r.wait_s;
+  j["reduce_progress_s"] = r.progress_s;
+  j["reduce_pack_s"] = r.pack_s;
+  j["reductions_started_early"] = r.started_early;
+  j["reductions"] = r.total;
+}
+void print_reductions(std::ostream& out, const distributed::ReductionTotals& r) {
+  if (r.ranks <= 1) return;
+  out << format("gradient sums over %d ranks (rank 0): %lld of %lld reductions started during the backward; "
+                "%.2f s waiting after it, %.2f s testing during it, %.2f s copying\n",
+                r.ranks, static_cast<long long>(r.started_early), static_cast<long long>(r.total), r.wait_s,
+                r.progress_s, r.pack_s);
+}
+
+// A stream that drops what it is given: the output of every rank but 0.
+struct NullStream : std::ostream {
+  NullStream() : std::ostream(nullptr) {}
+};
+
+// Under mpirun with more than one process, a training task runs data-parallel over all of
+// them: the MPI session and its world communicator; nothing when run directly.
+class DataParallel {
+ public:
+  explicit DataParallel(const std::string& task) {
+    if (launched_ranks() <= 1) return;
+    if (!distributed::available())
+      throw qkv::Error(task + ": started by mpirun as one of " + std::to_string(launched_ranks()) +
+                       " processes, but this qkv was built without MPI (each would train alone and "
+                       "write the same files); rebuild with -DQKV_MPI=ON");
+    session_.emplace();
+    world_.emplace(distributed::Communicator::world());
+  }
+  const distributed::Communicator* comm() const { return world_ ? &*world_ : nullptr; }
+  // body(out) on this rank, with rank 0's output only. An error on one rank ends the job:
+  // the others may be waiting for it in a collective, where a plain exit (and
+  // MPI_Finalize) would leave them.
+  template <class Body>
+  int run(std::ostream& out, const Body& body) {
+    if (!world_) return body(out);
+    NullStream quiet;
+    try {
+      return body(world_->rank() == 0 ? out : static_cast<std::ostream&>(quiet));
+    } catch (const std::exception& e) {
+      std::cerr << "qkv: error on rank " << world_->rank() << " of " << world_->size() << ": " << e.what()
+                << std::endl;
+      world_->abort(1);
+    }
+  }
+
+ private:
+  std::optional<distributed::Session> session_;
+  std::optional<distributed::Communicator> world_;  // freed before the session ends
+};
+
+
 std::atomic<bool> g_interrupted{false};
 
 extern "C" void on_sigint(int) { g_interrupted.store(true); }
@@ -186,7 +255,7 @@ int run_train_tokenizer(const TrainOptions& o, std::ostream& out) {
   return 0;
 }
 
-int run_train_lm(const TrainOptions& o, std::ostream& out) {
+int run_train_lm(const TrainOptions& o, std::ostream& out, const distributed::Communicator* comm) {
   refuse_options_of(kDatesOnly, o);
   refuse_options_of(kTokenizerOnly, o);
   refuse_options_of(kRecommenderOnly, o);
@@ -232,17 +301,20 @@ int run_train_lm(const TrainOptions& o, std::ostream& out) {
   t.stop_at = o.stop_at;
   t.eval_every = o.eval_every;
   t.command = o.command_line;
+  t.communicator = comm;
 
   out << "training a GPT-2 language model on " << t.text << ": " << t.model.n_layer
       << " blocks, E " << t.model.n_embd << ", " << t.model.n_head << " heads, context "
       << t.model.n_positions << "; " << t.steps << " steps of " << t.batch << " windows, "
-      << num_threads() << " threads\n"
+      << num_threads() << " threads"
+      << (comm ? " on each of " + std::to_string(comm->size()) + " ranks (data-parallel, MPI)" : std::string())
+      << "\n"
       << "(Ctrl-C saves a checkpoint and the model; continue with --resume)\n";
   out.flush();
   const bool tty = isatty(STDERR_FILENO) != 0;
   const models::LmTrainingResult r = with_interrupt([&] {
     // Each held-out loss stays on screen (its own line).
-    return models::train_lm(t, progress_printer<models::LmProgress>(o.quiet, tty, t.steps,
+    return models::train_lm(t, progress_printer<models::LmProgress>(o.quiet || (comm && comm->rank() != 0), tty, t.steps,
                                                  [](const auto& p) { return p.val_loss >= 0; }),
                             &g_interrupted);
   });
@@ -267,10 +339,12 @@ int run_train_lm(const TrainOptions& o, std::ostream& out) {
     j["vocab_size"] = r.vocab_size;
     j["train_tokens"] = r.train_tokens;
     j["out"] = t.out_dir;
+    add_reductions(j, r.reductions);
     out << j.dump() << '\n';
     return 0;
   }
   if (r.interrupted) return 0;
+  print_reductions(out, r.reductions);
   out << format("done: %lld steps in %s (%.0f tokens/s), %lld parameters, vocabulary %lld; "
                 "the training text is %lld tokens\n",
                 static_cast<long long>(r.steps), clock_time(r.seconds).c_str(), r.tokens_per_s,
@@ -500,27 +574,16 @@ int run_train_vision(const TrainOptions& o, std::ostream& out) {
   return 0;
 }
 
-// The number of processes mpirun (Open MPI, or a PMI launcher) started for this job: 1
-// when run directly.
-int launched_ranks() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
-    if (const char* value = std::getenv(name); value != nullptr && *value != '\0') return std::max(1, std::atoi(value));
-  }
-  return 1;
-}
-
-// A stream that drops what it is given: the output of every rank but 0.
-struct NullStream : std::ostream {
-  NullStream() : std::ostream(nullptr) {}
-};
-
 int run_train_dates(const TrainOptions& o, std::ostream& out, const distributed::Communicator* comm);
 
 }  // namespace
 
 int run_train(const TrainOptions& o, std::ostream& out) {
   if (o.task == "tokenizer") return run_train_tokenizer(o, out);
-  if (o.task == "lm") return run_train_lm(o, out);
+  if (o.task == "lm") {
+    DataParallel parallel("train lm");
+    return parallel.run(out, [&](std::ostream& say) { return run_train_lm(o, say, parallel.comm()); });
+  }
   if (o.task == "recommender") return run_train_recommender(o, out);
   if (o.task == "vision") return run_train_vision(o, out);
   if (o.task != "dates")
@@ -533,28 +596,8 @@ int run_train(const TrainOptions& o, std::ostream& out) {
   refuse_options_of(kRecommenderOnly, o);
   refuse_options_of(kRecommenderOrVision, o);
   refuse_options_of(kVisionOnly, o);
-  // Under mpirun with more than one process: data-parallel training over all of them.
-  std::optional<distributed::Session> session;
-  std::optional<distributed::Communicator> world;
-  if (launched_ranks() > 1) {
-    if (!distributed::available())
-      throw qkv::Error("train dates: started by mpirun as one of " + std::to_string(launched_ranks()) +
-                       " processes, but this qkv was built without MPI (each would train alone and "
-                       "write the same files); rebuild with -DQKV_MPI=ON");
-    session.emplace();
-    world.emplace(distributed::Communicator::world());
-  }
-  NullStream quiet_rank;
-  std::ostream& say = world && world->rank() != 0 ? static_cast<std::ostream&>(quiet_rank) : out;
-  if (!world) return run_train_dates(o, say, nullptr);
-  try {
-    return run_train_dates(o, say, &*world);
-  } catch (const std::exception& e) {
-    // The other ranks may be waiting for this one in a collective: a plain exit (and
-    // MPI_Finalize) would leave them there. Say why, then end the whole job.
-    std::cerr << "qkv: error on rank " << world->rank() << " of " << world->size() << ": " << e.what() << std::endl;
-    world->abort(1);
-  }
+  DataParallel parallel("train dates");
+  return parallel.run(out, [&](std::ostream& say) { return run_train_dates(o, say, parallel.comm()); });
 }
 
 namespace {
@@ -608,22 +651,11 @@ int run_train_dates(const TrainOptions& o, std::ostream& out, const distributed:
     j["held_out"] = t.eval_size;
     j["parameters"] = r.num_parameters;
     j["out"] = o.out;
-    if (r.ranks > 1) {  // rank 0's view of the gradient reductions
-      j["ranks"] = r.ranks;
-      j["reduce_wait_s"] = r.reduce_wait_s;
-      j["reduce_progress_s"] = r.reduce_progress_s;
-      j["reduce_pack_s"] = r.reduce_pack_s;
-      j["buckets_started_early"] = r.buckets_started_early;
-      j["buckets_total"] = r.buckets_total;
-    }
+    add_reductions(j, r.reductions);
     out << j.dump() << '\n';
     return 0;
   }
-  if (r.ranks > 1)
-    out << format("gradient sums over %d ranks (rank 0): %lld of %lld reductions started during the backward; "
-                  "%.2f s waiting after it, %.2f s testing during it, %.2f s copying\n",
-                  r.ranks, static_cast<long long>(r.buckets_started_early),
-                  static_cast<long long>(r.buckets_total), r.reduce_wait_s, r.reduce_progress_s, r.reduce_pack_s);
+  print_reductions(out, r.reductions);
   out << format("done: %lld steps in %s (%.0f tokens/s), %lld parameters\n",
                 static_cast<long long>(r.steps), clock_time(r.seconds).c_str(), r.tokens_per_s,
                 static_cast<long long>(r.num_parameters))
