@@ -186,7 +186,8 @@ int run(int argc, char** argv) {
 
   BenchOptions b;
   CLI::App* bench = app.add_subcommand(
-      "bench", "Time the scaled_dot_product_attention forward pass on random inputs");
+      "bench", "Time scaled_dot_product_attention on random inputs: the forward, or forward + "
+             "backward (--backward); in one process, or across MPI ranks (--ring)");
   bench->add_option("--batch", b.batch, "Batch size B")->required()->check(kPositive);
   bench->add_option("--heads", b.heads, "Query heads Hq")->required()->check(kPositive);
   bench->add_option("--kv-heads", b.kv_heads, "Key/value heads Hkv, dividing Hq (default: Hq)")
