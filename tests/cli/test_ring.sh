@@ -66,6 +66,20 @@ expect_in err "ring attention needs Lk = Lq" "--ring --kv-seq: the message"
 run bench "${small[@]}" --backward --json
 expect_status 0 "--backward without --ring"
 expect_in out '"op":"attention\+backward"' "--backward without --ring: forward + backward in one process"
+# --no-check: every rank only its shards, no comparison; each rank's peak memory reported.
+QKV_COMMAND=("${MPI[@]}" -np 2 "$QKV")
+run bench --ring "${small[@]}" --causal --no-check --json
+expect_status 0 "--ring --no-check"
+if "$PYTHON" - "$TMP/out" <<'PY'; then pass; else fail "--ring --no-check --json: $(head -c 400 "$TMP/out")"; fi
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert len(lines) == 1, lines
+j = json.loads(lines[0])
+assert j["ranks"] == 2 and j["checked"] is False and j["max_abs_diff"] is None, j
+assert len(j["peak_rss_mib"]) == 2 and all(m > 0 for m in j["peak_rss_mib"]), j
+PY
+QKV_COMMAND=("$QKV")
+expect_usage_error "--no-check: is for --ring" bench "${small[@]}" --no-check
 # One process is a ring of one.
 run bench --ring "${small[@]}" --json
 expect_status 0 "--ring without mpirun"

@@ -77,6 +77,14 @@ double resident_mib() {
   return static_cast<double>(resident) * static_cast<double>(page_size) / 0x1p20;
 }
 
+// `digits` significant digits, never in exponent form: 208.0, 12.35, 0.003400.
+std::string significant(double x, int digits) {
+  const int magnitude = x > 0 ? static_cast<int>(std::floor(std::log10(x))) : 0;
+  return format("%.*f", std::max(0, digits - 1 - magnitude), x);
+}
+
+}  // namespace
+
 // The peak resident set of this program so far, in MiB: VmHWM from /proc/self/status
 // (kB), the high-water mark of this process image. Not getrusage's ru_maxrss first:
 // Linux carries ru_maxrss over exec, so a qkv started from a large process (a Python
@@ -98,14 +106,6 @@ double peak_resident_mib() {
   if (getrusage(RUSAGE_SELF, &usage) != 0) return 0.0;
   return static_cast<double>(usage.ru_maxrss) / 1024.0;
 }
-
-// `digits` significant digits, never in exponent form: 208.0, 12.35, 0.003400.
-std::string significant(double x, int digits) {
-  const int magnitude = x > 0 ? static_cast<int>(std::floor(std::log10(x))) : 0;
-  return format("%.*f", std::max(0, digits - 1 - magnitude), x);
-}
-
-}  // namespace
 
 int run_bench(const BenchOptions& o, std::ostream& out) {
   const std::int64_t B = o.batch, Hq = o.heads, Lq = o.seq, Dk = o.dim;

@@ -85,15 +85,18 @@ int run_bench_ring(const BenchOptions& o, std::ostream& out) {
                  : o.impl == "fast"    ? qkv::AttentionImpl::fast
                                        : qkv::AttentionImpl::automatic;
 
-  qkv::Rng rng(o.seed);
-  const qkv::Tensor q = random_tensor({B, Hq, L, Dk}, dtype, rng);      // (B, Hq, L, Dk)
-  const qkv::Tensor k = random_tensor({B, Hkv, L, Dk}, dtype, rng);     // (B, Hkv, L, Dk)
-  const qkv::Tensor v = random_tensor({B, Hkv, L, Dv}, dtype, rng);     // (B, Hkv, L, Dv)
-  const qkv::Tensor dout = random_tensor({B, Hq, L, Dv}, dtype, rng);   // (B, Hq, L, Dv)
-  const qkv::Tensor qs = qkv::distributed::shard_sequence(q, r, N);     // (B, Hq, L/N, Dk)
-  const qkv::Tensor ks = qkv::distributed::shard_sequence(k, r, N);
-  const qkv::Tensor vs = qkv::distributed::shard_sequence(v, r, N);
-  const qkv::Tensor douts = qkv::distributed::shard_sequence(dout, r, N);
+  // The whole problem on every rank, each keeping its zigzag shard (so rank 0 can compare
+  // with one process); with --no-check only this rank's shards, drawn from a seed of its own.
+  qkv::Rng rng(o.no_check ? o.seed + 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(r + 1) : o.seed);
+  const std::int64_t Lr = o.no_check ? L / N : L;
+  const qkv::Tensor q = random_tensor({B, Hq, Lr, Dk}, dtype, rng);      // (B, Hq, L or L/N, Dk)
+  const qkv::Tensor k = random_tensor({B, Hkv, Lr, Dk}, dtype, rng);     // (B, Hkv, L or L/N, Dk)
+  const qkv::Tensor v = random_tensor({B, Hkv, Lr, Dv}, dtype, rng);     // (B, Hkv, L or L/N, Dv)
+  const qkv::Tensor dout = random_tensor({B, Hq, Lr, Dv}, dtype, rng);   // (B, Hq, L or L/N, Dv)
+  const qkv::Tensor qs = o.no_check ? q : qkv::distributed::shard_sequence(q, r, N);  // (B, Hq, L/N, Dk)
+  const qkv::Tensor ks = o.no_check ? k : qkv::distributed::shard_sequence(k, r, N);
+  const qkv::Tensor vs = o.no_check ? v : qkv::distributed::shard_sequence(v, r, N);
+  const qkv::Tensor douts = o.no_check ? dout : qkv::distributed::shard_sequence(dout, r, N);
 
   qkv::distributed::RingAttentionResult fwd;
   qkv::distributed::RingAttentionGradients grads;
@@ -116,27 +119,33 @@ int run_bench_ring(const BenchOptions& o, std::ostream& out) {
   }
   const std::vector<double> compute_ranks = comm.all_gather(median_of(compute));
   const std::vector<double> comm_ranks = comm.all_gather(median_of(comm_ms));
+  const std::vector<double> peak_mib = comm.all_gather(peak_resident_mib());
 
-  // The single-process run of the same problem, on rank 0, against the gathered shards.
-  const qkv::Tensor ring_out = qkv::distributed::gather_sequence(fwd.out, comm);
-  qkv::Tensor ring_dq, ring_dk, ring_dv;
-  if (o.backward) {
-    ring_dq = qkv::distributed::gather_sequence(grads.dq, comm);
-    ring_dk = qkv::distributed::gather_sequence(grads.dk, comm);
-    ring_dv = qkv::distributed::gather_sequence(grads.dv, comm);
+  // The single-process run of the same problem, on rank 0, against the gathered shards
+  // (the gathers are collective; then only rank 0 goes on).
+  double diff_out = 0, diff_dq = 0, diff_dk = 0, diff_dv = 0;
+  if (!o.no_check) {
+    const qkv::Tensor ring_out = qkv::distributed::gather_sequence(fwd.out, comm);
+    qkv::Tensor ring_dq, ring_dk, ring_dv;
+    if (o.backward) {
+      ring_dq = qkv::distributed::gather_sequence(grads.dq, comm);
+      ring_dk = qkv::distributed::gather_sequence(grads.dk, comm);
+      ring_dv = qkv::distributed::gather_sequence(grads.dv, comm);
+    }
+    if (r == 0) {
+      qkv::AttentionOptions single = options;
+      single.return_lse = true;
+      const qkv::AttentionResult want = qkv::attention(q, k, v, single);
+      diff_out = max_abs_diff(ring_out, want.out);
+      if (o.backward) {
+        const qkv::AttentionGradients g = qkv::attention_backward(dout, q, k, v, want.out, want.lse, single);
+        diff_dq = max_abs_diff(ring_dq, g.dq);
+        diff_dk = max_abs_diff(ring_dk, g.dk);
+        diff_dv = max_abs_diff(ring_dv, g.dv);
+      }
+    }
   }
   if (r != 0) return 0;
-  qkv::AttentionOptions single = options;
-  single.return_lse = true;
-  const qkv::AttentionResult want = qkv::attention(q, k, v, single);
-  const double diff_out = max_abs_diff(ring_out, want.out);
-  double diff_dq = 0, diff_dk = 0, diff_dv = 0;
-  if (o.backward) {
-    const qkv::AttentionGradients g = qkv::attention_backward(dout, q, k, v, want.out, want.lse, single);
-    diff_dq = max_abs_diff(ring_dq, g.dq);
-    diff_dk = max_abs_diff(ring_dk, g.dk);
-    diff_dv = max_abs_diff(ring_dv, g.dv);
-  }
   const double diff = std::max({diff_out, diff_dq, diff_dk, diff_dv});
   const double ms_median = median_of(ms), ms_min = *std::min_element(ms.begin(), ms.end());
   const auto [compute_lo, compute_hi] = std::minmax_element(compute_ranks.begin(), compute_ranks.end());
@@ -171,12 +180,18 @@ int run_bench_ring(const BenchOptions& o, std::ostream& out) {
     j["compute_ms_min"] = *compute_lo;
     j["comm_ms_max"] = *comm_hi;
     j["comm_ms_min"] = *comm_lo;
-    j["max_abs_diff"] = diff;
-    j["max_abs_diff_out"] = diff_out;
-    if (o.backward) {
-      j["max_abs_diff_dq"] = diff_dq;
-      j["max_abs_diff_dk"] = diff_dk;
-      j["max_abs_diff_dv"] = diff_dv;
+    j["peak_rss_mib"] = peak_mib;  // each rank's peak resident set
+    j["checked"] = !o.no_check;
+    if (o.no_check) {
+      j["max_abs_diff"] = nullptr;
+    } else {
+      j["max_abs_diff"] = diff;
+      j["max_abs_diff_out"] = diff_out;
+      if (o.backward) {
+        j["max_abs_diff_dq"] = diff_dq;
+        j["max_abs_diff_dk"] = diff_dk;
+        j["max_abs_diff_dv"] = diff_dv;
+      }
     }
     out << j.dump() << '\n';
     return 0;
@@ -188,8 +203,13 @@ int run_bench_ring(const BenchOptions& o, std::ostream& out) {
   out << format("  dtype %s  threads per rank %d  median %.4g ms  min %.4g ms  (%d runs after %d warm-up)\n",
                 qkv::dtype_name(dtype), qkv::num_threads(), ms_median, ms_min, o.repeats, o.warmup);
   for (int i = 0; i < N; ++i)
-    out << format("  rank %d: compute %.4g ms  communication %.4g ms\n", i, compute_ranks[static_cast<std::size_t>(i)],
-                  comm_ranks[static_cast<std::size_t>(i)]);
+    out << format("  rank %d: compute %.4g ms  communication %.4g ms  peak memory %.1f MiB\n", i,
+                  compute_ranks[static_cast<std::size_t>(i)], comm_ranks[static_cast<std::size_t>(i)],
+                  peak_mib[static_cast<std::size_t>(i)]);
+  if (o.no_check) {
+    out << "  (--no-check: not compared with one process)\n";
+    return 0;
+  }
   out << format("  largest |ring - single process|: out %.3g", diff_out);
   if (o.backward) out << format("  dq %.3g  dk %.3g  dv %.3g", diff_dq, diff_dk, diff_dv);
   out << "\n";

@@ -68,8 +68,11 @@ struct BenchOptions {
   std::string device = "cpu";  // cpu | cuda (bench_cuda.cpp)
   bool ring = false;      // ring attention across the ranks of mpirun (bench_ring.cpp)
   bool backward = false;  // with ring: forward + backward
+  bool no_check = false;  // with ring: each rank draws only its shards; no single-process comparison
 };
 int run_bench(const BenchOptions& options, std::ostream& out);
+// This process's peak resident set so far, in MiB (bench.cpp): what --json reports.
+double peak_resident_mib();
 int run_bench_cuda(const BenchOptions& options, std::ostream& out);
 int run_bench_ring(const BenchOptions& options, std::ostream& out);
 

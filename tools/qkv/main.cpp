@@ -228,6 +228,10 @@ int run(int argc, char** argv) {
                   "split zigzag over the ranks, --seq divisible by 2 x ranks, one thread per rank "
                   "unless --threads; prints each rank's compute and communication time and the "
                   "largest difference from a single-process run (rank 0 prints)");
+  bench->add_flag("--no-check", b.no_check,
+                  "With --ring: each rank draws only its own shards (never the whole sequence) and "
+                  "the comparison with one process is skipped, for sequences one process cannot "
+                  "hold; --json then reports each rank's peak memory");
   bench->add_flag("--backward", b.backward,
                   "Time forward + backward (attention_backward from the forward's log-sum-exp; "
                   "GFLOP/s count the backward as 2.5 forwards); with --ring compare dq, dk, dv too");
@@ -628,6 +632,7 @@ int run(int argc, char** argv) {
     if (explain->parsed()) return run_explain(explain_options, std::cout);
     if (bench->parsed()) {
       if (b.backward && b.device == "cuda") throw UsageError("--backward", "is for --device cpu");
+      if (b.no_check && !b.ring) throw UsageError("--no-check", "is for --ring");
       if (b.ring) return run_bench_ring(b, std::cout);
       return b.device == "cuda" ? run_bench_cuda(b, std::cout) : run_bench(b, std::cout);
     }
