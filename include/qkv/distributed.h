@@ -93,6 +93,8 @@ struct RingTimings {
   double comm_ms = 0.0;     // inside MPI calls: the collective argument check, MPI_Testall
                             // between blocks (where shared memory moves the data) and the
                             // waits at the end of each step
+  double wait_ms = 0.0;     // of comm_ms: the waits for transfers to finish (the part of the
+                            // transfers the kernels did not hide)
   double total_ms = 0.0;    // the whole call
 };
 
@@ -131,6 +133,12 @@ RingAttentionGradients ring_attention_backward(const Tensor& dout, const Tensor&
                                                const Tensor& out, const Tensor& lse,
                                                const AttentionOptions& options,
                                                const Communicator& comm);
+
+// One ring step's transfer alone: this rank's k and v sent to the next rank and the previous
+// rank's received, started together and waited for at once, with no kernel to hide them
+// (after a barrier). Returns this rank's milliseconds: what ring_attention's overlap has to
+// hide at each of its N − 1 transfers. Collective.
+double ring_exchange_ms(const Tensor& k, const Tensor& v, const Communicator& comm);
 
 // ---- Data-parallel training
 //

@@ -395,6 +395,7 @@ RingAttentionResult ring_attention(const Tensor& q, const Tensor& k, const Tenso
     const auto t1 = Clock::now();
     kv.wait();
     time.comm_ms += ms_since(t1);
+    time.wait_ms += ms_since(t1);
     if (s + 1 < g.N) {
       std::swap(k_cur, k_next);
       std::swap(v_cur, v_next);
@@ -405,6 +406,24 @@ RingAttentionResult ring_attention(const Tensor& q, const Tensor& k, const Tenso
   time.total_ms = ms_since(t_start);
   result.timings = time;
   return result;
+}
+
+double ring_exchange_ms(const Tensor& k, const Tensor& v, const Communicator& comm) {
+  const Communicator::Impl& c = comm.impl();
+  QKV_CHECK(k.defined() && v.defined(), "ring_exchange_ms: k and v must be defined tensors");
+  const Tensor k_out = k.contiguous(), v_out = v.contiguous();
+  Tensor k_in = Tensor::empty(k.shape(), k.dtype()), v_in = Tensor::empty(v.shape(), v.dtype());
+  check_mpi(MPI_Barrier(c.comm), "MPI_Barrier");
+  const auto t0 = Clock::now();
+  if (c.size > 1) {
+    Requests kv;
+    kv.receive(k_in, (c.rank - 1 + c.size) % c.size, kTagK, c.comm);
+    kv.receive(v_in, (c.rank - 1 + c.size) % c.size, kTagV, c.comm);
+    kv.send(k_out, (c.rank + 1) % c.size, kTagK, c.comm);
+    kv.send(v_out, (c.rank + 1) % c.size, kTagV, c.comm);
+    kv.wait();
+  }
+  return ms_since(t0);
 }
 
 // ---- Backward -----------------------------------------------------------------------------
@@ -497,6 +516,7 @@ RingAttentionGradients ring_attention_backward(const Tensor& dout, const Tensor&
     auto t1 = Clock::now();
     dkv.wait();
     time.comm_ms += ms_since(t1);
+    time.wait_ms += ms_since(t1);
     if (s > 0) {  // in ring order: the ranks before, then this one
       const auto t0 = Clock::now();
       // dk_part = dk_in + dk_part: the same sum on every rank (float addition commutes).
@@ -511,6 +531,7 @@ RingAttentionGradients ring_attention_backward(const Tensor& dout, const Tensor&
     t1 = Clock::now();
     kv.wait();
     time.comm_ms += ms_since(t1);
+    time.wait_ms += ms_since(t1);
     if (s + 1 < g.N) {
       std::swap(k_cur, k_next);
       std::swap(v_cur, v_next);
@@ -527,6 +548,7 @@ RingAttentionGradients ring_attention_backward(const Tensor& dout, const Tensor&
   sent[0].wait();
   sent[1].wait();
   time.comm_ms += ms_since(t1);
+  time.wait_ms += ms_since(t1);
   grads.dq = dq;
   time.total_ms = ms_since(t_start);
   grads.timings = time;

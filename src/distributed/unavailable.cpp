@@ -61,5 +61,6 @@ RingAttentionGradients ring_attention_backward(const Tensor&, const Tensor&, con
 }
 
 Tensor gather_sequence(const Tensor&, const Communicator&, std::int64_t) { unavailable("gather_sequence"); }
+double ring_exchange_ms(const Tensor&, const Tensor&, const Communicator&) { unavailable("ring_exchange_ms"); }
 
 }  // namespace qkv::distributed

@@ -100,7 +100,7 @@ int run_bench_ring(const BenchOptions& o, std::ostream& out) {
 
   qkv::distributed::RingAttentionResult fwd;
   qkv::distributed::RingAttentionGradients grads;
-  std::vector<double> ms, compute, comm_ms;
+  std::vector<double> ms, compute, comm_ms, wait_ms;
   for (int run = 0; run < o.warmup + o.repeats; ++run) {
     comm.barrier();
     fwd = qkv::distributed::ring_attention(qs, ks, vs, options, comm);
@@ -109,6 +109,7 @@ int run_bench_ring(const BenchOptions& o, std::ostream& out) {
       grads = qkv::distributed::ring_attention_backward(douts, qs, ks, vs, fwd.out, fwd.lse, options, comm);
       t.compute_ms += grads.timings.compute_ms;
       t.comm_ms += grads.timings.comm_ms;
+      t.wait_ms += grads.timings.wait_ms;
       t.total_ms += grads.timings.total_ms;
     }
     const double slowest = comm.max(t.total_ms);
@@ -116,10 +117,16 @@ int run_bench_ring(const BenchOptions& o, std::ostream& out) {
     ms.push_back(slowest);
     compute.push_back(t.compute_ms);
     comm_ms.push_back(t.comm_ms);
+    wait_ms.push_back(t.wait_ms);
   }
   const std::vector<double> compute_ranks = comm.all_gather(median_of(compute));
   const std::vector<double> comm_ranks = comm.all_gather(median_of(comm_ms));
+  const std::vector<double> wait_ranks = comm.all_gather(median_of(wait_ms));
   const std::vector<double> peak_mib = comm.all_gather(peak_resident_mib());
+  // The same step's transfer with nothing to hide it behind: the slowest rank's, median of 3.
+  std::vector<double> exchange;
+  for (int i = 0; i < 3; ++i) exchange.push_back(comm.max(qkv::distributed::ring_exchange_ms(ks, vs, comm)));
+  const double transfer_ms = median_of(exchange);
 
   // The single-process run of the same problem, on rank 0, against the gathered shards
   // (the gathers are collective; then only rank 0 goes on).
@@ -181,6 +188,10 @@ int run_bench_ring(const BenchOptions& o, std::ostream& out) {
     j["comm_ms_max"] = *comm_hi;
     j["comm_ms_min"] = *comm_lo;
     j["peak_rss_mib"] = peak_mib;  // each rank's peak resident set
+    // One step's K/V transfer alone (not overlapped), and the N − 1 a forward makes
+    // (forward + backward: twice that, plus the dK/dV ring's): what the overlap must hide.
+    j["transfer_ms_per_step"] = transfer_ms;
+    j["wait_ms"] = wait_ranks;  // per rank, of comm_ms: the transfers the kernels did not hide
     j["checked"] = !o.no_check;
     if (o.no_check) {
       j["max_abs_diff"] = nullptr;
@@ -203,9 +214,10 @@ int run_bench_ring(const BenchOptions& o, std::ostream& out) {
   out << format("  dtype %s  threads per rank %d  median %.4g ms  min %.4g ms  (%d runs after %d warm-up)\n",
                 qkv::dtype_name(dtype), qkv::num_threads(), ms_median, ms_min, o.repeats, o.warmup);
   for (int i = 0; i < N; ++i)
-    out << format("  rank %d: compute %.4g ms  communication %.4g ms  peak memory %.1f MiB\n", i,
-                  compute_ranks[static_cast<std::size_t>(i)], comm_ranks[static_cast<std::size_t>(i)],
-                  peak_mib[static_cast<std::size_t>(i)]);
+    out << format("  rank %d: compute %.4g ms  communication %.4g ms (waiting for transfers %.4g)  peak memory %.1f MiB\n",
+                  i, compute_ranks[static_cast<std::size_t>(i)], comm_ranks[static_cast<std::size_t>(i)],
+                  wait_ranks[static_cast<std::size_t>(i)], peak_mib[static_cast<std::size_t>(i)]);
+  out << format("  one step's K/V transfer alone (not overlapped): %.4g ms; a forward makes %d\n", transfer_ms, N - 1);
   if (o.no_check) {
     out << "  (--no-check: not compared with one process)\n";
     return 0;
