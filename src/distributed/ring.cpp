@@ -278,6 +278,15 @@ struct Requests {
     int done = 0;
     check_mpi(MPI_Testall(static_cast<int>(list.size()), list.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
   }
+  // One step of the K/V ring: the previous rank's shard received into k_in and v_in, this
+  // rank's (k_out, v_out) sent to the next rank.
+  void pass_kv(const Tensor& k_out, const Tensor& v_out, Tensor& k_in, Tensor& v_in, int next, int prev,
+               MPI_Comm comm) {
+    receive(k_in, prev, kTagK, comm);
+    receive(v_in, prev, kTagV, comm);
+    send(k_out, next, kTagK, comm);
+    send(v_out, next, kTagV, comm);
+  }
   void wait() {
     if (list.empty()) return;
     check_mpi(MPI_Waitall(static_cast<int>(list.size()), list.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
@@ -374,10 +383,7 @@ RingAttentionResult ring_attention(const Tensor& q, const Tensor& k, const Tenso
     const int src = (g.r - s + g.N) % g.N;  // whose K/V shard is in hand
     Requests kv;
     if (s + 1 < g.N) {
-      kv.receive(k_next, prev, kTagK, c.comm);
-      kv.receive(v_next, prev, kTagV, c.comm);
-      kv.send(k_cur, next, kTagK, c.comm);
-      kv.send(v_cur, next, kTagV, c.comm);
+      kv.pass_kv(k_cur, v_cur, k_next, v_next, next, prev, c.comm);
     }
     for (int qi = 0; qi < 2; ++qi)
       for (int ki = 0; ki < 2; ++ki) {
@@ -417,10 +423,7 @@ double ring_exchange_ms(const Tensor& k, const Tensor& v, const Communicator& co
   const auto t0 = Clock::now();
   if (c.size > 1) {
     Requests kv;
-    kv.receive(k_in, (c.rank - 1 + c.size) % c.size, kTagK, c.comm);
-    kv.receive(v_in, (c.rank - 1 + c.size) % c.size, kTagV, c.comm);
-    kv.send(k_out, (c.rank + 1) % c.size, kTagK, c.comm);
-    kv.send(v_out, (c.rank + 1) % c.size, kTagV, c.comm);
+    kv.pass_kv(k_out, v_out, k_in, v_in, (c.rank + 1) % c.size, (c.rank - 1 + c.size) % c.size, c.comm);
     kv.wait();
   }
   return ms_since(t0);
@@ -478,10 +481,7 @@ RingAttentionGradients ring_attention_backward(const Tensor& dout, const Tensor&
     const int slot = s % 2;
     Requests kv, dkv;
     if (s + 1 < g.N) {
-      kv.receive(k_next, prev, kTagK, c.comm);
-      kv.receive(v_next, prev, kTagV, c.comm);
-      kv.send(k_cur, next, kTagK, c.comm);
-      kv.send(v_cur, next, kTagV, c.comm);
+      kv.pass_kv(k_cur, v_cur, k_next, v_next, next, prev, c.comm);
     }
     if (s > 0) {  // the partial gradients of shard src from the ranks before
       dkv.receive(dk_in, prev, kTagDk, c.comm);
