@@ -56,10 +56,10 @@ models::VitConfig vit_config(const py::dict& d) {
   for (const auto& [key, value] : d) {
     QKV_CHECK_TYPE(py::isinstance<py::str>(key), "vit config: keys must be str, got " << type_name(key));
     const std::string k = key.cast<std::string>();
-    if (k == "learned_positions") {
+    if (k == "learned_positions" || k == "shifted_patches") {
       QKV_CHECK_TYPE(PyBool_Check(value.ptr()) || py::isinstance(value, py::module_::import("numpy").attr("bool_")),
-                     "vit config: learned_positions must be a bool, got " << type_name(value));
-      c.learned_positions = value.cast<bool>();
+                     "vit config: " << k << " must be a bool, got " << type_name(value));
+      (k == "learned_positions" ? c.learned_positions : c.shifted_patches) = value.cast<bool>();
       continue;
     }
     bool known = false;
@@ -73,7 +73,7 @@ models::VitConfig vit_config(const py::dict& d) {
     }
     QKV_CHECK(known, "vit config: unknown key '" << k
                                                  << "'; expected image_size, channels, patch_size, dim, layers, "
-                                                    "heads, mlp_dim, classes, learned_positions");
+                                                    "heads, mlp_dim, classes, learned_positions, shifted_patches");
   }
   c.check();
   return c;
@@ -185,6 +185,7 @@ py::dict config_dict(const models::VitConfig& c) {
   d["mlp_dim"] = c.mlp_dim;
   d["classes"] = c.classes;
   d["learned_positions"] = c.learned_positions;
+  d["shifted_patches"] = c.shifted_patches;
   return d;
 }
 
@@ -276,11 +277,12 @@ std::pair<std::string, vision::VisionTrainingOptions> training_options(const py:
     else if (k == "mlp_dim") c.mlp_dim = int_option(value, what, 1, 16384);
     else if (k == "patch_size") c.patch_size = int_option(value, what, 1, 28);
     else if (k == "learned_positions") c.learned_positions = bool_option(value, what);
+    else if (k == "shifted_patches") c.shifted_patches = bool_option(value, what);
     else
       throw qkv::Error("vision train: unknown option '" + k +
                        "'; expected data, out_dir, command, model, epochs, batch, lr, label_smoothing, seed, "
                        "train_limit, resume, stop_at, checkpoint_every, bf16, dim, layers, heads, mlp_dim, "
-                       "patch_size, learned_positions, points, neighbors");
+                       "patch_size, learned_positions, shifted_patches, points, neighbors");
   }
   QKV_CHECK(!data.empty(), "vision train: 'data', the Fashion-MNIST directory, is required");
   return {data, o};

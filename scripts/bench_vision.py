@@ -128,7 +128,8 @@ def run_qkv_epoch(args, build_dir, data_dir, out, epoch, per_epoch):
     -> (progress dicts, the result)."""
     kwargs = {"epochs": args.epochs, "batch": args.batch, "lr": args.lr, "label_smoothing": LABEL_SMOOTHING,
               "dim": args.dim, "layers": args.layers, "heads": args.heads, "mlp_dim": args.mlp_dim,
-              "patch_size": args.patch_size, "positions": args.positions, "seed": args.seed,
+              "patch_size": args.patch_size, "positions": args.positions,
+              "shifted_patches": args.shifted_patches, "seed": args.seed,
               "train_limit": args.train_images, "checkpoint_every": 0, "resume": epoch > 0,
               "stop_at": 0 if epoch + 1 == args.epochs else (epoch + 1) * per_epoch}
     env = peers.without_openblas()
@@ -214,7 +215,8 @@ def forward_flops(c):
     P, d, L, m = c["patch_size"], c["dim"], c["layers"], c["mlp_dim"]
     N = (c["image_size"] // P) ** 2
     T = N + 1
-    return (2 * N * c["channels"] * P * P * d + L * (8 * T * d * d + 4 * T * d * m + 4 * T * T * d)
+    features = c["channels"] * (5 if c["shifted_patches"] else 1) * P * P
+    return (2 * N * features * d + L * (8 * T * d * d + 4 * T * d * m + 4 * T * T * d)
             + 2 * d * c["classes"])
 
 
@@ -341,6 +343,8 @@ def main():
         parser.add_argument("--" + name.replace("_", "-"), type=int,
                             help=f"default {FULL[name]} (--quick {QUICK[name]})")
     parser.add_argument("--positions", choices=("learned", "sincos"), default="learned")
+    parser.add_argument("--shifted-patches", action="store_true",
+                        help="Shifted Patch Tokenization (qkv train vision --shifted-patches)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, help=f"classify: interleaved rounds (default {FULL['rounds']})")
@@ -397,7 +401,8 @@ def main():
         args.train_images = n
         config = vit_config({"patch_size": args.patch_size, "dim": args.dim, "layers": args.layers,
                              "heads": args.heads, "mlp_dim": args.mlp_dim,
-                             "learned_positions": args.positions == "learned"})
+                             "learned_positions": args.positions == "learned",
+                             "shifted_patches": args.shifted_patches})
         names = parameter_names(config)
         test_pixels, test_labels = data["test"]["images"], data["test"]["labels"]
         test_inputs = pixel_table(vision)[test_pixels][:, None]  # (10000, 1, 28, 28)
@@ -511,7 +516,8 @@ def print_tables(args, r, build_dir):
     print(f"{report.cpu_model()}; qkv {report.where(report.git_describe(), build_dir)}; "
           f"torch {r['torch_version']} ({r['torch_blas']}); {args.threads} threads")
     print(f"ViT: d {c['dim']}, {c['layers']} blocks, {c['heads']} heads, mlp {c['mlp_dim']}, "
-          f"{c['patch_size']}x{c['patch_size']} patches ({grid * grid} + 1 tokens), {args.positions} positions, "
+          f"{c['patch_size']}x{c['patch_size']} {'shifted ' if c['shifted_patches'] else ''}patches "
+          f"({grid * grid} + 1 tokens), {args.positions} positions, "
           f"{r['num_parameters']:,} parameters, {r['forward_flops_per_image'] / 1e6:.2f} MFLOP/image forward; "
           f"{r['epochs']} epochs of {r['steps_per_epoch']} steps of batch {r['batch']} ({r['train_images']:,} images), "
           f"lr {r['lr']:g}, seed {r['seed']}; f32 FMA ceiling {r['ceiling_gflops']:.0f} GFLOP/s")

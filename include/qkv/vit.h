@@ -8,10 +8,22 @@
 //   logits = head(norm(x)[:, 0])                  (B, classes)
 //
 // patch_embed is torch's Conv2d(C, d, kernel P, stride P) with its kernel flattened to
-// (d, C·P·P) in (c, ky, kx) order: a Linear over patchify's rows. Positions are learned
-// (a parameter) or the fixed 2-D sine-cosine table of sincos_positions_2d. Parameter names
-// are those of scripts/bench/vit_torch.py's torch module, one to one. Dropout is not
-// implemented (qkv's layers are eval-mode); augmentation and label smoothing regularise.
+// (d, C·P·P) in (c, ky, kx) order: a Linear over patchify's rows.
+//
+// With shifted_patches (Shifted Patch Tokenization, Lee, Lee & Song 2021, "Vision
+// Transformer for Small-Size Datasets"), the embedding reads each patch together with the
+// same place in four diagonally shifted copies of the image, and normalises the lot first:
+//
+//   patches = patchify(shifted_stack(images, P/2), P)   (B, N, 5·C·P·P)
+//   embedded = patch_embed(patch_norm(patches))          (B, N, d)
+//
+// so each token sees the pixels around its patch as well: a little of the locality a
+// convolution has and plain patches lack, for the price of a wider first Linear.
+//
+// Positions are learned (a parameter) or the fixed 2-D sine-cosine table of
+// sincos_positions_2d. Parameter names are those of scripts/bench/vit_torch.py's torch
+// module, one to one. Dropout is not implemented (qkv's layers are eval-mode);
+// augmentation and label smoothing regularise.
 #pragma once
 
 #include <cstdint>
@@ -32,11 +44,13 @@ struct VitConfig {
   std::int64_t mlp_dim = 256;    // the feed-forward's width
   std::int64_t classes = 10;
   bool learned_positions = true;  // false: sincos_positions_2d, fixed
+  bool shifted_patches = false;   // true: Shifted Patch Tokenization (above); patch_size >= 2
 
   std::int64_t grid() const { return image_size / patch_size; }       // patches per side
   std::int64_t patches() const { return grid() * grid(); }             // N
   std::int64_t tokens() const { return patches() + 1; }                // 1 + N
-  std::int64_t patch_features() const { return channels * patch_size * patch_size; }
+  std::int64_t patch_channels() const { return channels * (shifted_patches ? 5 : 1); }
+  std::int64_t patch_features() const { return patch_channels() * patch_size * patch_size; }
   nn::TransformerLayerConfig block_config() const;
   std::int64_t num_parameters() const;
   void check() const;  // throws qkv::Error naming the field that is out of range
@@ -46,6 +60,11 @@ struct VitConfig {
 // (c, ky, kx) order — what torch's Conv2d with kernel = stride = P multiplies.
 Tensor patchify(const Tensor& images, std::int64_t patch_size);
 
+// (B, C, H, W) -> (B, 5C, H, W): channel block 0 is the image, block k = 1..4 the image
+// shifted by (dy, dx) = (−s, −s), (−s, +s), (+s, −s), (+s, +s): its pixel (y, x) is the
+// image's (y + dy, x + dx), 0 where that falls outside.
+Tensor shifted_stack(const Tensor& images, std::int64_t shift);
+
 // The fixed 2-D sine-cosine positions of MAE (He et al. 2022): (1 + grid², d), row 0 (the
 // class token) zeros; for patch (gy, gx) the first d/2 features encode gx and the last d/2
 // encode gy, each as [sin(p·ω_k), cos(p·ω_k)] with ω_k = 10000^(−k/(d/4)), k < d/4.
@@ -53,15 +72,18 @@ Tensor patchify(const Tensor& images, std::int64_t patch_size);
 Tensor sincos_positions_2d(std::int64_t grid, std::int64_t dim);
 
 struct VitWeights {
-  nn::Linear patch_embed;   // (d, C·P·P)
+  nn::LayerNorm patch_norm; // (5·C·P·P), shifted_patches only
+  nn::Linear patch_embed;   // (d, C·P·P), or (d, 5·C·P·P) with shifted_patches
   Tensor cls_token;         // (d)
   Tensor pos_embed;         // (1 + N, d); a parameter only when learned
   std::vector<nn::TransformerEncoderLayer> blocks;  // blocks.i.*
   nn::LayerNorm norm;       // (d)
   nn::Linear head;          // (classes, d)
   bool learned_positions = true;
+  bool shifted_patches = false;
 
   struct Record {
+    nn::LayerNorm::Record patch_norm;
     nn::Linear::Record patch_embed;
     std::vector<nn::TransformerEncoderLayer::Record> blocks;
     nn::LayerNorm::Record norm;
@@ -81,7 +103,8 @@ struct VitWeights {
                  Record* record = nullptr) const;
   // dlogits (B, classes) -> adds ∂/∂θ into `grads` (the images get no gradient).
   void backward(const Tensor& dlogits, const Record& record, VitWeights& grads) const;
-  // patch_embed.*, cls_token, pos_embed (when learned), blocks.i.*, norm.*, head.*
+  // patch_norm.* (when shifted_patches), patch_embed.*, cls_token, pos_embed (when
+  // learned), blocks.i.*, norm.*, head.*
   nn::ParameterList parameters();
 };
 

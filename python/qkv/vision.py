@@ -151,7 +151,8 @@ def training_batch(images, labels, seed, epoch, step, batch=_DEFAULTS["batch"], 
 def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["batch"], lr=_DEFAULTS["lr"],
           label_smoothing=_DEFAULTS["label_smoothing"], dim=None, layers=None,
           heads=_DEFAULTS["heads"], mlp_dim=_DEFAULTS["mlp_dim"], patch_size=_DEFAULTS["patch_size"],
-          positions="learned", points=_DEFAULTS["point"]["points"], neighbors=_DEFAULTS["point"]["neighbors"],
+          positions="learned", shifted_patches=False, points=_DEFAULTS["point"]["points"],
+          neighbors=_DEFAULTS["point"]["neighbors"],
           seed=0, train_limit=0, resume=False, stop_at=0,
           checkpoint_every=_DEFAULTS["checkpoint_every"], bf16=False, progress=None):
     """Trains a Vision Transformer (model="vit") or a Point Transformer (model="point") on
@@ -162,8 +163,10 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
     The ViT: patch_size × patch_size patches ((28 / patch_size)² tokens + the class
     token), `layers` pre-norm encoder blocks (default 6) of width `dim` (default 128) with
     `heads` heads (dividing dim) and a feed-forward of mlp_dim, positions "learned" or
-    "sincos" (fixed; dim a multiple of 4). The point model: `points` points sampled from
-    each image's inked pixels, `layers` blocks (default 2) of width `dim` (default 32) of
+    "sincos" (fixed; dim a multiple of 4), shifted_patches=True for Shifted Patch
+    Tokenization (each patch read with its place in four copies of the image shifted
+    diagonally by half a patch, normalised, then embedded; patch_size >= 2). The point
+    model: `points` points sampled from each image's inked pixels, `layers` blocks (default 2) of width `dim` (default 32) of
     vector attention over each point's `neighbors` nearest points. Training: AdamW, a warm-up
     of one epoch then a cosine decay from `lr`, label smoothing, the augmentation of
     TrainingBatches. seed fixes the weights, the order and the augmentation. train_limit > 0
@@ -217,7 +220,10 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
         options.update(heads=_ranged(heads, fn, "heads", 1, 256),
                        mlp_dim=_ranged(mlp_dim, fn, "mlp_dim", 1, 16384),
                        patch_size=_ranged(patch_size, fn, "patch_size", 1, 28),
-                       learned_positions=positions == "learned")
+                       learned_positions=positions == "learned",
+                       shifted_patches=_bool(shifted_patches, fn, "shifted_patches"))
+        if options["shifted_patches"] and options["patch_size"] < 2:
+            raise ValueError(f"{fn}: shifted_patches needs patch_size >= 2, got {patch_size}")
         if 28 % options["patch_size"]:
             raise ValueError(f"{fn}: patch_size must divide 28 (the images' side), got {patch_size}")
         if options["dim"] % options["heads"]:
@@ -225,7 +231,7 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
         if positions == "sincos" and options["dim"] % 4:
             raise ValueError(f"{fn}: positions='sincos' needs dim a multiple of 4, got {dim}")
         shape_text = (f"heads={options['heads']}, mlp_dim={options['mlp_dim']}, patch_size={options['patch_size']}, "
-                      f"positions={positions!r}")
+                      f"positions={positions!r}, shifted_patches={options['shifted_patches']}")
     else:
         options.update(points=_ranged(points, fn, "points", 1, 4096),
                        neighbors=_ranged(neighbors, fn, "neighbors", 1, 4096))
@@ -244,7 +250,8 @@ class Classifier:
     """A model directory of `qkv train vision` / train().
 
     model: "vit" or "point"; config: the architecture (a ViT's {"image_size", "channels",
-    "patch_size", "dim", "layers", "heads", "mlp_dim", "classes", "learned_positions"}, the
+    "patch_size", "dim", "layers", "heads", "mlp_dim", "classes", "learned_positions",
+    "shifted_patches"}, the
     config of qkv's _vit_forward; a point model's {"points", "neighbors", "dim", "blocks",
     "pos_mlp_hidden", "attn_mlp_hidden_mult", "head_hidden", "classes"}, that of
     _pt_forward); class_names: by label; report: training's record (epochs, accuracies, the

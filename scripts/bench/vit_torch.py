@@ -6,6 +6,7 @@ initial weights, qkv's _vit_initial, and the same batches).
   vit_config(config)           a config with the defaults filled in, unknown keys refused
   parameter_names(config)      the state dict's names, qkv's and the twin's, in qkv's order
   patchify(images, P)          (B, C, H, W) -> (B, N, C·P·P) as qkv's patchify
+  shifted_stack(images, s)     (B, C, H, W) -> (B, 5C, H, W) as qkv's shifted_stack
   sincos_positions_2d(grid, d) qkv's fixed 2-D sine-cosine table (1 + grid², d), in torch
   make_vit_class()             TorchVit, an nn.Module under qkv's parameter names
   load_qkv_weights(model, w)   name -> array (or tensor) into the model, strictly
@@ -25,6 +26,12 @@ The model, as vit.h writes it (d = dim, P = patch_size, N = (image_size / P)²):
   logits = head(norm(x)[:, 0])             norm: nn.LayerNorm(d, eps=1e-6);
                                            head: nn.Linear(d, classes)
 
+With config["shifted_patches"] (Shifted Patch Tokenization, Lee, Lee & Song 2021):
+
+  patches = patch_norm(patchify(shifted_stack(images, P // 2), P))   (B, N, 5·C·P·P)
+
+patch_norm: nn.LayerNorm(5·C·P·P, eps=1e-6); patch_embed then takes 5·C·P·P features.
+
 pos_embed is a parameter when config["learned_positions"], else a buffer (not saved in the
 state dict: persistent=False) holding the sine-cosine table, as qkv, where it is no
 parameter either. Dropout is 0 (qkv's layers have none), so train() and eval() compute the
@@ -32,7 +39,8 @@ same function.
 """
 
 DEFAULT_CONFIG = {"image_size": 28, "channels": 1, "patch_size": 4, "dim": 128, "layers": 6,
-                  "heads": 4, "mlp_dim": 256, "classes": 10, "learned_positions": True}
+                  "heads": 4, "mlp_dim": 256, "classes": 10, "learned_positions": True,
+                  "shifted_patches": False}
 
 BLOCK_SUFFIXES = ("self_attn.in_proj_weight", "self_attn.in_proj_bias",
                   "self_attn.out_proj.weight", "self_attn.out_proj.bias",
@@ -54,6 +62,8 @@ def vit_config(config=None):
         raise ValueError(f"vit config: dim ({c['dim']}) must be a multiple of heads ({c['heads']})")
     if not c["learned_positions"] and c["dim"] % 4:
         raise ValueError(f"vit config: sine-cosine positions need dim a multiple of 4, got {c['dim']}")
+    if c["shifted_patches"] and c["patch_size"] < 2:
+        raise ValueError(f"vit config: shifted patches need patch_size >= 2, got {c['patch_size']}")
     return c
 
 
@@ -62,7 +72,8 @@ def parameter_names(config=None):
     (VitWeights::parameters). The twin's named_parameters() has the same names in torch's
     order: the module's own tensors (cls_token, pos_embed) before its submodules'."""
     c = vit_config(config)
-    names = ["patch_embed.weight", "patch_embed.bias", "cls_token"]
+    names = ["patch_norm.weight", "patch_norm.bias"] if c["shifted_patches"] else []
+    names += ["patch_embed.weight", "patch_embed.bias", "cls_token"]
     if c["learned_positions"]:
         names.append("pos_embed")
     for n in range(c["layers"]):
@@ -80,6 +91,18 @@ def patchify(images, P):
     x = images.reshape(B, C, H // P, P, W // P, P)       # (B, C, gy, ky, gx, kx)
     x = x.permute(0, 2, 4, 1, 3, 5)                      # (B, gy, gx, C, ky, kx)
     return x.reshape(B, (H // P) * (W // P), C * P * P)
+
+
+def shifted_stack(images, s):
+    """(B, C, H, W) -> (B, 5C, H, W): the image, then itself shifted by (dy, dx) = (−s, −s),
+    (−s, +s), (+s, −s), (+s, +s): copy k's pixel (y, x) is the image's (y + dy, x + dx), 0
+    outside. Written as a crop of the zero-padded image, independently of qkv's loops."""
+    import torch
+    H, W = images.shape[2], images.shape[3]
+    padded = torch.nn.functional.pad(images, (s, s, s, s))
+    copies = [images] + [padded[:, :, s + dy:s + dy + H, s + dx:s + dx + W]
+                         for dy, dx in ((-s, -s), (-s, s), (s, -s), (s, s))]
+    return torch.cat(copies, dim=1)
 
 
 def sincos_positions_2d(grid, dim):
@@ -119,7 +142,10 @@ def make_vit_class():
             d, P = c["dim"], c["patch_size"]
             grid = c["image_size"] // P
             self.patch_size = P
-            self.patch_embed = nn.Linear(c["channels"] * P * P, d)                  # (d, C·P·P)
+            features = c["channels"] * (5 if c["shifted_patches"] else 1) * P * P
+            if c["shifted_patches"]:
+                self.patch_norm = nn.LayerNorm(features, eps=1e-6)                  # (5·C·P·P)
+            self.patch_embed = nn.Linear(features, d)                               # (d, C'·P·P)
             self.cls_token = nn.Parameter(torch.empty(d).normal_(0.0, 0.02))        # (d)
             if c["learned_positions"]:
                 self.pos_embed = nn.Parameter(torch.empty(1 + grid * grid, d).normal_(0.0, 0.02))  # (1 + N, d)
@@ -146,7 +172,11 @@ def make_vit_class():
             if images.dim() != 4 or tuple(images.shape[1:]) != (c["channels"], c["image_size"], c["image_size"]):
                 raise ValueError(f"TorchVit: images must be (B, {c['channels']}, {c['image_size']}, "
                                  f"{c['image_size']}), got {tuple(images.shape)}")
-            x = self.patch_embed(patchify(images, self.patch_size))                # (B, N, d)
+            if c["shifted_patches"]:
+                P = self.patch_size
+                x = self.patch_embed(self.patch_norm(patchify(shifted_stack(images, P // 2), P)))  # (B, N, d)
+            else:
+                x = self.patch_embed(patchify(images, self.patch_size))            # (B, N, d)
             cls = self.cls_token.expand(x.shape[0], 1, -1)                          # (B, 1, d)
             return torch.cat([cls, x], dim=1) + self.pos_embed
 

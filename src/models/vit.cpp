@@ -34,6 +34,8 @@ void VitConfig::check() const {
   QKV_CHECK(dim % heads == 0, "vit: dim (" << dim << ") must be a multiple of heads (" << heads << ")");
   QKV_CHECK(learned_positions || dim % 4 == 0,
             "vit: sine-cosine positions need dim a multiple of 4, got " << dim);
+  QKV_CHECK(!shifted_patches || patch_size >= 2,
+            "vit: shifted patches need patch_size >= 2 (the shift is patch_size / 2), got " << patch_size);
 }
 
 nn::TransformerLayerConfig VitConfig::block_config() const {
@@ -50,8 +52,8 @@ nn::TransformerLayerConfig VitConfig::block_config() const {
 std::int64_t VitConfig::num_parameters() const {
   const std::int64_t d = dim, f = mlp_dim;
   const std::int64_t block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (f * d + f) + (d * f + d);
-  return (d * patch_features() + d) + d + (learned_positions ? tokens() * d : 0) + layers * block +
-         2 * d + (classes * d + classes);
+  const std::int64_t embedding = (shifted_patches ? 2 * patch_features() : 0) + (d * patch_features() + d);
+  return embedding + d + (learned_positions ? tokens() * d : 0) + layers * block + 2 * d + (classes * d + classes);
 }
 
 Tensor patchify(const Tensor& images, std::int64_t P) {
@@ -75,6 +77,31 @@ Tensor patchify(const Tensor& images, std::int64_t P) {
             const float* line = src + ((b * C + c) * H + gy * P + ky) * W + gx * P;
             std::copy(line, line + P, row + (c * P + ky) * P);
           }
+      }
+  return out;
+}
+
+Tensor shifted_stack(const Tensor& images, std::int64_t s) {
+  QKV_CHECK(images.dtype() == DType::f32 && images.dim() == 4,
+            "shifted_stack: images must be f32 (B, C, H, W), got " << dtype_name(images.dtype()) << " "
+                                                                   << shape_to_string(images.shape()));
+  QKV_CHECK(s >= 0, "shifted_stack: the shift must be >= 0, got " << s);
+  const std::int64_t B = images.size(0), C = images.size(1), H = images.size(2), W = images.size(3);
+  const Tensor x = images.contiguous();
+  const float* src = x.data_as<float>();
+  Tensor out = Tensor::zeros({B, 5 * C, H, W});
+  float* dst = out.data_as<float>();
+  const std::int64_t dys[5] = {0, -s, -s, s, s}, dxs[5] = {0, -s, s, -s, s};
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t k = 0; k < 5; ++k)
+      for (std::int64_t c = 0; c < C; ++c) {
+        const float* plane = src + (b * C + c) * H * W;
+        float* to = dst + ((b * 5 + k) * C + c) * H * W;
+        // rows y with 0 <= y + dy < H, columns x with 0 <= x + dx < W; the rest stay 0
+        const std::int64_t x0 = std::max<std::int64_t>(0, -dxs[k]), x1 = std::min(W, W - dxs[k]);
+        for (std::int64_t y = std::max<std::int64_t>(0, -dys[k]); y < std::min(H, H - dys[k]); ++y)
+          if (x1 > x0) std::copy(plane + (y + dys[k]) * W + x0 + dxs[k], plane + (y + dys[k]) * W + x1 + dxs[k],
+                                 to + y * W + x0);
       }
   return out;
 }
@@ -104,6 +131,11 @@ VitWeights VitWeights::zeros_like(const VitConfig& c) {
   c.check();
   VitWeights w;
   w.learned_positions = c.learned_positions;
+  w.shifted_patches = c.shifted_patches;
+  if (c.shifted_patches) {
+    w.patch_norm = nn::LayerNorm({c.patch_features()}, 1e-6);
+    for (auto& [name, t] : w.patch_norm.parameters()) *t = Tensor::zeros(t->shape());
+  }
   w.patch_embed.weight = Tensor::zeros({c.dim, c.patch_features()});
   w.patch_embed.bias = Tensor::zeros({c.dim});
   w.cls_token = Tensor::zeros({c.dim});
@@ -124,7 +156,9 @@ VitWeights VitWeights::initialized(const VitConfig& c, std::uint64_t seed) {
   c.check();
   VitWeights w;
   w.learned_positions = c.learned_positions;
+  w.shifted_patches = c.shifted_patches;
   Rng rng(mix64(seed + 0x5669540000000000ull));  // "ViT": apart from other models' seeds
+  if (c.shifted_patches) w.patch_norm = nn::LayerNorm({c.patch_features()}, 1e-6);  // γ = 1, β = 0
   w.patch_embed = nn::Linear(c.patch_features(), c.dim, true, mix64(seed * 131 + 1));
   w.cls_token = Tensor::zeros({c.dim});
   fill_normal(w.cls_token, 0.02, rng);
@@ -143,7 +177,8 @@ VitWeights VitWeights::initialized(const VitConfig& c, std::uint64_t seed) {
 }
 
 nn::ParameterList VitWeights::parameters() {
-  nn::ParameterList p = patch_embed.parameters("patch_embed.");
+  nn::ParameterList p = shifted_patches ? patch_norm.parameters("patch_norm.") : nn::ParameterList{};
+  for (auto& e : patch_embed.parameters("patch_embed.")) p.push_back(e);
   p.emplace_back("cls_token", &cls_token);
   if (learned_positions) p.emplace_back("pos_embed", &pos_embed);
   for (std::size_t i = 0; i < blocks.size(); ++i)
@@ -160,13 +195,20 @@ Tensor VitWeights::forward(const Tensor& images, std::vector<Tensor>* probs, Rec
             "vit: images must be f32 (B, C, H, W) with B >= 1, got "
                 << dtype_name(images.dtype()) << " " << shape_to_string(images.shape()));
   const std::int64_t B = images.size(0), C = images.size(1), H = images.size(2);
-  // P from the weights: C·P² features per patch and (H/P)² + 1 tokens.
-  const auto P = static_cast<std::int64_t>(std::llround(std::sqrt(static_cast<double>(P2C / std::max<std::int64_t>(C, 1)))));
-  QKV_CHECK(P >= 1 && C * P * P == P2C && H == images.size(3) && H % P == 0 && (H / P) * (H / P) + 1 == T,
+  // P from the weights: C'·P² features per patch (C' = 5C with shifted patches) and (H/P)² + 1 tokens.
+  const std::int64_t patch_channels = C * (shifted_patches ? 5 : 1);
+  const auto P = static_cast<std::int64_t>(
+      std::llround(std::sqrt(static_cast<double>(P2C / std::max<std::int64_t>(patch_channels, 1)))));
+  QKV_CHECK(P >= 1 && patch_channels * P * P == P2C && H == images.size(3) && H % P == 0 &&
+                (H / P) * (H / P) + 1 == T,
             "vit: the model takes " << P2C << " features per patch and " << T - 1
                                     << " patches; images " << shape_to_string(images.shape())
                                     << " do not fit it");
-  const Tensor patches = patchify(images, P);  // (B, N, C·P·P)
+  Tensor patches;  // (B, N, C'·P·P)
+  if (shifted_patches)
+    patches = patch_norm.forward(patchify(shifted_stack(images, P / 2), P), record ? &record->patch_norm : nullptr);
+  else
+    patches = patchify(images, P);
   const Tensor embedded = patch_embed.forward(patches, {}, record ? &record->patch_embed : nullptr);  // (B, N, d)
   // x = [cls; embedded] + pos   (B, T, d)
   Tensor x = Tensor::empty({B, T, d});
@@ -198,9 +240,9 @@ Tensor VitWeights::forward(const Tensor& images, std::vector<Tensor>* probs, Rec
 
 void VitWeights::backward(const Tensor& dlogits, const Record& record, VitWeights& grads) const {
   QKV_CHECK(record.blocks.size() == blocks.size() && grads.blocks.size() == blocks.size() &&
-                grads.learned_positions == learned_positions,
+                grads.learned_positions == learned_positions && grads.shifted_patches == shifted_patches,
             "VitWeights::backward: the record and grads must come from a model with "
-                << blocks.size() << " blocks and the same kind of positions");
+                << blocks.size() << " blocks and the same kind of positions and patches");
   const std::int64_t B = record.B, d = cls_token.size(0), T = pos_embed.size(0);
   const Tensor dcls = head.backward(dlogits, record.head, grads.head);  // (B, d)
   Tensor dh = Tensor::zeros({B, T, d});                                 // only h[:, 0] was used
@@ -224,7 +266,9 @@ void VitWeights::backward(const Tensor& dlogits, const Record& record, VitWeight
       else
         std::copy_n(row, d, de + (b * (T - 1) + t - 1) * d);
     }
-  patch_embed.backward(dembedded, record.patch_embed, grads.patch_embed);  // the images' gradient is dropped
+  const Tensor dpatches = patch_embed.backward(dembedded, record.patch_embed, grads.patch_embed);
+  if (shifted_patches) patch_norm.backward(dpatches, record.patch_norm, grads.patch_norm);
+  // the images get no gradient
 }
 
 std::vector<float> attention_rollout(const std::vector<Tensor>& probs, std::int64_t b) {

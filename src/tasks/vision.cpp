@@ -329,7 +329,7 @@ nlohmann::json config_json(const VisionNetwork& n) {
     return {{"model", "vit"},   {"image_size", c.image_size}, {"channels", c.channels},
             {"patch_size", c.patch_size}, {"dim", c.dim},     {"layers", c.layers},
             {"heads", c.heads}, {"mlp_dim", c.mlp_dim},       {"classes", c.classes},
-            {"learned_positions", c.learned_positions}};
+            {"learned_positions", c.learned_positions}, {"shifted_patches", c.shifted_patches}};
   }
   const models::PointTransformerConfig& c = n.point;
   return {{"model", "point"},
@@ -362,6 +362,7 @@ VisionNetwork network_from(const JsonConfig& j) {
     c.mlp_dim = j.get_int("mlp_dim");
     c.classes = j.get_int("classes");
     c.learned_positions = j.get_bool("learned_positions");
+    c.shifted_patches = j.get_bool("shifted_patches", false);  // absent in models written before it
     QKV_CHECK(c.image_size <= 4096 && c.channels <= 16 && c.dim <= 4096 && c.layers <= 64 && c.heads <= 256 &&
                   c.mlp_dim <= 16384 && c.classes <= 100000,
               j.label() << ": a size is out of range (image_size <= 4096, channels <= 16, dim <= 4096, layers <= 64, "

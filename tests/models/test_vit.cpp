@@ -1,8 +1,9 @@
-// The Vision Transformer (qkv/vit.h): patchify against a naive twin, the 2-D sine-cosine
-// table's values, every parameter's gradient against finite differences (learned and fixed
-// positions), attention rollout against a direct computation, and bad shapes named.
+// The Vision Transformer (qkv/vit.h): patchify and shifted_stack against naive twins, the
+// 2-D sine-cosine table's values, every parameter's gradient against finite differences
+// (learned and fixed positions, plain and shifted patches), attention rollout against a direct computation, and bad shapes named.
 // tests/python/test_vit.py checks the forward and backward against torch.
 #include <cmath>
+#include <utility>
 
 #include "attention/expect_error.h"
 #include "nn/check.h"
@@ -14,7 +15,7 @@ using qkv::Tensor;
 using namespace qkv::testing;
 namespace models = qkv::models;
 
-models::VitConfig tiny(bool learned = true) {
+models::VitConfig tiny(bool learned = true, bool shifted = false) {
   models::VitConfig c;
   c.image_size = 6;
   c.channels = 2;
@@ -25,6 +26,7 @@ models::VitConfig tiny(bool learned = true) {
   c.mlp_dim = 12;
   c.classes = 3;
   c.learned_positions = learned;
+  c.shifted_patches = shifted;  // a shift of 1 (patch_size / 2)
   return c;
 }
 
@@ -51,6 +53,30 @@ TEST(Vit, PatchifyMatchesNaiveIndexing) {
             }
 }
 
+TEST(Vit, ShiftedStackMatchesNaiveIndexing) {
+  const Tensor x = randn({2, 3, 5, 7}, 6);
+  const std::int64_t s = 2;
+  const Tensor y = qkv::models::shifted_stack(x, s);
+  ASSERT_EQ(y.shape(), (qkv::Shape{2, 15, 5, 7}));
+  const auto xv = x.to_vector(), yv = y.to_vector();
+  const int dy[5] = {0, -2, -2, 2, 2}, dx[5] = {0, -2, 2, -2, 2};
+  for (int b = 0; b < 2; ++b)
+    for (int k = 0; k < 5; ++k)
+      for (int c = 0; c < 3; ++c)
+        for (int r = 0; r < 5; ++r)
+          for (int col = 0; col < 7; ++col) {
+            const int sr = r + dy[k], sc = col + dx[k];
+            const bool inside = sr >= 0 && sr < 5 && sc >= 0 && sc < 7;
+            const float want = inside ? xv[static_cast<std::size_t>(((b * 3 + c) * 5 + sr) * 7 + sc)] : 0.0f;
+            const float got = yv[static_cast<std::size_t>(((b * 15 + k * 3 + c) * 5 + r) * 7 + col)];
+            ASSERT_EQ(got, want) << "b " << b << " copy " << k << " c " << c << " (" << r << ", " << col << ")";
+          }
+  // a shift as wide as the image leaves the four copies black
+  const auto wide = qkv::models::shifted_stack(x, 7).to_vector();
+  for (std::size_t i = 0; i < wide.size(); ++i)
+    if ((i / (5 * 7)) % 15 >= 3) ASSERT_EQ(wide[i], 0.0f) << i;
+}
+
 TEST(Vit, SincosTableValues) {
   const Tensor t = qkv::models::sincos_positions_2d(3, 8);  // quarter = 2: ω = 1, 0.01
   ASSERT_EQ(t.shape(), (qkv::Shape{10, 8}));
@@ -69,8 +95,8 @@ TEST(Vit, SincosTableValues) {
 }
 
 TEST(Vit, GradientsMatchFiniteDifferences) {
-  for (const bool learned : {true, false}) {
-    const models::VitConfig c = tiny(learned);
+  for (const auto& [learned, shifted] : {std::pair{true, false}, std::pair{false, false}, std::pair{true, true}}) {
+    const models::VitConfig c = tiny(learned, shifted);
     models::VitWeights w = models::VitWeights::initialized(c, 3);
     perturb(w.parameters(), 7);  // the zero head and unit gains would hide dropped terms
     const Tensor x = images(3, c, 11);
@@ -86,12 +112,13 @@ TEST(Vit, GradientsMatchFiniteDifferences) {
     EXPECT_NEAR(dot(logits, weights), loss(), 1e-5 * (1 + std::abs(loss())));
     auto p = w.parameters(), g = grads.parameters();
     ASSERT_EQ(p.size(), g.size());
-    ASSERT_EQ(p.size(), (learned ? 4u : 3u) + 2u * 12u + 4u);
+    ASSERT_EQ(p.size(), (learned ? 4u : 3u) + (shifted ? 2u : 0u) + 2u * 12u + 4u);
     std::int64_t count = 0;
     for (std::size_t i = 0; i < p.size(); ++i) {
       EXPECT_EQ(p[i].first, g[i].first);
       count += p[i].second->numel();
-      check_gradient(*p[i].second, *g[i].second, loss, p[i].first + (learned ? " (learned)" : " (sincos)"));
+      check_gradient(*p[i].second, *g[i].second, loss,
+                     p[i].first + (learned ? " (learned" : " (sincos") + (shifted ? ", shifted)" : ")"));
     }
     EXPECT_EQ(count, c.num_parameters());
   }
@@ -144,6 +171,13 @@ TEST(Vit, BadInputNamed) {
   c.dim = 6;
   c.heads = 2;
   expect_error([&] { models::VitWeights::initialized(c, 1); }, "multiple of 4");
+  c = tiny(true, true);
+  c.patch_size = 1;
+  expect_error([&] { models::VitWeights::initialized(c, 1); }, "shifted patches need patch_size >= 2");
+  // a plain model's weights do not fit images that a shifted model of the same shape takes,
+  // and the reverse: the patch width differs (5·C·P² against C·P²)
+  const models::VitWeights shifted = models::VitWeights::initialized(tiny(true, true), 1);
+  expect_error([&] { shifted.forward(randn({1, 10, 6, 6}, 1)); }, "do not fit");
   const models::VitWeights w = models::VitWeights::initialized(tiny(), 1);
   expect_error([&] { w.forward(randn({1, 2, 9, 9}, 1)); }, "do not fit");
   expect_error([&] { w.forward(randn({1, 1, 6, 6}, 1)); }, "do not fit");

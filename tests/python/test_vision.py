@@ -124,7 +124,7 @@ def test_train_result_progress_and_files(trained, data):
     assert c.report["test_accuracy"] == result["test_accuracy"]
     assert c.report["trained_with"].startswith("qkv.vision.train(")
     assert c.config == dict(image_size=28, channels=1, patch_size=7, dim=16, layers=1, heads=2, mlp_dim=32,
-                            classes=10, learned_positions=True)
+                            classes=10, learned_positions=True, shifted_patches=False)
     assert c.class_names == list(vision.CLASSES) and len(c.class_names) == 10
 
 

@@ -1,6 +1,6 @@
 """The Vision Transformer (include/qkv/vit.h) against its torch 1.13 twin,
 scripts/bench/vit_torch.py's TorchVit: patches through nn.Linear (a flattened Conv2d), a
-class token, learned or 2-D sine-cosine positions, nn.TransformerEncoderLayer(norm_first,
+class token, learned or 2-D sine-cosine positions, plain or shifted patches (SPT), nn.TransformerEncoderLayer(norm_first,
 gelu, eps 1e-6, dropout 0) blocks, a LayerNorm and a head on the class token.
 
   - patchify (_vit_patchify): torch's unfold order, and Linear on it is the Conv2d;
@@ -42,6 +42,10 @@ CONFIGS = {
     # two channels, 2×2 patches (N = 16, T = 17), fixed sine-cosine positions, 3 heads
     "sincos": dict(image_size=8, channels=2, patch_size=2, dim=12, layers=2, heads=3, mlp_dim=20,
                    classes=4, learned_positions=False),
+    # Shifted Patch Tokenization: two channels become ten, 4×4 patches shifted by 2, the
+    # patches normalised (patch_norm) before the embedding
+    "shifted": dict(image_size=8, channels=2, patch_size=4, dim=8, layers=2, heads=2, mlp_dim=12,
+                    classes=3, learned_positions=True, shifted_patches=True),
 }
 
 

@@ -184,6 +184,7 @@ struct TrainOptions {
   std::int64_t train_limit = 0;      // > 0: the first N training images only
   bool bf16 = false;                 // write the weights in bf16
   std::string positions = "learned"; // or "sincos"
+  bool shifted_patches = false;      // vit: Shifted Patch Tokenization
   std::vector<std::string> given;    // the options on the command line, to refuse the
                                      // other task's ("--steps" for tokenizer, say)
 };

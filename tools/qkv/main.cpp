@@ -454,6 +454,9 @@ int run(int argc, char** argv) {
       ->capture_default_str()->check(integer_in(1, 16384));
   train->add_option("--positions", tr.positions, "vision vit: learned positions or the fixed 2-D sine-cosine table")
       ->capture_default_str()->check(one_of({"learned", "sincos"}));
+  train->add_flag("--shifted-patches", tr.shifted_patches,
+                  "vision vit: Shifted Patch Tokenization (each patch read with its place in four "
+                  "diagonally shifted copies of the image, normalised, then embedded)");
   train->add_option("--points", tr.points, "vision point: points sampled per image")
       ->capture_default_str()->check(integer_in(1, 4096));
   train->add_option("--neighbors", tr.neighbors, "vision point: K, the nearest points each attends to")

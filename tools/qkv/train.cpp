@@ -164,7 +164,8 @@ const std::vector<std::string> kRecommenderOnly = {"--l2", "--max-len"};
 const std::vector<std::string> kRecommenderOrVision = {"--model", "--epochs", "--dim"};
 const std::vector<std::string> kVisionOnly = {"--patch-size", "--mlp-dim", "--train-limit", "--bf16", "--positions",
                                               "--points", "--neighbors"};
-const std::vector<std::string> kVitOnly = {"--patch-size", "--mlp-dim", "--positions", "--heads"};
+const std::vector<std::string> kVitOnly = {"--patch-size", "--mlp-dim", "--positions", "--heads",
+                                           "--shifted-patches"};
 const std::vector<std::string> kPointOnly = {"--points", "--neighbors"};
 
 void refuse_options_of(const std::vector<std::string>& others, const TrainOptions& o) {
@@ -495,6 +496,7 @@ int run_train_vision(const TrainOptions& o, std::ostream& out) {
     if (given(o, "--patch-size")) c.patch_size = o.patch_size;
     if (given(o, "--mlp-dim")) c.mlp_dim = o.mlp_dim;
     c.learned_positions = o.positions == "learned";
+    c.shifted_patches = o.shifted_patches;
     if (c.dim < 1) throw UsageError("--dim", "vit needs a width >= 1");
     if (c.dim % c.heads != 0)
       throw UsageError("--heads", format("%lld must divide --dim %lld", static_cast<long long>(c.heads),
@@ -504,6 +506,8 @@ int run_train_vision(const TrainOptions& o, std::ostream& out) {
                                               static_cast<long long>(c.patch_size)));
     if (!c.learned_positions && c.dim % 4 != 0)
       throw UsageError("--positions", "sincos needs --dim a multiple of 4");
+    if (c.shifted_patches && c.patch_size < 2)
+      throw UsageError("--shifted-patches", "needs --patch-size >= 2 (the shift is half a patch)");
   } else {
     if (given(o, "--dim")) pc.dim = o.dim;
     if (given(o, "--layers")) pc.blocks = o.layers;
@@ -540,11 +544,11 @@ int run_train_vision(const TrainOptions& o, std::ostream& out) {
                   static_cast<long long>(t.batch), t.peak_lr, t.label_smoothing, num_threads());
   else if (!o.json)
     out << format("training a Vision Transformer on %lld Fashion-MNIST images (%lld validation): patch %lld "
-                  "(%lld tokens), %lld blocks, dim %lld, %lld heads, mlp %lld, %s positions, %lld parameters; "
+                  "(%lld tokens%s), %lld blocks, dim %lld, %lld heads, mlp %lld, %s positions, %lld parameters; "
                   "%lld epochs, batch %lld, lr %g, label smoothing %g, %d threads\n",
                   static_cast<long long>(train_images), static_cast<long long>(data.validation.count),
                   static_cast<long long>(c.patch_size), static_cast<long long>(c.tokens()),
-                  static_cast<long long>(c.layers), static_cast<long long>(c.dim), static_cast<long long>(c.heads),
+                  c.shifted_patches ? ", shifted patches" : "", static_cast<long long>(c.layers), static_cast<long long>(c.dim), static_cast<long long>(c.heads),
                   static_cast<long long>(c.mlp_dim), c.learned_positions ? "learned" : "sine-cosine",
                   static_cast<long long>(c.num_parameters()), static_cast<long long>(t.epochs),
                   static_cast<long long>(t.batch), t.peak_lr, t.label_smoothing, num_threads());
