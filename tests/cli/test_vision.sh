@@ -84,6 +84,11 @@ grep -q '"model_type": "qkv-vision"' "$TMP/m/config.json" && pass || fail "confi
 run train vision --data "$DATA" --out "$TMP/j" --epochs 1 --json --bf16 "${TINY[@]}"
 expect_status 0 "train vision --json"
 "$PYTHON" -c "import json,sys; j=json.loads(open(sys.argv[1]).read()); assert j['steps']==6 and 0<=j['test_accuracy']<=1 and len(j['validation_accuracy'])==1, j" "$TMP/out" && pass || fail "train --json: $(cat "$TMP/out")"
+run train vision --data "$DATA" --out "$TMP/s" --epochs 1 --shifted-patches "${TINY[@]}"
+expect_status 0 "train vision --shifted-patches"
+grep -q '"shifted_patches": true' "$TMP/s/config.json" && pass || fail "config.json records shifted patches"
+run classify --model "$TMP/s" --images "$TMP/one.pgm" --json
+expect_status 0 "classify with a shifted-patch model"
 
 # --- classify ---------------------------------------------------------------------------
 run classify --model "$TMP/m" --images "$DATA/t10k-images-idx3-ubyte.gz" --labels "$DATA/t10k-labels-idx1-ubyte.gz"
@@ -150,6 +155,8 @@ for im in d["images"]:
 PY
 usage_fails "--points" train vision --data "$DATA" --points 64
 usage_fails "--patch-size" train vision --data "$DATA" --model point --patch-size 4
+usage_fails "--shifted-patches" train vision --data "$DATA" --model point --shifted-patches
+usage_fails "--shifted-patches" train vision --data "$DATA" --patch-size 1 --shifted-patches
 usage_fails "--neighbors" train vision --data "$DATA" --model point --points 8 --neighbors 9
 
 # --- bad input --------------------------------------------------------------------------
@@ -173,6 +180,7 @@ usage_fails "--steps" train vision --data "$DATA" --steps 10
 usage_fails "--patch-size" train dates --patch-size 4
 usage_fails "--model" train recommender --data "$DATA" --model vit
 fails "different model configuration" train vision --data "$DATA" --out "$TMP/m" --epochs 3 --resume --dim 32 --layers 1 --heads 2 --mlp-dim 32 --patch-size 7 --quiet
+fails "different model configuration" train vision --data "$DATA" --out "$TMP/m" --epochs 3 --resume --shifted-patches "${TINY[@]}"
 
 echo "test_vision: $checks checks, $failures failures"
 [[ $failures -eq 0 ]]

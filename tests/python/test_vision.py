@@ -366,6 +366,8 @@ def test_errors_name_what_was_wrong(trained, data, tmp_path):
             (dict(heads=3), ValueError, "heads = 3 must divide dim = 16"),
             (dict(dim=18, heads=2, positions="sincos"), ValueError, "needs dim a multiple of 4, got 18"),
             (dict(positions="rope"), ValueError, "positions must be 'learned' or 'sincos', got 'rope'"),
+            (dict(shifted_patches="yes"), TypeError, "shifted_patches must be a bool"),
+            (dict(patch_size=1, shifted_patches=True), ValueError, "shifted_patches needs patch_size >= 2, got 1"),
             (dict(lr=float("nan")), ValueError, "lr must be a finite number > 0"),
             (dict(label_smoothing=1.0), ValueError, r"label_smoothing must be in \[0, 1\)"),
             (dict(resume=1), TypeError, "resume must be a bool"),
