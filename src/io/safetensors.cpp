@@ -609,25 +609,35 @@ void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata) {
   const Plan p = plan(tensors, metadata);
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  QKV_CHECK(f != nullptr, "save_safetensors: cannot create '" << tmp << "': " << std::strerror(errno));
+  // A regular file (or a new one) is written to path.tmp and renamed into place, so that a
+  // crash or a full disk never leaves half a file where a good one was. Anything else that
+  // exists (a device such as /dev/full or /dev/null, a FIFO) is written directly: renaming
+  // over it would replace the device with a regular file.
+  struct stat st{};
+  const bool special = ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
+  const std::string target = special ? path : path + ".tmp";
+  std::FILE* f = std::fopen(target.c_str(), "wb");
+  QKV_CHECK(f != nullptr, "save_safetensors: cannot create '" << target << "': " << std::strerror(errno));
   std::string prefix;
   append_u64(&prefix, p.header.size());
   prefix += p.header;
+  errno = 0;
   bool ok = std::fwrite(prefix.data(), 1, prefix.size(), f) == prefix.size();
   for (const Tensor& t : p.tensors)
     ok = ok && (t.nbytes() == 0 || std::fwrite(t.data(), 1, t.nbytes(), f) == t.nbytes());
+  ok = ok && std::fflush(f) == 0;
   const int write_errno = errno;
   ok = (std::fclose(f) == 0) && ok;
   if (!ok) {
-    std::remove(tmp.c_str());
-    QKV_CHECK(false, "save_safetensors: writing '" << tmp << "' failed: " << std::strerror(write_errno));
+    const int err = write_errno != 0 ? write_errno : errno;
+    if (!special) std::remove(target.c_str());
+    QKV_CHECK(false, "save_safetensors: writing '" << target << "' failed: " << std::strerror(err));
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (special) return;
+  if (std::rename(target.c_str(), path.c_str()) != 0) {
     const int err = errno;
-    std::remove(tmp.c_str());
-    QKV_CHECK(false, "save_safetensors: cannot rename '" << tmp << "' to '" << path
+    std::remove(target.c_str());
+    QKV_CHECK(false, "save_safetensors: cannot rename '" << target << "' to '" << path
                                                          << "': " << std::strerror(err));
   }
 }

@@ -3,6 +3,7 @@
 #include "qkv/safetensors.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -223,6 +224,29 @@ TEST(SafeTensorsRoundTrip, NoTensors) {
   // "{}" padded to 8 bytes is the smallest valid file.
   const Bytes empty = qkv::serialize_safetensors({});
   EXPECT_EQ(empty, image("{}      "));
+}
+
+// A device is written, never replaced: save_safetensors renames path.tmp into place only
+// over a regular file (or none). Renaming over /dev/full would turn it into a regular file
+// and report success; writing it directly reports the full device.
+TEST(SafeTensorsRoundTrip, DevicesAreWrittenNotReplaced) {
+  struct stat st{};
+  const std::vector<float> ones(1024, 1.0f);
+  const Tensor t = Tensor::from_vector({1024}, ones);
+  if (::stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode)) {
+    qkv::save_safetensors("/dev/null", {{"x", t}});
+    ASSERT_EQ(::stat("/dev/null", &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode)) << "/dev/null was replaced";
+  }
+  if (::stat("/dev/full", &st) != 0 || !S_ISCHR(st.st_mode)) GTEST_SKIP() << "no /dev/full device here";
+  try {
+    qkv::save_safetensors("/dev/full", {{"x", t}});
+    ADD_FAILURE() << "writing /dev/full reported success";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/dev/full"), std::string::npos) << e.what();
+  }
+  ASSERT_EQ(::stat("/dev/full", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode)) << "/dev/full was replaced by a regular file";
 }
 
 // ---------------------------------------------------------------- exact bytes
