@@ -166,8 +166,9 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
     "sincos" (fixed; dim a multiple of 4), shifted_patches=True for Shifted Patch
     Tokenization (each patch read with its place in four copies of the image shifted
     diagonally by half a patch, normalised, then embedded; patch_size >= 2). The point
-    model: `points` points sampled from each image's inked pixels, `layers` blocks (default 2) of width `dim` (default 32) of
-    vector attention over each point's `neighbors` nearest points. Training: AdamW, a warm-up
+    model: `points` points sampled from each image's inked pixels, `layers` blocks
+    (default 2) of width `dim` (default 32) of vector attention over each point's
+    `neighbors` nearest points. Training: AdamW, a warm-up
     of one epoch then a cosine decay from `lr`, label smoothing, the augmentation of
     TrainingBatches. seed fixes the weights, the order and the augmentation. train_limit > 0
     trains on the first train_limit images only.
