@@ -229,12 +229,21 @@ Tensor VitWeights::forward(const Tensor& images, std::vector<Tensor>* probs, Rec
     record->blocks.assign(blocks.size(), {});
     record->B = B;
   }
-  for (std::size_t i = 0; i < blocks.size(); ++i)
-    x = blocks[i].forward(x, {}, nullptr, probs ? &(*probs)[i] : nullptr, record ? &record->blocks[i] : nullptr);
-  const Tensor h = norm.forward(x, record ? &record->norm : nullptr);  // (B, T, d)
-  Tensor cls_state = Tensor::empty({B, d});                             // h[:, 0]
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    nn::TransformerEncoderLayer::Record* r = record ? &record->blocks[i] : nullptr;
+    // The head reads the class token alone, so the last block need compute only its row;
+    // the rollout (probs) takes every block's whole map.
+    if (i + 1 == blocks.size() && probs == nullptr)
+      x = blocks[i].forward_first(x, 1, {}, nullptr, r);  // (B, 1, d)
+    else
+      x = blocks[i].forward(x, {}, nullptr, probs ? &(*probs)[i] : nullptr, r);  // (B, T, d)
+  }
+  const Tensor h = norm.forward(x, record ? &record->norm : nullptr);  // (B, rows, d): rows = T or 1
+  const std::int64_t rows = h.size(1);
+  if (record) record->rows = rows;
+  Tensor cls_state = Tensor::empty({B, d});  // h[:, 0]
   for (std::int64_t b = 0; b < B; ++b)
-    std::copy_n(h.data_as<float>() + b * T * d, d, cls_state.data_as<float>() + b * d);
+    std::copy_n(h.data_as<float>() + b * rows * d, d, cls_state.data_as<float>() + b * d);
   return head.forward(cls_state, {}, record ? &record->head : nullptr);  // (B, classes)
 }
 
@@ -245,9 +254,10 @@ void VitWeights::backward(const Tensor& dlogits, const Record& record, VitWeight
                 << blocks.size() << " blocks and the same kind of positions and patches");
   const std::int64_t B = record.B, d = cls_token.size(0), T = pos_embed.size(0);
   const Tensor dcls = head.backward(dlogits, record.head, grads.head);  // (B, d)
-  Tensor dh = Tensor::zeros({B, T, d});                                 // only h[:, 0] was used
+  const std::int64_t rows = record.rows;
+  Tensor dh = Tensor::zeros({B, rows, d});  // only h[:, 0] was used
   for (std::int64_t b = 0; b < B; ++b)
-    std::copy_n(dcls.data_as<float>() + b * d, d, dh.data_as<float>() + b * T * d);
+    std::copy_n(dcls.data_as<float>() + b * d, d, dh.data_as<float>() + b * rows * d);
   Tensor dx = norm.backward(dh, record.norm, grads.norm);
   for (std::size_t i = blocks.size(); i-- > 0;) dx = blocks[i].backward(dx, record.blocks[i], grads.blocks[i]);
   // x = [cls; embedded] + pos

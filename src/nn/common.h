@@ -9,6 +9,10 @@
 #include "qkv/nn.h"
 #include "qkv/tensor.h"
 
+namespace qkv::detail {
+struct Isa;  // attention/kernels/flash.h: a variant of the ISA table
+}  // namespace qkv::detail
+
 namespace qkv::nn::detail {
 
 // x as a contiguous f32 tensor (shared when it already is one). The layers compute in f32
@@ -32,6 +36,14 @@ inline void check_grad(const Tensor& g, const Shape& shape, const char* fn, cons
                << shape_to_string(shape) << ", got "
                << (g.defined() ? g.shape_string() : std::string("undefined")));
 }
+
+// The erf form of GELU (gelu(x) = x·Φ(x)) and its backward (dx = dy·(Φ(x) + x·φ(x))) over n
+// contiguous floats, in the loop compiled for `isa` (simd128: any x86-64 CPU; the others:
+// AVX2 + FMA). gelu() and gelu_backward() run qkv::detail::selected_isa()'s; the tests run
+// every variant the CPU has.
+void gelu_erf_span(qkv::detail::Isa isa, const float* x, float* y, std::int64_t n);
+void gelu_erf_backward_span(qkv::detail::Isa isa, const float* dy, const float* x, float* dx,
+                            std::int64_t n);
 
 // Deterministic U(−bound, bound) fill of a contiguous f32 tensor.
 void fill_uniform(Tensor& t, double bound, std::uint64_t seed);

@@ -38,10 +38,28 @@ void TransformerEncoderLayer::pack(DType dtype) {
   if (residual_proj.weight.defined()) residual_proj.pack(dtype);
 }
 
+namespace {
+
+// x[:, :rows] as a contiguous (B, rows, E) tensor
+Tensor first_rows(const Tensor& x, std::int64_t rows) { return x.slice(1, 0, rows).contiguous(); }
+
+// whole[:, :rows] += part: whole (B, L, E) contiguous f32, part (B, rows, E)
+void add_first_rows(Tensor& whole, const Tensor& part) {
+  const std::int64_t B = whole.size(0), L = whole.size(1), E = whole.size(2), rows = part.size(1);
+  const Tensor p = part.contiguous();
+  float* w = whole.data_as<float>();
+  const float* q = p.data_as<float>();
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t i = 0; i < rows * E; ++i) w[b * L * E + i] += q[b * rows * E + i];
+}
+
+}  // namespace
+
 Tensor TransformerEncoderLayer::forward(const Tensor& src, const AttentionMasks& masks,
                                         KVCache* cache, Tensor* probs, Record* record) const {
   detail::check_batch_first(src, config.d_model, "TransformerEncoderLayer", "src");
   Record* r = record;
+  if (r) r->rows = 0;
   // The residual adds run inside the output products (out_proj, linear2). A width change
   // projects the residual first: r(x) (B, L, d_out).
   const bool project = residual_proj.weight.defined() || residual_proj.packed.defined();
@@ -62,8 +80,61 @@ Tensor TransformerEncoderLayer::forward(const Tensor& src, const AttentionMasks&
   return norm2.forward(ff.forward(x1, x1, r ? &r->ff : nullptr), r ? &r->norm2 : nullptr);
 }
 
+// forward(src)[:, :rows], with the first rows as queries over every position's key and value
+Tensor TransformerEncoderLayer::forward_first(const Tensor& src, std::int64_t rows,
+                                              const AttentionMasks& masks, Tensor* probs,
+                                              Record* record) const {
+  detail::check_batch_first(src, config.d_model, "TransformerEncoderLayer::forward_first", "src");
+  const std::int64_t L = src.size(1);
+  QKV_CHECK(rows >= 1 && rows <= L, "TransformerEncoderLayer::forward_first: rows must be in [1, L = "
+                                        << L << "], got " << rows);
+  if (rows == L) return forward(src, masks, nullptr, probs, record);
+  Record* r = record;
+  if (r) r->rows = rows;
+  const Tensor head = first_rows(src, rows);  // (B, rows, d_model)
+  const bool project = residual_proj.weight.defined() || residual_proj.packed.defined();
+  const Tensor res = project ? residual_proj.forward(head, {}, r ? &r->residual_proj : nullptr)
+                             : head;  // r(x) of the rows (B, rows, d_out)
+  if (config.norm_first) {
+    // x1 = r(x) + sa(norm1(x)[:rows], norm1(x)); y = x1 + ff(norm2(x1))
+    const Tensor n1 = norm1.forward(src, r ? &r->norm1 : nullptr);  // (B, L, d_model)
+    const Tensor x1 = self_attn.forward(first_rows(n1, rows), n1, n1, masks, res, nullptr, probs,
+                                        r ? &r->self_attn : nullptr);  // (B, rows, d_out)
+    const Tensor n2 = norm2.forward(x1, r ? &r->norm2 : nullptr);
+    return ff.forward(n2, x1, r ? &r->ff : nullptr);
+  }
+  // x1 = norm1(r(x) + sa(x[:rows], x)); y = norm2(x1 + ff(x1))
+  const Tensor x1 = norm1.forward(
+      self_attn.forward(head, src, src, masks, res, nullptr, probs, r ? &r->self_attn : nullptr),
+      r ? &r->norm1 : nullptr);
+  return norm2.forward(ff.forward(x1, x1, r ? &r->ff : nullptr), r ? &r->norm2 : nullptr);
+}
+
 Tensor TransformerEncoderLayer::backward(const Tensor& dy, const Record& r,
                                          TransformerEncoderLayer& g) const {
+  if (r.rows > 0) {
+    // After forward_first: the queries' gradient (B, rows, ·) joins the keys' and values'
+    // (B, L, ·) in the first rows, as does the residual's.
+    if (config.norm_first) {
+      Tensor dx1 = norm2.backward(ff.backward(dy, r.ff, g.ff), r.norm2, g.norm2);
+      add_(dx1, dy);
+      const MultiheadAttention::Gradients d = self_attn.backward(dx1, r.self_attn, g.self_attn);
+      Tensor dn1 = d.key;  // (B, L, d_model)
+      add_first_rows(dn1, d.query);
+      Tensor dx = norm1.backward(dn1, r.norm1, g.norm1);
+      add_first_rows(dx, residual_backward(dx1, r, g));
+      return dx;
+    }
+    const Tensor ds2 = norm2.backward(dy, r.norm2, g.norm2);
+    Tensor dx1 = ff.backward(ds2, r.ff, g.ff);
+    add_(dx1, ds2);
+    const Tensor ds1 = norm1.backward(dx1, r.norm1, g.norm1);
+    const MultiheadAttention::Gradients d = self_attn.backward(ds1, r.self_attn, g.self_attn);
+    Tensor dx = d.key;  // (B, L, d_model)
+    add_first_rows(dx, d.query);
+    add_first_rows(dx, residual_backward(ds1, r, g));
+    return dx;
+  }
   if (config.norm_first) {
     // y = x1 + ff(norm2(x1))
     Tensor dx1 = norm2.backward(ff.backward(dy, r.ff, g.ff), r.norm2, g.norm2);

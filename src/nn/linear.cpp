@@ -288,13 +288,27 @@ Tensor linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, 
     detail::gemm(pdw, pg, xc.data_as<float>(), N, K, M, true, false, true);
   }
   if (with_bias) {
-    // db (N) += Σ_m dy[m]: each thread owns a range of columns, so the sum order is fixed.
+    // db (N) += Σ_m dy[m]: each thread owns a range of columns, so the sum order is fixed
+    // (db[n] + dy[0][n] + dy[1][n] + …, whatever the thread count). A block of kCols columns
+    // is summed in registers down all M rows and stored once: adding each row into db in
+    // memory cost a load and a store per element, and 5% of a ViT training step.
     float* pb = dbias->data_as<float>();
     const int threads = static_cast<int>(std::min<std::int64_t>(num_threads(), (N + 15) / 16));
     qkv::detail::parallel_team("nn.linear_bias_grad", std::max(threads, 1), [&](int t, int T) {
+      constexpr std::int64_t kCols = 32;
       const std::int64_t n0 = N * t / T, n1 = N * (t + 1) / T;
-      for (std::int64_t m = 0; m < M; ++m)
-        for (std::int64_t n = n0; n < n1; ++n) pb[n] += pg[m * N + n];
+      std::int64_t c0 = n0;
+      for (; c0 + kCols <= n1; c0 += kCols) {
+        float acc[kCols];
+        for (std::int64_t j = 0; j < kCols; ++j) acc[j] = pb[c0 + j];
+        for (std::int64_t m = 0; m < M; ++m) {
+          const float* row = pg + m * N + c0;
+          for (std::int64_t j = 0; j < kCols; ++j) acc[j] += row[j];
+        }
+        for (std::int64_t j = 0; j < kCols; ++j) pb[c0 + j] = acc[j];
+      }
+      for (std::int64_t m = 0; m < M; ++m)  // the last columns, fewer than kCols
+        for (std::int64_t n = c0; n < n1; ++n) pb[n] += pg[m * N + n];
     });
   }
   return dx;

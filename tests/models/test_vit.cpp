@@ -129,8 +129,12 @@ TEST(Vit, RolloutMatchesDirectProduct) {
   models::VitWeights w = models::VitWeights::initialized(c, 4);
   perturb(w.parameters(), 9);
   std::vector<Tensor> probs;
-  w.forward(images(2, c, 21), &probs);
+  const Tensor with_probs = w.forward(images(2, c, 21), &probs);
   ASSERT_EQ(probs.size(), 2u);
+  // Without probs the last block computes only the class token's row: the same logits.
+  std::vector<double> want;
+  for (float f : with_probs.to_vector()) want.push_back(f);
+  expect_close(w.forward(images(2, c, 21)), want, 64 * kU * (1 + max_abs(want)), "class row only");
   const std::int64_t T = c.tokens(), H = c.heads;
   for (std::int64_t b = 0; b < 2; ++b) {
     // Direct: R = A2·A1 with A = (mean_h P + I)/2; the class row without itself.

@@ -2,7 +2,12 @@
 // against finite differences; the float Φ of the erf form (vectorised, a few ulp) over a
 // dense sweep against double.
 
+#include <string>
+#include <vector>
+
+#include "attention/kernels/flash.h"  // the ISA variants
 #include "nn/check.h"
+#include "nn/common.h"  // nn::detail::gelu_erf_span
 
 namespace {
 
@@ -41,37 +46,46 @@ TEST(NnActivations, GeluBothFormsAndRelu) {
   expect_close(nn::relu(x).to_vector(), relu_form, tol(relu_form), "relu");
 }
 
-// Every 1/4096 in [-16, 16]: the forward within 8 ulp of double (relative, or of 1e-30 where
-// the true value is smaller), the backward's derivative within 4 ulp of its largest term (Φ
-// and x·φ cancel near x = -0.75, where only an absolute bound means anything) within 8 ulp.
+// Every 1/4096 in [-16, 16], in each ISA variant of the loops (SSE2; AVX2 + FMA) and through
+// gelu()/gelu_backward(): the forward within 8 ulp of double (relative, or of 1e-30 where the
+// true value is smaller), the backward's derivative within 8 ulp of its largest term (Φ and
+// x·φ cancel near x = -0.75, where only an absolute bound means anything).
 TEST(NnActivations, GeluErfFormSweepAgainstDouble) {
   const std::int64_t n = 32 * 4096 + 1;
   Tensor x = Tensor::empty({n});
   float* px = x.data_as<float>();
   for (std::int64_t i = 0; i < n; ++i) px[i] = static_cast<float>(-16.0 + static_cast<double>(i) / 4096.0);
-  const std::vector<float> y = nn::gelu(x).to_vector();
-  const std::vector<float> d = nn::gelu_backward(Tensor::full({n}, 1.0f), x).to_vector();
-  double worst_y = 0, worst_d = 0, at_y = 0, at_d = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const double v = px[i];
-    const double cdf = 0.5 * std::erfc(-v / std::sqrt(2.0));
-    const double pdf = std::exp(-0.5 * v * v) / std::sqrt(2.0 * M_PI);
-    const double want = v * cdf, dwant = cdf + v * pdf;
-    const double err_y = std::abs(y[i] - want) / std::max(std::abs(want), 1e-30) / 0x1p-24;
-    if (err_y > worst_y) {
-      worst_y = err_y;
-      at_y = v;
+  const auto check = [&](const std::vector<float>& y, const std::vector<float>& d, const std::string& what) {
+    double worst_y = 0, worst_d = 0, at_y = 0, at_d = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double v = px[i];
+      const double cdf = 0.5 * std::erfc(-v / std::sqrt(2.0));
+      const double pdf = std::exp(-0.5 * v * v) / std::sqrt(2.0 * M_PI);
+      const double want = v * cdf, dwant = cdf + v * pdf;
+      const double err_y = std::abs(y[i] - want) / std::max(std::abs(want), 1e-30) / 0x1p-24;
+      if (err_y > worst_y) {
+        worst_y = err_y;
+        at_y = v;
+      }
+      const double scale = std::max(cdf, std::abs(v * pdf));
+      if (scale >= 1e-30 && std::abs(d[i] - dwant) / scale / 0x1p-24 > worst_d) {
+        worst_d = std::abs(d[i] - dwant) / scale / 0x1p-24;
+        at_d = v;
+      }
     }
-    const double scale = std::max(cdf, std::abs(v * pdf));
-    if (scale >= 1e-30 && std::abs(d[i] - dwant) / scale / 0x1p-24 > worst_d) {
-      worst_d = std::abs(d[i] - dwant) / scale / 0x1p-24;
-      at_d = v;
-    }
+    EXPECT_LE(worst_y, 8.0) << what << " gelu: worst relative error in ulp";
+    EXPECT_LE(worst_d, 8.0) << what << " gelu_backward: worst error in ulp of its largest term";
+    std::printf("gelu erf form, %s: worst %.2f ulp forward (x = %g), %.2f backward (x = %g)\n", what.c_str(),
+                worst_y, at_y, worst_d, at_d);
+  };
+  check(nn::gelu(x).to_vector(), nn::gelu_backward(Tensor::full({n}, 1.0f), x).to_vector(), "gelu()");
+  const std::vector<float> ones(static_cast<std::size_t>(n), 1.0f);
+  for (qkv::detail::Isa isa : qkv::detail::tested_isas()) {
+    std::vector<float> y(static_cast<std::size_t>(n)), d(static_cast<std::size_t>(n));
+    nn::detail::gelu_erf_span(isa, px, y.data(), n);
+    nn::detail::gelu_erf_backward_span(isa, ones.data(), px, d.data(), n);
+    check(y, d, qkv::detail::isa_name(isa));
   }
-  EXPECT_LE(worst_y, 8.0) << "gelu: worst relative error in ulp";
-  EXPECT_LE(worst_d, 8.0) << "gelu_backward: worst error in ulp of its largest term";
-  std::printf("gelu erf form: worst %.2f ulp forward (x = %g), %.2f backward (x = %g)\n", worst_y, at_y, worst_d,
-              at_d);
 }
 
 TEST(NnActivations, BackwardMatchesFiniteDifferences) {

@@ -2,6 +2,9 @@
 // definitions composed from the tested pieces, cached decoding against the full decode,
 // and their backward passes against finite differences.
 
+#include <tuple>
+
+#include "attention/expect_error.h"
 #include "nn/check.h"
 
 namespace {
@@ -126,6 +129,55 @@ TEST_P(WidthChange, ForwardIsItsDefinitionAndBackwardMatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(NnBlocks, WidthChange, ::testing::Bool());
+
+// forward_first(x, rows): the first rows of forward(x) (each row's products differ only in
+// how many rows oneDNN multiplies at once), and its backward against finite differences,
+// in both norm orders, with and without a width change, under a causal mask (top-left: the
+// rows keep their causal view) and under key lengths.
+class ForwardFirst : public ::testing::TestWithParam<std::tuple<bool, bool>> {};  // norm_first, width change
+
+TEST_P(ForwardFirst, IsTheFirstRowsOfForwardAndBackwardMatchesFiniteDifferences) {
+  nn::TransformerLayerConfig c;
+  c.d_model = 8;
+  c.nhead = 2;
+  c.dim_feedforward = 12;
+  c.norm_first = std::get<0>(GetParam());
+  c.d_out = std::get<1>(GetParam()) ? 10 : 0;
+  c.activation = nn::Activation::gelu;  // smooth, for central differences
+  nn::TransformerEncoderLayer layer(c, 41), grads(c, 41);
+  perturb(layer.parameters(), 42);
+  const std::int64_t B = 2, L = 5, rows = 2, E = layer.out_features();
+  Tensor x = randn({B, L, 8}, 43);
+  nn::AttentionMasks causal, lengths;
+  causal.is_causal = true;
+  lengths.key_lengths = {5, 3};
+  for (const nn::AttentionMasks& masks : {causal, lengths}) {
+    const Tensor got = layer.forward_first(x, rows, masks);
+    ASSERT_EQ(got.shape(), (Shape{B, rows, E}));
+    const Tensor full = layer.forward(x, masks).contiguous();
+    std::vector<double> want;
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t i = 0; i < rows * E; ++i) want.push_back(full.data_as<float>()[b * L * E + i]);
+    expect_close(got, want, 64 * kU * (1 + max_abs(want)), "forward_first vs forward");
+
+    train::zero_grad(grads.parameters());
+    const Tensor w = randn({B, rows, E}, 44);
+    nn::TransformerEncoderLayer::Record record;
+    layer.forward_first(x, rows, masks, nullptr, &record);
+    const Tensor dx = layer.backward(w, record, grads);
+    ASSERT_EQ(dx.shape(), x.shape());
+    auto loss = [&] { return dot(layer.forward_first(x, rows, masks), w); };
+    check_gradient(x, dx, loss, "dx");
+    auto p = layer.parameters(), g = grads.parameters();
+    for (std::size_t i = 0; i < p.size(); ++i) check_gradient(*p[i].second, *g[i].second, loss, p[i].first);
+  }
+  // rows = L is forward(); outside [1, L] an error naming the range
+  EXPECT_EQ(layer.forward_first(x, L).to_vector(), layer.forward(x).to_vector());
+  expect_error([&] { layer.forward_first(x, 0); }, "rows must be in [1, L = 5]");
+  expect_error([&] { layer.forward_first(x, 6); }, "rows must be in [1, L = 5]");
+}
+
+INSTANTIATE_TEST_SUITE_P(NnBlocks, ForwardFirst, ::testing::Combine(::testing::Bool(), ::testing::Bool()));
 
 TEST(NnBlocks, DecoderLayerRefusesAWidthChange) {
   nn::TransformerLayerConfig c;

@@ -76,6 +76,7 @@ struct TransformerEncoderLayer {
     MultiheadAttention::Record self_attn;
     FeedForward::Record ff;
     Linear::Record residual_proj;
+    std::int64_t rows = 0;  // forward_first's `rows` (0: a whole forward)
   };
 
   TransformerEncoderLayer() = default;
@@ -88,6 +89,16 @@ struct TransformerEncoderLayer {
   // MultiheadAttention); probs receives the self-attention probabilities (B, H, L, S).
   Tensor forward(const Tensor& src, const AttentionMasks& masks = {}, KVCache* cache = nullptr,
                  Tensor* probs = nullptr, Record* record = nullptr) const;
+  // The first `rows` positions of forward(src) and nothing else: (B, rows, d_out). Every
+  // position of src still serves as a key and value, but only the first rows are queries
+  // and go through out_proj and the feed-forward. A classifier that reads only its class
+  // token needs no more from its last layer (the ViT: 1 row of 50, most of that layer's
+  // work). masks are (rows, L)-shaped as the attention's for rows queries over L keys
+  // (is_causal aligns top-left, so the rows keep their causal view). backward() takes the
+  // record and returns dx (B, L, d_model).
+  Tensor forward_first(const Tensor& src, std::int64_t rows, const AttentionMasks& masks = {},
+                       Tensor* probs = nullptr, Record* record = nullptr) const;
+  // dy (B, L|rows, d_out) -> dx (B, L, d_model), after forward() or forward_first().
   Tensor backward(const Tensor& dy, const Record& record, TransformerEncoderLayer& grads) const;
   ParameterList parameters(const std::string& prefix = "");  // + residual_proj.* when defined
   std::int64_t out_features() const { return config.d_out == 0 ? config.d_model : config.d_out; }
