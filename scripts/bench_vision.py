@@ -55,7 +55,10 @@ per image for a training step (backward ≈ 2 forwards) and the forward's for cl
     2·N·P²·d (patch embedding) + layers·(8·T·d² (q, k, v and out projections)
     + 4·T·d·m (feed-forward) + 4·T²·d (q·kᵀ and p·v)) + 2·d·10 (head)
 
-LayerNorm, GELU, softmax and AdamW's element-wise work are not counted. Each side's
+LayerNorm, GELU, softmax and AdamW's element-wise work are not counted. Both sides are
+credited this same count, the model's: qkv's last block computes only the class token's row
+(the head reads nothing else), about 12% of the forward less arithmetic than the count
+with the default model; the twin computes every row. Each side's
 percentage of the f32 FMA ceiling is against the ceiling sampled right after each of its
 epochs, as scripts/bench/ceilings.py pairs a round with its sample (the median over the
 epochs is shown).

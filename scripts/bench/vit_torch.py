@@ -9,6 +9,7 @@ initial weights, qkv's _vit_initial, and the same batches).
   shifted_stack(images, s)     (B, C, H, W) -> (B, 5C, H, W) as qkv's shifted_stack
   sincos_positions_2d(grid, d) qkv's fixed 2-D sine-cosine table (1 + grid², d), in torch
   make_vit_class()             TorchVit, an nn.Module under qkv's parameter names
+  constant_rows_exact(norm, x) norm(x), with rows of one value given the bias exactly (qkv's rule)
   load_qkv_weights(model, w)   name -> array (or tensor) into the model, strictly
   state_numpy(model)           its parameters back as name -> float32 NumPy arrays, in
                                qkv's order
@@ -31,6 +32,10 @@ With config["shifted_patches"] (Shifted Patch Tokenization, Lee, Lee & Song 2021
   patches = patch_norm(patchify(shifted_stack(images, P // 2), P))   (B, N, 5·C·P·P)
 
 patch_norm: nn.LayerNorm(5·C·P·P, eps=1e-6); patch_embed then takes 5·C·P·P features.
+A patch whose features are all one finite value (a blank patch) comes out as patch_norm's
+bias exactly, as from qkv's LayerNorm: its mean is that value and its variance 0, so x̂ = 0.
+torch's float mean of such a row can be off by an ulp, which 1/sqrt(eps) = 1000 magnifies
+into noise (constant_rows_exact below).
 
 pos_embed is a parameter when config["learned_positions"], else a buffer (not saved in the
 state dict: persistent=False) holding the sine-cosine table, as qkv, where it is no
@@ -174,7 +179,8 @@ def make_vit_class():
                                  f"{c['image_size']}), got {tuple(images.shape)}")
             if c["shifted_patches"]:
                 P = self.patch_size
-                x = self.patch_embed(self.patch_norm(patchify(shifted_stack(images, P // 2), P)))  # (B, N, d)
+                patches = patchify(shifted_stack(images, P // 2), P)                # (B, N, 5·C·P·P)
+                x = self.patch_embed(constant_rows_exact(self.patch_norm, patches))  # (B, N, d)
             else:
                 x = self.patch_embed(patchify(images, self.patch_size))            # (B, N, d)
             cls = self.cls_token.expand(x.shape[0], 1, -1)                          # (B, 1, d)
@@ -187,6 +193,16 @@ def make_vit_class():
             return self.head(self.norm(x)[:, 0])
 
     return TorchVit
+
+
+def constant_rows_exact(norm, x):
+    """norm(x) for an nn.LayerNorm over x's last dimension, but a row of one finite value
+    gives norm.bias exactly (x̂ = 0: what its exact mean and zero variance give), as qkv's
+    LayerNorm does. The bias still gets those rows' gradient; the weight gets none (x̂ = 0)."""
+    import torch
+    first = x[..., :1]
+    constant = (x == first).all(dim=-1, keepdim=True) & torch.isfinite(first)   # (..., 1)
+    return torch.where(constant, norm.bias.expand_as(x), norm(x))
 
 
 def load_qkv_weights(model, weights):

@@ -74,6 +74,27 @@ float checked_eps(double eps, const char* fn) {
 // Rows of N in x, for the statistics of a forward or a backward.
 std::int64_t rows_of(const Tensor& x, std::int64_t N) { return N == 0 ? 0 : x.numel() / N; }
 
+// A row whose N entries are one finite value v has mean v and variance 0 exactly, so
+// x̂ = 0 and y = b. oneDNN's float mean of such a row can be off by an ulp of v, and
+// 1/sqrt(variance + eps) then magnifies x − mean (1000x at eps 1e-6) into a y that is
+// noise around b: the blank patches of an image are such rows, and their noise made qkv's
+// and torch's ViT gradients differ by 4x float rounding. Set those rows exactly, and their
+// statistics for the backward (which then finds x̂ = 0 too). The scan leaves most rows at
+// their second entry.
+void set_constant_rows(const float* x, std::int64_t rows, std::int64_t N, const float* bias, float* out,
+                       float* mean, float* variance) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * N;
+    const float v = row[0];
+    if (!std::isfinite(v) || !std::all_of(row + 1, row + N, [v](float e) { return e == v; })) continue;
+    for (std::int64_t j = 0; j < N; ++j) out[r * N + j] = bias ? bias[j] : 0.0f;
+    if (mean) {
+      mean[r] = v;
+      variance[r] = 0.0f;
+    }
+  }
+}
+
 }  // namespace
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized, const Tensor& weight,
@@ -123,6 +144,8 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized, const Tensor& weight
     args.emplace(DNNL_ARG_VARIANCE, dnnl::memory(stat_desc(rows), engine, variance->data()));
   }
   detail::run(prim, args);
+  set_constant_rows(xc.data_as<float>(), rows, N, b.defined() ? b.data_as<float>() : nullptr, out.data_as<float>(),
+                    training ? mean->data_as<float>() : nullptr, training ? variance->data_as<float>() : nullptr);
   return out;
 }
 

@@ -1,6 +1,8 @@
 // nn::LayerNorm against a naive double loop, and its backward against finite
 // differences.
 
+#include <limits>
+
 #include "nn/check.h"
 
 namespace {
@@ -84,6 +86,45 @@ TEST(NnLayerNorm, BackwardOverTwoDimensions) {
 
 // The backward against its formula evaluated in double (statistics in double too), with
 // and without affine parameters; twice the same call gives the same bits.
+// A row of one finite value v (a blank image patch) has mean v and variance 0 exactly, so
+// x̂ = 0: y is the bias exactly, and the backward adds nothing to dweight from it. A float
+// mean off by an ulp would leave y = b + noise magnified by 1/sqrt(eps) (1000x at 1e-6). A
+// row of infinities stays NaN, as in torch.
+TEST(NnLayerNorm, ConstantRowsAreExact) {
+  const std::int64_t N = 80, rows = 64;
+  nn::LayerNorm norm({N}, 1e-6), grads({N}, 1e-6);
+  norm.weight = randn({N}, 5);
+  norm.bias = randn({N}, 6);
+  train::zero_grad(grads.parameters());
+  const std::vector<float> values = randn({rows}, 7, 2.0).to_vector();
+  Tensor x = Tensor::empty({rows, N});
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t i = 0; i < N; ++i) x.data_as<float>()[r * N + i] = r == 0 ? -0.8101983f : values[r];
+  nn::LayerNorm::Record record;
+  const std::vector<float> y = norm.forward(x, &record).to_vector();
+  EXPECT_EQ(norm.forward(x).to_vector(), y) << "inference and training forwards differ";
+  const std::vector<float> b = norm.bias.to_vector();
+  std::int64_t off = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t i = 0; i < N; ++i) off += y[r * N + i] != b[i];
+    EXPECT_EQ(record.mean.data_as<float>()[r], x.data_as<float>()[r * N]) << "row " << r;
+    EXPECT_EQ(record.variance.data_as<float>()[r], 0.0f) << "row " << r;
+  }
+  EXPECT_EQ(off, 0) << "outputs of constant rows that are not the bias exactly";
+  // dy·x̂ = 0 on every row: dweight stays 0; dbias = Σ dy.
+  const Tensor dy = randn({rows, N}, 8);
+  norm.backward(dy, record, grads);
+  EXPECT_EQ(grads.weight.to_vector(), std::vector<float>(N, 0.0f));
+  std::vector<double> want_db(N, 0.0);
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t i = 0; i < N; ++i) want_db[i] += dy.data_as<float>()[r * N + i];
+  expect_close(grads.bias, want_db, rows * kU * (1 + max_abs(want_db)), "dbias");
+  // Non-finite rows keep oneDNN's NaN.
+  Tensor inf = Tensor::full({2, N}, std::numeric_limits<float>::infinity());
+  inf.data_as<float>()[N] = std::numeric_limits<float>::quiet_NaN();
+  for (float v : norm.forward(inf).to_vector()) EXPECT_TRUE(std::isnan(v));
+}
+
 TEST(NnLayerNorm, BackwardMatchesItsFormulaInDouble) {
   for (std::int64_t N : {1, 7, 64, 129})
     for (bool affine : {true, false}) {
