@@ -58,29 +58,9 @@ void add_first_rows(Tensor& whole, const Tensor& part) {
 Tensor TransformerEncoderLayer::forward(const Tensor& src, const AttentionMasks& masks,
                                         KVCache* cache, Tensor* probs, Record* record) const {
   detail::check_batch_first(src, config.d_model, "TransformerEncoderLayer", "src");
-  Record* r = record;
-  if (r) r->rows = 0;
-  // The residual adds run inside the output products (out_proj, linear2). A width change
-  // projects the residual first: r(x) (B, L, d_out).
-  const bool project = residual_proj.weight.defined() || residual_proj.packed.defined();
-  const Tensor res = project ? residual_proj.forward(src, {}, r ? &r->residual_proj : nullptr)
-                             : src;
-  if (config.norm_first) {
-    // x1 = r(x) + sa(norm1(x)); y = x1 + ff(norm2(x1))
-    const Tensor n1 = norm1.forward(src, r ? &r->norm1 : nullptr);
-    const Tensor x1 = self_attn.forward(n1, n1, n1, masks, res, cache, probs,
-                                        r ? &r->self_attn : nullptr);
-    const Tensor n2 = norm2.forward(x1, r ? &r->norm2 : nullptr);
-    return ff.forward(n2, x1, r ? &r->ff : nullptr);
-  }
-  // x1 = norm1(r(x) + sa(x)); y = norm2(x1 + ff(x1))
-  const Tensor x1 = norm1.forward(
-      self_attn.forward(src, src, src, masks, res, cache, probs, r ? &r->self_attn : nullptr),
-      r ? &r->norm1 : nullptr);
-  return norm2.forward(ff.forward(x1, x1, r ? &r->ff : nullptr), r ? &r->norm2 : nullptr);
+  return forward_rows(src, src.size(1), masks, cache, probs, record);
 }
 
-// forward(src)[:, :rows], with the first rows as queries over every position's key and value
 Tensor TransformerEncoderLayer::forward_first(const Tensor& src, std::int64_t rows,
                                               const AttentionMasks& masks, Tensor* probs,
                                               Record* record) const {
@@ -88,71 +68,74 @@ Tensor TransformerEncoderLayer::forward_first(const Tensor& src, std::int64_t ro
   const std::int64_t L = src.size(1);
   QKV_CHECK(rows >= 1 && rows <= L, "TransformerEncoderLayer::forward_first: rows must be in [1, L = "
                                         << L << "], got " << rows);
-  if (rows == L) return forward(src, masks, nullptr, probs, record);
+  return forward_rows(src, rows, masks, nullptr, probs, record);
+}
+
+// The one forward: the first `rows` positions are the queries (rows = L: all of them, and
+// the attention is self-attention on one tensor, projected in one product); every position
+// is a key and value.
+Tensor TransformerEncoderLayer::forward_rows(const Tensor& src, std::int64_t rows,
+                                             const AttentionMasks& masks, KVCache* cache,
+                                             Tensor* probs, Record* record) const {
+  const bool all = rows == src.size(1);
   Record* r = record;
-  if (r) r->rows = rows;
-  const Tensor head = first_rows(src, rows);  // (B, rows, d_model)
+  if (r) r->rows = all ? 0 : rows;
+  const Tensor head = all ? src : first_rows(src, rows);  // the queries' rows (B, rows, d_model)
+  // The residual adds run inside the output products (out_proj, linear2). A width change
+  // projects the residual first: r(x) (B, rows, d_out).
   const bool project = residual_proj.weight.defined() || residual_proj.packed.defined();
   const Tensor res = project ? residual_proj.forward(head, {}, r ? &r->residual_proj : nullptr)
-                             : head;  // r(x) of the rows (B, rows, d_out)
+                             : head;
   if (config.norm_first) {
     // x1 = r(x) + sa(norm1(x)[:rows], norm1(x)); y = x1 + ff(norm2(x1))
     const Tensor n1 = norm1.forward(src, r ? &r->norm1 : nullptr);  // (B, L, d_model)
-    const Tensor x1 = self_attn.forward(first_rows(n1, rows), n1, n1, masks, res, nullptr, probs,
-                                        r ? &r->self_attn : nullptr);  // (B, rows, d_out)
+    const Tensor x1 = self_attn.forward(all ? n1 : first_rows(n1, rows), n1, n1, masks, res, cache,
+                                        probs, r ? &r->self_attn : nullptr);  // (B, rows, d_out)
     const Tensor n2 = norm2.forward(x1, r ? &r->norm2 : nullptr);
     return ff.forward(n2, x1, r ? &r->ff : nullptr);
   }
   // x1 = norm1(r(x) + sa(x[:rows], x)); y = norm2(x1 + ff(x1))
   const Tensor x1 = norm1.forward(
-      self_attn.forward(head, src, src, masks, res, nullptr, probs, r ? &r->self_attn : nullptr),
+      self_attn.forward(head, src, src, masks, res, cache, probs, r ? &r->self_attn : nullptr),
       r ? &r->norm1 : nullptr);
   return norm2.forward(ff.forward(x1, x1, r ? &r->ff : nullptr), r ? &r->norm2 : nullptr);
 }
 
 Tensor TransformerEncoderLayer::backward(const Tensor& dy, const Record& r,
                                          TransformerEncoderLayer& g) const {
-  if (r.rows > 0) {
-    // After forward_first: the queries' gradient (B, rows, ·) joins the keys' and values'
-    // (B, L, ·) in the first rows, as does the residual's.
-    if (config.norm_first) {
-      Tensor dx1 = norm2.backward(ff.backward(dy, r.ff, g.ff), r.norm2, g.norm2);
-      add_(dx1, dy);
-      const MultiheadAttention::Gradients d = self_attn.backward(dx1, r.self_attn, g.self_attn);
-      Tensor dn1 = d.key;  // (B, L, d_model)
-      add_first_rows(dn1, d.query);
-      Tensor dx = norm1.backward(dn1, r.norm1, g.norm1);
-      add_first_rows(dx, residual_backward(dx1, r, g));
-      return dx;
-    }
-    const Tensor ds2 = norm2.backward(dy, r.norm2, g.norm2);
-    Tensor dx1 = ff.backward(ds2, r.ff, g.ff);
-    add_(dx1, ds2);
-    const Tensor ds1 = norm1.backward(dx1, r.norm1, g.norm1);
-    const MultiheadAttention::Gradients d = self_attn.backward(ds1, r.self_attn, g.self_attn);
-    Tensor dx = d.key;  // (B, L, d_model)
-    add_first_rows(dx, d.query);
-    add_first_rows(dx, residual_backward(ds1, r, g));
-    return dx;
-  }
+  // The attention's input gradient as one (B, L, ·) tensor: self-attention returns it whole
+  // in .query; after forward_first the queries' (the first rows) join the keys' and values'.
+  const auto attention_backward = [&](const Tensor& d) {
+    MultiheadAttention::Gradients a = self_attn.backward(d, r.self_attn, g.self_attn);
+    if (r.rows == 0) return a.query;
+    add_first_rows(a.key, a.query);
+    return a.key;
+  };
+  // dx += the residual's share (d: the gradient of r(x), of every row or the first ones)
+  const auto add_residual = [&](Tensor& dx, const Tensor& d) {
+    const Tensor dr = residual_backward(d, r, g);
+    if (r.rows == 0)
+      add_(dx, dr);
+    else
+      add_first_rows(dx, dr);
+  };
   if (config.norm_first) {
     // y = x1 + ff(norm2(x1))
     Tensor dx1 = norm2.backward(ff.backward(dy, r.ff, g.ff), r.norm2, g.norm2);
     add_(dx1, dy);
-    // x1 = r(x) + sa(norm1(x))
-    Tensor dx = norm1.backward(self_attn.backward(dx1, r.self_attn, g.self_attn).query, r.norm1,
-                               g.norm1);
-    add_(dx, residual_backward(dx1, r, g));
+    // x1 = r(x) + sa(norm1(x)[:rows], norm1(x))
+    Tensor dx = norm1.backward(attention_backward(dx1), r.norm1, g.norm1);
+    add_residual(dx, dx1);
     return dx;
   }
   // y = norm2(x1 + ff(x1))
   const Tensor ds2 = norm2.backward(dy, r.norm2, g.norm2);
   Tensor dx1 = ff.backward(ds2, r.ff, g.ff);
   add_(dx1, ds2);
-  // x1 = norm1(r(x) + sa(x))
+  // x1 = norm1(r(x) + sa(x[:rows], x))
   const Tensor ds1 = norm1.backward(dx1, r.norm1, g.norm1);
-  Tensor dx = self_attn.backward(ds1, r.self_attn, g.self_attn).query;
-  add_(dx, residual_backward(ds1, r, g));
+  Tensor dx = attention_backward(ds1);
+  add_residual(dx, ds1);
   return dx;
 }
 

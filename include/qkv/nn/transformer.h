@@ -104,6 +104,9 @@ struct TransformerEncoderLayer {
   std::int64_t out_features() const { return config.d_out == 0 ? config.d_model : config.d_out; }
 
  private:
+  // forward() (rows = L) and forward_first(), src already checked
+  Tensor forward_rows(const Tensor& src, std::int64_t rows, const AttentionMasks& masks,
+                      KVCache* cache, Tensor* probs, Record* record) const;
   // d (B, L, d_out), the gradient of r(x) -> its share of dx (B, L, d_model)
   Tensor residual_backward(const Tensor& d, const Record& record,
                            TransformerEncoderLayer& grads) const;
