@@ -240,7 +240,6 @@ Tensor VitWeights::forward(const Tensor& images, std::vector<Tensor>* probs, Rec
   }
   const Tensor h = norm.forward(x, record ? &record->norm : nullptr);  // (B, rows, d): rows = T or 1
   const std::int64_t rows = h.size(1);
-  if (record) record->rows = rows;
   Tensor cls_state = Tensor::empty({B, d});  // h[:, 0]
   for (std::int64_t b = 0; b < B; ++b)
     std::copy_n(h.data_as<float>() + b * rows * d, d, cls_state.data_as<float>() + b * d);
@@ -254,8 +253,8 @@ void VitWeights::backward(const Tensor& dlogits, const Record& record, VitWeight
                 << blocks.size() << " blocks and the same kind of positions and patches");
   const std::int64_t B = record.B, d = cls_token.size(0), T = pos_embed.size(0);
   const Tensor dcls = head.backward(dlogits, record.head, grads.head);  // (B, d)
-  const std::int64_t rows = record.rows;
-  Tensor dh = Tensor::zeros({B, rows, d});  // only h[:, 0] was used
+  const std::int64_t rows = record.norm.x.size(1);  // T, or 1 after the last block's forward_first
+  Tensor dh = Tensor::zeros({B, rows, d});            // only h[:, 0] was used
   for (std::int64_t b = 0; b < B; ++b)
     std::copy_n(dcls.data_as<float>() + b * d, d, dh.data_as<float>() + b * rows * d);
   Tensor dx = norm.backward(dh, record.norm, grads.norm);
