@@ -278,19 +278,21 @@ std::pair<std::string, vision::VisionTrainingOptions> training_options(const py:
     else if (k == "patch_size") c.patch_size = int_option(value, what, 1, 28);
     else if (k == "learned_positions") c.learned_positions = bool_option(value, what);
     else if (k == "shifted_patches") c.shifted_patches = bool_option(value, what);
+    else if (k == "erase") o.augment.erase = float_option(value, what);
     else
       throw qkv::Error("vision train: unknown option '" + k +
                        "'; expected data, out_dir, command, model, epochs, batch, lr, label_smoothing, seed, "
                        "train_limit, resume, stop_at, checkpoint_every, bf16, dim, layers, heads, mlp_dim, "
-                       "patch_size, learned_positions, shifted_patches, points, neighbors");
+                       "patch_size, learned_positions, shifted_patches, erase, points, neighbors");
   }
   QKV_CHECK(!data.empty(), "vision train: 'data', the Fashion-MNIST directory, is required");
   return {data, o};
 }
 
-vision::Augmentation augmentation(std::int64_t pad, bool flip) {
+vision::Augmentation augmentation(std::int64_t pad, bool flip, double erase) {
   QKV_CHECK(pad >= 0 && pad <= 1024, "training batch: pad must be in [0, 1024], got " << pad);
-  return vision::Augmentation{pad, flip};
+  QKV_CHECK(erase >= 0.0 && erase <= 1.0, "training batch: erase must be in [0, 1], got " << erase);
+  return vision::Augmentation{pad, flip, erase};
 }
 
 py::tuple batch_tuple(const vision::Batch& b) {
@@ -311,9 +313,9 @@ class Batches {
     return vision::steps_per_epoch(train_.count, batch);
   }
   py::tuple get(std::uint64_t seed, std::int64_t epoch, std::int64_t step, std::int64_t batch, std::int64_t pad,
-                bool flip) const {
+                bool flip, double erase) const {
     QKV_CHECK(epoch >= 0, "training batches: epoch must be >= 0, got " << epoch);
-    const vision::Augmentation aug = augmentation(pad, flip);
+    const vision::Augmentation aug = augmentation(pad, flip, erase);
     vision::Batch b;
     {
       py::gil_scoped_release release;
@@ -442,10 +444,11 @@ void register_vision(py::module_& m) {
         d["bf16"] = o.bf16;
         d["pad"] = o.augment.pad;
         d["flip"] = o.augment.flip;
+        d["erase"] = o.augment.erase;
         return d;
       },
       "VisionTrainingOptions' defaults (its vit config's fields, epochs, batch, lr, ...; "
-      "pad and flip: the augmentation of every training batch).");
+      "pad, flip and erase: the augmentation of every training batch).");
 
   m.def(
       "_vision_read_images",
@@ -499,11 +502,12 @@ void register_vision(py::module_& m) {
   m.def(
       "_vision_training_batch",
       [](const py::handle& pixels, const py::handle& labels, std::uint64_t seed, std::int64_t epoch,
-         std::int64_t step, std::int64_t batch, std::int64_t pad, bool flip) {
-        return Batches(pixels, labels).get(seed, epoch, step, batch, pad, flip);
+         std::int64_t step, std::int64_t batch, std::int64_t pad, bool flip, double erase) {
+        return Batches(pixels, labels).get(seed, epoch, step, batch, pad, flip, erase);
       },
       py::arg("images"), py::arg("labels"), py::arg("seed"), py::arg("epoch"), py::arg("step"), py::arg("batch"),
       py::arg("pad") = vision::Augmentation{}.pad, py::arg("flip") = vision::Augmentation{}.flip,
+      py::arg("erase") = vision::Augmentation{}.erase,
       "vision::training_batch over the training images (uint8 (N, H, W)) and labels (N,) -> "
       "(images float32 (B, 1, H, W), labels int64 (B,), indices int64 (B,) into the images).");
 
@@ -512,7 +516,7 @@ void register_vision(py::module_& m) {
       .def("steps_per_epoch", &Batches::steps_per_epoch, py::arg("batch"))
       .def("get", &Batches::get, py::arg("seed"), py::arg("epoch"), py::arg("step"), py::arg("batch"),
            py::arg("pad") = vision::Augmentation{}.pad, py::arg("flip") = vision::Augmentation{}.flip,
-           "_vision_training_batch over the images given once.");
+           py::arg("erase") = vision::Augmentation{}.erase, "_vision_training_batch over the images given once.");
 
   m.def(
       "_vision_train",

@@ -63,11 +63,26 @@ FashionMnist load_fashion_mnist(const std::string& dir, std::int64_t validation 
 
 // The light augmentation of small-image training: a random crop of the image padded by
 // `pad` black pixels on each side (a shift of up to ±pad) and, with probability 1/2, a
-// horizontal flip.
+// horizontal flip. Then, with probability `erase`, Random Erasing (Zhong et al. 2017): one
+// rectangle of the cropped image, of area U(0.02, 0.4)·H·W and aspect ratio h/w =
+// exp(U(ln 0.3, ln 3.3)) (sides rounded and kept within 1..H and 1..W), at a uniform
+// place, is set to kErasePixel, the mean pixel, which normalises to about 0. Erasing draws
+// from its own counters, so the crops and flips are the same whatever `erase` is.
 struct Augmentation {
   std::int64_t pad = 2;
   bool flip = true;
+  double erase = 0.0;  // in [0, 1]
 };
+// round(kPixelMean · 255): an erased pixel, (73 / 255 − kPixelMean) / kPixelStd ≈ 0.0008.
+inline constexpr std::uint8_t kErasePixel = 73;
+
+// The rectangle Random Erasing sets in image b of a batch augmented with `seed`: rows
+// [y0, y0 + height), columns [x0, x0 + width); height = width = 0 when the image is not
+// erased (probability 1 − erase).
+struct ErasedRectangle {
+  std::int64_t y0 = 0, x0 = 0, height = 0, width = 0;
+};
+ErasedRectangle erased_rectangle(std::int64_t H, std::int64_t W, double erase, std::uint64_t seed, std::int64_t b);
 
 // images [indices] -> (B, 1, H, W) model input, normalised; augmented when `augment` is
 // given, image i's crop and flip drawn from counter_uniform(seed, ...) of its position in
@@ -75,8 +90,8 @@ struct Augmentation {
 Tensor to_input(const Images& images, std::span<const std::int64_t> indices,
                 const Augmentation* augment = nullptr, std::uint64_t seed = 0);
 
-// images [indices] -> (B, H, W) pixels, cropped and flipped as `augment` and `seed` say (the
-// same draws as to_input), or copied when `augment` is null.
+// images [indices] -> (B, H, W) pixels, cropped, flipped and erased as `augment` and `seed`
+// say (the same draws as to_input), or copied when `augment` is null.
 std::vector<std::uint8_t> augmented_pixels(const Images& images, std::span<const std::int64_t> indices,
                                            const Augmentation* augment = nullptr, std::uint64_t seed = 0);
 

@@ -52,6 +52,14 @@ _SEED_LIMIT = (1 << 64) - 1
 _DEFAULTS = _qkv._vision_defaults()
 
 
+def _probability(value, fn, name):
+    """A float in [0, 1] (TypeError for a non-number, ValueError outside or NaN)."""
+    p = _float(value, fn, name)
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{fn}: {name} must be in [0, 1], got {p}")
+    return p
+
+
 def _pixels(images, fn, name="images"):
     """uint8 pixels (N, H, W) or (H, W) -> (a C-contiguous uint8 (N, H, W) array, whether one
     image was given)."""
@@ -119,11 +127,13 @@ class TrainingBatches:
     labels (N,): get(epoch, step) -> (images float32 (B, 1, H, W), labels int64 (B,),
     indices int64 (B,) into the images). Epoch e's order is a shuffle seeded by (seed, e);
     batch `step` is its rows [step·batch, step·batch + batch) (the last one shorter),
-    normalised, shifted by up to ±pad pixels (black fill) and flipped left-right with
-    probability 1/2 when flip. train()'s batches are those of pad=2, flip=True."""
+    normalised, shifted by up to ±pad pixels (black fill), flipped left-right with
+    probability 1/2 when flip, then with probability `erase` given one rectangle of 2–40%
+    of the image set to the mean pixel (Random Erasing; the shifts and flips do not depend
+    on erase). train()'s batches are those of pad=2, flip=True and train's erase."""
 
     def __init__(self, images, labels, batch=_DEFAULTS["batch"], seed=0, pad=_DEFAULTS["pad"],
-                 flip=_DEFAULTS["flip"]):
+                 flip=_DEFAULTS["flip"], erase=_DEFAULTS["erase"]):
         fn = "TrainingBatches"
         pixels, _ = _pixels(images, fn)
         if pixels.ndim != 3 or pixels.shape[0] == 0:
@@ -132,6 +142,7 @@ class TrainingBatches:
         self.seed = _ranged(seed, fn, "seed", 0, _SEED_LIMIT)
         self.pad = _ranged(pad, fn, "pad", 0, 1024)
         self.flip = _bool(flip, fn, "flip")
+        self.erase = _probability(erase, fn, "erase")
         self._b = _qkv._VisionBatches(pixels, _labels(labels, fn, pixels.shape[0]))
         self.steps_per_epoch = self._b.steps_per_epoch(self.batch)
 
@@ -139,19 +150,19 @@ class TrainingBatches:
         fn = "TrainingBatches.get"
         epoch = _ranged(epoch, fn, "epoch", 0, 1 << 40)
         step = _ranged(step, fn, "step", 0, self.steps_per_epoch - 1)
-        return self._b.get(self.seed, epoch, step, self.batch, self.pad, self.flip)
+        return self._b.get(self.seed, epoch, step, self.batch, self.pad, self.flip, self.erase)
 
 
 def training_batch(images, labels, seed, epoch, step, batch=_DEFAULTS["batch"], pad=_DEFAULTS["pad"],
-                   flip=_DEFAULTS["flip"]):
-    """TrainingBatches(images, labels, batch, seed, pad, flip).get(epoch, step), for one batch."""
-    return TrainingBatches(images, labels, batch, seed, pad, flip).get(epoch, step)
+                   flip=_DEFAULTS["flip"], erase=_DEFAULTS["erase"]):
+    """TrainingBatches(images, labels, batch, seed, pad, flip, erase).get(epoch, step), for one batch."""
+    return TrainingBatches(images, labels, batch, seed, pad, flip, erase).get(epoch, step)
 
 
 def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["batch"], lr=_DEFAULTS["lr"],
           label_smoothing=_DEFAULTS["label_smoothing"], dim=None, layers=None,
           heads=_DEFAULTS["heads"], mlp_dim=_DEFAULTS["mlp_dim"], patch_size=_DEFAULTS["patch_size"],
-          positions="learned", shifted_patches=False, points=_DEFAULTS["point"]["points"],
+          positions="learned", shifted_patches=False, erase=_DEFAULTS["erase"], points=_DEFAULTS["point"]["points"],
           neighbors=_DEFAULTS["point"]["neighbors"],
           seed=0, train_limit=0, resume=False, stop_at=0,
           checkpoint_every=_DEFAULTS["checkpoint_every"], bf16=False, progress=None):
@@ -165,7 +176,8 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
     `heads` heads (dividing dim) and a feed-forward of mlp_dim, positions "learned" or
     "sincos" (fixed; dim a multiple of 4), shifted_patches=True for Shifted Patch
     Tokenization (each patch read with its place in four copies of the image shifted
-    diagonally by half a patch, normalised, then embedded; patch_size >= 2). The point
+    diagonally by half a patch, normalised, then embedded; patch_size >= 2), erase in
+    [0, 1] the probability of Random Erasing per training image (vit only). The point
     model: `points` points sampled from each image's inked pixels, `layers` blocks
     (default 2) of width `dim` (default 32) of vector attention over each point's
     `neighbors` nearest points. Training: AdamW, a warm-up
@@ -217,12 +229,16 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
     if not 0 <= label_smoothing < 1:
         raise ValueError(f"{fn}: label_smoothing must be in [0, 1), got {label_smoothing}")
     options.update(lr=lr, label_smoothing=label_smoothing)
+    erase = _probability(erase, fn, "erase")
+    if model != "vit" and erase > 0:
+        raise ValueError(f"{fn}: erase applies to model='vit' only (an erased rectangle would be ink to the "
+                         f"point model), got erase={erase}")
     if model == "vit":
         options.update(heads=_ranged(heads, fn, "heads", 1, 256),
                        mlp_dim=_ranged(mlp_dim, fn, "mlp_dim", 1, 16384),
                        patch_size=_ranged(patch_size, fn, "patch_size", 1, 28),
                        learned_positions=positions == "learned",
-                       shifted_patches=_bool(shifted_patches, fn, "shifted_patches"))
+                       shifted_patches=_bool(shifted_patches, fn, "shifted_patches"), erase=erase)
         if options["shifted_patches"] and options["patch_size"] < 2:
             raise ValueError(f"{fn}: shifted_patches needs patch_size >= 2, got {patch_size}")
         if 28 % options["patch_size"]:
@@ -232,7 +248,7 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
         if positions == "sincos" and options["dim"] % 4:
             raise ValueError(f"{fn}: positions='sincos' needs dim a multiple of 4, got {dim}")
         shape_text = (f"heads={options['heads']}, mlp_dim={options['mlp_dim']}, patch_size={options['patch_size']}, "
-                      f"positions={positions!r}, shifted_patches={options['shifted_patches']}")
+                      f"positions={positions!r}, shifted_patches={options['shifted_patches']}, erase={erase!r}")
     else:
         options.update(points=_ranged(points, fn, "points", 1, 4096),
                        neighbors=_ranged(neighbors, fn, "neighbors", 1, 4096))

@@ -132,8 +132,30 @@ std::vector<std::uint8_t> augmented_pixels(const Images& images, std::span<const
         const bool inside = sy >= 0 && sy < H && sx >= 0 && sx < W;
         dst[y * W + x] = inside ? src[sy * W + sx] : 0;
       }
+    if (augment != nullptr && augment->erase > 0.0) {
+      const ErasedRectangle r = erased_rectangle(H, W, augment->erase, seed, b);
+      for (std::int64_t y = r.y0; y < r.y0 + r.height; ++y)
+        std::fill_n(dst + y * W + r.x0, r.width, kErasePixel);
+    }
   }
   return out;
+}
+
+ErasedRectangle erased_rectangle(std::int64_t H, std::int64_t W, double erase, std::uint64_t seed, std::int64_t b) {
+  QKV_CHECK(H >= 1 && W >= 1 && erase >= 0.0 && erase <= 1.0,
+            "erased_rectangle: need H, W >= 1 and erase in [0, 1], got " << H << ", " << W << ", " << erase);
+  // Five draws per image from a stream of its own (the crop's and flip's draws stay put).
+  const std::uint64_t stream = mix64(seed ^ 0x4572617365ull);
+  const auto draw = [&](std::uint64_t k) { return counter_uniform(stream, static_cast<std::uint64_t>(b) * 5 + k); };
+  ErasedRectangle r;
+  if (!(draw(0) < erase)) return r;
+  const double area = (0.02 + 0.38 * draw(1)) * static_cast<double>(H * W);
+  const double aspect = std::exp(std::log(0.3) + (std::log(3.3) - std::log(0.3)) * draw(2));  // h / w
+  r.height = std::clamp<std::int64_t>(std::llround(std::sqrt(area * aspect)), 1, H);
+  r.width = std::clamp<std::int64_t>(std::llround(std::sqrt(area / aspect)), 1, W);
+  r.y0 = std::min<std::int64_t>(static_cast<std::int64_t>(draw(3) * static_cast<double>(H - r.height + 1)), H - r.height);
+  r.x0 = std::min<std::int64_t>(static_cast<std::int64_t>(draw(4) * static_cast<double>(W - r.width + 1)), W - r.width);
+  return r;
 }
 
 Tensor to_input(const Images& images, std::span<const std::int64_t> indices, const Augmentation* augment,
@@ -426,8 +448,12 @@ VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionM
   QKV_CHECK(o.epochs >= 1 && o.batch >= 1, "train vision: epochs and batch must be >= 1, got "
                                                << o.epochs << " and " << o.batch);
   QKV_CHECK(o.peak_lr > 0 && std::isfinite(o.peak_lr) && o.warmup_epochs >= 0 && o.label_smoothing >= 0 &&
-                o.label_smoothing < 1 && o.weight_decay >= 0 && o.augment.pad >= 0,
-            "train vision: lr must be > 0, warm-up, weight decay and padding >= 0, label smoothing in [0, 1)");
+                o.label_smoothing < 1 && o.weight_decay >= 0 && o.augment.pad >= 0 && o.augment.erase >= 0 &&
+                o.augment.erase <= 1,
+            "train vision: lr must be > 0, warm-up, weight decay and padding >= 0, label smoothing in [0, 1), "
+            "erase in [0, 1]");
+  QKV_CHECK(o.model == "vit" || o.augment.erase == 0.0,
+            "train vision: erase applies to the vit model only (an erased rectangle would be ink to the point model)");
   QKV_CHECK(!o.out_dir.empty(), "train vision: an output directory is required");
   VisionNetwork shape;
   shape.model = o.model;

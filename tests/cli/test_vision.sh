@@ -156,6 +156,8 @@ PY
 usage_fails "--points" train vision --data "$DATA" --points 64
 usage_fails "--patch-size" train vision --data "$DATA" --model point --patch-size 4
 usage_fails "--shifted-patches" train vision --data "$DATA" --model point --shifted-patches
+usage_fails "--erase" train vision --data "$DATA" --model point --erase 0.25
+usage_fails "--erase" train vision --data "$DATA" --erase 1.5
 usage_fails "--shifted-patches" train vision --data "$DATA" --patch-size 1 --shifted-patches
 usage_fails "--neighbors" train vision --data "$DATA" --model point --points 8 --neighbors 9
 

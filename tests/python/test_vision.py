@@ -308,6 +308,34 @@ def test_training_batch_augmentation_is_a_shift_and_a_flip(data):
     assert len({(dy, dx) for dy, dx, _ in found}) > 5
 
 
+def test_training_batch_erasing_sets_one_rectangle_to_the_mean_pixel(data):
+    """erase=1: each image is its erase=0 self except one rectangle of the normalised mean
+    pixel (73), 2–40% of the image; the shifts and flips are the same. Bad erase refused."""
+    pixels, labels = data["train"][0][:64], data["train"][1][:64]
+    plain, _, idx = vision.training_batch(pixels, labels, seed=3, epoch=0, step=0, batch=64)
+    erased, _, idx_e = vision.training_batch(pixels, labels, seed=3, epoch=0, step=0, batch=64, erase=1.0)
+    np.testing.assert_array_equal(idx, idx_e)
+    fill = normalised(np.uint8(73))
+    assert abs(fill) < 1e-3
+    for b in range(64):
+        diff = erased[b, 0] != plain[b, 0]
+        rows, cols = np.nonzero(erased[b, 0] == fill)
+        # the rectangle: the bounding box of the changed pixels, all of it the fill value
+        ys, xs = np.nonzero(diff)
+        assert len(ys) > 0 or np.all(plain[b, 0] == fill), f"image {b} not erased"
+        y0, y1, x0, x1 = ys.min(), ys.max() + 1, xs.min(), xs.max() + 1
+        assert np.all(erased[b, 0, y0:y1, x0:x1] == fill), f"image {b}: the erased area is not a filled rectangle"
+        assert (y1 - y0) * (x1 - x0) <= 0.45 * 784, f"image {b}: erased {(y1 - y0) * (x1 - x0)} pixels"
+    none, _, _ = vision.training_batch(pixels, labels, seed=3, epoch=0, step=0, batch=64, erase=0.0)
+    np.testing.assert_array_equal(none, plain)
+    with pytest.raises(ValueError, match=r"TrainingBatches: erase must be in \[0, 1\], got 1.5"):
+        vision.TrainingBatches(pixels, labels, erase=1.5)
+    with pytest.raises(TypeError, match="TrainingBatches: erase must be a float"):
+        vision.TrainingBatches(pixels, labels, erase="0.5")
+    with pytest.raises(ValueError, match="erase applies to model='vit' only"):
+        vision.train(data["dir"], "unused", model="point", erase=0.25)
+
+
 # ---------------------------------------------------------------------------------------
 # Bad input.
 

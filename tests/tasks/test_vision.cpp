@@ -86,6 +86,64 @@ TEST(Vision, AugmentationIsAShiftedPaddedCropAndAFlip) {
   EXPECT_EQ(vision::to_input(im, idx, &none, 99).to_vector(), vision::to_input(im, idx).to_vector());
 }
 
+TEST(Vision, RandomErasingSetsOneRectangleToTheMeanPixel) {
+  // Erasing changes nothing but one rectangle (all kErasePixel) of the cropped and flipped
+  // image, which is the image without erasing elsewhere; with probability `erase`; of
+  // 2-40% of the area (the mean near 21%), tall and wide, anywhere in the image.
+  const std::int64_t n = 2000, H = 28, W = 28;
+  const vision::Images im = synthetic(n, H, W);
+  std::vector<std::int64_t> idx;
+  for (std::int64_t i = 0; i < n; ++i) idx.push_back(i);
+  const vision::Augmentation plain{2, true, 0.0}, erasing{2, true, 0.5}, always{2, true, 1.0};
+  const std::vector<std::uint8_t> a = vision::augmented_pixels(im, idx, &plain, 5);
+  const std::vector<std::uint8_t> e = vision::augmented_pixels(im, idx, &erasing, 5);
+  std::int64_t erased = 0, tall = 0, wide = 0, top = H, left = W, bottom = 0, right = 0;
+  double area_sum = 0.0;
+  for (std::int64_t b = 0; b < n; ++b) {
+    const vision::ErasedRectangle r = vision::erased_rectangle(H, W, 0.5, 5, b);
+    const bool hit = r.height > 0;
+    if (hit) {
+      ASSERT_TRUE(r.width >= 1 && r.y0 >= 0 && r.x0 >= 0 && r.y0 + r.height <= H && r.x0 + r.width <= W) << b;
+      const double fraction = static_cast<double>(r.height * r.width) / static_cast<double>(H * W);
+      EXPECT_TRUE(fraction >= 0.015 && fraction <= 0.45) << "image " << b << ": " << fraction;
+      ++erased;
+      area_sum += fraction;
+      tall += r.height > r.width;
+      wide += r.width > r.height;
+      top = std::min(top, r.y0), left = std::min(left, r.x0);
+      bottom = std::max(bottom, r.y0 + r.height), right = std::max(right, r.x0 + r.width);
+    }
+    for (std::int64_t y = 0; y < H; ++y)
+      for (std::int64_t x = 0; x < W; ++x) {
+        const bool inside = hit && y >= r.y0 && y < r.y0 + r.height && x >= r.x0 && x < r.x0 + r.width;
+        const std::size_t k = static_cast<std::size_t>((b * H + y) * W + x);
+        ASSERT_EQ(e[k], inside ? vision::kErasePixel : a[k]) << "image " << b << " at " << y << ", " << x;
+      }
+  }
+  EXPECT_NEAR(static_cast<double>(erased) / n, 0.5, 0.05);
+  EXPECT_NEAR(area_sum / static_cast<double>(erased), 0.2, 0.03);
+  EXPECT_GT(tall, erased / 4);
+  EXPECT_GT(wide, erased / 4);
+  EXPECT_EQ(top, 0);
+  EXPECT_EQ(left, 0);
+  EXPECT_EQ(bottom, H);
+  EXPECT_EQ(right, W);
+  // erase = 1 erases every image; the rectangles are those of erase = 0.5's draws where
+  // both erase (the probability draw is the only one that depends on erase).
+  const std::vector<std::uint8_t> all = vision::augmented_pixels(im, idx, &always, 5);
+  for (std::int64_t b = 0; b < n; ++b) {
+    const vision::ErasedRectangle r = vision::erased_rectangle(H, W, 1.0, 5, b);
+    ASSERT_GT(r.height * r.width, 0) << b;
+    const vision::ErasedRectangle half = vision::erased_rectangle(H, W, 0.5, 5, b);
+    if (half.height > 0) EXPECT_TRUE(half.y0 == r.y0 && half.x0 == r.x0 && half.height == r.height && half.width == r.width);
+    EXPECT_EQ(all[static_cast<std::size_t>((b * H + r.y0) * W + r.x0)], vision::kErasePixel);
+  }
+  // The model input: an erased pixel normalises to about 0.
+  EXPECT_NEAR(normalised(vision::kErasePixel), 0.0f, 1e-3f);
+  const vision::Augmentation bad{2, true, 1.5};
+  expect_error([&] { vision::augmented_pixels(im, idx, &bad, 5); }, "erase in [0, 1]");
+}
+
 TEST(Vision, BatchesArePureFunctionsCoveringTheEpoch) {
   const vision::Images im = synthetic(50, 8, 8);
   const vision::Augmentation aug;

@@ -185,6 +185,7 @@ struct TrainOptions {
   bool bf16 = false;                 // write the weights in bf16
   std::string positions = "learned"; // or "sincos"
   bool shifted_patches = false;      // vit: Shifted Patch Tokenization
+  double erase = 0.0;                // vit: Random Erasing probability
   std::vector<std::string> given;    // the options on the command line, to refuse the
                                      // other task's ("--steps" for tokenizer, say)
 };

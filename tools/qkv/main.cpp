@@ -457,6 +457,10 @@ int run(int argc, char** argv) {
   train->add_flag("--shifted-patches", tr.shifted_patches,
                   "vision vit: Shifted Patch Tokenization (each patch read with its place in four "
                   "diagonally shifted copies of the image, normalised, then embedded)");
+  train->add_option("--erase", tr.erase, "vision vit: Random Erasing probability (each training image, after its "
+                    "crop and flip, gets a rectangle of 2-40% of its area set to the mean pixel with this "
+                    "probability)")
+      ->capture_default_str()->check(number_in(0.0, 1.0, false, false));
   train->add_option("--points", tr.points, "vision point: points sampled per image")
       ->capture_default_str()->check(integer_in(1, 4096));
   train->add_option("--neighbors", tr.neighbors, "vision point: K, the nearest points each attends to")
