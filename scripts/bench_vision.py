@@ -132,7 +132,7 @@ def run_qkv_epoch(args, build_dir, data_dir, out, epoch, per_epoch):
     kwargs = {"epochs": args.epochs, "batch": args.batch, "lr": args.lr, "label_smoothing": LABEL_SMOOTHING,
               "dim": args.dim, "layers": args.layers, "heads": args.heads, "mlp_dim": args.mlp_dim,
               "patch_size": args.patch_size, "positions": args.positions,
-              "shifted_patches": args.shifted_patches, "seed": args.seed,
+              "shifted_patches": args.shifted_patches, "erase": args.erase, "seed": args.seed,
               "train_limit": args.train_images, "checkpoint_every": 0, "resume": epoch > 0,
               "stop_at": 0 if epoch + 1 == args.epochs else (epoch + 1) * per_epoch}
     env = peers.without_openblas()
@@ -348,6 +348,8 @@ def main():
     parser.add_argument("--positions", choices=("learned", "sincos"), default="learned")
     parser.add_argument("--shifted-patches", action="store_true",
                         help="Shifted Patch Tokenization (qkv train vision --shifted-patches)")
+    parser.add_argument("--erase", type=float, default=0.0,
+                        help="Random Erasing probability (qkv train vision --erase; the twin gets the same batches)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, help=f"classify: interleaved rounds (default {FULL['rounds']})")
@@ -410,7 +412,7 @@ def main():
         test_pixels, test_labels = data["test"]["images"], data["test"]["labels"]
         test_inputs = pixel_table(vision)[test_pixels][:, None]  # (10000, 1, 28, 28)
         batches = vision.TrainingBatches(data["train"]["images"][:n], data["train"]["labels"][:n],
-                                         batch=args.batch, seed=args.seed)
+                                         batch=args.batch, seed=args.seed, erase=args.erase)
         per_epoch = batches.steps_per_epoch
         twin = None
         if not args.no_torch:
