@@ -132,7 +132,7 @@ std::vector<std::uint8_t> augmented_pixels(const Images& images, std::span<const
         const bool inside = sy >= 0 && sy < H && sx >= 0 && sx < W;
         dst[y * W + x] = inside ? src[sy * W + sx] : 0;
       }
-    if (augment != nullptr && augment->erase > 0.0) {
+    if (augment != nullptr && augment->erase != 0.0) {  // NaN too: erased_rectangle refuses it
       const ErasedRectangle r = erased_rectangle(H, W, augment->erase, seed, b);
       for (std::int64_t y = r.y0; y < r.y0 + r.height; ++y)
         std::fill_n(dst + y * W + r.x0, r.width, kErasePixel);

@@ -142,6 +142,8 @@ TEST(Vision, RandomErasingSetsOneRectangleToTheMeanPixel) {
   EXPECT_NEAR(normalised(vision::kErasePixel), 0.0f, 1e-3f);
   const vision::Augmentation bad{2, true, 1.5};
   expect_error([&] { vision::augmented_pixels(im, idx, &bad, 5); }, "erase in [0, 1]");
+  const vision::Augmentation nan{2, true, std::nan("")};
+  expect_error([&] { vision::augmented_pixels(im, idx, &nan, 5); }, "erase in [0, 1]");
 }
 
 TEST(Vision, BatchesArePureFunctionsCoveringTheEpoch) {
