@@ -32,7 +32,6 @@ import json
 import math
 import multiprocessing as mp
 import os
-import sys
 import time
 
 import numpy as np
@@ -88,7 +87,7 @@ def run(name, data, out_dir, epochs, deadline):
     Y = torch.from_numpy(read_idx(f"{data}/train-labels-idx1-ubyte.gz").astype(np.int64)).to(dev)
     Xtr, Ytr, Xva, Yva = X[:55000], Y[:55000], X[55000:], Y[55000:]
     mean, std = 0.2860, 0.3530
-    d, H, L, P = 128, 4, v["layers"], 4
+    d, H, L = 128, 4, v["layers"]
     dh = d // H
 
     class Block(nn.Module):
@@ -167,11 +166,12 @@ def run(name, data, out_dir, epochs, deadline):
         return x[:, None]
     def accuracy(m):
         m.eval(); correct = 0
+        n = 1000 if smoke else 5000
         with torch.no_grad():
-            for i in range(0, 1000 if smoke else 5000, 1000):
+            for i in range(0, n, 1000):
                 x = ((Xva[i:i + 1000].float() / 255 - mean) / std)[:, None]
                 correct += (m(x).argmax(-1) == Yva[i:i + 1000]).sum().item()
-        m.train(); return correct / 5000
+        m.train(); return correct / n
     res = {"name": name, "variant": v, "val": [], "ema_val": [], "seconds": []}
     t0 = time.time(); step = 0
     smoke = "STUDY_STEPS" in os.environ   # a smoke test: a few steps, 1,000 validation images

@@ -319,7 +319,6 @@ def test_training_batch_erasing_sets_one_rectangle_to_the_mean_pixel(data):
     assert abs(fill) < 1e-3
     for b in range(64):
         diff = erased[b, 0] != plain[b, 0]
-        rows, cols = np.nonzero(erased[b, 0] == fill)
         # the rectangle: the bounding box of the changed pixels, all of it the fill value
         ys, xs = np.nonzero(diff)
         assert len(ys) > 0 or np.all(plain[b, 0] == fill), f"image {b} not erased"
