@@ -170,12 +170,18 @@ class StorageCache {
 };
 
 StorageCache& cache();
+void finish_limit_reads();
 
 // fork() copies only the calling thread: had another thread held the lock then, the
 // child's first large tensor would wait for it forever (Python's multiprocessing forks
 // by default on Linux). The lock is taken across the fork and released on both sides,
-// as glibc does for malloc's own locks.
-void lock_for_fork() { cache().mutex_.lock(); }
+// as glibc does for malloc's own locks. The same holds for a memory limit another thread
+// was reading for the first time (a function-local static half built): the child would
+// wait for it forever, so the parent finishes those reads before it forks.
+void lock_for_fork() {
+  finish_limit_reads();
+  cache().mutex_.lock();
+}
 void unlock_after_fork() { cache().mutex_.unlock(); }
 
 // Never destroyed: tensors in static storage may be freed after any static destructor.
@@ -187,6 +193,10 @@ StorageCache& cache() {
   }();
   return *instance;
 }
+
+// Built when the library loads, before any thread of its user can race it: a fork while
+// another thread was inside cache()'s first call would leave the child waiting for it.
+[[maybe_unused]] const bool kForkHandlersRegistered = (cache(), true);
 
 Error out_of_memory(const char* who, std::size_t bytes) {
   return Error(std::string(who) + ": out of memory allocating " + detail::describe_bytes(bytes),
@@ -338,6 +348,17 @@ const EnvironmentLimit& environment_limit() {
 }
 
 std::atomic<std::size_t> g_limit_set{0};  // set_memory_limit's value; 0: none
+
+}  // namespace
+
+namespace {
+
+// Waits for (or does) the first reads of the default and environment limits. Neither
+// throws: a malformed QKV_MEMORY_LIMIT is only recorded here.
+void finish_limit_reads() {
+  default_limit();
+  environment_limit();
+}
 
 }  // namespace
 

@@ -144,6 +144,10 @@ TEST_F(StorageCache, ThreadsNeverShareABlock) {
 // for it forever: SIGALRM ends it after 10 s and counts as a failure (measured with the
 // handlers removed: about 64 of 300 children hung, 640 s at 10 s each). Not 2 s: on a
 // 2-core machine busy with a build, a child once took longer than that to run.
+// The first forks race the other thread's first allocation, which reads the memory
+// limits (cgroup files) into function-local statics: forked mid-read, the child waited
+// for that read forever. On a loaded 2-core machine 15 of 100 runs failed so until the
+// fork handler finished those reads first (0 of 100 since).
 TEST_F(StorageCache, AChildForkedWhileAnotherThreadUsesItCanAllocate) {
   std::atomic<bool> stop{false};
   std::thread churn([&stop] {
