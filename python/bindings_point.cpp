@@ -37,9 +37,9 @@ using qkv_python::f32_tensor;
 // config dict -> PointTransformerConfig, checked.
 models::PointTransformerConfig point_config(const py::dict& d) {
   models::PointTransformerConfig c;
-  std::int64_t* ints[] = {&c.points,         &c.neighbors,           &c.dim,         &c.blocks,
+  std::int64_t* ints[] = {&c.points,         &c.patch_size,          &c.neighbors,   &c.dim,    &c.blocks,
                           &c.pos_mlp_hidden, &c.attn_mlp_hidden_mult, &c.head_hidden, &c.classes};
-  const char* names[] = {"points",         "neighbors",            "dim",         "blocks",
+  const char* names[] = {"points",         "patch_size",           "neighbors",   "dim",     "blocks",
                          "pos_mlp_hidden", "attn_mlp_hidden_mult", "head_hidden", "classes"};
   for (const auto& [key, value] : d) {
     QKV_CHECK_TYPE(py::isinstance<py::str>(key), "point transformer config: keys must be str, got " << type_name(key));
@@ -53,7 +53,7 @@ models::PointTransformerConfig point_config(const py::dict& d) {
       known = true;
     }
     QKV_CHECK(known, "point transformer config: unknown key '"
-                         << k << "'; expected points, neighbors, dim, blocks, pos_mlp_hidden, "
+                         << k << "'; expected points, patch_size, neighbors, dim, blocks, pos_mlp_hidden, "
                                  "attn_mlp_hidden_mult, head_hidden, classes");
   }
   c.check();
@@ -88,23 +88,26 @@ py::dict weights_dict(models::PointTransformerWeights& w) {
 void register_point(py::module_& m) {
   m.def(
       "_pt_image_to_points",
-      [](const py::handle& pixels, std::int64_t points, std::uint64_t seed, std::uint64_t counter) {
+      [](const py::handle& pixels, std::int64_t points, std::uint64_t seed, std::uint64_t counter,
+         std::int64_t patch_size) {
         const U8Array p = qkv_python::u8_pixels(pixels, "image_to_points: pixels", 2, "(H, W)");
         return to_numpy(models::image_to_points(std::span<const std::uint8_t>(p.data(), static_cast<std::size_t>(p.size())),
-                                                p.shape(0), p.shape(1), points, seed, counter));
+                                                p.shape(0), p.shape(1), points, seed, counter, patch_size));
       },
-      py::arg("pixels"), py::arg("points"), py::arg("seed"), py::arg("counter"),
-      "uint8 (H, W) -> (N, 3) float32 points (x, y, intensity).");
+      py::arg("pixels"), py::arg("points"), py::arg("seed"), py::arg("counter"), py::arg("patch_size") = 1,
+      "uint8 (H, W) -> (N, 2 + S²) float32 points (x, y, the S × S window of intensities; S = patch_size).");
 
   m.def(
       "_pt_images_to_points",
-      [](const py::handle& pixels, std::int64_t points, std::uint64_t seed, std::uint64_t first_counter) {
+      [](const py::handle& pixels, std::int64_t points, std::uint64_t seed, std::uint64_t first_counter,
+         std::int64_t patch_size) {
         const U8Array p = qkv_python::u8_pixels(pixels, "images_to_points: pixels", 3, "(B, H, W)");
         return to_numpy(models::images_to_points(std::span<const std::uint8_t>(p.data(), static_cast<std::size_t>(p.size())),
-                                                 p.shape(0), p.shape(1), p.shape(2), points, seed, first_counter));
+                                                 p.shape(0), p.shape(1), p.shape(2), points, seed, first_counter,
+                                                 patch_size));
       },
-      py::arg("pixels"), py::arg("points"), py::arg("seed"), py::arg("first_counter") = 0,
-      "uint8 (B, H, W) -> (B, N, 3) float32; image b drawn with counter first_counter + b.");
+      py::arg("pixels"), py::arg("points"), py::arg("seed"), py::arg("first_counter") = 0, py::arg("patch_size") = 1,
+      "uint8 (B, H, W) -> (B, N, 2 + S²) float32; image b drawn with counter first_counter + b.");
 
   m.def(
       "_pt_initial",
@@ -120,7 +123,7 @@ void register_point(py::module_& m) {
       [](const py::dict& config, const py::dict& weights, const py::handle& points) {
         const models::PointTransformerConfig c = point_config(config);
         const models::PointTransformerWeights w = point_weights(weights, c);
-        const qkv::Tensor x = f32_tensor(points, "point transformer forward: points", 3, "(B, N, 3)");
+        const qkv::Tensor x = f32_tensor(points, "point transformer forward: points", 3, "(B, N, 2 + S²)");
         qkv::Tensor logits;
         {
           py::gil_scoped_release release;
@@ -135,7 +138,7 @@ void register_point(py::module_& m) {
       [](const py::dict& config, const py::dict& weights, const py::handle& points, const py::handle& dlogits) {
         const models::PointTransformerConfig c = point_config(config);
         const models::PointTransformerWeights w = point_weights(weights, c);
-        const qkv::Tensor x = f32_tensor(points, "point transformer backward: points", 3, "(B, N, 3)");
+        const qkv::Tensor x = f32_tensor(points, "point transformer backward: points", 3, "(B, N, 2 + S²)");
         const qkv::Tensor dy = f32_tensor(dlogits, "point transformer backward: dlogits", 2, "(B, classes)");
         models::PointTransformerWeights grads = models::PointTransformerWeights::zeros_like(c);
         {

@@ -164,6 +164,7 @@ py::dict images_dict(const vision::Images& im) {
 py::dict point_config_dict(const models::PointTransformerConfig& c) {
   py::dict d;
   d["points"] = c.points;
+  d["patch_size"] = c.patch_size;
   d["neighbors"] = c.neighbors;
   d["dim"] = c.dim;
   d["blocks"] = c.blocks;
@@ -275,7 +276,7 @@ std::pair<std::string, vision::VisionTrainingOptions> training_options(const py:
     else if (k == "neighbors") pc.neighbors = int_option(value, what, 1, 4096);
     else if (k == "heads") c.heads = int_option(value, what, 1, 256);
     else if (k == "mlp_dim") c.mlp_dim = int_option(value, what, 1, 16384);
-    else if (k == "patch_size") c.patch_size = int_option(value, what, 1, 28);
+    else if (k == "patch_size") (vit ? c.patch_size : pc.patch_size) = int_option(value, what, 1, 28);
     else if (k == "learned_positions") c.learned_positions = bool_option(value, what);
     else if (k == "shifted_patches") c.shifted_patches = bool_option(value, what);
     else if (k == "erase") o.augment.erase = float_option(value, what);

@@ -244,7 +244,7 @@ class Classifier {
 
   // Point model: image i's points and what the last block's vector attention does with them.
   struct PointView {
-    std::vector<float> points;              // (N, 3) x, y in [−1, 1], intensity
+    std::vector<float> points;              // (N, 3) x, y in [−1, 1], its pixel's intensity
     std::int64_t neighbors = 0;             // K
     std::vector<std::int64_t> neighbor;     // (N, K) each point's neighbours, nearest first
     std::vector<float> weight;              // (N, K) their attention weights, the softmax's

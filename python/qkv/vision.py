@@ -161,7 +161,7 @@ def training_batch(images, labels, seed, epoch, step, batch=_DEFAULTS["batch"], 
 
 def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["batch"], lr=_DEFAULTS["lr"],
           label_smoothing=_DEFAULTS["label_smoothing"], dim=None, layers=None,
-          heads=_DEFAULTS["heads"], mlp_dim=_DEFAULTS["mlp_dim"], patch_size=_DEFAULTS["patch_size"],
+          heads=_DEFAULTS["heads"], mlp_dim=_DEFAULTS["mlp_dim"], patch_size=None,
           positions="learned", shifted_patches=False, erase=_DEFAULTS["erase"], points=_DEFAULTS["point"]["points"],
           neighbors=_DEFAULTS["point"]["neighbors"],
           seed=0, train_limit=0, resume=False, stop_at=0,
@@ -178,9 +178,10 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
     Tokenization (each patch read with its place in four copies of the image shifted
     diagonally by half a patch, normalised, then embedded; patch_size >= 2), erase in
     [0, 1] the probability of Random Erasing per training image (vit only). The point
-    model: `points` points sampled from each image's inked pixels, `layers` blocks
-    (default 2) of width `dim` (default 32) of vector attention over each point's
-    `neighbors` nearest points. Training: AdamW, a warm-up
+    model: `points` points sampled from each image's inked pixels, each carrying the
+    patch_size × patch_size window of intensities around it (odd, default 7), `layers`
+    blocks (default 2) of width `dim` (default 32) of vector attention over each point's
+    `neighbors` nearest points. patch_size=None: the model's default (vit 4, point 7). Training: AdamW, a warm-up
     of one epoch then a cosine decay from `lr`, label smoothing, the augmentation of
     TrainingBatches. seed fixes the weights, the order and the augmentation. train_limit > 0
     trains on the first train_limit images only.
@@ -208,6 +209,7 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
         raise ValueError(f"{fn}: positions must be 'learned' or 'sincos', got {positions!r}")
     shape = _DEFAULTS if model == "vit" else _DEFAULTS["point"]
     dim = shape["dim"] if dim is None else dim
+    patch_size = shape["patch_size"] if patch_size is None else patch_size
     layers = (shape["layers"] if model == "vit" else shape["blocks"]) if layers is None else layers
     options = {
         "data": data, "out_dir": out, "model": model,
@@ -251,10 +253,15 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
                       f"positions={positions!r}, shifted_patches={options['shifted_patches']}, erase={erase!r}")
     else:
         options.update(points=_ranged(points, fn, "points", 1, 4096),
-                       neighbors=_ranged(neighbors, fn, "neighbors", 1, 4096))
+                       neighbors=_ranged(neighbors, fn, "neighbors", 1, 4096),
+                       patch_size=_ranged(patch_size, fn, "patch_size", 1, 15))
         if options["neighbors"] > options["points"]:
             raise ValueError(f"{fn}: neighbors = {neighbors} exceeds points = {points}")
-        shape_text = f"points={options['points']}, neighbors={options['neighbors']}"
+        if options["patch_size"] % 2 == 0:
+            raise ValueError(f"{fn}: the point model's patch_size must be odd (a window centred on each point), "
+                             f"got {patch_size}")
+        shape_text = (f"points={options['points']}, neighbors={options['neighbors']}, "
+                      f"patch_size={options['patch_size']}")
     if progress is not None and not callable(progress):
         raise TypeError(f"{fn}: progress must be callable or None, got {_describe(progress)}")
     options["command"] = (f"qkv.vision.train({data!r}, {out!r}, model={model!r}, epochs={options['epochs']}, "
@@ -269,7 +276,7 @@ class Classifier:
     model: "vit" or "point"; config: the architecture (a ViT's {"image_size", "channels",
     "patch_size", "dim", "layers", "heads", "mlp_dim", "classes", "learned_positions",
     "shifted_patches"}, the
-    config of qkv's _vit_forward; a point model's {"points", "neighbors", "dim", "blocks",
+    config of qkv's _vit_forward; a point model's {"points", "patch_size", "neighbors", "dim", "blocks",
     "pos_mlp_hidden", "attn_mlp_hidden_mult", "head_hidden", "classes"}, that of
     _pt_forward); class_names: by label; report: training's record (epochs, accuracies, the
     command).
@@ -326,8 +333,9 @@ class Classifier:
 
     def point_view(self, images, index=None):
         """What the point model reads of one image and what its last block attends to:
-        {"points": float32 (N, 3) (x, y in [-1, 1], intensity in [0, 1]; the sampling of
-        qkv's _pt_image_to_points with seed 0, counter 0), "neighbors": int64 (N, K) each
+        {"points": float32 (N, 3) (x, y in [-1, 1] and the intensity in [0, 1] of the point's
+        own pixel: columns 0, 1 and the window's centre of qkv's _pt_image_to_points with
+        seed 0, counter 0 and the model's patch_size), "neighbors": int64 (N, K) each
         point's K nearest points, "weights": float32 (N, K) the attention it gives them (the
         per-channel softmax averaged over channels; rows sum to 1), "received": float32 (N,)
         the weight each point receives, / N}. images as for rollout."""

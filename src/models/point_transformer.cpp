@@ -18,15 +18,16 @@ namespace qkv::models {
 
 namespace {
 
-// One image's points into out (N, 3); see the header for the sampling.
+// One image's points into out (N, 2 + S²); see the header for the sampling.
 void sample_points(const std::uint8_t* pixels, std::int64_t H, std::int64_t W, std::int64_t N,
-                   std::uint64_t seed, std::uint64_t counter, float* out) {
+                   std::uint64_t seed, std::uint64_t counter, std::int64_t S, float* out) {
+  const std::int64_t F = 2 + S * S, r = S / 2;  // floats per point; the window's radius
   std::vector<std::int64_t> inked;  // (M) raster indices row·W + column, ascending
   for (std::int64_t i = 0; i < H * W; ++i)
     if (pixels[i] > kInkThreshold) inked.push_back(i);
   const auto M = static_cast<std::int64_t>(inked.size());
   if (M == 0) {  // black: the centre, dark
-    std::fill(out, out + N * 3, 0.0f);
+    std::fill(out, out + N * F, 0.0f);
     return;
   }
   // Every inked pixel ⌊N/M⌋ times, and N mod M distinct ones once more, chosen by a partial
@@ -46,7 +47,7 @@ void sample_points(const std::uint8_t* pixels, std::int64_t H, std::int64_t W, s
       ++copies[static_cast<std::size_t>(order[static_cast<std::size_t>(t)])];
     }
   }
-  // Raster order; x from the column, y from the row, both onto [−1, 1].
+  // Raster order; x from the column, y from the row, both onto [−1, 1]; then the window.
   const double sx = W > 1 ? 2.0 / static_cast<double>(W - 1) : 0.0;
   const double sy = H > 1 ? 2.0 / static_cast<double>(H - 1) : 0.0;
   std::int64_t n = 0;
@@ -54,45 +55,55 @@ void sample_points(const std::uint8_t* pixels, std::int64_t H, std::int64_t W, s
     const std::int64_t i = inked[static_cast<std::size_t>(m)], row = i / W, column = i % W;
     const auto x = static_cast<float>(W > 1 ? static_cast<double>(column) * sx - 1.0 : 0.0);
     const auto y = static_cast<float>(H > 1 ? static_cast<double>(row) * sy - 1.0 : 0.0);
-    const auto intensity = static_cast<float>(pixels[i] / 255.0);
     for (std::int64_t c = 0; c < copies[static_cast<std::size_t>(m)]; ++c, ++n) {
-      out[n * 3 + 0] = x;
-      out[n * 3 + 1] = y;
-      out[n * 3 + 2] = intensity;
+      float* point = out + n * F;
+      point[0] = x;
+      point[1] = y;
+      float* window = point + 2;  // (S, S)
+      for (std::int64_t dr = -r; dr <= r; ++dr)
+        for (std::int64_t dc = -r; dc <= r; ++dc) {
+          const std::int64_t pr = row + dr, pc = column + dc;
+          const bool inside = pr >= 0 && pr < H && pc >= 0 && pc < W;
+          *window++ = inside ? static_cast<float>(pixels[pr * W + pc] / 255.0) : 0.0f;
+        }
     }
   }
 }
 
-void check_sampling(std::int64_t height, std::int64_t width, std::int64_t points, const char* fn) {
+void check_sampling(std::int64_t height, std::int64_t width, std::int64_t points, std::int64_t patch_size,
+                    const char* fn) {
   QKV_CHECK(height >= 1 && width >= 1,
             fn << ": height and width must be >= 1, got " << height << " x " << width);
   QKV_CHECK(points >= 1, fn << ": points (N) must be >= 1, got " << points);
+  QKV_CHECK(patch_size >= 1 && patch_size <= kMaxPointPatch && patch_size % 2 == 1,
+            fn << ": patch_size must be odd and in [1, " << kMaxPointPatch << "], got " << patch_size);
 }
 
 }  // namespace
 
 Tensor image_to_points(std::span<const std::uint8_t> pixels, std::int64_t height, std::int64_t width,
-                       std::int64_t points, std::uint64_t seed, std::uint64_t counter) {
-  check_sampling(height, width, points, "image_to_points");
+                       std::int64_t points, std::uint64_t seed, std::uint64_t counter, std::int64_t patch_size) {
+  check_sampling(height, width, points, patch_size, "image_to_points");
   QKV_CHECK(static_cast<std::int64_t>(pixels.size()) == height * width,
             "image_to_points: pixels must hold height x width = " << height * width << " values, got "
                                                                   << pixels.size());
-  Tensor out = Tensor::empty({points, 3});
-  sample_points(pixels.data(), height, width, points, seed, counter, out.data_as<float>());
+  Tensor out = Tensor::empty({points, 2 + patch_size * patch_size});
+  sample_points(pixels.data(), height, width, points, seed, counter, patch_size, out.data_as<float>());
   return out;
 }
 
 Tensor images_to_points(std::span<const std::uint8_t> pixels, std::int64_t count, std::int64_t height,
                         std::int64_t width, std::int64_t points, std::uint64_t seed,
-                        std::uint64_t first_counter) {
-  check_sampling(height, width, points, "images_to_points");
+                        std::uint64_t first_counter, std::int64_t patch_size) {
+  check_sampling(height, width, points, patch_size, "images_to_points");
   QKV_CHECK(count >= 0 && static_cast<std::int64_t>(pixels.size()) == count * height * width,
             "images_to_points: pixels must hold count x height x width = "
                 << count << " x " << height << " x " << width << " values, got " << pixels.size());
-  Tensor out = Tensor::empty({count, points, 3});
+  const std::int64_t F = 2 + patch_size * patch_size;
+  Tensor out = Tensor::empty({count, points, F});
   for (std::int64_t b = 0; b < count; ++b)
     sample_points(pixels.data() + b * height * width, height, width, points, seed,
-                  first_counter + static_cast<std::uint64_t>(b), out.data_as<float>() + b * points * 3);
+                  first_counter + static_cast<std::uint64_t>(b), patch_size, out.data_as<float>() + b * points * F);
   return out;
 }
 
@@ -119,20 +130,23 @@ void PointTransformerConfig::check() const {
                 << attn_mlp_hidden_mult << ", head_hidden = " << head_hidden << ", classes = " << classes);
   QKV_CHECK(neighbors <= points, "point_transformer: neighbors (K = " << neighbors
                                      << ") must not exceed points (N = " << points << ")");
+  QKV_CHECK(patch_size >= 1 && patch_size <= kMaxPointPatch && patch_size % 2 == 1,
+            "point_transformer: patch_size (S) must be odd and in [1, " << kMaxPointPatch << "], got "
+                                                                       << patch_size);
 }
 
 std::int64_t PointTransformerConfig::num_parameters() const {
   const std::int64_t C = dim, Hp = pos_mlp_hidden, Cm = dim * attn_mlp_hidden_mult, Hh = head_hidden;
   const std::int64_t attn = 3 * C * C + (2 * Hp + Hp) + (Hp * C + C) + (C * Cm + Cm) + (Cm * C + C);
   const std::int64_t block = 2 * C + (C * C + C) + attn + (C * C + C);
-  return (3 * C + C) + (C * C + C) + blocks * block + 2 * C + (2 * C * Hh + Hh) + (Hh * classes + classes);
+  return (point_features() * C + C) + (C * C + C) + blocks * block + 2 * C + (2 * C * Hh + Hh) + (Hh * classes + classes);
 }
 
 double PointTransformerConfig::flops() const {
   const double N = static_cast<double>(points), K = static_cast<double>(std::min(neighbors, points));
   const double C = static_cast<double>(dim), Hp = static_cast<double>(pos_mlp_hidden);
   const double Cm = C * static_cast<double>(attn_mlp_hidden_mult), Hh = static_cast<double>(head_hidden);
-  const double embed = N * (3 * C + C * C) * 2;
+  const double embed = N * (static_cast<double>(point_features()) * C + C * C) * 2;
   const double block = N * (5 * C * C) * 2 + N * K * (2 * Hp + Hp * C + 2 * C * Cm) * 2;
   const double head = (2 * C * Hh + Hh * static_cast<double>(classes)) * 2;
   return embed + static_cast<double>(blocks) * block + head;
@@ -168,7 +182,7 @@ PointTransformerWeights PointTransformerWeights::initialized(const PointTransfor
   auto module_seed = [&](std::uint64_t k) { return mix64(base + 8 * k); };
   const std::int64_t C = c.dim;
   PointTransformerWeights w;
-  w.embed0 = nn::Linear(3, C, true, module_seed(0));
+  w.embed0 = nn::Linear(c.point_features(), C, true, module_seed(0));
   w.embed2 = nn::Linear(C, C, true, module_seed(1));
   for (std::int64_t i = 0; i < c.blocks; ++i) {
     const auto k = 2 + 3 * static_cast<std::uint64_t>(i);
@@ -193,18 +207,19 @@ PointTransformerWeights PointTransformerWeights::zeros_like(const PointTransform
 }
 
 Tensor PointTransformerWeights::forward(const Tensor& points, Record* record) const {
-  const std::int64_t C = embed2.out_features();
+  const std::int64_t C = embed2.out_features(), F = embed0.in_features();  // F = 2 + S²
   QKV_CHECK(points.defined() && points.dtype() == DType::f32 && points.dim() == 3 &&
-                points.size(0) >= 1 && points.size(1) >= 1 && points.size(2) == 3,
-            "point_transformer: points must be f32 (B, N, 3) with B, N >= 1, got "
+                points.size(0) >= 1 && points.size(1) >= 1 && points.size(2) == F,
+            "point_transformer: points must be f32 (B, N, " << F << ") with B, N >= 1 (x, y and the "
+                << F - 2 << " intensities of the patch; embed.0 reads " << F << "), got "
                 << (points.defined() ? std::string(dtype_name(points.dtype())) + " " + points.shape_string()
                                      : std::string("undefined")));
   const std::int64_t B = points.size(0), N = points.size(1);
-  const Tensor p = points.contiguous();  // (B, N, 3)
+  const Tensor p = points.contiguous();  // (B, N, F)
   Tensor xy = Tensor::empty({B, N, 2});   // (B, N, 2) the positions attention sees
   for (std::int64_t i = 0; i < B * N; ++i) {
-    xy.data_as<float>()[i * 2] = p.data_as<float>()[i * 3];
-    xy.data_as<float>()[i * 2 + 1] = p.data_as<float>()[i * 3 + 1];
+    xy.data_as<float>()[i * 2] = p.data_as<float>()[i * F];
+    xy.data_as<float>()[i * 2 + 1] = p.data_as<float>()[i * F + 1];
   }
   if (record) {
     *record = Record();

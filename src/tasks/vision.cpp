@@ -272,15 +272,17 @@ Tensor VisionNetwork::input(const Images& images, std::span<const std::int64_t> 
   if (model == "vit") return to_input(images, indices, augment, seed);
   const std::vector<std::uint8_t> pixels = augmented_pixels(images, indices, augment, seed);  // (B, H, W)
   const std::int64_t B = static_cast<std::int64_t>(indices.size()), H = images.height, W = images.width;
-  if (augment != nullptr) return models::images_to_points(pixels, B, H, W, point.points, seed, 0);
+  if (augment != nullptr)
+    return models::images_to_points(pixels, B, H, W, point.points, seed, 0, point.patch_size);
   // Inference: every image with seed 0, counter 0 — its points depend on its pixels alone.
-  Tensor out = Tensor::empty({B, point.points, 3});
+  const std::int64_t F = point.point_features();
+  Tensor out = Tensor::empty({B, point.points, F});
   float* o = out.data_as<float>();
   for (std::int64_t b = 0; b < B; ++b) {
     const Tensor one = models::image_to_points(std::span<const std::uint8_t>(pixels).subspan(
                                                    static_cast<std::size_t>(b * H * W), static_cast<std::size_t>(H * W)),
-                                               H, W, point.points, 0, 0);
-    std::copy_n(one.data_as<float>(), point.points * 3, o + b * point.points * 3);
+                                               H, W, point.points, 0, 0, point.patch_size);
+    std::copy_n(one.data_as<float>(), point.points * F, o + b * point.points * F);
   }
   return out;
 }
@@ -357,6 +359,7 @@ nlohmann::json config_json(const VisionNetwork& n) {
   return {{"model", "point"},
           {"image_size", n.point_image_size},
           {"points", c.points},
+          {"patch_size", c.patch_size},
           {"neighbors", c.neighbors},
           {"dim", c.dim},
           {"blocks", c.blocks},
@@ -393,6 +396,7 @@ VisionNetwork network_from(const JsonConfig& j) {
     models::PointTransformerConfig& c = n.point;
     n.point_image_size = j.get_int("image_size");
     c.points = j.get_int("points");
+    c.patch_size = j.get_int("patch_size", 1);  // absent in models written before it: the pixel alone
     c.neighbors = j.get_int("neighbors");
     c.dim = j.get_int("dim");
     c.blocks = j.get_int("blocks");
@@ -690,12 +694,15 @@ Classifier::PointView Classifier::point_view(const Images& images, std::int64_t 
   check_image_size(images, image_size(), "point_view");
   QKV_CHECK(i >= 0 && i < images.count, "point_view: image " << i << " outside [0, " << images.count << ")");
   const std::int64_t index[1] = {i};
-  const Tensor points = net_.input(images, index);  // (1, N, 3)
+  const Tensor points = net_.input(images, index);  // (1, N, F): x, y, the S × S window
   models::PointTransformerWeights::Record record;
   net_.point_weights.forward(points, &record);
   PointView v;
-  v.points = points.to_vector();
-  const std::int64_t N = points.size(1);
+  const std::int64_t N = points.size(1), F = points.size(2);
+  const std::vector<float> all = points.to_vector();
+  for (std::int64_t n = 0; n < N; ++n)  // x, y and the window's centre, the point's own pixel
+    for (const std::int64_t f : {std::int64_t{0}, std::int64_t{1}, 2 + (F - 2) / 2})
+      v.points.push_back(all[static_cast<std::size_t>(n * F + f)]);
   if (record.blocks.empty()) return v;  // no attention to show
   const nn::VectorAttention::Record& a = record.blocks.back().attn;
   const std::int64_t K = a.K, C = a.logits.size(3);

@@ -367,9 +367,12 @@ def make_fixtures(tmp, qkv):
                    check=True, stdout=subprocess.DEVNULL, env=env)
     config = json.load(open(os.path.join(fx["point"], "config.json")))
     for name, change in (("neighbors17", {"neighbors": 17}), ("points_huge", {"points": 10**9}),
-                         ("dim_string", {"dim": "8"}), ("model_cnn", {"model": "cnn"}), ("model_vit", {"model": "vit"})):
+                         ("dim_string", {"dim": "8"}), ("model_cnn", {"model": "cnn"}), ("model_vit", {"model": "vit"}),
+                         ("patch_even", {"patch_size": 4}), ("patch_huge", {"patch_size": 10**9}),
+                         ("patch_absent", {"patch_size": None})):
         d = _model_dir(tmp, "point_" + name, fx["point"], ["model.safetensors"])
-        json.dump(dict(config, **change), open(os.path.join(d, "config.json"), "w"))
+        edited = {k: v for k, v in dict(config, **change).items() if v is not None}  # None: the key removed
+        json.dump(edited, open(os.path.join(d, "config.json"), "w"))
         fx["point_" + name] = d
     return fx
 
@@ -687,7 +690,8 @@ def _generated():
     point = qkv("classify", "--model", "{point}", "--images", "{vit_images}")
     cases.append(Case("classify point ok", point + ["--labels", "{vit_labels}", "--html", "{tmp}/point-{case}.html"],
                       expect="ok"))
-    for d in ("point_neighbors17", "point_points_huge", "point_dim_string", "point_model_cnn", "point_model_vit"):
+    for d in ("point_neighbors17", "point_points_huge", "point_dim_string", "point_model_cnn", "point_model_vit",
+              "point_patch_even", "point_patch_huge", "point_patch_absent"):
         cases.append(Case(f"classify damaged {d}", _without(point, "--model") + ["--model", "{" + d + "}"],
                           expect="failure"))
     # train vision: --data names a Fashion-MNIST directory; anything else is refused.
@@ -706,8 +710,9 @@ def _generated():
     for option in ("--points", "--neighbors"):
         cases += _value_cases("train vision point", _without(point_train, option), option, INT_TEXTS,
                               _in_range(1, 16 if option == "--neighbors" else 4096))
-    cases.append(Case("train vision point --patch-size", point_train + ["--patch-size", "4"], expect="usage",
-                      names="--patch-size"))
+    for side in ("4", "17"):  # even, or past the largest window
+        cases.append(Case(f"train vision point --patch-size {side}", point_train + ["--patch-size", side],
+                          expect="usage", names="--patch-size"))
     # train: a value that is valid here still runs one step only (--stop-at 1).
     train = qkv("train", "dates", "--batch", "2", "--eval-size", "2", "--steps", "2",
                 "--stop-at", "1", "--quiet", "--out", "{tmp}/out-{case}")

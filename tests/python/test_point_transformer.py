@@ -24,8 +24,9 @@ from qkv import _qkv
 U = 2.0 ** -24  # float32's unit roundoff
 M64 = (1 << 64) - 1
 
-CONFIG = dict(points=12, neighbors=5, dim=8, blocks=2, pos_mlp_hidden=6, attn_mlp_hidden_mult=2,
+CONFIG = dict(points=12, patch_size=3, neighbors=5, dim=8, blocks=2, pos_mlp_hidden=6, attn_mlp_hidden_mult=2,
               head_hidden=7, classes=4)
+FEATURES = 2 + CONFIG["patch_size"] ** 2  # floats per point: x, y and the 3 × 3 window
 
 
 # ---------------------------------------------------------------------------------------
@@ -43,15 +44,16 @@ def counter_uniform(seed, counter):
     return (mix64(key ^ counter) >> 11) * 2.0 ** -53
 
 
-def sample_points(pixels, N, seed, counter):
+def sample_points(pixels, N, seed, counter, S=1):
     """point_transformer.h: the inked pixels (> 0), each ⌊N/M⌋ times plus N mod M distinct
     ones by a partial Fisher–Yates shuffle with draw t = counter_uniform(mix64(mix64(seed)
-    + counter), t); in raster order; x, y onto [−1, 1], intensity /255; black: the centre."""
+    + counter), t); in raster order; x, y onto [−1, 1], then the S × S window of
+    intensities /255 around the pixel (0 outside the image); black: the centre."""
     H, W = pixels.shape
     inked = np.flatnonzero(pixels.ravel() > 0)
     M = len(inked)
     if M == 0:
-        return np.zeros((N, 3), np.float32)
+        return np.zeros((N, 2 + S * S), np.float32)
     copies = np.full(M, N // M)
     order = list(range(M))
     stream = mix64(mix64(seed) + counter)
@@ -63,7 +65,10 @@ def sample_points(pixels, N, seed, counter):
     row, col = idx // W, idx % W
     x = col * (2.0 / (W - 1)) - 1 if W > 1 else np.zeros(len(idx))  # qkv's order of operations
     y = row * (2.0 / (H - 1)) - 1 if H > 1 else np.zeros(len(idx))
-    return np.stack([x, y, pixels.ravel()[idx] / 255.0], axis=1).astype(np.float32)
+    r = S // 2
+    padded = np.pad(pixels / 255.0, r)  # 0 outside the image
+    window = np.stack([padded[row + dr, col + dc] for dr in range(S) for dc in range(S)], axis=1)
+    return np.concatenate([np.stack([x, y], axis=1), window], axis=1).astype(np.float32)
 
 
 @pytest.mark.parametrize("H, W, black, N", [(28, 28, 0.5, 128), (28, 28, 0.9, 128), (28, 28, 0.99, 64),
@@ -76,10 +81,17 @@ def test_sampling_matches_the_rule(H, W, black, N):
         assert got.dtype == np.float32 and got.shape == (N, 3)
         # The same draws and the same float arithmetic (double, then one rounding): equal.
         np.testing.assert_array_equal(got, sample_points(pixels, N, seed, counter), err_msg=f"{seed}, {counter}")
+        for S in (3, 5):
+            got = _qkv._pt_image_to_points(pixels, N, seed, counter, patch_size=S)
+            assert got.shape == (N, 2 + S * S)
+            np.testing.assert_array_equal(got, sample_points(pixels, N, seed, counter, S), err_msg=f"S={S}")
     batch = np.stack([pixels, pixels[::-1].copy(), np.zeros_like(pixels)])
     got = _qkv._pt_images_to_points(batch, N, 3, 10)
     for b in range(3):
         np.testing.assert_array_equal(got[b], sample_points(batch[b], N, 3, 10 + b), err_msg=f"image {b}")
+    got = _qkv._pt_images_to_points(batch, N, 3, 10, patch_size=7)
+    for b in range(3):
+        np.testing.assert_array_equal(got[b], sample_points(batch[b], N, 3, 10 + b, 7), err_msg=f"image {b}, S=7")
 
 
 # ---------------------------------------------------------------------------------------
@@ -144,10 +156,10 @@ def inputs(config):
     images (repeats: ties among distances and in the max)."""
     rng = np.random.default_rng(5)
     B, N = 3, config["points"]
-    random = np.concatenate([rng.uniform(-1, 1, (B, N, 2)), rng.uniform(0, 1, (B, N, 1))], axis=-1).astype(np.float32)
+    random = np.concatenate([rng.uniform(-1, 1, (B, N, 2)), rng.uniform(0, 1, (B, N, FEATURES - 2))], axis=-1).astype(np.float32)
     pixels = np.where(rng.random((B, 9, 9)) < 0.9, 0, rng.integers(1, 256, (B, 9, 9))).astype(np.uint8)
     pixels[:, 4, 4] = 200  # at least one inked pixel each
-    return {"random": random, "sampled": _qkv._pt_images_to_points(pixels, N, 1)}
+    return {"random": random, "sampled": _qkv._pt_images_to_points(pixels, N, 1, patch_size=config["patch_size"])}
 
 
 def norm_close(got, want, rtol, floor=0.0, what=""):
@@ -164,7 +176,7 @@ def test_initial_weights():
     w = _qkv._pt_initial(CONFIG, 5)
     assert list(w) == parameter_names(CONFIG)
     C, Hp, Cm, Hh = CONFIG["dim"], CONFIG["pos_mlp_hidden"], CONFIG["dim"] * CONFIG["attn_mlp_hidden_mult"], CONFIG["head_hidden"]
-    shapes = {"embed.0.weight": (C, 3), "blocks.1.attn.to_qkv.weight": (3 * C, C), "blocks.0.attn.pos_mlp.0.weight": (Hp, 2),
+    shapes = {"embed.0.weight": (C, FEATURES), "blocks.1.attn.to_qkv.weight": (3 * C, C), "blocks.0.attn.pos_mlp.0.weight": (Hp, 2),
               "blocks.0.attn.attn_mlp.0.weight": (Cm, C), "head.0.weight": (Hh, 2 * C), "head.2.bias": (CONFIG["classes"],)}
     for n, shape in shapes.items():
         assert w[n].shape == shape, n
@@ -235,7 +247,10 @@ def test_bad_input_named():
     raises(ValueError, lambda: _qkv._pt_initial(dict(CONFIG, heads=2), 1), "unknown key 'heads'")
     raises(TypeError, lambda: _qkv._pt_initial(dict(CONFIG, dim=8.0), 1), "dim must be an int")
     raises(TypeError, lambda: _qkv._pt_forward(CONFIG, w, x.astype(np.float64)), "float32")
-    raises(ValueError, lambda: _qkv._pt_forward(CONFIG, w, x[..., :2].copy()), "(B, N, 3)")
+    raises(ValueError, lambda: _qkv._pt_forward(CONFIG, w, x[..., :3].copy()), "(B, N, 11)")
+    raises(ValueError, lambda: _qkv._pt_initial(dict(CONFIG, patch_size=4), 1), "patch_size (S) must be odd")
+    raises(ValueError, lambda: _qkv._pt_image_to_points(np.ones((4, 4), np.uint8), 4, 0, 0, patch_size=17),
+           "patch_size must be odd and in [1, 15], got 17")
     raises(ValueError, lambda: _qkv._pt_forward(CONFIG, dict(w, extra=np.zeros(2, np.float32)), x), "extra")
     raises(ValueError, lambda: _qkv._pt_backward(CONFIG, w, x, np.zeros((3, 5), np.float32)), "dlogits")
     raises(TypeError, lambda: _qkv._pt_image_to_points(np.zeros((4, 4), np.float32), 8, 0, 0), "uint8")

@@ -436,8 +436,8 @@ def test_point_model_trains_equals_the_cli_and_shows_its_points(data, tmp_path):
     assert set(result) == RESULT_KEYS and result["steps"] == STEPS
     c = vision.Classifier(out)
     assert c.model == "point"
-    assert c.config == dict(points=48, neighbors=6, dim=16, blocks=1, pos_mlp_hidden=16, attn_mlp_hidden_mult=1,
-                            head_hidden=64, classes=10)
+    assert c.config == dict(points=48, patch_size=7, neighbors=6, dim=16, blocks=1, pos_mlp_hidden=16,
+                            attn_mlp_hidden_mult=1, head_hidden=64, classes=10)
     assert result["num_parameters"] == sum(a.size for a in _qkv._pt_initial(c.config, 0).values())
     assert c.report["trained_with"].startswith("qkv.vision.train(") and "model='point'" in c.report["trained_with"]
     line = run_qkv("train", "vision", "--model", "point", "--data", data["dir"], "--out", tmp_path / "cli",
@@ -466,5 +466,7 @@ def test_point_model_trains_equals_the_cli_and_shows_its_points(data, tmp_path):
         c.rollout(test[0])
     with pytest.raises(ValueError, match="neighbors = 9 exceeds points = 8"):
         vision.train(data["dir"], tmp_path / "x", model="point", points=8, neighbors=9)
+    with pytest.raises(ValueError, match="patch_size must be odd"):
+        vision.train(data["dir"], tmp_path / "x", model="point", patch_size=4)
     with pytest.raises(ValueError, match="model must be 'vit' or 'point'"):
         vision.train(data["dir"], tmp_path / "x", model="cnn")

@@ -342,18 +342,19 @@ TEST(Vision, PointInputIsTheImagesSampledPoints) {
   vision::VisionNetwork net;
   net.model = "point";
   net.point.points = 50;
+  net.point.patch_size = 3;  // 11 floats per point
   // Inference: each image with seed 0, counter 0, wherever it sits in the batch.
   const std::int64_t two[2] = {2, 0}, one[1] = {0};
   const std::vector<float> a = net.input(im, two).to_vector(), b = net.input(im, one).to_vector();
-  ASSERT_EQ(a.size(), 2u * 50 * 3);
-  EXPECT_EQ(std::vector<float>(a.begin() + 150, a.end()), b);
+  ASSERT_EQ(a.size(), 2u * 50 * 11);
+  EXPECT_EQ(std::vector<float>(a.begin() + 550, a.end()), b);
   const std::span<const std::uint8_t> pixels0(im.pixels.data(), 784);
-  EXPECT_EQ(b, qkv::models::image_to_points(pixels0, 28, 28, 50, 0, 0).to_vector());
+  EXPECT_EQ(b, qkv::models::image_to_points(pixels0, 28, 28, 50, 0, 0, 3).to_vector());
   // Training: the augmented pixels, sampled with the batch's seed, counter = position.
   const vision::Augmentation aug{2, true};
   const std::vector<std::uint8_t> shifted = vision::augmented_pixels(im, two, &aug, 77);
   EXPECT_EQ(net.input(im, two, &aug, 77).to_vector(),
-            qkv::models::images_to_points(shifted, 2, 28, 28, 50, 77, 0).to_vector());
+            qkv::models::images_to_points(shifted, 2, 28, 28, 50, 77, 0, 3).to_vector());
   // augmented_pixels is what to_input normalises.
   const std::vector<float> x = vision::to_input(im, two, &aug, 77).to_vector();
   for (std::size_t k = 0; k < x.size(); ++k) ASSERT_EQ(x[k], normalised(shifted[k])) << k;
@@ -422,4 +423,10 @@ TEST(Vision, PointModelTrainsResumesAndLoads) {
   expect_error([&] { vision::Classifier::load(dir.file("a")); }, "must be 'vit' or 'point'");
   rewrite("\"neighbors\": 8", "\"neighbors\": 65");
   expect_error([&] { vision::Classifier::load(dir.file("a")); }, "must not exceed points");
+  rewrite("\"patch_size\": 7", "\"patch_size\": 4");
+  expect_error([&] { vision::Classifier::load(dir.file("a")); }, "patch_size (S) must be odd");
+  // Absent (models written before the window): each point its own pixel, so this model's
+  // embed.0 (16, 2 + 7²) is refused by name.
+  rewrite("\"patch_size\": 7,", "");
+  expect_error([&] { vision::Classifier::load(dir.file("a")); }, "embed.0.weight");
 }

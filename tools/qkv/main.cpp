@@ -447,9 +447,12 @@ int run(int argc, char** argv) {
       ->check(number_in(0.0, 100.0, false, false));
   train->add_option("--max-len", tr.max_len, "recommender sasrec: history positions")
       ->capture_default_str()->check(integer_in(1, 4096));
-  train->add_option("--patch-size", tr.patch_size, "vision vit: patch side P (28 / P patches per side; "
-                    "4 = 49 patches + the class token)")
-      ->capture_default_str()->check(integer_in(1, 28));
+  train->add_option("--patch-size", tr.patch_size,
+                    "vision: vit: patch side P (28 / P patches per side; default " +
+                        std::to_string(vision_defaults.vit.patch_size) +
+                        ", 49 patches + the class token); point: the side S of the square of pixels each "
+                        "point carries, odd (default " + std::to_string(vision_defaults.point.patch_size) + ")")
+      ->check(integer_in(1, 28));
   train->add_option("--mlp-dim", tr.mlp_dim, "vision vit: the blocks' feed-forward width")
       ->capture_default_str()->check(integer_in(1, 16384));
   train->add_option("--positions", tr.positions, "vision vit: learned positions or the fixed 2-D sine-cosine table")

@@ -164,7 +164,7 @@ const std::vector<std::string> kRecommenderOnly = {"--l2", "--max-len"};
 const std::vector<std::string> kRecommenderOrVision = {"--model", "--epochs", "--dim"};
 const std::vector<std::string> kVisionOnly = {"--patch-size", "--mlp-dim", "--train-limit", "--bf16", "--positions",
                                               "--points", "--neighbors", "--erase"};
-const std::vector<std::string> kVitOnly = {"--patch-size", "--mlp-dim", "--positions", "--heads",
+const std::vector<std::string> kVitOnly = {"--mlp-dim", "--positions", "--heads",
                                            "--shifted-patches", "--erase"};
 const std::vector<std::string> kPointOnly = {"--points", "--neighbors"};
 
@@ -514,7 +514,12 @@ int run_train_vision(const TrainOptions& o, std::ostream& out) {
     if (given(o, "--layers")) pc.blocks = o.layers;
     if (given(o, "--points")) pc.points = o.points;
     if (given(o, "--neighbors")) pc.neighbors = o.neighbors;
+    if (given(o, "--patch-size")) pc.patch_size = o.patch_size;
     if (pc.dim < 1) throw UsageError("--dim", "point needs a width >= 1");
+    if (pc.patch_size % 2 == 0 || pc.patch_size > models::kMaxPointPatch)
+      throw UsageError("--patch-size", format("point needs an odd side <= %lld (a window centred on each point), got %lld",
+                                              static_cast<long long>(models::kMaxPointPatch),
+                                              static_cast<long long>(pc.patch_size)));
     if (pc.neighbors > pc.points)
       throw UsageError("--neighbors", format("%lld exceeds --points %lld", static_cast<long long>(pc.neighbors),
                                              static_cast<long long>(pc.points)));
@@ -535,11 +540,12 @@ int run_train_vision(const TrainOptions& o, std::ostream& out) {
   const std::int64_t train_images =
       t.train_limit > 0 ? std::min(t.train_limit, data.train.count) : data.train.count;
   if (!o.json && model == "point")
-    out << format("training a Point Transformer on %lld Fashion-MNIST images (%lld validation): %lld points, "
-                  "%lld neighbours, %lld blocks, dim %lld, %lld parameters; %lld epochs, batch %lld, lr %g, "
-                  "label smoothing %g, %d threads\n",
+    out << format("training a Point Transformer on %lld Fashion-MNIST images (%lld validation): %lld points "
+                  "(each with its %lldx%lld pixels), %lld neighbours, %lld blocks, dim %lld, %lld parameters; "
+                  "%lld epochs, batch %lld, lr %g, label smoothing %g, %d threads\n",
                   static_cast<long long>(train_images), static_cast<long long>(data.validation.count),
-                  static_cast<long long>(pc.points), static_cast<long long>(pc.neighbors),
+                  static_cast<long long>(pc.points), static_cast<long long>(pc.patch_size),
+                  static_cast<long long>(pc.patch_size), static_cast<long long>(pc.neighbors),
                   static_cast<long long>(pc.blocks), static_cast<long long>(pc.dim),
                   static_cast<long long>(pc.num_parameters()), static_cast<long long>(t.epochs),
                   static_cast<long long>(t.batch), t.peak_lr, t.label_smoothing, num_threads());
