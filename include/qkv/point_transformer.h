@@ -22,12 +22,12 @@
 // pooling concatenates the mean (the paper's) with the max (PointNet's), which the head
 // reads both of. Each point carries the S × S window of intensities around its pixel (a
 // local descriptor, as points of a scanned cloud carry colours and normals) rather than its
-// own intensity alone (S = 1): 128 points keep a third of a garment's inked pixels, and a
-// point of the window's centre only lets the blocks guess the texture between them. On a
+// own intensity alone (S = 1): 128 points keep a third of a garment's inked pixels, and
+// with the centre pixel alone the blocks must guess the texture between them. On a
 // 12,800-image, 2-epoch probe at C = 32 (validation accuracy): S = 1 64.7%, 3 70.0%,
-// 5 71.2%, 7 73.1%, at the same speed (embed is a few % of the FLOPs). Parameter names follow torch's module tree: embed.{0,2}.*,
-// blocks.i.{norm,linear1,attn,linear2}.* (attn.* as nn::VectorAttention names them),
-// norm.*, head.{0,2}.*.
+// 5 71.2%, 7 73.1%, at about the same speed (embed is 5% of the FLOPs). Parameter names
+// follow torch's module tree: embed.{0,2}.*, blocks.i.{norm,linear1,attn,linear2}.*
+// (attn.* as nn::VectorAttention names them), norm.*, head.{0,2}.*.
 #pragma once
 
 #include <cstdint>
@@ -71,6 +71,11 @@ namespace qkv::models {
 inline constexpr int kInkThreshold = 0;
 inline constexpr std::int64_t kMaxPointPatch = 15;  // S at most: 227 floats per point
 
+// Whether S is a window side the sampling takes: odd (centred on the point), 1 ... 15.
+inline constexpr bool valid_point_patch(std::int64_t S) { return S >= 1 && S <= kMaxPointPatch && S % 2 == 1; }
+// Floats per point for a window of side S: x, y and the S² intensities.
+inline constexpr std::int64_t point_floats(std::int64_t S) { return 2 + S * S; }
+
 // pixels (H, W) row-major, 0 = black -> (N, 2 + S²) f32 points, S = patch_size (odd).
 Tensor image_to_points(std::span<const std::uint8_t> pixels, std::int64_t height,
                        std::int64_t width, std::int64_t points, std::uint64_t seed,
@@ -112,7 +117,7 @@ struct PointTransformerConfig {
   std::int64_t classes = 10;
 
   nn::VectorAttentionConfig attention_config() const;  // dim C, pos_dim 2, K neighbours
-  std::int64_t point_features() const { return 2 + patch_size * patch_size; }  // x, y, the window
+  std::int64_t point_features() const { return point_floats(patch_size); }  // x, y, the window
   std::int64_t num_parameters() const;
   double flops() const;  // the forward's matrix-product FLOPs per image (see above)
   void check() const;    // throws qkv::Error naming the field out of range

@@ -181,10 +181,10 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
     model: `points` points sampled from each image's inked pixels, each carrying the
     patch_size × patch_size window of intensities around it (odd, default 7), `layers`
     blocks (default 2) of width `dim` (default 32) of vector attention over each point's
-    `neighbors` nearest points. patch_size=None: the model's default (vit 4, point 7). Training: AdamW, a warm-up
-    of one epoch then a cosine decay from `lr`, label smoothing, the augmentation of
-    TrainingBatches. seed fixes the weights, the order and the augmentation. train_limit > 0
-    trains on the first train_limit images only.
+    `neighbors` nearest points. patch_size=None: the model's default (vit 4, point 7).
+    Training: AdamW, a warm-up of one epoch then a cosine decay from `lr`, label smoothing,
+    the augmentation of TrainingBatches. seed fixes the weights, the order and the
+    augmentation. train_limit > 0 trains on the first train_limit images only.
     A checkpoint is written every checkpoint_every steps (0: at epoch ends only), at every
     epoch end and when training stops; resume=True continues from out's checkpoint (with
     the same model options); stop_at > 0 stops after that step as an interruption does.

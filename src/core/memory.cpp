@@ -349,10 +349,6 @@ const EnvironmentLimit& environment_limit() {
 
 std::atomic<std::size_t> g_limit_set{0};  // set_memory_limit's value; 0: none
 
-}  // namespace
-
-namespace {
-
 // Waits for (or does) the first reads of the default and environment limits. Neither
 // throws: a malformed QKV_MEMORY_LIMIT is only recorded here.
 void finish_limit_reads() {

@@ -21,7 +21,7 @@ namespace {
 // One image's points into out (N, 2 + S²); see the header for the sampling.
 void sample_points(const std::uint8_t* pixels, std::int64_t H, std::int64_t W, std::int64_t N,
                    std::uint64_t seed, std::uint64_t counter, std::int64_t S, float* out) {
-  const std::int64_t F = 2 + S * S, r = S / 2;  // floats per point; the window's radius
+  const std::int64_t F = point_floats(S), r = S / 2;  // floats per point; the window's radius
   std::vector<std::int64_t> inked;  // (M) raster indices row·W + column, ascending
   for (std::int64_t i = 0; i < H * W; ++i)
     if (pixels[i] > kInkThreshold) inked.push_back(i);
@@ -75,7 +75,7 @@ void check_sampling(std::int64_t height, std::int64_t width, std::int64_t points
   QKV_CHECK(height >= 1 && width >= 1,
             fn << ": height and width must be >= 1, got " << height << " x " << width);
   QKV_CHECK(points >= 1, fn << ": points (N) must be >= 1, got " << points);
-  QKV_CHECK(patch_size >= 1 && patch_size <= kMaxPointPatch && patch_size % 2 == 1,
+  QKV_CHECK(valid_point_patch(patch_size),
             fn << ": patch_size must be odd and in [1, " << kMaxPointPatch << "], got " << patch_size);
 }
 
@@ -87,7 +87,7 @@ Tensor image_to_points(std::span<const std::uint8_t> pixels, std::int64_t height
   QKV_CHECK(static_cast<std::int64_t>(pixels.size()) == height * width,
             "image_to_points: pixels must hold height x width = " << height * width << " values, got "
                                                                   << pixels.size());
-  Tensor out = Tensor::empty({points, 2 + patch_size * patch_size});
+  Tensor out = Tensor::empty({points, point_floats(patch_size)});
   sample_points(pixels.data(), height, width, points, seed, counter, patch_size, out.data_as<float>());
   return out;
 }
@@ -99,7 +99,7 @@ Tensor images_to_points(std::span<const std::uint8_t> pixels, std::int64_t count
   QKV_CHECK(count >= 0 && static_cast<std::int64_t>(pixels.size()) == count * height * width,
             "images_to_points: pixels must hold count x height x width = "
                 << count << " x " << height << " x " << width << " values, got " << pixels.size());
-  const std::int64_t F = 2 + patch_size * patch_size;
+  const std::int64_t F = point_floats(patch_size);
   Tensor out = Tensor::empty({count, points, F});
   for (std::int64_t b = 0; b < count; ++b)
     sample_points(pixels.data() + b * height * width, height, width, points, seed,
@@ -130,7 +130,7 @@ void PointTransformerConfig::check() const {
                 << attn_mlp_hidden_mult << ", head_hidden = " << head_hidden << ", classes = " << classes);
   QKV_CHECK(neighbors <= points, "point_transformer: neighbors (K = " << neighbors
                                      << ") must not exceed points (N = " << points << ")");
-  QKV_CHECK(patch_size >= 1 && patch_size <= kMaxPointPatch && patch_size % 2 == 1,
+  QKV_CHECK(valid_point_patch(patch_size),
             "point_transformer: patch_size (S) must be odd and in [1, " << kMaxPointPatch << "], got "
                                                                        << patch_size);
 }

@@ -516,7 +516,7 @@ int run_train_vision(const TrainOptions& o, std::ostream& out) {
     if (given(o, "--neighbors")) pc.neighbors = o.neighbors;
     if (given(o, "--patch-size")) pc.patch_size = o.patch_size;
     if (pc.dim < 1) throw UsageError("--dim", "point needs a width >= 1");
-    if (pc.patch_size % 2 == 0 || pc.patch_size > models::kMaxPointPatch)
+    if (!models::valid_point_patch(pc.patch_size))
       throw UsageError("--patch-size", format("point needs an odd side <= %lld (a window centred on each point), got %lld",
                                               static_cast<long long>(models::kMaxPointPatch),
                                               static_cast<long long>(pc.patch_size)));
