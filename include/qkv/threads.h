@@ -15,6 +15,13 @@
 // off the CPU the caller is on; QKV_BIND_THREADS=0, or any of
 // OMP_PROC_BIND, OMP_PLACES, GOMP_CPU_AFFINITY, leaves placement to the scheduler or to
 // OpenMP. Pinned workers start on time after idle (see src/core/threads.cpp).
+// What OpenMP would actually give a region started here bounds the count: 1 on a thread
+// that is already inside an active parallel region (OpenMP runs a region nested there on
+// its caller alone unless OMP_MAX_ACTIVE_LEVELS allows more), and at most
+// omp_get_thread_limit() (OMP_THREAD_LIMIT). Why: a oneDNN primitive splits its work for
+// the thread count it was created with and, run on fewer threads, leaves parts of its output
+// unwritten (LayerNorm's backward summed per-thread partial gradients of which only one had
+// been computed), so the count its primitives are made for must be the count that runs them.
 #pragma once
 
 #include <atomic>

@@ -174,6 +174,10 @@ int num_threads() {
     n = threads_from_environment();
     g_threads.store(n, std::memory_order_relaxed);
   }
+  // A region started here gets one thread inside an active region at the deepest level
+  // OpenMP allows (qkv/threads.h says why the count must be what a region gets).
+  if (omp_in_parallel() && omp_get_active_level() >= omp_get_max_active_levels()) return 1;
+  n = std::min(n, omp_get_thread_limit());
   bind_workers(n);
   return n;
 }

@@ -52,16 +52,29 @@ dnnl::layer_normalization_forward forward_primitive(std::int64_t rows, std::int6
   });
 }
 
+// The backward primitive and the scratchpad each run of it needs.
+struct Backward {
+  dnnl::layer_normalization_backward primitive;
+  dnnl::memory::desc scratchpad;
+};
+
 // (rows, N, eps, affine) -> the backward primitive (diff_scale and diff_shift when affine).
-dnnl::layer_normalization_backward backward_primitive(std::int64_t rows, std::int64_t N, float eps,
-                                                      bool affine) {
+// Its scratchpad is the caller's (scratchpad_mode::user), one per run: with oneDNN's own,
+// which belongs to the primitive, two threads running the cached primitive at once (a
+// LayerNorm of the same shape in two batch groups trained side by side) shared the
+// per-thread partial sums of dweight and dbias, and 34 of 40 such pairs of runs gave other
+// gradients than the same runs one after the other.
+Backward backward_primitive(std::int64_t rows, std::int64_t N, float eps, bool affine) {
   using Key = std::tuple<std::int64_t, std::int64_t, float, bool>;
-  static detail::PrimitiveCache<Key, dnnl::layer_normalization_backward> cache(64);
+  static detail::PrimitiveCache<Key, Backward> cache(64);
   return cache.get({rows, N, eps, affine}, [&] {
     const dnnl::layer_normalization_backward::desc desc(
         dnnl::prop_kind::backward, data_desc(rows, N), data_desc(rows, N), eps, flags(affine, affine));
-    return dnnl::layer_normalization_backward(dnnl::layer_normalization_backward::primitive_desc(
-        desc, detail::cpu_engine(), forward_desc(rows, N, eps, affine, affine, true)));
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const dnnl::layer_normalization_backward::primitive_desc pd(desc, attr, detail::cpu_engine(),
+                                                                forward_desc(rows, N, eps, affine, affine, true));
+    return Backward{dnnl::layer_normalization_backward(pd), pd.scratchpad_desc()};
   });
 }
 
@@ -196,7 +209,11 @@ Tensor layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean
     args.emplace(DNNL_ARG_DIFF_SCALE, dnnl::memory(param_desc(N), engine, dw.data()));
     args.emplace(DNNL_ARG_DIFF_SHIFT, dnnl::memory(param_desc(N), engine, db.data()));
   }
-  detail::run(backward_primitive(rows, N, e, affine), args);
+  const Backward backward = backward_primitive(rows, N, e, affine);
+  const auto scratch_bytes = static_cast<std::int64_t>(backward.scratchpad.get_size());
+  Tensor scratch = Tensor::empty({std::max<std::int64_t>(1, (scratch_bytes + 3) / 4)});  // this run's alone
+  args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(backward.scratchpad, engine, scratch.data()));
+  detail::run(backward.primitive, args);
   if (dweight) add_(*dweight, dw.view(dweight->shape()));
   if (dbias) add_(*dbias, db.view(dbias->shape()));
   return dx;
