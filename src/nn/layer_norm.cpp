@@ -60,10 +60,10 @@ struct Backward {
 
 // (rows, N, eps, affine) -> the backward primitive (diff_scale and diff_shift when affine).
 // Its scratchpad is the caller's (scratchpad_mode::user), one per run: with oneDNN's own,
-// which belongs to the primitive, two threads running the cached primitive at once (a
-// LayerNorm of the same shape in two batch groups trained side by side) shared the
-// per-thread partial sums of dweight and dbias, and 34 of 40 such pairs of runs gave other
-// gradients than the same runs one after the other.
+// which belongs to the primitive, two threads running the cached primitive at once (two
+// LayerNorms of one shape, each on a thread of the caller's) shared the per-thread partial
+// sums of dweight and dbias, and 34 of 40 such runs gave other gradients than the same runs
+// one after the other.
 Backward backward_primitive(std::int64_t rows, std::int64_t N, float eps, bool affine) {
   using Key = std::tuple<std::int64_t, std::int64_t, float, bool>;
   static detail::PrimitiveCache<Key, Backward> cache(64);
