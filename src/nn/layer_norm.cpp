@@ -38,7 +38,7 @@ dnnl::layer_normalization_forward::primitive_desc forward_desc(std::int64_t rows
                                                                float eps, bool scale, bool shift,
                                                                bool training) {
   const auto prop = training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-  return {{prop, data_desc(rows, N), eps, flags(scale, shift)}, detail::cpu_engine()};
+  return {{prop, data_desc(rows, N), eps, flags(scale, shift)}, detail::scratchpad_attr(), detail::cpu_engine()};
 }
 
 // (rows, N, eps, scale, shift, training) -> the forward primitive; training also writes the
@@ -52,29 +52,17 @@ dnnl::layer_normalization_forward forward_primitive(std::int64_t rows, std::int6
   });
 }
 
-// The backward primitive and the scratchpad each run of it needs.
-struct Backward {
-  dnnl::layer_normalization_backward primitive;
-  dnnl::memory::desc scratchpad;
-};
-
 // (rows, N, eps, affine) -> the backward primitive (diff_scale and diff_shift when affine).
-// Its scratchpad is the caller's (scratchpad_mode::user), one per run: with oneDNN's own,
-// which belongs to the primitive, two threads running the cached primitive at once (two
-// LayerNorms of one shape, each on a thread of the caller's) shared the per-thread partial
-// sums of dweight and dbias, and 34 of 40 such runs gave other gradients than the same runs
-// one after the other.
-Backward backward_primitive(std::int64_t rows, std::int64_t N, float eps, bool affine) {
+dnnl::layer_normalization_backward backward_primitive(std::int64_t rows, std::int64_t N, float eps,
+                                                      bool affine) {
   using Key = std::tuple<std::int64_t, std::int64_t, float, bool>;
-  static detail::PrimitiveCache<Key, Backward> cache(64);
+  static detail::PrimitiveCache<Key, dnnl::layer_normalization_backward> cache(64);
   return cache.get({rows, N, eps, affine}, [&] {
     const dnnl::layer_normalization_backward::desc desc(
         dnnl::prop_kind::backward, data_desc(rows, N), data_desc(rows, N), eps, flags(affine, affine));
-    dnnl::primitive_attr attr;
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    const dnnl::layer_normalization_backward::primitive_desc pd(desc, attr, detail::cpu_engine(),
-                                                                forward_desc(rows, N, eps, affine, affine, true));
-    return Backward{dnnl::layer_normalization_backward(pd), pd.scratchpad_desc()};
+    const dnnl::layer_normalization_backward::primitive_desc pd(
+        desc, detail::scratchpad_attr(), detail::cpu_engine(), forward_desc(rows, N, eps, affine, affine, true));
+    return dnnl::layer_normalization_backward(pd);
   });
 }
 
@@ -156,7 +144,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized, const Tensor& weight
     args.emplace(DNNL_ARG_MEAN, dnnl::memory(stat_desc(rows), engine, mean->data()));
     args.emplace(DNNL_ARG_VARIANCE, dnnl::memory(stat_desc(rows), engine, variance->data()));
   }
-  detail::run(prim, args);
+  detail::run(prim, std::move(args));
   set_constant_rows(xc.data_as<float>(), rows, N, b.defined() ? b.data_as<float>() : nullptr, out.data_as<float>(),
                     training ? mean->data_as<float>() : nullptr, training ? variance->data_as<float>() : nullptr);
   return out;
@@ -209,11 +197,7 @@ Tensor layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean
     args.emplace(DNNL_ARG_DIFF_SCALE, dnnl::memory(param_desc(N), engine, dw.data()));
     args.emplace(DNNL_ARG_DIFF_SHIFT, dnnl::memory(param_desc(N), engine, db.data()));
   }
-  const Backward backward = backward_primitive(rows, N, e, affine);
-  const auto scratch_bytes = static_cast<std::int64_t>(backward.scratchpad.get_size());
-  Tensor scratch = Tensor::empty({std::max<std::int64_t>(1, (scratch_bytes + 3) / 4)});  // this run's alone
-  args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(backward.scratchpad, engine, scratch.data()));
-  detail::run(backward.primitive, args);
+  detail::run(backward_primitive(rows, N, e, affine), std::move(args));
   if (dweight) add_(*dweight, dw.view(dweight->shape()));
   if (dbias) add_(*dbias, db.view(dbias->shape()));
   return dx;

@@ -74,7 +74,7 @@ Matmul matmul(std::int64_t M, std::int64_t K, std::int64_t N, const LinearKind& 
     if (kind.activation != LinearActivation::none)
       ops.append_eltwise(1.f, eltwise_algorithm(kind.activation), 0.f, 0.f);
     if (kind.residual) ops.append_binary(dnnl::algorithm::binary_add, dst);
-    dnnl::primitive_attr attr;
+    dnnl::primitive_attr attr = detail::scratchpad_attr();
     attr.set_post_ops(ops);
     const dnnl::matmul::desc desc(src, wei, bia, dst);
     dnnl::matmul::primitive_desc pd;
@@ -219,7 +219,7 @@ Tensor run_linear(const Tensor& x, std::int64_t N, std::int64_t K_w, const Tenso
     args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1,
                  dnnl::memory(rows, engine, const_cast<void*>(r.data())));
   }
-  detail::run(mm.primitive, args);
+  detail::run(mm.primitive, std::move(args));
   return out;
 }
 

@@ -3,6 +3,9 @@
 #include "nn/onednn.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <new>
 #include <tuple>
 
 namespace qkv::nn::detail {
@@ -12,8 +15,41 @@ dnnl::engine& cpu_engine() {
   return engine;
 }
 
-void run(const dnnl::primitive& primitive, const std::unordered_map<int, dnnl::memory>& args) {
+dnnl::primitive_attr scratchpad_attr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+namespace {
+
+// At least `bytes` of this thread's scratch memory, 64-byte aligned (oneDNN's vectors).
+void* thread_scratch(std::size_t bytes) {
+  struct Buffer {
+    std::unique_ptr<void, decltype(&std::free)> data{nullptr, &std::free};
+    std::size_t bytes = 0;
+  };
+  thread_local Buffer buffer;
+  if (bytes > buffer.bytes) {
+    const std::size_t rounded = (bytes + 63) / 64 * 64;
+    buffer.data.reset(std::aligned_alloc(64, rounded));
+    if (buffer.data == nullptr) throw std::bad_alloc();
+    buffer.bytes = rounded;
+  }
+  return buffer.data.get();
+}
+
+}  // namespace
+
+void run(const dnnl::primitive& primitive, std::unordered_map<int, dnnl::memory> args) {
   const OmpThreadScope threads(num_threads());
+  // Zero bytes when the primitive needs none or manages its own (library mode).
+  const dnnl_memory_desc_t* scratch_md =
+      dnnl_primitive_desc_query_md(primitive.get_primitive_desc(), dnnl_query_scratchpad_md, 0);
+  const dnnl::memory::desc scratchpad =
+      scratch_md != nullptr ? dnnl::memory::desc(*scratch_md) : dnnl::memory::desc();
+  if (const std::size_t bytes = scratchpad.get_size(); bytes > 0)
+    args.insert_or_assign(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratchpad, cpu_engine(), thread_scratch(bytes)));
   dnnl::stream stream(cpu_engine());
   primitive.execute(stream, args);
   stream.wait();
@@ -21,7 +57,7 @@ void run(const dnnl::primitive& primitive, const std::unordered_map<int, dnnl::m
 
 void reorder(dnnl::memory from, dnnl::memory to) {
   const OmpThreadScope threads(num_threads());  // around the primitive's creation too
-  run(dnnl::reorder(from, to), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+  run(dnnl::reorder(from, to, scratchpad_attr()), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
 }
 
 namespace {
@@ -53,7 +89,7 @@ void gemm(float* c, const float* a, const float* b, std::int64_t M, std::int64_t
   }
   static PrimitiveCache<GemmKey, dnnl::matmul> cache(256);
   const dnnl::matmul prim = cache.get({M, N, K, trans_a, trans_b, accumulate}, [&] {
-    dnnl::primitive_attr attr;
+    dnnl::primitive_attr attr = scratchpad_attr();
     if (accumulate) {  // C = 1·C + A·B: oneDNN's sum post-op
       dnnl::post_ops ops;
       ops.append_sum(1.f);

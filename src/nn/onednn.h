@@ -18,10 +18,19 @@
 
 namespace qkv::nn::detail {
 
-// One CPU engine for the process. oneDNN primitives may be executed from several threads
-// at once (oneDNN's documented thread-safety of execute()), so one cached primitive per
-// shape serves every caller.
+// One CPU engine for the process. One cached primitive per shape serves every caller, from
+// any thread and from several at once: that is safe because each run brings its own
+// scratchpad (scratchpad_attr() and run() below).
 dnnl::engine& cpu_engine();
+
+// The attributes every primitive of src/nn starts from: its scratchpad, oneDNN's temporary
+// buffer (the per-thread partial sums of a reduction split across threads, packed blocks of
+// a product), is the caller's (scratchpad_mode::user), and run() passes one per run. With
+// oneDNN's own (library mode), the scratchpad belongs to the primitive (Debian's oneDNN is
+// built with DNNL_ENABLE_CONCURRENT_EXEC), and oneDNN documents that the same primitive then
+// cannot run on two threads at once: two threads running one cached LayerNorm backward
+// wrote each other's partial sums of dweight (34 of 40 runs side by side differed).
+dnnl::primitive_attr scratchpad_attr();
 
 // oneDNN (its OpenMP build) runs on OpenMP's thread count, which other libraries in the
 // process change: importing PyTorch sets it to the physical cores, 1 on a 2-vCPU machine,
@@ -44,8 +53,11 @@ class OmpThreadScope {
   int before_;
 };
 
-// Runs one primitive on the CPU engine and waits for it: every oneDNN call of src/nn.
-void run(const dnnl::primitive& primitive, const std::unordered_map<int, dnnl::memory>& args);
+// Runs one primitive on the CPU engine and waits for it: every oneDNN call of src/nn. A
+// primitive made with scratchpad_attr() that needs a scratchpad gets the calling thread's
+// (thread_local, grown to the largest asked for and kept for the thread's life): a thread
+// runs one primitive at a time, and two threads never share one.
+void run(const dnnl::primitive& primitive, std::unordered_map<int, dnnl::memory> args);
 
 // Copies `from` into `to`, converting layout and type.
 void reorder(dnnl::memory from, dnnl::memory to);

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -28,6 +29,7 @@
 #include "qkv/nn.h"
 #include "qkv/rng.h"
 #include "qkv/tensor.h"
+#include "qkv/threads.h"
 #include "qkv/train.h"
 
 namespace qkv::testing {
@@ -104,6 +106,34 @@ inline void check_gradient(Tensor& theta, const Tensor& analytic,
     EXPECT_NEAR(g[static_cast<std::size_t>(i)], numeric, 2e-3 * (1 + max_g))
         << what << " entry " << i;
   }
+}
+
+// How many of 2·reps runs of `outputs` gave other bits side by side than alone. For each
+// rep, outputs(rep, 0) and outputs(rep, 1) run one after the other on one thread of a
+// parallel region, then side by side, each on a thread of its own, as a caller running
+// qkv layers from its own threads does; qkv's thread count is 2 throughout, so each run
+// uses the cached primitives made for 2 threads. -1 when OpenMP gave one thread (skip).
+inline int differ_side_by_side(int reps, const std::function<std::vector<float>(int rep, int t)>& outputs) {
+  const int before = num_threads();
+  set_num_threads(2);
+  int differ = 0;
+  for (int rep = 0; rep < reps && differ >= 0; ++rep) {
+    std::vector<float> alone[2], together[2];
+    int team = 0;
+#pragma omp parallel num_threads(2)
+    if (omp_get_thread_num() == 0)  // inside a region, as together's runs are: one thread each
+      for (int t = 0; t < 2; ++t) alone[t] = outputs(rep, t);
+#pragma omp parallel num_threads(2)
+    {
+      if (omp_get_thread_num() == 0) team = omp_get_num_threads();
+      together[omp_get_thread_num()] = outputs(rep, omp_get_thread_num());
+    }
+    if (team < 2) differ = -1;
+    else
+      for (int t = 0; t < 2; ++t) differ += together[t] != alone[t];
+  }
+  set_num_threads(before);
+  return differ;
 }
 
 }  // namespace qkv::testing

@@ -224,43 +224,22 @@ TEST(NnLayerNorm, InsideAParallelRegionComputesWhatItComputesOutside) {
 // alone: the cached primitive is shared, its scratchpad is not. With oneDNN's own
 // scratchpad, 34 of 40 such runs gave other results in one trial, 3 of 20 in another.
 TEST(NnLayerNorm, BackwardsOfOneShapeOnTwoThreadsAtOnce) {
-  const int before = qkv::num_threads();
-  qkv::set_num_threads(2);
   const std::int64_t N = 128;
   const Tensor w = randn({N}, 7), b = randn({N}, 8);
-  int differ = 0, runs = 0;
-  for (int rep = 0; rep < 20; ++rep) {
-    const Tensor xs[2] = {randn({3200, N}, 5 + rep), randn({3200, N}, 50 + rep)};
-    const Tensor dys[2] = {randn({3200, N}, 6 + rep), randn({3200, N}, 60 + rep)};
-    const auto gradients = [&](int t) {  // dweight, dbias, dx
-      Tensor mean, variance;
-      nn::layer_norm(xs[t], {N}, w, b, 1e-5, &mean, &variance);
-      Tensor dw = Tensor::zeros({N}), db = Tensor::zeros({N});
-      const Tensor dx = nn::layer_norm_backward(dys[t], xs[t], mean, variance, w, 1e-5, &dw, &db);
-      std::vector<float> out = dw.to_vector(), more = db.to_vector(), dxv = dx.to_vector();
-      out.insert(out.end(), more.begin(), more.end());
-      out.insert(out.end(), dxv.begin(), dxv.end());
-      return out;
-    };
-    std::vector<float> alone[2], together[2];
-    int team = 0;
-#pragma omp parallel num_threads(2)
-    if (omp_get_thread_num() == 0)  // inside a region, as together's runs are: one thread each
-      for (int t = 0; t < 2; ++t) alone[t] = gradients(t);
-#pragma omp parallel num_threads(2)
-    {
-      if (omp_get_thread_num() == 0) team = omp_get_num_threads();
-      together[omp_get_thread_num()] = gradients(omp_get_thread_num());
-    }
-    if (team < 2) {
-      qkv::set_num_threads(before);
-      GTEST_SKIP() << "OpenMP gave one thread";
-    }
-    for (int t = 0; t < 2; ++t) differ += together[t] != alone[t];
-    runs += 2;
-  }
-  qkv::set_num_threads(before);
-  EXPECT_EQ(differ, 0) << "of " << runs << " runs side by side";
+  const int reps = 20;
+  const int differ = differ_side_by_side(reps, [&](int rep, int t) {  // dweight, dbias, dx
+    const Tensor x = randn({3200, N}, (t == 0 ? 5 : 50) + rep), dy = randn({3200, N}, (t == 0 ? 6 : 60) + rep);
+    Tensor mean, variance;
+    nn::layer_norm(x, {N}, w, b, 1e-5, &mean, &variance);
+    Tensor dw = Tensor::zeros({N}), db = Tensor::zeros({N});
+    const Tensor dx = nn::layer_norm_backward(dy, x, mean, variance, w, 1e-5, &dw, &db);
+    std::vector<float> out = dw.to_vector(), more = db.to_vector(), dxv = dx.to_vector();
+    out.insert(out.end(), more.begin(), more.end());
+    out.insert(out.end(), dxv.begin(), dxv.end());
+    return out;
+  });
+  if (differ < 0) GTEST_SKIP() << "OpenMP gave one thread";
+  EXPECT_EQ(differ, 0) << "of " << 2 * reps << " runs side by side";
 }
 
 }  // namespace

@@ -242,4 +242,31 @@ TEST(NnLinear, BackwardAccumulatesIntoGradients) {
   for (std::size_t i = 0; i < once.size(); ++i) EXPECT_FLOAT_EQ(twice[i], 2 * once[i]);
 }
 
+// Two threads running a linear layer of one shape at once, forward and backward, get what
+// each gets alone: the cached matmul primitives are shared, their scratchpads are not. The
+// shape is the ViT's q, k, v projection over a batch (128 images of 50 tokens). Which
+// products need a scratchpad is oneDNN's choice per CPU: on AVX2 (oneDNN 2.6's gemm:jit)
+// these need none and the test passes either way; AVX-512 CPUs get its brgemm matmul, which
+// keeps packed blocks in one. NnLayerNorm.BackwardsOfOneShapeOnTwoThreadsAtOnce is the check
+// that fails on every CPU without per-run scratchpads.
+TEST(NnLinear, ProductsOfOneShapeOnTwoThreadsAtOnce) {
+  const std::int64_t M = 6400, K = 128, N = 384;
+  const Tensor w = randn({N, K}, 3), b = randn({N}, 4);
+  const int reps = 6;
+  const int differ = differ_side_by_side(reps, [&](int rep, int t) {  // y, dx, dweight, dbias
+    const Tensor x = randn({M, K}, (t == 0 ? 5 : 50) + rep), dy = randn({M, N}, (t == 0 ? 6 : 60) + rep);
+    const Tensor y = nn::linear(x, w, b);
+    Tensor dw = Tensor::zeros({N, K}), db = Tensor::zeros({N});
+    const Tensor dx = nn::linear_backward(dy, x, w, dw, &db);
+    std::vector<float> out = y.to_vector();
+    for (const Tensor& more : {dx, dw, db}) {
+      const std::vector<float> v = more.to_vector();
+      out.insert(out.end(), v.begin(), v.end());
+    }
+    return out;
+  });
+  if (differ < 0) GTEST_SKIP() << "OpenMP gave one thread";
+  EXPECT_EQ(differ, 0) << "of " << 2 * reps << " runs side by side";
+}
+
 }  // namespace
