@@ -576,12 +576,12 @@ void register_vision(py::module_& m) {
                              })
       .def(
           "classify",
-          [](const vision::Classifier& c, const py::handle& pixels, std::int64_t batch) {
+          [](const vision::Classifier& c, const py::handle& pixels, std::int64_t batch, bool tta) {
             const vision::Images im = images_from(pixels, "classify: images");
             std::vector<vision::Prediction> p;
             {
               py::gil_scoped_release release;
-              p = c.classify(im, batch);
+              p = c.classify(im, batch, tta);
             }
             const py::ssize_t N = static_cast<py::ssize_t>(p.size()), K = c.classes();
             py::array_t<std::int64_t> labels(N);
@@ -594,8 +594,9 @@ void register_vision(py::module_& m) {
             }
             return py::make_tuple(labels, scores, probs);
           },
-          py::arg("images"), py::arg("batch") = 256,
-          "uint8 (N, H, W) -> (labels int64 (N,), scores float32 (N,), probabilities float32 (N, classes)).")
+          py::arg("images"), py::arg("batch") = 256, py::arg("tta") = false,
+          "uint8 (N, H, W) -> (labels int64 (N,), scores float32 (N,), probabilities float32 (N, classes)); "
+          "tta: each image's probabilities averaged with its left-right mirror image's.")
       .def(
           "rollout",
           [](const vision::Classifier& c, const py::handle& pixels, std::int64_t i) {

@@ -237,8 +237,11 @@ class Classifier {
   static Classifier from_network(VisionNetwork network, std::vector<std::string> class_names);
 
   // Images of the model's size (else an error naming both sizes) -> one prediction each,
-  // in `batch`-sized forwards.
-  std::vector<Prediction> classify(const Images& images, std::int64_t batch = 256) const;
+  // in `batch`-sized forwards. With `tta` (test-time augmentation), an image's
+  // probabilities are the mean of its own and its left-right mirror image's, at two
+  // forwards per image: training flips images at random (AugmentOptions::flip), so the
+  // model has learnt both sides; an image and its mirror then get the same prediction.
+  std::vector<Prediction> classify(const Images& images, std::int64_t batch = 256, bool tta = false) const;
   // ViT: image i's attention rollout over its patches (models::attention_rollout): (grid²).
   std::vector<float> rollout(const Images& images, std::int64_t i) const;
 

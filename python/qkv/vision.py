@@ -289,27 +289,30 @@ class Classifier:
         self.class_names = list(self._c.class_names)
         self.report = self._c.report
 
-    def _predict(self, images, batch, fn):
+    def _predict(self, images, batch, tta, fn):
         pixels, one = _pixels(images, fn)
-        labels, scores, probs = self._c.classify(pixels, _ranged(batch, fn, "batch", 1, 65536))
+        labels, scores, probs = self._c.classify(pixels, _ranged(batch, fn, "batch", 1, 65536), _bool(tta, fn, "tta"))
         return labels, scores, probs, one
 
-    def classify(self, images, batch=256):
+    def classify(self, images, batch=256, tta=False):
         """uint8 images (N, H, W) -> one dict per image, {"label", "class", "score" (its
-        probability)}, as `qkv classify --json` prints them; one image (H, W) -> one dict."""
-        labels, scores, _, one = self._predict(images, batch, "classify")
+        probability)}, as `qkv classify --json` prints them; one image (H, W) -> one dict.
+        tta (test-time augmentation, `qkv classify --tta`): each image's probabilities are the
+        mean of its own and its left-right mirror image's, at two forwards per image."""
+        labels, scores, _, one = self._predict(images, batch, tta, "classify")
         out = [{"label": int(k), "class": self.class_names[int(k)], "score": float(s)}
                for k, s in zip(labels, scores)]
         return out[0] if one else out
 
-    def predict(self, images, batch=256):
-        """The labels: int64 (N,), or an int for one image (H, W)."""
-        labels, _, _, one = self._predict(images, batch, "predict")
+    def predict(self, images, batch=256, tta=False):
+        """The labels: int64 (N,), or an int for one image (H, W). tta: as classify's."""
+        labels, _, _, one = self._predict(images, batch, tta, "predict")
         return int(labels[0]) if one else labels
 
-    def predict_proba(self, images, batch=256):
-        """The softmax of the logits: float32 (N, classes), or (classes,) for one image."""
-        _, _, probs, one = self._predict(images, batch, "predict_proba")
+    def predict_proba(self, images, batch=256, tta=False):
+        """The softmax of the logits: float32 (N, classes), or (classes,) for one image; with
+        tta the mean of the image's and its mirror image's."""
+        _, _, probs, one = self._predict(images, batch, tta, "predict_proba")
         return probs[0] if one else probs
 
     def _one_image(self, images, index, fn):

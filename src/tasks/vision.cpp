@@ -665,6 +665,15 @@ Classifier Classifier::load(const std::string& dir) {
 
 namespace {
 
+// Each image flipped left to right (column x becomes W − 1 − x); the labels stay.
+Images mirrored(const Images& images) {
+  Images out = images;
+  const std::int64_t W = images.width;
+  for (std::int64_t row = 0; row < images.count * images.height; ++row)
+    std::reverse(out.pixels.begin() + row * W, out.pixels.begin() + (row + 1) * W);
+  return out;
+}
+
 void check_image_size(const Images& images, std::int64_t size, const char* fn) {
   QKV_CHECK(images.height == size && images.width == size,
             fn << ": the model takes " << size << "x" << size << " images, got " << images.height << "x"
@@ -673,10 +682,19 @@ void check_image_size(const Images& images, std::int64_t size, const char* fn) {
 
 }  // namespace
 
-std::vector<Prediction> Classifier::classify(const Images& images, std::int64_t batch) const {
+std::vector<Prediction> Classifier::classify(const Images& images, std::int64_t batch, bool tta) const {
   check_image_size(images, image_size(), "classify");
   QKV_CHECK(batch >= 1, "classify: batch must be >= 1, got " << batch);
-  return predict(net_, images, batch);
+  std::vector<Prediction> out = predict(net_, images, batch);
+  if (!tta) return out;
+  const std::vector<Prediction> mirror = predict(net_, mirrored(images), batch);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    std::vector<float>& p = out[i].probabilities;  // (classes)
+    for (std::size_t k = 0; k < p.size(); ++k) p[k] = 0.5f * (p[k] + mirror[i].probabilities[k]);
+    out[i].label = std::max_element(p.begin(), p.end()) - p.begin();
+    out[i].score = p[static_cast<std::size_t>(out[i].label)];
+  }
+  return out;
 }
 
 std::vector<float> Classifier::rollout(const Images& images, std::int64_t i) const {

@@ -233,6 +233,26 @@ def test_classify_equals_the_cli(trained, data):
     np.testing.assert_array_equal(vision.read_labels(data["dir"] / "t10k-labels-idx1-ubyte.gz", 60), labels)
 
 
+def test_tta_averages_an_image_and_its_mirror_as_the_cli_does(trained, data):
+    out, _, _ = trained
+    c = vision.Classifier(out)
+    pixels, _ = data["test"]
+    mirror = np.ascontiguousarray(pixels[:, :, ::-1])
+    plain, plain_mirror = c.predict_proba(pixels), c.predict_proba(mirror)
+    got = c.predict_proba(pixels, tta=True)
+    np.testing.assert_allclose(got, (plain + plain_mirror) / 2, rtol=0, atol=1e-7)
+    assert not np.array_equal(got, plain)  # the model tells images from their mirrors
+    np.testing.assert_array_equal(c.predict_proba(mirror, tta=True), got)
+    np.testing.assert_array_equal(c.predict(pixels, tta=np.True_), got.argmax(axis=1))
+    path = data["dir"] / "t10k-images-idx3-ubyte.gz"
+    cli = [json.loads(line) for line in
+           run_qkv("classify", "--model", out, "--images", path, "--json", "--tta").splitlines()]
+    assert [g["label"] for g in c.classify(pixels, tta=True)] == [g["label"] for g in cli]
+    np.testing.assert_allclose([g["score"] for g in cli], got.max(axis=1), rtol=0, atol=5e-7 + 1e-12)
+    with pytest.raises(TypeError, match="tta must be a bool"):
+        c.predict(pixels, tta="yes")
+
+
 def test_rollout_equals_the_cli_page(trained, data, tmp_path):
     out, _, _ = trained
     c = vision.Classifier(out)

@@ -5,6 +5,7 @@
 // point model, whose input is the images' sampled points.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -315,6 +316,39 @@ TEST(Vision, ClassifierLoadsWhatTrainingWrote) {
   expect_error([&] { vision::Classifier::load(dir.file("other")); }, "not a qkv image classifier");
   std::filesystem::remove(dir.file("m") + "/model.safetensors");
   expect_error([&] { vision::Classifier::load(dir.file("m")); }, "model.safetensors");
+}
+
+// classify with tta: each image's probabilities are the mean of its own and its mirror
+// image's (mirrored here by the test's own loop), so an image and its mirror get the same.
+TEST(Vision, TestTimeAugmentationAveragesAnImageAndItsMirror) {
+  qkv::testing::TempDir dir;
+  const vision::FashionMnist data = tiny_data();
+  vision::VisionTrainingOptions o = tiny_options(dir.file("m"));
+  o.epochs = 2;
+  vision::train_vision(o, data, nullptr);
+  const vision::Classifier c = vision::Classifier::load(dir.file("m"));
+  const vision::Images& im = data.test;
+  const std::int64_t H = im.height, W = im.width;
+  vision::Images mirror = im;
+  for (std::int64_t i = 0; i < im.count; ++i)
+    for (std::int64_t y = 0; y < H; ++y)
+      for (std::int64_t x = 0; x < W; ++x)
+        mirror.pixels[static_cast<std::size_t>((i * H + y) * W + x)] = im.pixels[static_cast<std::size_t>((i * H + y) * W + W - 1 - x)];
+  const auto plain = c.classify(im, 7), plain_mirror = c.classify(mirror, 7);
+  const auto tta = c.classify(im, 7, true), tta_mirror = c.classify(mirror, 7, true);
+  ASSERT_EQ(tta.size(), plain.size());
+  int seen_apart = 0;  // images the model tells from their mirror: the average shows there
+  for (std::size_t i = 0; i < tta.size(); ++i) {
+    const std::vector<float>& p = tta[i].probabilities;
+    for (std::size_t k = 0; k < p.size(); ++k) {
+      EXPECT_NEAR(p[k], 0.5 * (plain[i].probabilities[k] + plain_mirror[i].probabilities[k]), 1e-7) << i << ", " << k;
+      EXPECT_EQ(tta_mirror[i].probabilities[k], p[k]) << i << ", " << k;
+    }
+    EXPECT_EQ(tta[i].label, std::max_element(p.begin(), p.end()) - p.begin()) << i;
+    EXPECT_EQ(tta[i].score, p[static_cast<std::size_t>(tta[i].label)]) << i;
+    seen_apart += plain[i].probabilities != plain_mirror[i].probabilities;
+  }
+  EXPECT_GT(seen_apart, 50) << "of " << tta.size();
 }
 
 // ---------------------------------------------------------------------------------------

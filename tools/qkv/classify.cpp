@@ -1,6 +1,8 @@
 // qkv classify — what a model of `qkv train vision` sees in images:
 //   --images F    an IDX image file (gzip or plain) or one PNG or PGM image, of the model's size
 //   --labels F    their IDX labels: accuracy and the confusion matrix too
+//   --tta         test-time augmentation: each image's class probabilities are the mean of
+//                 its own and its left-right mirror image's (two forwards per image)
 //   --json        one line per image, in input order:
 //                 {"index": 0, "label": 9, "class": "Ankle boot", "score": 0.97}
 //                 (+ "truth" with --labels; the summary then goes to standard error)
@@ -49,7 +51,7 @@ int run_classify(const ClassifyOptions& o, std::ostream& out) {
   const std::int64_t side = c.image_size();
   vision::Images images = vision::read_images(o.images, side, side);
   if (!o.labels.empty()) vision::read_labels(o.labels, images, static_cast<int>(c.classes()));
-  const std::vector<vision::Prediction> predictions = c.classify(images, o.batch);
+  const std::vector<vision::Prediction> predictions = c.classify(images, o.batch, o.tta);
 
   if (!o.html.empty()) {
     const bool vit = c.model() == "vit";

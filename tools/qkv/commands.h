@@ -226,6 +226,7 @@ struct ClassifyOptions {
   std::int64_t batch = 256;          // images per forward
   std::int64_t list = 20;            // text output: images listed
   bool json = false;
+  bool tta = false;                  // average each image's probabilities with its mirror's
   std::string html;                  // page with the attention rollout of the first images
   std::int64_t html_images = 32;
 };

@@ -511,6 +511,9 @@ int run(int argc, char** argv) {
   classify->add_option("--batch", cl.batch, "Images per forward")->capture_default_str()->check(integer_in(1, 65536));
   classify->add_option("--list", cl.list, "Images listed in the text output")
       ->capture_default_str()->check(integer_in(0, std::numeric_limits<std::int32_t>::max()));
+  classify->add_flag("--tta", cl.tta, "Test-time augmentation: each image's class probabilities are the mean of "
+                     "its own and its left-right mirror image's (two forwards per image; training flips images "
+                     "too). The --html page still shows the image as given");
   classify->add_flag("--json", cl.json, "One JSON line per image, in input order: index, label, class, score "
                      "(+ truth with --labels; the accuracy then goes to standard error)");
   classify->add_option("--html", cl.html, "Write a self-contained HTML page: the first --html-images images "
