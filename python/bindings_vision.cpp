@@ -142,6 +142,21 @@ std::vector<std::int64_t> labels_from(const py::handle& obj, const std::string& 
   return std::vector<std::int64_t>(c.data(), c.data() + c.size());
 }
 
+// kept, None or a (B, K) integer array -> patch dropout's indices (empty for None); their
+// range and distinctness are VitWeights::forward's to check.
+std::vector<std::int64_t> kept_from(const py::handle& obj, const std::string& name, std::int64_t B) {
+  if (obj.is_none()) return {};
+  QKV_CHECK_TYPE(py::isinstance<py::array>(obj),
+                 name << ": expected None or a numpy.ndarray of patch indices (B, K), got " << type_name(obj));
+  const auto a = py::reinterpret_borrow<py::array>(obj);
+  QKV_CHECK_TYPE(a.dtype().kind() == 'i' || a.dtype().kind() == 'u',
+                 name << ": expected an integer dtype (int64), got " << dtype_string(a));
+  QKV_CHECK(a.ndim() == 2 && a.shape(0) == B && a.shape(1) >= 1,
+            name << ": expected (" << B << ", K) with K >= 1, got shape " << shape_string(a));
+  const IdArray c = IdArray::ensure(a);
+  return std::vector<std::int64_t>(c.data(), c.data() + c.size());
+}
+
 template <class T>
 py::array_t<T> array_of(const std::vector<T>& v, std::vector<py::ssize_t> shape) {
   py::array_t<T> a(shape);
@@ -280,11 +295,12 @@ std::pair<std::string, vision::VisionTrainingOptions> training_options(const py:
     else if (k == "learned_positions") c.learned_positions = bool_option(value, what);
     else if (k == "shifted_patches") c.shifted_patches = bool_option(value, what);
     else if (k == "erase") o.augment.erase = float_option(value, what);
+    else if (k == "patch_dropout") o.patch_dropout = float_option(value, what);
     else
       throw qkv::Error("vision train: unknown option '" + k +
                        "'; expected data, out_dir, command, model, epochs, batch, lr, label_smoothing, seed, "
                        "train_limit, resume, stop_at, checkpoint_every, bf16, dim, layers, heads, mlp_dim, "
-                       "patch_size, learned_positions, shifted_patches, erase, points, neighbors");
+                       "patch_size, learned_positions, shifted_patches, erase, patch_dropout, points, neighbors");
   }
   QKV_CHECK(!data.empty(), "vision train: 'data', the Fashion-MNIST directory, is required");
   return {data, o};
@@ -348,15 +364,17 @@ void register_vision(py::module_& m) {
 
   m.def(
       "_vit_forward",
-      [](const py::dict& config, const py::dict& weights, const py::handle& images, bool probs) -> py::object {
+      [](const py::dict& config, const py::dict& weights, const py::handle& images, bool probs,
+         const py::handle& kept) -> py::object {
         const models::VitConfig c = vit_config(config);
         const models::VitWeights w = vit_weights(weights, c);
         const qkv::Tensor x = f32_tensor(images, "vit forward: images", 4, "(B, C, H, W)");
+        const std::vector<std::int64_t> k = kept_from(kept, "vit forward: kept", x.size(0));
         qkv::Tensor logits;
         std::vector<qkv::Tensor> p;
         {
           py::gil_scoped_release release;
-          logits = w.forward(x, probs ? &p : nullptr);
+          logits = w.forward(x, probs ? &p : nullptr, nullptr, k);
         }
         if (!probs) return to_numpy(logits);
         py::list layers;
@@ -364,12 +382,15 @@ void register_vision(py::module_& m) {
         return py::make_tuple(to_numpy(logits), layers);
       },
       py::arg("config"), py::arg("weights"), py::arg("images"), py::arg("probs") = false,
+      py::arg("kept") = py::none(),
       "logits (B, classes); with probs=True (logits, [each block's attention probabilities "
-      "(B, heads, 1 + N, 1 + N)]).");
+      "(B, heads, 1 + K, 1 + K)]). kept: None (every patch, K = N) or patch dropout's (B, K) "
+      "integer patch indices, each row distinct, in [0, N).");
 
   m.def(
       "_vit_backward",
-      [](const py::dict& config, const py::dict& weights, const py::handle& images, const py::handle& dlogits) {
+      [](const py::dict& config, const py::dict& weights, const py::handle& images, const py::handle& dlogits,
+         const py::handle& kept) {
         const models::VitConfig c = vit_config(config);
         const models::VitWeights w = vit_weights(weights, c);
         const qkv::Tensor x = f32_tensor(images, "vit backward: images", 4, "(B, C, H, W)");
@@ -377,17 +398,29 @@ void register_vision(py::module_& m) {
         QKV_CHECK(dy.size(0) == x.size(0) && dy.size(1) == c.classes,
                   "vit backward: dlogits must be (B, classes) = (" << x.size(0) << ", " << c.classes << "), got "
                                                                    << dy.shape_string());
+        const std::vector<std::int64_t> k = kept_from(kept, "vit backward: kept", x.size(0));
         models::VitWeights grads = models::VitWeights::zeros_like(c);
         {
           py::gil_scoped_release release;
           models::VitWeights::Record record;
-          (void)w.forward(x, nullptr, &record);
+          (void)w.forward(x, nullptr, &record, k);
           w.backward(dy, record, grads);
         }
         return weights_dict(grads);
       },
-      py::arg("config"), py::arg("weights"), py::arg("images"), py::arg("dlogits"),
-      "name -> ∂(Σ dlogits·logits)/∂θ for every parameter, float32 (the images get none).");
+      py::arg("config"), py::arg("weights"), py::arg("images"), py::arg("dlogits"), py::arg("kept") = py::none(),
+      "name -> ∂(Σ dlogits·logits)/∂θ for every parameter, float32 (the images get none); kept as "
+      "_vit_forward's.");
+
+  m.def(
+      "_vit_random_patches",
+      [](std::int64_t B, std::int64_t N, std::int64_t keep, std::uint64_t seed) {
+        return array_of(models::random_patches(B, N, keep, seed),
+                        {static_cast<py::ssize_t>(B), static_cast<py::ssize_t>(keep)});
+      },
+      py::arg("B"), py::arg("N"), py::arg("keep"), py::arg("seed"),
+      "patch dropout's draw (models::random_patches): (B, keep) int64, each row `keep` distinct "
+      "patch indices of [0, N) in ascending order.");
 
   m.def(
       "_vit_patchify",
@@ -446,10 +479,11 @@ void register_vision(py::module_& m) {
         d["pad"] = o.augment.pad;
         d["flip"] = o.augment.flip;
         d["erase"] = o.augment.erase;
+        d["patch_dropout"] = o.patch_dropout;
         return d;
       },
       "VisionTrainingOptions' defaults (its vit config's fields, epochs, batch, lr, ...; "
-      "pad, flip and erase: the augmentation of every training batch).");
+      "pad, flip and erase: the augmentation of every training batch; patch_dropout).");
 
   m.def(
       "_vision_read_images",

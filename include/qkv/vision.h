@@ -145,8 +145,9 @@ struct VisionNetwork {
   // this is the inference input.
   Tensor input(const Images& images, std::span<const std::int64_t> indices, const Augmentation* augment = nullptr,
                std::uint64_t seed = 0) const;
-  // input -> logits (B, classes).
-  Tensor forward(const Tensor& input, Record* record = nullptr) const;
+  // input -> logits (B, classes). kept: the ViT's patch dropout (VitWeights::forward);
+  // the point model takes none.
+  Tensor forward(const Tensor& input, Record* record = nullptr, std::span<const std::int64_t> kept = {}) const;
   // dlogits (B, classes) -> adds ∂/∂θ into grads (of zeros_like's shape).
   void backward(const Tensor& dlogits, const Record& record, VisionNetwork& grads) const;
   nn::ParameterList parameters();
@@ -165,6 +166,10 @@ struct VisionTrainingOptions {
   double clip_norm = 1.0;
   double label_smoothing = 0.1;
   Augmentation augment;
+  // vit only, in [0, 1): each training image keeps K = N − round(patch_dropout · N) of
+  // its N patches (at least 1), drawn by models::random_patches from the batch's seed
+  // (qkv/vit.h: patch dropout); validation and test see every patch.
+  double patch_dropout = 0.0;
   std::uint64_t seed = 0;       // weights, order, augmentation
   std::int64_t train_limit = 0; // > 0: train on the first N training images only (tests)
   std::string out_dir;          // model.safetensors, config.json, checkpoint.safetensors

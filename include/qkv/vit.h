@@ -20,6 +20,17 @@
 // so each token sees the pixels around its patch as well: a little of the locality a
 // convolution has and plain patches lack, for the price of a wider first Linear.
 //
+// Patch dropout (Liu et al. 2022, "PatchDropout: Economizing Vision Transformers Using
+// Patch Dropout"; the token masking FLIP trains CLIP with): in training, each image keeps
+// only K of its N patch tokens, a random subset, and the blocks run on 1 + K tokens:
+//
+//   x = [cls + pos[0]; patch_embed(patches[kept]) + pos[1 + kept]]   (B, 1 + K, d)
+//
+// Attention is indifferent to the order of its tokens; each keeps its own position. The
+// blocks' work falls with the token count (their products by K/N, attention by (K/N)²), so
+// an epoch costs about (1 + K)/(1 + N) of a full one, and seeing part of an image is also a
+// regulariser, as Random Erasing is. Inference keeps every patch.
+//
 // Positions are learned (a parameter) or the fixed 2-D sine-cosine table of
 // sincos_positions_2d. Parameter names are those of scripts/bench/vit_torch.py's torch
 // module, one to one. Dropout is not implemented (qkv's layers are eval-mode);
@@ -27,6 +38,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "qkv/nn.h"
@@ -71,6 +83,11 @@ Tensor shifted_stack(const Tensor& images, std::int64_t shift);
 // d must be a multiple of 4.
 Tensor sincos_positions_2d(std::int64_t grid, std::int64_t dim);
 
+// Patch dropout's draw: for each of B images, `keep` distinct patch indices of [0, N), in
+// ascending order, a uniform random subset: (B, keep) row-major. Image b's subset is a
+// pure function of (seed, b), so a batch's is one of its seed. 1 <= keep <= N.
+std::vector<std::int64_t> random_patches(std::int64_t B, std::int64_t N, std::int64_t keep, std::uint64_t seed);
+
 struct VitWeights {
   nn::LayerNorm patch_norm; // (5·C·P·P), shifted_patches only
   nn::Linear patch_embed;   // (d, C·P·P), or (d, 5·C·P·P) with shifted_patches
@@ -89,6 +106,7 @@ struct VitWeights {
     nn::LayerNorm::Record norm;
     nn::Linear::Record head;
     std::int64_t B = 0;
+    std::vector<std::int64_t> kept;  // (B, K) the patches kept, when forward was given them
   };
 
   // torch's initialisations of its modules (Linear, LayerNorm, the encoder layers), the
@@ -102,8 +120,13 @@ struct VitWeights {
   // computes only the class token's row (TransformerEncoderLayer::forward_first), the one
   // the head reads: the same logits for about 12% less of the forward's arithmetic (the
   // default 6-block model).
-  Tensor forward(const Tensor& images, std::vector<Tensor>* probs = nullptr,
-                 Record* record = nullptr) const;
+  //
+  // kept, when not empty, is patch dropout's (B, K) patch indices (random_patches; each
+  // row distinct, in [0, N)): only those patches are embedded and the blocks see 1 + K
+  // tokens, each patch with its own position. Kept = every patch in order is the full
+  // forward, bit for bit.
+  Tensor forward(const Tensor& images, std::vector<Tensor>* probs = nullptr, Record* record = nullptr,
+                 std::span<const std::int64_t> kept = {}) const;
   // dlogits (B, classes) -> adds ∂/∂θ into `grads` (the images get no gradient).
   void backward(const Tensor& dlogits, const Record& record, VitWeights& grads) const;
   // patch_norm.* (when shifted_patches), patch_embed.*, cls_token, pos_embed (when

@@ -162,7 +162,8 @@ def training_batch(images, labels, seed, epoch, step, batch=_DEFAULTS["batch"], 
 def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["batch"], lr=_DEFAULTS["lr"],
           label_smoothing=_DEFAULTS["label_smoothing"], dim=None, layers=None,
           heads=_DEFAULTS["heads"], mlp_dim=_DEFAULTS["mlp_dim"], patch_size=None,
-          positions="learned", shifted_patches=False, erase=_DEFAULTS["erase"], points=_DEFAULTS["point"]["points"],
+          positions="learned", shifted_patches=False, erase=_DEFAULTS["erase"],
+          patch_dropout=_DEFAULTS["patch_dropout"], points=_DEFAULTS["point"]["points"],
           neighbors=_DEFAULTS["point"]["neighbors"],
           seed=0, train_limit=0, resume=False, stop_at=0,
           checkpoint_every=_DEFAULTS["checkpoint_every"], bf16=False, progress=None):
@@ -177,7 +178,10 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
     "sincos" (fixed; dim a multiple of 4), shifted_patches=True for Shifted Patch
     Tokenization (each patch read with its place in four copies of the image shifted
     diagonally by half a patch, normalised, then embedded; patch_size >= 2), erase in
-    [0, 1] the probability of Random Erasing per training image (vit only). The point
+    [0, 1] the probability of Random Erasing per training image (vit only), patch_dropout
+    in [0, 1) the fraction of its patches each training image drops, a random subset per
+    image and step, the blocks running on the rest (vit only; validation and test see
+    every patch). The point
     model: `points` points sampled from each image's inked pixels, each carrying the
     patch_size × patch_size window of intensities around it (odd, default 7), `layers`
     blocks (default 2) of width `dim` (default 32) of vector attention over each point's
@@ -235,12 +239,19 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
     if model != "vit" and erase > 0:
         raise ValueError(f"{fn}: erase applies to model='vit' only (an erased rectangle would be ink to the "
                          f"point model), got erase={erase}")
+    patch_dropout = _float(patch_dropout, fn, "patch_dropout")
+    if not 0 <= patch_dropout < 1:
+        raise ValueError(f"{fn}: patch_dropout must be in [0, 1), got {patch_dropout}")
+    if model != "vit" and patch_dropout > 0:
+        raise ValueError(f"{fn}: patch_dropout applies to model='vit' only (the point model has no patches), "
+                         f"got patch_dropout={patch_dropout}")
     if model == "vit":
         options.update(heads=_ranged(heads, fn, "heads", 1, 256),
                        mlp_dim=_ranged(mlp_dim, fn, "mlp_dim", 1, 16384),
                        patch_size=_ranged(patch_size, fn, "patch_size", 1, 28),
                        learned_positions=positions == "learned",
-                       shifted_patches=_bool(shifted_patches, fn, "shifted_patches"), erase=erase)
+                       shifted_patches=_bool(shifted_patches, fn, "shifted_patches"), erase=erase,
+                       patch_dropout=patch_dropout)
         if options["shifted_patches"] and options["patch_size"] < 2:
             raise ValueError(f"{fn}: shifted_patches needs patch_size >= 2, got {patch_size}")
         if 28 % options["patch_size"]:
@@ -250,7 +261,8 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
         if positions == "sincos" and options["dim"] % 4:
             raise ValueError(f"{fn}: positions='sincos' needs dim a multiple of 4, got {dim}")
         shape_text = (f"heads={options['heads']}, mlp_dim={options['mlp_dim']}, patch_size={options['patch_size']}, "
-                      f"positions={positions!r}, shifted_patches={options['shifted_patches']}, erase={erase!r}")
+                      f"positions={positions!r}, shifted_patches={options['shifted_patches']}, erase={erase!r}, "
+                      f"patch_dropout={patch_dropout!r}")
     else:
         options.update(points=_ranged(points, fn, "points", 1, 4096),
                        neighbors=_ranged(neighbors, fn, "neighbors", 1, 4096),

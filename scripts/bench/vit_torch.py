@@ -27,6 +27,9 @@ The model, as vit.h writes it (d = dim, P = patch_size, N = (image_size / P)²):
   logits = head(norm(x)[:, 0])             norm: nn.LayerNorm(d, eps=1e-6);
                                            head: nn.Linear(d, classes)
 
+Patch dropout (forward(images, kept)): x keeps its class token and the rows 1 + kept[b]
+of image b, (B, 1 + K, d), before the blocks.
+
 With config["shifted_patches"] (Shifted Patch Tokenization, Lee, Lee & Song 2021):
 
   patches = patch_norm(patchify(shifted_stack(images, P // 2), P))   (B, N, 5·C·P·P)
@@ -171,8 +174,10 @@ def make_vit_class():
             if weights is not None:
                 load_qkv_weights(self, weights)
 
-        def embed(self, images):
-            """images (B, C, H, W) -> the first block's input x (B, 1 + N, d)."""
+        def embed(self, images, kept=None):
+            """images (B, C, H, W) -> the first block's input x (B, 1 + N, d); with kept,
+            patch dropout's (B, K) patch indices, the class token's row and rows 1 + kept:
+            (B, 1 + K, d), every token taken after its position is added."""
             c = self.config
             if images.dim() != 4 or tuple(images.shape[1:]) != (c["channels"], c["image_size"], c["image_size"]):
                 raise ValueError(f"TorchVit: images must be (B, {c['channels']}, {c['image_size']}, "
@@ -184,10 +189,15 @@ def make_vit_class():
             else:
                 x = self.patch_embed(patchify(images, self.patch_size))            # (B, N, d)
             cls = self.cls_token.expand(x.shape[0], 1, -1)                          # (B, 1, d)
-            return torch.cat([cls, x], dim=1) + self.pos_embed
+            x = torch.cat([cls, x], dim=1) + self.pos_embed                         # (B, 1 + N, d)
+            if kept is None:
+                return x
+            kept = torch.as_tensor(kept, dtype=torch.int64)                         # (B, K)
+            rows = (1 + kept).unsqueeze(-1).expand(-1, -1, x.shape[-1])             # (B, K, d)
+            return torch.cat([x[:, :1], torch.gather(x, 1, rows)], dim=1)           # (B, 1 + K, d)
 
-        def forward(self, images):
-            x = self.embed(images)
+        def forward(self, images, kept=None):
+            x = self.embed(images, kept)
             for block in self.blocks:
                 x = block(x)
             return self.head(self.norm(x)[:, 0])

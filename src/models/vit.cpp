@@ -188,7 +188,8 @@ nn::ParameterList VitWeights::parameters() {
   return p;
 }
 
-Tensor VitWeights::forward(const Tensor& images, std::vector<Tensor>* probs, Record* record) const {
+Tensor VitWeights::forward(const Tensor& images, std::vector<Tensor>* probs, Record* record,
+                           std::span<const std::int64_t> kept) const {
   const std::int64_t d = cls_token.size(0), T = pos_embed.size(0);
   const std::int64_t P2C = patch_embed.in_features();
   QKV_CHECK(images.dtype() == DType::f32 && images.dim() == 4 && images.size(0) >= 1,
@@ -204,30 +205,52 @@ Tensor VitWeights::forward(const Tensor& images, std::vector<Tensor>* probs, Rec
             "vit: the model takes " << P2C << " features per patch and " << T - 1
                                     << " patches; images " << shape_to_string(images.shape())
                                     << " do not fit it");
-  Tensor patches;  // (B, N, C'·P·P)
-  if (shifted_patches)
-    patches = patch_norm.forward(patchify(shifted_stack(images, P / 2), P), record ? &record->patch_norm : nullptr);
-  else
-    patches = patchify(images, P);
-  const Tensor embedded = patch_embed.forward(patches, {}, record ? &record->patch_embed : nullptr);  // (B, N, d)
-  // x = [cls; embedded] + pos   (B, T, d)
-  Tensor x = Tensor::empty({B, T, d});
+  const std::int64_t N = T - 1;
+  Tensor patches = shifted_patches ? patchify(shifted_stack(images, P / 2), P) : patchify(images, P);  // (B, N, C'·P·P)
+  // Patch dropout: only the kept patches are embedded; token 1 + k is patch kept[b, k].
+  const std::int64_t K = kept.empty() ? N : static_cast<std::int64_t>(kept.size()) / B;
+  if (!kept.empty()) {
+    QKV_CHECK(static_cast<std::int64_t>(kept.size()) == B * K && K >= 1 && K <= N,
+              "vit: kept patches must be (B, K) with B = " << B << " and 1 <= K <= " << N << ", got "
+                                                           << kept.size() << " indices");
+    const std::int64_t F = patches.size(2);
+    Tensor gathered = Tensor::empty({B, K, F});  // (B, K, C'·P·P)
+    std::vector<char> seen(static_cast<std::size_t>(N));
+    for (std::int64_t b = 0; b < B; ++b) {
+      std::fill(seen.begin(), seen.end(), 0);
+      for (std::int64_t k = 0; k < K; ++k) {
+        const std::int64_t n = kept[static_cast<std::size_t>(b * K + k)];
+        QKV_CHECK(n >= 0 && n < N && !seen[static_cast<std::size_t>(n)],
+                  "vit: kept patch " << n << " of image " << b << " is outside [0, " << N << ") or kept twice");
+        seen[static_cast<std::size_t>(n)] = 1;
+        std::copy_n(patches.data_as<float>() + (b * N + n) * F, F, gathered.data_as<float>() + (b * K + k) * F);
+      }
+    }
+    patches = std::move(gathered);
+  }
+  if (shifted_patches) patches = patch_norm.forward(patches, record ? &record->patch_norm : nullptr);
+  const Tensor embedded = patch_embed.forward(patches, {}, record ? &record->patch_embed : nullptr);  // (B, K, d)
+  // x = [cls; embedded] + pos   (B, 1 + K, d); token 1 + k takes its patch's position
+  const std::int64_t Tx = 1 + K;
+  Tensor x = Tensor::empty({B, Tx, d});
   {
     float* xp = x.data_as<float>();
     const float* e = embedded.data_as<float>();
     const float* cls = cls_token.data_as<float>();
     const float* pos = pos_embed.data_as<float>();
     for (std::int64_t b = 0; b < B; ++b)
-      for (std::int64_t t = 0; t < T; ++t) {
-        const float* from = t == 0 ? cls : e + (b * (T - 1) + t - 1) * d;
-        float* to = xp + (b * T + t) * d;
-        for (std::int64_t j = 0; j < d; ++j) to[j] = from[j] + pos[t * d + j];
+      for (std::int64_t t = 0; t < Tx; ++t) {
+        const float* from = t == 0 ? cls : e + (b * K + t - 1) * d;
+        const std::int64_t at = t == 0 || kept.empty() ? t : 1 + kept[static_cast<std::size_t>(b * K + t - 1)];
+        float* to = xp + (b * Tx + t) * d;
+        for (std::int64_t j = 0; j < d; ++j) to[j] = from[j] + pos[at * d + j];
       }
   }
   if (probs) probs->assign(blocks.size(), Tensor());
   if (record) {
     record->blocks.assign(blocks.size(), {});
     record->B = B;
+    record->kept.assign(kept.begin(), kept.end());
   }
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     nn::TransformerEncoderLayer::Record* r = record ? &record->blocks[i] : nullptr;
@@ -251,7 +274,7 @@ void VitWeights::backward(const Tensor& dlogits, const Record& record, VitWeight
                 grads.learned_positions == learned_positions && grads.shifted_patches == shifted_patches,
             "VitWeights::backward: the record and grads must come from a model with "
                 << blocks.size() << " blocks and the same kind of positions and patches");
-  const std::int64_t B = record.B, d = cls_token.size(0), T = pos_embed.size(0);
+  const std::int64_t B = record.B, d = cls_token.size(0);
   const Tensor dcls = head.backward(dlogits, record.head, grads.head);  // (B, d)
   const std::int64_t rows = record.norm.x.size(1);  // T, or 1 after the last block's forward_first
   Tensor dh = Tensor::zeros({B, rows, d});            // only h[:, 0] was used
@@ -259,25 +282,48 @@ void VitWeights::backward(const Tensor& dlogits, const Record& record, VitWeight
     std::copy_n(dcls.data_as<float>() + b * d, d, dh.data_as<float>() + b * rows * d);
   Tensor dx = norm.backward(dh, record.norm, grads.norm);
   for (std::size_t i = blocks.size(); i-- > 0;) dx = blocks[i].backward(dx, record.blocks[i], grads.blocks[i]);
-  // x = [cls; embedded] + pos
+  // x = [cls; embedded] + pos, token 1 + k at position 1 + kept[b, k] (or 1 + k)
+  const std::int64_t Tx = dx.size(1), K = Tx - 1;
+  QKV_CHECK(record.kept.empty() || static_cast<std::int64_t>(record.kept.size()) == B * K,
+            "VitWeights::backward: the record's kept patches do not match its tokens");
   const float* g = dx.data_as<float>();
   float* dpos = learned_positions ? grads.pos_embed.data_as<float>() : nullptr;
   float* dcls_token = grads.cls_token.data_as<float>();
-  Tensor dembedded = Tensor::empty({B, T - 1, d});
+  Tensor dembedded = Tensor::empty({B, K, d});
   float* de = dembedded.data_as<float>();
   for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t t = 0; t < T; ++t) {
-      const float* row = g + (b * T + t) * d;
+    for (std::int64_t t = 0; t < Tx; ++t) {
+      const float* row = g + (b * Tx + t) * d;
+      const std::int64_t at = t == 0 || record.kept.empty() ? t : 1 + record.kept[static_cast<std::size_t>(b * K + t - 1)];
       if (dpos)
-        for (std::int64_t j = 0; j < d; ++j) dpos[t * d + j] += row[j];
+        for (std::int64_t j = 0; j < d; ++j) dpos[at * d + j] += row[j];
       if (t == 0)
         for (std::int64_t j = 0; j < d; ++j) dcls_token[j] += row[j];
       else
-        std::copy_n(row, d, de + (b * (T - 1) + t - 1) * d);
+        std::copy_n(row, d, de + (b * K + t - 1) * d);
     }
   const Tensor dpatches = patch_embed.backward(dembedded, record.patch_embed, grads.patch_embed);
   if (shifted_patches) patch_norm.backward(dpatches, record.patch_norm, grads.patch_norm);
   // the images get no gradient
+}
+
+std::vector<std::int64_t> random_patches(std::int64_t B, std::int64_t N, std::int64_t keep, std::uint64_t seed) {
+  QKV_CHECK(B >= 0 && N >= 1 && keep >= 1 && keep <= N,
+            "random_patches: need B >= 0 and 1 <= keep <= N, got B = " << B << ", N = " << N << ", keep = " << keep);
+  const std::uint64_t stream = mix64(seed ^ 0x5061746368ull);  // "Patch": apart from the batch's other draws
+  std::vector<std::int64_t> out(static_cast<std::size_t>(B * keep)), order(static_cast<std::size_t>(N));
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t n = 0; n < N; ++n) order[static_cast<std::size_t>(n)] = n;
+    // the first `keep` steps of a Fisher–Yates shuffle: order[0, keep) is a uniform subset
+    for (std::int64_t i = 0; i < keep; ++i) {
+      const double u = counter_uniform(stream, static_cast<std::uint64_t>(b * N + i));
+      const std::int64_t j = i + std::min<std::int64_t>(static_cast<std::int64_t>(u * static_cast<double>(N - i)), N - i - 1);
+      std::swap(order[static_cast<std::size_t>(i)], order[static_cast<std::size_t>(j)]);
+    }
+    std::sort(order.begin(), order.begin() + keep);
+    std::copy_n(order.begin(), keep, out.begin() + b * keep);
+  }
+  return out;
 }
 
 std::vector<float> attention_rollout(const std::vector<Tensor>& probs, std::int64_t b) {

@@ -287,8 +287,9 @@ Tensor VisionNetwork::input(const Images& images, std::span<const std::int64_t> 
   return out;
 }
 
-Tensor VisionNetwork::forward(const Tensor& input, Record* record) const {
-  if (model == "vit") return vit_weights.forward(input, nullptr, record ? &record->vit : nullptr);
+Tensor VisionNetwork::forward(const Tensor& input, Record* record, std::span<const std::int64_t> kept) const {
+  if (model == "vit") return vit_weights.forward(input, nullptr, record ? &record->vit : nullptr, kept);
+  QKV_CHECK(kept.empty(), "vision: patch dropout applies to the vit model only");
   return point_weights.forward(input, record ? &record->point : nullptr);
 }
 
@@ -458,6 +459,10 @@ VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionM
             "erase in [0, 1]");
   QKV_CHECK(o.model == "vit" || o.augment.erase == 0.0,
             "train vision: erase applies to the vit model only (an erased rectangle would be ink to the point model)");
+  QKV_CHECK(o.patch_dropout >= 0.0 && o.patch_dropout < 1.0,
+            "train vision: patch dropout must be in [0, 1), got " << o.patch_dropout);
+  QKV_CHECK(o.model == "vit" || o.patch_dropout == 0.0,
+            "train vision: patch dropout applies to the vit model only (the point model has no patches)");
   QKV_CHECK(!o.out_dir.empty(), "train vision: an output directory is required");
   VisionNetwork shape;
   shape.model = o.model;
@@ -489,6 +494,10 @@ VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionM
 
   const std::int64_t per_epoch = steps_per_epoch(train.count, o.batch);
   const std::int64_t total = per_epoch * o.epochs;
+  const std::int64_t patches = o.model == "vit" ? o.vit.patches() : 0;
+  const std::int64_t keep = o.patch_dropout > 0.0
+                                ? std::max<std::int64_t>(1, patches - std::llround(o.patch_dropout * static_cast<double>(patches)))
+                                : patches;
   VisionTrainingResult result;
   result.num_parameters = shape.num_parameters();
   result.out_dir = o.out_dir;
@@ -547,7 +556,10 @@ VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionM
     const Batch batch = batch_of(train, o.seed, epoch, step % per_epoch, o.batch);
     train::zero_grad(grad_list);
     VisionNetwork::Record record;
-    const Tensor logits = model.forward(model.input(train, batch.indices, &o.augment, batch.seed), &record);
+    const std::vector<std::int64_t> kept =
+        keep < patches ? models::random_patches(static_cast<std::int64_t>(batch.indices.size()), patches, keep, batch.seed)
+                       : std::vector<std::int64_t>{};
+    const Tensor logits = model.forward(model.input(train, batch.indices, &o.augment, batch.seed), &record, kept);
     Tensor dlogits;
     const train::CrossEntropyResult ce = train::cross_entropy(logits, batch.labels, &dlogits, o.label_smoothing);
     model.backward(dlogits, record, grads);
@@ -599,6 +611,7 @@ VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionM
                       {"steps", result.steps},
                       {"batch", o.batch},
                       {"seed", o.seed},
+                      {"patch_dropout", o.patch_dropout},
                       {"training_images", train.count},
                       {"validation_accuracy", result.validation_accuracy},
                       {"best_epoch", result.best_epoch},

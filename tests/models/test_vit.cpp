@@ -1,9 +1,15 @@
 // The Vision Transformer (qkv/vit.h): patchify and shifted_stack against naive twins, the
 // 2-D sine-cosine table's values, every parameter's gradient against finite differences
 // (learned and fixed positions, plain and shifted patches), attention rollout against a direct computation, and bad shapes named.
+// Patch dropout: random_patches' subsets, every patch kept in any order being the full
+// forward, the gradients of a dropped forward against finite differences, bad kept
+// patches named.
 // tests/python/test_vit.py checks the forward and backward against torch.
+#include <algorithm>
 #include <cmath>
+#include <set>
 #include <utility>
+#include <vector>
 
 #include "attention/expect_error.h"
 #include "nn/check.h"
@@ -164,6 +170,82 @@ TEST(Vit, RolloutMatchesDirectProduct) {
   }
 }
 
+TEST(Vit, RandomPatchesAreUniformSortedSubsets) {
+  const std::int64_t B = 3000, N = 9, K = 4;
+  const std::vector<std::int64_t> kept = models::random_patches(B, N, K, 21);
+  ASSERT_EQ(kept.size(), static_cast<std::size_t>(B * K));
+  EXPECT_EQ(kept, models::random_patches(B, N, K, 21)) << "a pure function of the seed";
+  EXPECT_NE(kept, models::random_patches(B, N, K, 22));
+  std::vector<std::int64_t> times(N, 0);
+  std::set<std::vector<std::int64_t>> subsets;
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::vector<std::int64_t> row(kept.begin() + b * K, kept.begin() + (b + 1) * K);
+    for (std::int64_t k = 0; k < K; ++k) {
+      ASSERT_TRUE(row[k] >= 0 && row[k] < N) << row[k];
+      if (k > 0) ASSERT_LT(row[k - 1], row[k]) << "ascending, so distinct";
+      ++times[static_cast<std::size_t>(row[k])];
+    }
+    subsets.insert(row);
+  }
+  // Each patch is kept with probability K/N: 1333 of 3000 times, σ = √(B·(K/N)(1 − K/N)) ≈ 27.
+  for (std::int64_t n = 0; n < N; ++n) EXPECT_NEAR(times[n], B * K / N, 150) << "patch " << n;
+  EXPECT_EQ(subsets.size(), 126u) << "all C(9, 4) subsets turn up in 3000 draws";
+  EXPECT_EQ(models::random_patches(2, N, N, 5), (std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8,
+                                                                           0, 1, 2, 3, 4, 5, 6, 7, 8}));
+  expect_error([] { models::random_patches(2, 4, 5, 1); }, "1 <= keep <= N");
+  expect_error([] { models::random_patches(2, 4, 0, 1); }, "1 <= keep <= N");
+}
+
+TEST(Vit, PatchDropoutOfNoPatchIsTheFullForward) {
+  for (const bool shifted : {false, true}) {
+    const models::VitConfig c = tiny(true, shifted);
+    models::VitWeights w = models::VitWeights::initialized(c, 3);
+    perturb(w.parameters(), 7);
+    const Tensor x = images(3, c, 11);
+    const Tensor full = w.forward(x);
+    // every patch, in order: the same computation, bit for bit
+    const std::vector<std::int64_t> all = models::random_patches(3, c.patches(), c.patches(), 1);
+    EXPECT_EQ(w.forward(x, nullptr, nullptr, all).to_vector(), full.to_vector());
+    // every patch in another order per image: attention does not care where a token sits
+    // in the sequence, only which position it carries, so the same logits up to the sums'
+    // rounding. (Tokens given the positions of their place instead would change them.)
+    const std::vector<std::int64_t> shuffled = {3, 2, 1, 0, 1, 3, 0, 2, 2, 0, 3, 1};
+    const std::vector<float> got = w.forward(x, nullptr, nullptr, shuffled).to_vector(), want = full.to_vector();
+    for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
+  }
+}
+
+TEST(Vit, PatchDropoutGradientsMatchFiniteDifferences) {
+  for (const auto& [learned, shifted] : {std::pair{true, false}, std::pair{true, true}}) {
+    const models::VitConfig c = tiny(learned, shifted);
+    models::VitWeights w = models::VitWeights::initialized(c, 3);
+    perturb(w.parameters(), 7);
+    const Tensor x = images(3, c, 11);
+    const Tensor weights = randn({3, c.classes}, 13);
+    const std::vector<std::int64_t> kept = {1, 3, 0, 2, 2, 3};  // 2 of the 4 patches each
+    models::VitWeights grads = models::VitWeights::zeros_like(c);
+    models::VitWeights::Record record;
+    const Tensor logits = w.forward(x, nullptr, &record, kept);
+    w.backward(weights, record, grads);
+    auto loss = [&] { return dot(w.forward(x, nullptr, nullptr, kept), weights); };
+    EXPECT_NEAR(dot(logits, weights), loss(), 1e-5 * (1 + std::abs(loss())));
+    EXPECT_GT(std::abs(loss() - dot(w.forward(x), weights)), 1e-3) << "dropping patches changes the logits";
+    auto p = w.parameters(), g = grads.parameters();
+    for (std::size_t i = 0; i < p.size(); ++i)
+      check_gradient(*p[i].second, *g[i].second, loss, p[i].first + (shifted ? " (shifted)" : ""));
+    // With every image keeping patches 1 and 3, the positions of patches 0 and 2
+    // (pos_embed rows 1 and 3) take no part, and get no gradient.
+    const std::vector<std::int64_t> one = {1, 3, 1, 3, 1, 3};
+    models::VitWeights g1 = models::VitWeights::zeros_like(c);
+    models::VitWeights::Record r1;
+    (void)w.forward(x, nullptr, &r1, one);
+    w.backward(weights, r1, g1);
+    const std::vector<float> dpos = g1.pos_embed.to_vector();
+    for (const std::int64_t row : {1, 3})  // patches 0 and 2: tokens 1 and 3 of pos_embed
+      for (std::int64_t j = 0; j < c.dim; ++j) EXPECT_EQ(dpos[static_cast<std::size_t>(row * c.dim + j)], 0.0f) << row;
+  }
+}
+
 TEST(Vit, BadInputNamed) {
   models::VitConfig c = tiny();
   c.patch_size = 4;
@@ -187,4 +269,13 @@ TEST(Vit, BadInputNamed) {
   expect_error([&] { w.forward(randn({1, 1, 6, 6}, 1)); }, "do not fit");
   expect_error([&] { w.forward(randn({2, 6, 6}, 1)); }, "(B, C, H, W)");
   expect_error([&] { qkv::models::patchify(randn({1, 1, 7, 8}, 1), 4); }, "must divide");
+  // patch dropout's kept patches: (B, K), 1 <= K <= N, distinct, in range
+  const Tensor x = images(2, tiny(), 1);
+  expect_error([&] { w.forward(x, nullptr, nullptr, std::vector<std::int64_t>{0, 1, 2}); }, "must be (B, K)");
+  expect_error([&] { w.forward(x, nullptr, nullptr, std::vector<std::int64_t>(10, 0)); }, "1 <= K <= 4");
+  expect_error([&] { w.forward(x, nullptr, nullptr, std::vector<std::int64_t>{0, 4, 1, 2}); },
+               "kept patch 4 of image 0 is outside [0, 4) or kept twice");
+  expect_error([&] { w.forward(x, nullptr, nullptr, std::vector<std::int64_t>{0, 1, 2, 2}); },
+               "kept patch 2 of image 1");
+  expect_error([&] { w.forward(x, nullptr, nullptr, std::vector<std::int64_t>{-1, 1, 2, 3}); }, "kept patch -1");
 }

@@ -10,6 +10,8 @@ gelu, eps 1e-6, dropout 0) blocks, a LayerNorm and a head on the class token.
   - every block's attention probabilities, from the twin's self_attn on norm1(x);
   - every gradient (_vit_backward) against torch autograd;
   - attention rollout (_vit_rollout) against NumPy;
+  - patch dropout (kept=): the logits and every gradient of a forward on a subset of the
+    patches against the twin's, which drops the tokens after adding their positions;
   - bad input raises ValueError / TypeError naming the problem.
 
 The weights are _vit_initial's moved by N(0, 0.1²) entrywise: its head is zero and its
@@ -270,6 +272,46 @@ def test_rollout_matches_numpy(name):
     np.testing.assert_allclose(_qkv._vit_rollout(tuple(probs[:1]), 0), rollout_numpy(probs[:1], 0), rtol=0, atol=2 * U)
 
 
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_patch_dropout_matches_torch(name):
+    """kept: each image's own subset of its patches (_vit_random_patches). qkv embeds only
+    those patches and adds each its position; the twin embeds all, adds the positions, then
+    keeps the rows 1 + kept. Same logits and gradients (tolerances as the full model's
+    above); the positions of patches no image kept get no gradient."""
+    config = CONFIGS[name]
+    N = (config["image_size"] // config["patch_size"]) ** 2
+    K = max(1, N // 2)
+    w = perturbed_initial(config)
+    x = images_of(config)
+    kept = _qkv._vit_random_patches(3, N, K, 17)
+    assert kept.dtype == np.int64 and kept.shape == (3, K)
+    assert all(len(set(row)) == K and list(row) == sorted(row) for row in kept.tolist())
+    assert len({tuple(row) for row in kept.tolist()}) > 1, "each image draws its own subset"
+    logits = _qkv._vit_forward(config, w, x, kept=kept)
+    twin = twin_of(config, w)
+    with torch.no_grad():
+        want = twin(torch.from_numpy(x).double(), kept=kept).numpy()
+        full = twin(torch.from_numpy(x).double()).numpy()
+    norm_close(logits, want, 1e-5, what="logits")
+    assert np.abs(want - full).max() > 1e-3, "dropping patches must change the logits"
+    _, probs = _qkv._vit_forward(config, w, x, probs=True, kept=kept)
+    assert probs[0].shape == (3, config["heads"], 1 + K, 1 + K)
+
+    dlogits = np.random.default_rng(9).standard_normal((3, config["classes"])).astype(np.float32)
+    grads = _qkv._vit_backward(config, w, x, dlogits, kept=kept)
+    twin.zero_grad()
+    twin(torch.from_numpy(x).double(), kept=kept).backward(torch.from_numpy(dlogits).double())
+    for n, p in twin.named_parameters():
+        norm_close(grads[n], p.grad.numpy(), 2e-5, floor=1e-6, what=n)
+    if config["learned_positions"]:
+        unused = sorted(set(range(N)) - set(kept.ravel().tolist()))
+        for n in unused:
+            np.testing.assert_array_equal(grads["pos_embed"][1 + n], 0.0)
+    # every patch kept, in order: the full model, bit for bit
+    every = np.tile(np.arange(N), (3, 1))
+    np.testing.assert_array_equal(_qkv._vit_forward(config, w, x, kept=every), _qkv._vit_forward(config, w, x))
+
+
 # ---------------------------------------------------------------------------------------
 # Bad input.
 
@@ -302,6 +344,16 @@ def test_bad_input_is_named():
     raises(ValueError, lambda: bwd(config, w, x, np.zeros((3, 4), np.float32)), "dlogits", "(3, 3)", "(3, 4)")
     raises(ValueError, lambda: bwd(config, w, x, np.zeros(9, np.float32)), "dlogits", "(B, classes)")
     raises(TypeError, lambda: bwd(config, w, x, dlogits.astype(np.float64)), "dlogits", "float64")
+    # kept: (B, K) integers, each row distinct patches in [0, N) (N = 4 here)
+    raises(ValueError, lambda: fwd(config, w, x, kept=np.zeros((2, 2), np.int64)), "kept", "(3, K)", "(2, 2)")
+    raises(ValueError, lambda: fwd(config, w, x, kept=np.zeros((3, 0), np.int64)), "kept", "K >= 1")
+    raises(ValueError, lambda: fwd(config, w, x, kept=np.zeros((3, 5), np.int64)), "1 <= K <= 4")
+    raises(ValueError, lambda: fwd(config, w, x, kept=np.array([[0, 1]] * 2 + [[1, 1]])), "kept patch 1 of image 2",
+           "kept twice")
+    raises(ValueError, lambda: bwd(config, w, x, dlogits, kept=np.array([[0, 4]] * 3)), "kept patch 4", "[0, 4)")
+    raises(TypeError, lambda: fwd(config, w, x, kept=np.zeros((3, 2), np.float32)), "kept", "integer", "float32")
+    raises(TypeError, lambda: fwd(config, w, x, kept=[[0, 1]] * 3), "kept", "numpy.ndarray", "list")
+    raises(ValueError, lambda: _qkv._vit_random_patches(2, 4, 5, 0), "1 <= keep <= N")
 
     # weights: a missing name, an unexpected one, a wrong shape, a wrong dtype, not an array
     missing = {k: v for k, v in w.items() if k != "blocks.1.linear1.bias"}

@@ -186,6 +186,7 @@ struct TrainOptions {
   std::string positions = "learned"; // or "sincos"
   bool shifted_patches = false;      // vit: Shifted Patch Tokenization
   double erase = 0.0;                // vit: Random Erasing probability
+  double patch_dropout = 0.0;        // vit: the fraction of patches each training image drops
   std::vector<std::string> given;    // the options on the command line, to refuse the
                                      // other task's ("--steps" for tokenizer, say)
 };

@@ -464,6 +464,11 @@ int run(int argc, char** argv) {
                     "crop and flip, gets a rectangle of 2-40% of its area set to the mean pixel with this "
                     "probability)")
       ->capture_default_str()->check(number_in(0.0, 1.0, false, false));
+  train->add_option("--patch-dropout", tr.patch_dropout,
+                    "vision vit: the fraction of its patches each training image drops (a random subset "
+                    "per image and step; the blocks run on the rest, so a step costs less); "
+                    "validation and classify see every patch")
+      ->capture_default_str()->check(number_in(0.0, 1.0, false, true));
   train->add_option("--points", tr.points, "vision point: points sampled per image")
       ->capture_default_str()->check(integer_in(1, 4096));
   train->add_option("--neighbors", tr.neighbors, "vision point: K, the nearest points each attends to")

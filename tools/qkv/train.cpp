@@ -163,9 +163,9 @@ const std::vector<std::string> kLmOrRecommender = {"--data", "--layers", "--head
 const std::vector<std::string> kRecommenderOnly = {"--l2", "--max-len"};
 const std::vector<std::string> kRecommenderOrVision = {"--model", "--epochs", "--dim"};
 const std::vector<std::string> kVisionOnly = {"--patch-size", "--mlp-dim", "--train-limit", "--bf16", "--positions",
-                                              "--points", "--neighbors", "--erase"};
+                                              "--points", "--neighbors", "--erase", "--patch-dropout"};
 const std::vector<std::string> kVitOnly = {"--mlp-dim", "--positions", "--heads",
-                                           "--shifted-patches", "--erase"};
+                                           "--shifted-patches", "--erase", "--patch-dropout"};
 const std::vector<std::string> kPointOnly = {"--points", "--neighbors"};
 
 void refuse_options_of(const std::vector<std::string>& others, const TrainOptions& o) {
@@ -498,6 +498,7 @@ int run_train_vision(const TrainOptions& o, std::ostream& out) {
     c.learned_positions = o.positions == "learned";
     c.shifted_patches = o.shifted_patches;
     t.augment.erase = o.erase;
+    t.patch_dropout = o.patch_dropout;
     if (c.dim < 1) throw UsageError("--dim", "vit needs a width >= 1");
     if (c.dim % c.heads != 0)
       throw UsageError("--heads", format("%lld must divide --dim %lld", static_cast<long long>(c.heads),
@@ -552,14 +553,15 @@ int run_train_vision(const TrainOptions& o, std::ostream& out) {
   else if (!o.json)
     out << format("training a Vision Transformer on %lld Fashion-MNIST images (%lld validation): patch %lld "
                   "(%lld tokens%s), %lld blocks, dim %lld, %lld heads, mlp %lld, %s positions, %lld parameters; "
-                  "%lld epochs, batch %lld, lr %g, label smoothing %g%s, %d threads\n",
+                  "%lld epochs, batch %lld, lr %g, label smoothing %g%s%s, %d threads\n",
                   static_cast<long long>(train_images), static_cast<long long>(data.validation.count),
                   static_cast<long long>(c.patch_size), static_cast<long long>(c.tokens()),
                   c.shifted_patches ? ", shifted patches" : "", static_cast<long long>(c.layers), static_cast<long long>(c.dim), static_cast<long long>(c.heads),
                   static_cast<long long>(c.mlp_dim), c.learned_positions ? "learned" : "sine-cosine",
                   static_cast<long long>(c.num_parameters()), static_cast<long long>(t.epochs),
                   static_cast<long long>(t.batch), t.peak_lr, t.label_smoothing,
-                  t.augment.erase > 0 ? format(", random erasing %g", t.augment.erase).c_str() : "", num_threads());
+                  t.augment.erase > 0 ? format(", random erasing %g", t.augment.erase).c_str() : "",
+                  t.patch_dropout > 0 ? format(", patch dropout %g", t.patch_dropout).c_str() : "", num_threads());
   out.flush();
   const std::int64_t total = vision::steps_per_epoch(train_images, t.batch) * t.epochs;
   const auto printer = progress_printer<vision::VisionProgress>(
