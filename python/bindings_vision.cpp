@@ -296,11 +296,12 @@ std::pair<std::string, vision::VisionTrainingOptions> training_options(const py:
     else if (k == "shifted_patches") c.shifted_patches = bool_option(value, what);
     else if (k == "erase") o.augment.erase = float_option(value, what);
     else if (k == "patch_dropout") o.patch_dropout = float_option(value, what);
+    else if (k == "patch_dropout_epochs") o.patch_dropout_epochs = int_option(value, what, 0, 100000);
     else
       throw qkv::Error("vision train: unknown option '" + k +
                        "'; expected data, out_dir, command, model, epochs, batch, lr, label_smoothing, seed, "
                        "train_limit, resume, stop_at, checkpoint_every, bf16, dim, layers, heads, mlp_dim, "
-                       "patch_size, learned_positions, shifted_patches, erase, patch_dropout, points, neighbors");
+                       "patch_size, learned_positions, shifted_patches, erase, patch_dropout, patch_dropout_epochs, points, neighbors");
   }
   QKV_CHECK(!data.empty(), "vision train: 'data', the Fashion-MNIST directory, is required");
   return {data, o};
@@ -480,6 +481,7 @@ void register_vision(py::module_& m) {
         d["flip"] = o.augment.flip;
         d["erase"] = o.augment.erase;
         d["patch_dropout"] = o.patch_dropout;
+        d["patch_dropout_epochs"] = o.patch_dropout_epochs;
         return d;
       },
       "VisionTrainingOptions' defaults (its vit config's fields, epochs, batch, lr, ...; "

@@ -170,6 +170,9 @@ struct VisionTrainingOptions {
   // its N patches (at least 1), drawn by models::random_patches from the batch's seed
   // (qkv/vit.h: patch dropout); validation and test see every patch.
   double patch_dropout = 0.0;
+  // > 0: patch dropout in the first patch_dropout_epochs epochs only, every patch after
+  // them (the last epochs train on what inference sees); 0: in every epoch.
+  std::int64_t patch_dropout_epochs = 0;
   std::uint64_t seed = 0;       // weights, order, augmentation
   std::int64_t train_limit = 0; // > 0: train on the first N training images only (tests)
   std::string out_dir;          // model.safetensors, config.json, checkpoint.safetensors

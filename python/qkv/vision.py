@@ -163,7 +163,8 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
           label_smoothing=_DEFAULTS["label_smoothing"], dim=None, layers=None,
           heads=_DEFAULTS["heads"], mlp_dim=_DEFAULTS["mlp_dim"], patch_size=None,
           positions="learned", shifted_patches=False, erase=_DEFAULTS["erase"],
-          patch_dropout=_DEFAULTS["patch_dropout"], points=_DEFAULTS["point"]["points"],
+          patch_dropout=_DEFAULTS["patch_dropout"], patch_dropout_epochs=_DEFAULTS["patch_dropout_epochs"],
+          points=_DEFAULTS["point"]["points"],
           neighbors=_DEFAULTS["point"]["neighbors"],
           seed=0, train_limit=0, resume=False, stop_at=0,
           checkpoint_every=_DEFAULTS["checkpoint_every"], bf16=False, progress=None):
@@ -181,7 +182,7 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
     [0, 1] the probability of Random Erasing per training image (vit only), patch_dropout
     in [0, 1) the fraction of its patches each training image drops, a random subset per
     image and step, the blocks running on the rest (vit only; validation and test see
-    every patch). The point
+    every patch), in the first patch_dropout_epochs epochs only when that is > 0. The point
     model: `points` points sampled from each image's inked pixels, each carrying the
     patch_size × patch_size window of intensities around it (odd, default 7), `layers`
     blocks (default 2) of width `dim` (default 32) of vector attention over each point's
@@ -242,6 +243,7 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
     patch_dropout = _float(patch_dropout, fn, "patch_dropout")
     if not 0 <= patch_dropout < 1:
         raise ValueError(f"{fn}: patch_dropout must be in [0, 1), got {patch_dropout}")
+    patch_dropout_epochs = _ranged(patch_dropout_epochs, fn, "patch_dropout_epochs", 0, options["epochs"])
     if model != "vit" and patch_dropout > 0:
         raise ValueError(f"{fn}: patch_dropout applies to model='vit' only (the point model has no patches), "
                          f"got patch_dropout={patch_dropout}")
@@ -251,7 +253,7 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
                        patch_size=_ranged(patch_size, fn, "patch_size", 1, 28),
                        learned_positions=positions == "learned",
                        shifted_patches=_bool(shifted_patches, fn, "shifted_patches"), erase=erase,
-                       patch_dropout=patch_dropout)
+                       patch_dropout=patch_dropout, patch_dropout_epochs=patch_dropout_epochs)
         if options["shifted_patches"] and options["patch_size"] < 2:
             raise ValueError(f"{fn}: shifted_patches needs patch_size >= 2, got {patch_size}")
         if 28 % options["patch_size"]:
@@ -262,7 +264,7 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
             raise ValueError(f"{fn}: positions='sincos' needs dim a multiple of 4, got {dim}")
         shape_text = (f"heads={options['heads']}, mlp_dim={options['mlp_dim']}, patch_size={options['patch_size']}, "
                       f"positions={positions!r}, shifted_patches={options['shifted_patches']}, erase={erase!r}, "
-                      f"patch_dropout={patch_dropout!r}")
+                      f"patch_dropout={patch_dropout!r}, patch_dropout_epochs={patch_dropout_epochs}")
     else:
         options.update(points=_ranged(points, fn, "points", 1, 4096),
                        neighbors=_ranged(neighbors, fn, "neighbors", 1, 4096),

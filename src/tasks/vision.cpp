@@ -461,6 +461,9 @@ VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionM
             "train vision: erase applies to the vit model only (an erased rectangle would be ink to the point model)");
   QKV_CHECK(o.patch_dropout >= 0.0 && o.patch_dropout < 1.0,
             "train vision: patch dropout must be in [0, 1), got " << o.patch_dropout);
+  QKV_CHECK(o.patch_dropout_epochs >= 0 && o.patch_dropout_epochs <= o.epochs,
+            "train vision: patch dropout's epochs must be in [0, epochs = " << o.epochs << "], got "
+                                                                           << o.patch_dropout_epochs);
   QKV_CHECK(o.model == "vit" || o.patch_dropout == 0.0,
             "train vision: patch dropout applies to the vit model only (the point model has no patches)");
   QKV_CHECK(!o.out_dir.empty(), "train vision: an output directory is required");
@@ -557,8 +560,9 @@ VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionM
     train::zero_grad(grad_list);
     VisionNetwork::Record record;
     const std::vector<std::int64_t> kept =
-        keep < patches ? models::random_patches(static_cast<std::int64_t>(batch.indices.size()), patches, keep, batch.seed)
-                       : std::vector<std::int64_t>{};
+        keep < patches && (o.patch_dropout_epochs == 0 || epoch < o.patch_dropout_epochs)
+            ? models::random_patches(static_cast<std::int64_t>(batch.indices.size()), patches, keep, batch.seed)
+            : std::vector<std::int64_t>{};
     const Tensor logits = model.forward(model.input(train, batch.indices, &o.augment, batch.seed), &record, kept);
     Tensor dlogits;
     const train::CrossEntropyResult ce = train::cross_entropy(logits, batch.labels, &dlogits, o.label_smoothing);
@@ -612,6 +616,7 @@ VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionM
                       {"batch", o.batch},
                       {"seed", o.seed},
                       {"patch_dropout", o.patch_dropout},
+                      {"patch_dropout_epochs", o.patch_dropout_epochs},
                       {"training_images", train.count},
                       {"validation_accuracy", result.validation_accuracy},
                       {"best_epoch", result.best_epoch},

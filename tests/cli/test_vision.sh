@@ -84,10 +84,11 @@ grep -q '"model_type": "qkv-vision"' "$TMP/m/config.json" && pass || fail "confi
 run train vision --data "$DATA" --out "$TMP/j" --epochs 1 --json --bf16 "${TINY[@]}"
 expect_status 0 "train vision --json"
 "$PYTHON" -c "import json,sys; j=json.loads(open(sys.argv[1]).read()); assert j['steps']==6 and 0<=j['test_accuracy']<=1 and len(j['validation_accuracy'])==1, j" "$TMP/out" && pass || fail "train --json: $(cat "$TMP/out")"
-run train vision --data "$DATA" --out "$TMP/s" --epochs 1 --shifted-patches --patch-dropout 0.5 "${TINY[@]}"
+run train vision --data "$DATA" --out "$TMP/s" --epochs 1 --shifted-patches --patch-dropout 0.5 --patch-dropout-epochs 1 "${TINY[@]}"
 expect_status 0 "train vision --shifted-patches --patch-dropout"
 grep -q '"shifted_patches": true' "$TMP/s/config.json" && pass || fail "config.json records shifted patches"
-grep -q '"patch_dropout": 0.5' "$TMP/s/config.json" && pass || fail "config.json's report records patch dropout"
+grep -q '"patch_dropout": 0.5' "$TMP/s/config.json" && grep -q '"patch_dropout_epochs": 1' "$TMP/s/config.json" \
+  && pass || fail "config.json's report records patch dropout"
 run classify --model "$TMP/s" --images "$TMP/one.pgm" --json
 expect_status 0 "classify with a shifted-patch model"
 
@@ -162,6 +163,8 @@ usage_fails "--erase" train vision --data "$DATA" --erase 1.5
 usage_fails "--patch-dropout" train vision --data "$DATA" --model point --patch-dropout 0.25
 usage_fails "--patch-dropout" train vision --data "$DATA" --patch-dropout 1
 usage_fails "--patch-dropout" train vision --data "$DATA" --patch-dropout nan
+usage_fails "--patch-dropout-epochs" train vision --data "$DATA" --epochs 3 --patch-dropout 0.5 --patch-dropout-epochs 4
+usage_fails "--patch-dropout-epochs" train vision --data "$DATA" --model point --patch-dropout-epochs 1
 usage_fails "--shifted-patches" train vision --data "$DATA" --patch-size 1 --shifted-patches
 usage_fails "--neighbors" train vision --data "$DATA" --model point --points 8 --neighbors 9
 

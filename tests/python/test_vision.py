@@ -146,21 +146,24 @@ def test_train_equals_the_cli(trained, data, tmp_path):
 
 
 def test_patch_dropout_trains_as_the_cli_option_does(trained, data, tmp_path):
-    """train(patch_dropout=0.5) and `--patch-dropout 0.5` train the same model, another than
+    """train(patch_dropout=0.5, patch_dropout_epochs=1) and `--patch-dropout 0.5
+    --patch-dropout-epochs 1` train the same model, another than
     the one without (the kept patches are drawn per image and step); config.json's report
     records it. Bad values are refused by name."""
     out, _, _ = trained
     py = tmp_path / "py"
-    vision.train(data["dir"], py, epochs=EPOCHS, patch_dropout=0.5, **TINY)
+    vision.train(data["dir"], py, epochs=EPOCHS, patch_dropout=0.5, patch_dropout_epochs=1, **TINY)
     cli = tmp_path / "cli"
     run_qkv("train", "vision", "--data", data["dir"], "--out", cli, "--epochs", EPOCHS, "--dim", 16,
             "--layers", 1, "--heads", 2, "--mlp-dim", 32, "--patch-size", 7, "--batch", 50, "--lr", 3e-3,
-            "--train-limit", 200, "--checkpoint-every", 0, "--patch-dropout", 0.5, "--json", "--quiet")
+            "--train-limit", 200, "--checkpoint-every", 0, "--patch-dropout", 0.5, "--patch-dropout-epochs", 1,
+            "--json", "--quiet")
     test = data["test"][0]
     dropped = vision.Classifier(py).predict_proba(test)
     np.testing.assert_array_equal(vision.Classifier(cli).predict_proba(test), dropped)
     assert np.abs(dropped - vision.Classifier(out).predict_proba(test)).max() > 1e-3
-    assert vision.Classifier(py).report["patch_dropout"] == 0.5
+    report = vision.Classifier(py).report
+    assert report["patch_dropout"] == 0.5 and report["patch_dropout_epochs"] == 1
     fn = "vision.train"
     with pytest.raises(ValueError, match=rf"{fn}: patch_dropout must be in \[0, 1\), got 1.0"):
         vision.train(data["dir"], tmp_path / "x", patch_dropout=1.0)
@@ -168,6 +171,8 @@ def test_patch_dropout_trains_as_the_cli_option_does(trained, data, tmp_path):
         vision.train(data["dir"], tmp_path / "x", patch_dropout=float("nan"))
     with pytest.raises(TypeError, match=f"{fn}: patch_dropout must be a float"):
         vision.train(data["dir"], tmp_path / "x", patch_dropout="0.5")
+    with pytest.raises(ValueError, match=rf"{fn}: patch_dropout_epochs must be in \[0, 2\], got 3"):
+        vision.train(data["dir"], tmp_path / "x", epochs=2, patch_dropout=0.5, patch_dropout_epochs=3)
     with pytest.raises(ValueError, match="patch_dropout applies to model='vit' only"):
         vision.train(data["dir"], tmp_path / "x", model="point", patch_dropout=0.25)
 

@@ -282,8 +282,9 @@ TEST(Vision, TrainingLearnsAndResumesBitForBit) {
 }
 
 // Patch dropout: each step's kept patches are drawn from the batch's seed, so a resumed run
-// still reproduces an uninterrupted one bit for bit; and dropping a quarter of the patches is not
-// the run without it, yet learns the bands. Bad settings are named.
+// still reproduces an uninterrupted one bit for bit; dropping a quarter of the patches is
+// not the run without it, yet learns the bands; limited to the first epochs, it is the
+// same run until then. Bad settings are named.
 TEST(Vision, PatchDropoutLearnsAndResumesBitForBit) {
   qkv::testing::TempDir dir;
   const vision::FashionMnist data = tiny_data();
@@ -305,7 +306,30 @@ TEST(Vision, PatchDropoutLearnsAndResumesBitForBit) {
   const qkv::SafeTensors wb = qkv::SafeTensors::open(dir.file("b") + "/model.safetensors");
   for (const std::string& name : wa.names()) EXPECT_EQ(wa.get(name).to_vector(), wb.get(name).to_vector()) << name;
 
+  // Patch dropout in the first 6 of the 12 epochs only: those 6 are the run above's, what
+  // follows is another run (every patch), ending with other weights than either run's.
+  vision::VisionTrainingOptions half = tiny_options(dir.file("h"));
+  half.patch_dropout = 0.25;
+  half.patch_dropout_epochs = 6;
+  const vision::VisionTrainingResult h = vision::train_vision(half, data, nullptr);
+  EXPECT_EQ(std::vector<double>(h.validation_accuracy.begin(), h.validation_accuracy.begin() + 6),
+            std::vector<double>(whole.validation_accuracy.begin(), whole.validation_accuracy.begin() + 6));
+  const qkv::SafeTensors wh = qkv::SafeTensors::open(dir.file("h") + "/model.safetensors");
+  const qkv::SafeTensors wp = qkv::SafeTensors::open(dir.file("p") + "/model.safetensors");
+  EXPECT_NE(wh.get("head.weight").to_vector(), wa.get("head.weight").to_vector());
+  EXPECT_NE(wh.get("head.weight").to_vector(), wp.get("head.weight").to_vector());
+  half.out_dir = dir.file("h12");
+  half.patch_dropout_epochs = 12;  // = epochs: every epoch, as 0
+  (void)vision::train_vision(half, data, nullptr);
+  EXPECT_EQ(qkv::SafeTensors::open(dir.file("h12") + "/model.safetensors").get("head.weight").to_vector(),
+            wa.get("head.weight").to_vector());
+
   vision::VisionTrainingOptions bad = tiny_options(dir.file("c"));
+  bad.patch_dropout_epochs = 13;
+  expect_error([&] { vision::train_vision(bad, data, nullptr); }, "patch dropout's epochs must be in [0, epochs = 12], got 13");
+  bad.patch_dropout_epochs = -1;
+  expect_error([&] { vision::train_vision(bad, data, nullptr); }, "got -1");
+  bad.patch_dropout_epochs = 0;
   bad.patch_dropout = 1.0;
   expect_error([&] { vision::train_vision(bad, data, nullptr); }, "patch dropout must be in [0, 1), got 1");
   bad.patch_dropout = -0.1;

@@ -187,6 +187,7 @@ struct TrainOptions {
   bool shifted_patches = false;      // vit: Shifted Patch Tokenization
   double erase = 0.0;                // vit: Random Erasing probability
   double patch_dropout = 0.0;        // vit: the fraction of patches each training image drops
+  std::int64_t patch_dropout_epochs = 0;  // vit: drop patches in the first N epochs only (0: all)
   std::vector<std::string> given;    // the options on the command line, to refuse the
                                      // other task's ("--steps" for tokenizer, say)
 };

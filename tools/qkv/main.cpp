@@ -469,6 +469,10 @@ int run(int argc, char** argv) {
                     "per image and step; the blocks run on the rest, so a step costs less); "
                     "validation and classify see every patch")
       ->capture_default_str()->check(number_in(0.0, 1.0, false, true));
+  train->add_option("--patch-dropout-epochs", tr.patch_dropout_epochs,
+                    "vision vit: drop patches in the first N epochs only, then train on every patch "
+                    "(0: in every epoch)")
+      ->capture_default_str()->check(integer_in(0, 100000));
   train->add_option("--points", tr.points, "vision point: points sampled per image")
       ->capture_default_str()->check(integer_in(1, 4096));
   train->add_option("--neighbors", tr.neighbors, "vision point: K, the nearest points each attends to")

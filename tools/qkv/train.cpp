@@ -163,9 +163,11 @@ const std::vector<std::string> kLmOrRecommender = {"--data", "--layers", "--head
 const std::vector<std::string> kRecommenderOnly = {"--l2", "--max-len"};
 const std::vector<std::string> kRecommenderOrVision = {"--model", "--epochs", "--dim"};
 const std::vector<std::string> kVisionOnly = {"--patch-size", "--mlp-dim", "--train-limit", "--bf16", "--positions",
-                                              "--points", "--neighbors", "--erase", "--patch-dropout"};
+                                              "--points", "--neighbors", "--erase", "--patch-dropout",
+                                              "--patch-dropout-epochs"};
 const std::vector<std::string> kVitOnly = {"--mlp-dim", "--positions", "--heads",
-                                           "--shifted-patches", "--erase", "--patch-dropout"};
+                                           "--shifted-patches", "--erase", "--patch-dropout",
+                                           "--patch-dropout-epochs"};
 const std::vector<std::string> kPointOnly = {"--points", "--neighbors"};
 
 void refuse_options_of(const std::vector<std::string>& others, const TrainOptions& o) {
@@ -499,6 +501,7 @@ int run_train_vision(const TrainOptions& o, std::ostream& out) {
     c.shifted_patches = o.shifted_patches;
     t.augment.erase = o.erase;
     t.patch_dropout = o.patch_dropout;
+    t.patch_dropout_epochs = o.patch_dropout_epochs;
     if (c.dim < 1) throw UsageError("--dim", "vit needs a width >= 1");
     if (c.dim % c.heads != 0)
       throw UsageError("--heads", format("%lld must divide --dim %lld", static_cast<long long>(c.heads),
@@ -526,6 +529,10 @@ int run_train_vision(const TrainOptions& o, std::ostream& out) {
                                              static_cast<long long>(pc.points)));
   }
   if (given(o, "--epochs")) t.epochs = o.epochs;
+  if (t.patch_dropout_epochs > t.epochs)
+    throw UsageError("--patch-dropout-epochs", format("%lld exceeds --epochs %lld",
+                                                      static_cast<long long>(t.patch_dropout_epochs),
+                                                      static_cast<long long>(t.epochs)));
   t.batch = o.batch;
   t.peak_lr = o.lr;
   if (given(o, "--label-smoothing")) t.label_smoothing = o.label_smoothing;
@@ -540,7 +547,7 @@ int run_train_vision(const TrainOptions& o, std::ostream& out) {
   const vision::FashionMnist data = vision::load_fashion_mnist(o.data);
   const std::int64_t train_images =
       t.train_limit > 0 ? std::min(t.train_limit, data.train.count) : data.train.count;
-  if (!o.json && model == "point")
+  if (!o.json && model == "point") {
     out << format("training a Point Transformer on %lld Fashion-MNIST images (%lld validation): %lld points "
                   "(each with its %lldx%lld pixels), %lld neighbours, %lld blocks, dim %lld, %lld parameters; "
                   "%lld epochs, batch %lld, lr %g, label smoothing %g, %d threads\n",
@@ -550,7 +557,13 @@ int run_train_vision(const TrainOptions& o, std::ostream& out) {
                   static_cast<long long>(pc.blocks), static_cast<long long>(pc.dim),
                   static_cast<long long>(pc.num_parameters()), static_cast<long long>(t.epochs),
                   static_cast<long long>(t.batch), t.peak_lr, t.label_smoothing, num_threads());
-  else if (!o.json)
+  } else if (!o.json) {
+    const std::string patch_dropout_text =
+        t.patch_dropout == 0 ? ""
+        : t.patch_dropout_epochs == 0
+            ? format(", patch dropout %g", t.patch_dropout)
+            : format(", patch dropout %g in the first %lld epochs", t.patch_dropout,
+                     static_cast<long long>(t.patch_dropout_epochs));
     out << format("training a Vision Transformer on %lld Fashion-MNIST images (%lld validation): patch %lld "
                   "(%lld tokens%s), %lld blocks, dim %lld, %lld heads, mlp %lld, %s positions, %lld parameters; "
                   "%lld epochs, batch %lld, lr %g, label smoothing %g%s%s, %d threads\n",
@@ -561,7 +574,8 @@ int run_train_vision(const TrainOptions& o, std::ostream& out) {
                   static_cast<long long>(c.num_parameters()), static_cast<long long>(t.epochs),
                   static_cast<long long>(t.batch), t.peak_lr, t.label_smoothing,
                   t.augment.erase > 0 ? format(", random erasing %g", t.augment.erase).c_str() : "",
-                  t.patch_dropout > 0 ? format(", patch dropout %g", t.patch_dropout).c_str() : "", num_threads());
+                  patch_dropout_text.c_str(), num_threads());
+  }
   out.flush();
   const std::int64_t total = vision::steps_per_epoch(train_images, t.batch) * t.epochs;
   const auto printer = progress_printer<vision::VisionProgress>(
