@@ -246,6 +246,16 @@ vision::VisionTrainingOptions tiny_options(const std::string& out) {
   return o;
 }
 
+// Trains with `o` until step `stop_at` (an interruption, checked), then resumes to the end.
+vision::VisionTrainingResult stopped_then_resumed(vision::VisionTrainingOptions o, const vision::FashionMnist& data,
+                                                  std::int64_t stop_at) {
+  o.stop_at = stop_at;
+  EXPECT_TRUE(vision::train_vision(o, data, nullptr).interrupted);
+  o.stop_at = 0;
+  o.resume = true;
+  return vision::train_vision(o, data, nullptr);
+}
+
 }  // namespace
 
 TEST(Vision, TrainingLearnsAndResumesBitForBit) {
@@ -296,12 +306,7 @@ TEST(Vision, PatchDropoutLearnsAndResumesBitForBit) {
   EXPECT_NE(whole.validation_accuracy, plain.validation_accuracy);
 
   o.out_dir = dir.file("b");
-  o.stop_at = 11;
-  EXPECT_TRUE(vision::train_vision(o, data, nullptr).interrupted);
-  o.stop_at = 0;
-  o.resume = true;
-  const vision::VisionTrainingResult rest = vision::train_vision(o, data, nullptr);
-  EXPECT_EQ(rest.validation_accuracy, whole.validation_accuracy);
+  EXPECT_EQ(stopped_then_resumed(o, data, 11).validation_accuracy, whole.validation_accuracy);
   const qkv::SafeTensors wa = qkv::SafeTensors::open(dir.file("a") + "/model.safetensors");
   const qkv::SafeTensors wb = qkv::SafeTensors::open(dir.file("b") + "/model.safetensors");
   for (const std::string& name : wa.names()) EXPECT_EQ(wa.get(name).to_vector(), wb.get(name).to_vector()) << name;
@@ -462,12 +467,7 @@ TEST(Vision, PointModelTrainsResumesAndLoads) {
   EXPECT_GT(whole.test_accuracy, 0.8) << "the bright band's points give the class";
   EXPECT_EQ(whole.num_parameters, tiny_point_options("").point.num_parameters());
 
-  vision::VisionTrainingOptions o = tiny_point_options(dir.file("b"));
-  o.stop_at = 13;
-  EXPECT_TRUE(vision::train_vision(o, data, nullptr).interrupted);
-  o.stop_at = 0;
-  o.resume = true;
-  const vision::VisionTrainingResult rest = vision::train_vision(o, data, nullptr);
+  const vision::VisionTrainingResult rest = stopped_then_resumed(tiny_point_options(dir.file("b")), data, 13);
   EXPECT_EQ(rest.validation_accuracy, whole.validation_accuracy);
   EXPECT_EQ(rest.test_accuracy, whole.test_accuracy);
 
