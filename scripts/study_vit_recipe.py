@@ -24,7 +24,10 @@ Variants: LSA is Locality Self-Attention (Lee, Lee & Song 2021): a learned tempe
 head (initialised to 1/sqrt(d_head)) and the diagonal masked; erase is Random Erasing
 (Zhong et al. 2017) as qkv's --erase: with probability p a rectangle of 2–40% of the image,
 aspect 0.3–3.3, set to the mean pixel (0 after normalisation); ema keeps an exponential
-moving average of the weights (decay 0.999) and scores it too.
+moving average of the weights (decay 0.999) and scores it too. pd is patch dropout (Liu et al.
+2022) as qkv's --patch-dropout: in the first pd_epochs epochs each training image keeps a
+random 49 - round(pd * 49) (halves up) of its patch tokens (each with its own position), drawn afresh
+every step; validation sees every patch.
 """
 import argparse
 import gzip
@@ -62,6 +65,19 @@ VARIANTS = {
     "e36":       {"epochs": 36},
     "erase_e36": {"erase": 0.25, "epochs": 36},
     "erase_ema_e28": {"erase": 0.25, "ema": 0.999, "epochs": 28},
+    # patch dropout (qkv's --patch-dropout F --patch-dropout-epochs N) with erasing, at about
+    # the shipped run's time on the 2-core CPU (a dropped epoch of F 0.5 costs about half a
+    # whole one there, of F 0.75 about a third)
+    "pd_e30":    {"erase": 0.25, "pd": 0.5, "pd_epochs": 22, "epochs": 30},
+    "pd_e30_s1": {"erase": 0.25, "pd": 0.5, "pd_epochs": 22, "epochs": 30, "seed": 1},
+    "pd_e33":    {"erase": 0.25, "pd": 0.5, "pd_epochs": 27, "epochs": 33},
+    "pd_e36":    {"erase": 0.25, "pd": 0.5, "pd_epochs": 32, "epochs": 36},
+    "pd75_e40":  {"erase": 0.25, "pd": 0.75, "pd_epochs": 34, "epochs": 40},
+    "pd75_e46":  {"erase": 0.25, "pd": 0.75, "pd_epochs": 40, "epochs": 46},
+    "pd_e30_s2": {"erase": 0.25, "pd": 0.5, "pd_epochs": 22, "epochs": 30, "seed": 2},
+    "pd75_e40_s1": {"erase": 0.25, "pd": 0.75, "pd_epochs": 34, "epochs": 40, "seed": 1},
+    "pd75_e46_s1": {"erase": 0.25, "pd": 0.75, "pd_epochs": 40, "epochs": 46, "seed": 1},
+    "pd75_e46_s2": {"erase": 0.25, "pd": 0.75, "pd_epochs": 40, "epochs": 46, "seed": 2},
 }
 
 def read_idx(path):
@@ -76,7 +92,7 @@ def run(name, data, out_dir, epochs, deadline):
     import torch, torch.nn as nn, torch.nn.functional as F
     from bench.vit_torch import constant_rows_exact, patchify, shifted_stack
     v = {"seed": 0, "lr": 1e-3, "wd": 0.05, "smooth": 0.1, "batch": 128, "lsa": False, "temp": False,
-         "diag": False, "erase": 0.0, "pad": 2, "min_ratio": 0.01, "ema": 0.0, "warmup": 1, "layers": 6,
+         "diag": False, "erase": 0.0, "pd": 0.0, "pd_epochs": 0, "pad": 2, "min_ratio": 0.01, "ema": 0.0, "warmup": 1, "layers": 6,
          "epochs": epochs, **VARIANTS[name]}
     epochs = v["epochs"]
     if v["lsa"]: v["temp"] = v["diag"] = True
@@ -100,7 +116,7 @@ def run(name, data, out_dir, epochs, deadline):
         def forward(s, x):
             B, T, _ = x.shape
             q, k, vv = s.qkv(s.n1(x)).view(B, T, 3, H, dh).permute(2, 0, 3, 1, 4)
-            if s.scale is None and not v["diag"]:
+            if s.scale is None and not v["diag"] and hasattr(F, "scaled_dot_product_attention"):  # torch >= 2
                 a = F.scaled_dot_product_attention(q, k, vv)
             else:
                 sc = s.scale.view(1, H, 1, 1) if s.scale is not None else dh ** -0.5
@@ -119,11 +135,13 @@ def run(name, data, out_dir, epochs, deadline):
             s.blocks = nn.ModuleList(Block() for _ in range(L))
             s.norm = nn.LayerNorm(d, eps=1e-6); s.head = nn.Linear(d, 10)
             nn.init.zeros_(s.head.weight); nn.init.zeros_(s.head.bias)
-        def forward(s, img):                       # (B, 1, 28, 28)
+        def forward(s, img, kept=None):            # (B, 1, 28, 28); kept (B, K) patch indices
             B = img.shape[0]
             x = patchify(shifted_stack(img, 2), 4)  # (B, 49, 80)
             x = s.pe(constant_rows_exact(s.pn, x))  # (B, 49, d)
             x = torch.cat([s.cls.expand(B, 1, d), x], 1) + s.pos
+            if kept is not None:                    # (B, 1 + K, d): the class token and the kept patches
+                x = torch.cat([x[:, :1], torch.gather(x[:, 1:], 1, kept[:, :, None].expand(-1, -1, d))], 1)
             for b in s.blocks: x = b(x)
             return s.head(s.norm(x)[:, 0])
 
@@ -180,7 +198,11 @@ def run(name, data, out_dir, epochs, deadline):
         for s in range(min(per_epoch, int(os.environ.get("STUDY_STEPS", per_epoch)))):
             idx = perm[s * Bt:(s + 1) * Bt]
             x = augment(Xtr[idx]); y = Ytr[idx]
-            loss = F.cross_entropy(model(x), y, label_smoothing=v["smooth"])
+            kept = None
+            if v["pd"] and (v["pd_epochs"] == 0 or ep < v["pd_epochs"]):
+                K = max(1, 49 - math.floor(v["pd"] * 49 + 0.5))   # as C++ llround
+                kept = torch.rand(x.shape[0], 49, device=dev).argsort(-1)[:, :K]
+            loss = F.cross_entropy(model(x, kept), y, label_smoothing=v["smooth"])
             opt.zero_grad(set_to_none=True); loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             for g in opt.param_groups: g["lr"] = lr_at(step)
