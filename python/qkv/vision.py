@@ -244,6 +244,9 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
     if not 0 <= patch_dropout < 1:
         raise ValueError(f"{fn}: patch_dropout must be in [0, 1), got {patch_dropout}")
     patch_dropout_epochs = _ranged(patch_dropout_epochs, fn, "patch_dropout_epochs", 0, options["epochs"])
+    if patch_dropout_epochs > 0 and patch_dropout == 0:
+        raise ValueError(f"{fn}: patch_dropout_epochs={patch_dropout_epochs} given without patch_dropout "
+                         "(it is 0)")
     if model != "vit" and patch_dropout > 0:
         raise ValueError(f"{fn}: patch_dropout applies to model='vit' only (the point model has no patches), "
                          f"got patch_dropout={patch_dropout}")

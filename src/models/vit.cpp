@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <string>
 
 #include "qkv/error.h"
@@ -17,6 +18,12 @@ namespace {
 void fill_normal(Tensor& t, double stddev, Rng& rng) {
   float* p = t.data_as<float>();
   for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(stddev * rng.normal());
+}
+
+// The row of pos_embed that token t of image b adds: the class token (t = 0) its own, patch
+// token t = 1 + k its patch's, 1 + kept[b, k] under patch dropout (kept (B, K)), else 1 + k.
+std::int64_t position_of(std::span<const std::int64_t> kept, std::int64_t b, std::int64_t K, std::int64_t t) {
+  return t == 0 || kept.empty() ? t : 1 + kept[static_cast<std::size_t>(b * K + t - 1)];
 }
 
 }  // namespace
@@ -241,7 +248,7 @@ Tensor VitWeights::forward(const Tensor& images, std::vector<Tensor>* probs, Rec
     for (std::int64_t b = 0; b < B; ++b)
       for (std::int64_t t = 0; t < Tx; ++t) {
         const float* from = t == 0 ? cls : e + (b * K + t - 1) * d;
-        const std::int64_t at = t == 0 || kept.empty() ? t : 1 + kept[static_cast<std::size_t>(b * K + t - 1)];
+        const std::int64_t at = position_of(kept, b, K, t);
         float* to = xp + (b * Tx + t) * d;
         for (std::int64_t j = 0; j < d; ++j) to[j] = from[j] + pos[at * d + j];
       }
@@ -294,7 +301,7 @@ void VitWeights::backward(const Tensor& dlogits, const Record& record, VitWeight
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t t = 0; t < Tx; ++t) {
       const float* row = g + (b * Tx + t) * d;
-      const std::int64_t at = t == 0 || record.kept.empty() ? t : 1 + record.kept[static_cast<std::size_t>(b * K + t - 1)];
+      const std::int64_t at = position_of(record.kept, b, K, t);
       if (dpos)
         for (std::int64_t j = 0; j < d; ++j) dpos[at * d + j] += row[j];
       if (t == 0)

@@ -464,6 +464,9 @@ VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionM
   QKV_CHECK(o.patch_dropout_epochs >= 0 && o.patch_dropout_epochs <= o.epochs,
             "train vision: patch dropout's epochs must be in [0, epochs = " << o.epochs << "], got "
                                                                            << o.patch_dropout_epochs);
+  QKV_CHECK(o.patch_dropout_epochs == 0 || o.patch_dropout > 0.0,
+            "train vision: patch dropout's epochs (" << o.patch_dropout_epochs
+                                                     << ") given without patch dropout (its fraction is 0)");
   QKV_CHECK(o.model == "vit" || o.patch_dropout == 0.0,
             "train vision: patch dropout applies to the vit model only (the point model has no patches)");
   QKV_CHECK(!o.out_dir.empty(), "train vision: an output directory is required");

@@ -165,6 +165,7 @@ usage_fails "--patch-dropout" train vision --data "$DATA" --patch-dropout 1
 usage_fails "--patch-dropout" train vision --data "$DATA" --patch-dropout nan
 usage_fails "--patch-dropout-epochs" train vision --data "$DATA" --epochs 3 --patch-dropout 0.5 --patch-dropout-epochs 4
 usage_fails "--patch-dropout-epochs" train vision --data "$DATA" --model point --patch-dropout-epochs 1
+usage_fails "given without --patch-dropout" train vision --data "$DATA" --epochs 3 --patch-dropout-epochs 2
 usage_fails "--shifted-patches" train vision --data "$DATA" --patch-size 1 --shifted-patches
 usage_fails "--neighbors" train vision --data "$DATA" --model point --points 8 --neighbors 9
 

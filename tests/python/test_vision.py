@@ -173,6 +173,8 @@ def test_patch_dropout_trains_as_the_cli_option_does(trained, data, tmp_path):
         vision.train(data["dir"], tmp_path / "x", patch_dropout="0.5")
     with pytest.raises(ValueError, match=rf"{fn}: patch_dropout_epochs must be in \[0, 2\], got 3"):
         vision.train(data["dir"], tmp_path / "x", epochs=2, patch_dropout=0.5, patch_dropout_epochs=3)
+    with pytest.raises(ValueError, match=rf"{fn}: patch_dropout_epochs=1 given without patch_dropout"):
+        vision.train(data["dir"], tmp_path / "x", epochs=2, patch_dropout_epochs=1)
     with pytest.raises(ValueError, match="patch_dropout applies to model='vit' only"):
         vision.train(data["dir"], tmp_path / "x", model="point", patch_dropout=0.25)
 

@@ -334,6 +334,9 @@ TEST(Vision, PatchDropoutLearnsAndResumesBitForBit) {
   expect_error([&] { vision::train_vision(bad, data, nullptr); }, "patch dropout's epochs must be in [0, epochs = 12], got 13");
   bad.patch_dropout_epochs = -1;
   expect_error([&] { vision::train_vision(bad, data, nullptr); }, "got -1");
+  bad.patch_dropout_epochs = 5;  // in range, but with no patch dropout to limit
+  expect_error([&] { vision::train_vision(bad, data, nullptr); },
+               "patch dropout's epochs (5) given without patch dropout");
   bad.patch_dropout_epochs = 0;
   bad.patch_dropout = 1.0;
   expect_error([&] { vision::train_vision(bad, data, nullptr); }, "patch dropout must be in [0, 1), got 1");

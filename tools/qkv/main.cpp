@@ -471,7 +471,7 @@ int run(int argc, char** argv) {
       ->capture_default_str()->check(number_in(0.0, 1.0, false, true));
   train->add_option("--patch-dropout-epochs", tr.patch_dropout_epochs,
                     "vision vit: drop patches in the first N epochs only, then train on every patch "
-                    "(0: in every epoch)")
+                    "(0: in every epoch; needs --patch-dropout)")
       ->capture_default_str()->check(integer_in(0, 100000));
   train->add_option("--points", tr.points, "vision point: points sampled per image")
       ->capture_default_str()->check(integer_in(1, 4096));

@@ -502,6 +502,8 @@ int run_train_vision(const TrainOptions& o, std::ostream& out) {
     t.augment.erase = o.erase;
     t.patch_dropout = o.patch_dropout;
     t.patch_dropout_epochs = o.patch_dropout_epochs;
+    if (t.patch_dropout_epochs > 0 && t.patch_dropout == 0)
+      throw UsageError("--patch-dropout-epochs", "given without --patch-dropout (what would it limit?)");
     if (c.dim < 1) throw UsageError("--dim", "vit needs a width >= 1");
     if (c.dim % c.heads != 0)
       throw UsageError("--heads", format("%lld must divide --dim %lld", static_cast<long long>(c.heads),
