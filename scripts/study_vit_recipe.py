@@ -161,6 +161,7 @@ def run(name, data, out_dir, epochs, deadline):
         lo = v["lr"] * v["min_ratio"]
         return lo + 0.5 * (v["lr"] - lo) * (1 + math.cos(math.pi * t))
     pd = v["pad"]
+    keep = max(1, 49 - math.floor(v["pd"] * 49 + 0.5))   # patches kept under patch dropout, as C++ llround
     ar = torch.arange(28, device=dev)
     def augment(imgs):                      # uint8 (B, 28, 28)
         B = imgs.shape[0]
@@ -200,8 +201,7 @@ def run(name, data, out_dir, epochs, deadline):
             x = augment(Xtr[idx]); y = Ytr[idx]
             kept = None
             if v["pd"] and (v["pd_epochs"] == 0 or ep < v["pd_epochs"]):
-                K = max(1, 49 - math.floor(v["pd"] * 49 + 0.5))   # as C++ llround
-                kept = torch.rand(x.shape[0], 49, device=dev).argsort(-1)[:, :K]
+                kept = torch.rand(x.shape[0], 49, device=dev).argsort(-1)[:, :keep]
             loss = F.cross_entropy(model(x, kept), y, label_smoothing=v["smooth"])
             opt.zero_grad(set_to_none=True); loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
