@@ -4,7 +4,8 @@
   /usr/bin/python3 tests/hostile/run_hostile.py --qkv build/qkv [--only REGEX] [--jobs N]
                                                 [--list] [--verbose]
 
-Every case runs as `timeout -k 2 10 prlimit --as=BYTES -- COMMAND`, in a fresh temporary
+Every case runs as `timeout -k 2 SECONDS prlimit --as=BYTES -- COMMAND` (SECONDS is 10
+unless the case says otherwise), in a fresh temporary
 directory of fixtures (cases.make_fixtures), with QKV_NUM_THREADS=2 unless the case says
 otherwise (so that the address space a run needs does not grow with the machine's CPUs).
 Whatever a case expects, these always fail it: a signal or a timeout (exit >= 124), an
@@ -27,7 +28,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cases as table  # noqa: E402
 
-TIME_LIMIT_S = 10
 CRASH = re.compile(r"terminate called|Segmentation fault|AddressSanitizer|runtime error:|Aborted|"
                    r"core dumped|what\(\):|std::bad_alloc")
 
@@ -43,7 +43,7 @@ def check(case, status, out, err):
     """The problems with one run: a list of strings, empty when it passed."""
     problems = []
     if status == 124 or status == 137:
-        return [f"timed out after {TIME_LIMIT_S} s"]
+        return [f"timed out after {case.seconds} s"]
     if status < 0 or status >= 128:
         return [f"ended by a signal (exit {status})"]
     if status not in (0, 1, 2):
@@ -93,7 +93,7 @@ def run_case(index, case, fx):
         command = ["bash", "-c", expand(case.argv[0], fx, index)]
     else:
         command = [expand(a, fx, index) for a in case.argv]
-    command = ["timeout", "-k", "2", str(TIME_LIMIT_S),
+    command = ["timeout", "-k", "2", str(case.seconds),
                "prlimit", f"--as={case.memory}", "--", *command]
     env = dict(os.environ, QKV_NUM_THREADS="2", LC_ALL="C.UTF-8")
     for k, v in case.env.items():
@@ -114,7 +114,7 @@ def run_case(index, case, fx):
                              env=env, cwd=fx["tmp"], start_new_session=True)
         try:
             out, err = p.communicate(case.stdin if isinstance(case.stdin, bytes) else None,
-                                     timeout=TIME_LIMIT_S + 10)
+                                     timeout=case.seconds + 10)
             status = p.returncode
         except subprocess.TimeoutExpired:  # timeout itself did not end it: end the group
             os.killpg(p.pid, 9)
@@ -202,6 +202,9 @@ def main():
           f"unexpectedly; issue rows {rows}")
     for c in xfailed:
         print(f"  expected failure: {c.name}: {c.xfail}")
+    # The slowest cases against their limits: how near a loaded machine is to a timeout.
+    slowest = sorted(zip(selected, results), key=lambda x: x[1][4] / x[0].seconds, reverse=True)
+    print("slowest: " + "; ".join(f"{c.name} {r[4]:.1f} of {c.seconds} s" for c, r in slowest[:5]))
     return 1 if failed else 0
 
 
