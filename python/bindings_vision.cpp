@@ -341,6 +341,19 @@ class Batches {
     }
     return batch_tuple(b);
   }
+  // Patch dropout's draw for batch (epoch, step), as train_vision makes it from the batch's
+  // seed: (B, K) patch indices of [0, patches), K = patches_kept(patches, patch_dropout);
+  // None when every patch is kept.
+  py::object kept(std::uint64_t seed, std::int64_t epoch, std::int64_t step, std::int64_t batch,
+                  std::int64_t patches, double patch_dropout) const {
+    QKV_CHECK(epoch >= 0, "training batches: epoch must be >= 0, got " << epoch);
+    const vision::Batch b = vision::training_batch_without_images(train_, seed, epoch, step, batch);
+    const std::int64_t keep = models::patches_kept(patches, patch_dropout);
+    if (keep == patches) return py::none();
+    const auto B = static_cast<std::int64_t>(b.indices.size());
+    return array_of(models::random_patches(B, patches, keep, b.seed),
+                    {static_cast<py::ssize_t>(B), static_cast<py::ssize_t>(keep)});
+  }
 
  private:
   vision::Images train_;
@@ -553,7 +566,11 @@ void register_vision(py::module_& m) {
       .def("steps_per_epoch", &Batches::steps_per_epoch, py::arg("batch"))
       .def("get", &Batches::get, py::arg("seed"), py::arg("epoch"), py::arg("step"), py::arg("batch"),
            py::arg("pad") = vision::Augmentation{}.pad, py::arg("flip") = vision::Augmentation{}.flip,
-           py::arg("erase") = vision::Augmentation{}.erase, "_vision_training_batch over the images given once.");
+           py::arg("erase") = vision::Augmentation{}.erase, "_vision_training_batch over the images given once.")
+      .def("kept", &Batches::kept, py::arg("seed"), py::arg("epoch"), py::arg("step"), py::arg("batch"),
+           py::arg("patches"), py::arg("patch_dropout"),
+           "patch dropout's (B, K) int64 patch indices for batch (epoch, step), as training draws them; "
+           "None when every patch is kept.");
 
   m.def(
       "_vision_train",

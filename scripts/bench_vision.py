@@ -5,6 +5,8 @@ the same batches, and `qkv classify` beside the twin's forward.
 Run with Debian's Python (it builds build/'s _qkv and qkv_ceilings when missing):
 
     /usr/bin/python3 scripts/bench_vision.py [--data-dir DIR] [--epochs 20] [--seed 0]
+                                             [--shifted-patches] [--erase P]
+                                             [--patch-dropout F [--patch-dropout-epochs N]]
                                              [--threads 2] [--quick] [--json]
 
 DIR holds the four gzipped IDX files (scripts/fetch_data.sh fashion-mnist DIR; fetched into
@@ -28,7 +30,11 @@ train_vision): cross-entropy with label smoothing 0.1; gradients clipped to glob
 token are not decayed; the learned positions (1 + N, d) are); the learning rate of
 train::cosine_schedule at every step (warm-up over the first epoch, then a half cosine to
 lr/100). The two alternate epoch by epoch, qkv, torch | torch, qkv | ..., so that a
-drift of the machine falls on both.
+drift of the machine falls on both. With --patch-dropout F (in the first N epochs with
+--patch-dropout-epochs N, else in all), the twin's blocks see the class token and the
+patches qkv keeps in the same step (TrainingBatches.kept: K = N − round(F·N) of each
+image's N patches), each with its own patch's position, as qkv's do; the twin embeds every
+patch and then takes the kept rows (TorchVit.embed), qkv embeds only the kept ones.
 
 Test accuracy after every epoch, the same way for both: the epoch's weights (qkv's from its
 checkpoint.safetensors, which holds the current weights under their names; the twin's
@@ -54,6 +60,8 @@ per image for a training step (backward ≈ 2 forwards) and the forward's for cl
     per image, N = (28 / P)² patches, T = N + 1 tokens, d = dim, m = mlp_dim:
     2·N·P²·d (patch embedding) + layers·(8·T·d² (q, k, v and out projections)
     + 4·T·d·m (feed-forward) + 4·T²·d (q·kᵀ and p·v)) + 2·d·10 (head)
+
+(P² is 5·P² with shifted patches; in an epoch with patch dropout, N is the K kept patches.)
 
 LayerNorm, GELU, softmax and AdamW's element-wise work are not counted. Both sides are
 credited this same count, the model's: qkv's last block computes only the class token's row
@@ -133,6 +141,7 @@ def run_qkv_epoch(args, build_dir, data_dir, out, epoch, per_epoch):
               "dim": args.dim, "layers": args.layers, "heads": args.heads, "mlp_dim": args.mlp_dim,
               "patch_size": args.patch_size, "positions": args.positions,
               "shifted_patches": args.shifted_patches, "erase": args.erase, "seed": args.seed,
+              "patch_dropout": args.patch_dropout, "patch_dropout_epochs": args.patch_dropout_epochs,
               "train_limit": args.train_images, "checkpoint_every": 0, "resume": epoch > 0,
               "stop_at": 0 if epoch + 1 == args.epochs else (epoch + 1) * per_epoch}
     env = peers.without_openblas()
@@ -166,7 +175,7 @@ class TorchTwin:
     """qkv's train_vision in torch, one epoch at a time: the model, its AdamW and the global
     step live between epochs."""
 
-    def __init__(self, model, batches, epochs, lr):
+    def __init__(self, model, batches, epochs, lr, patch_dropout=0.0, patch_dropout_epochs=0):
         import torch
         self.torch = torch
         self.model = model
@@ -175,6 +184,7 @@ class TorchTwin:
         self.total = self.per_epoch * epochs
         self.warmup = int(WARMUP_EPOCHS * self.per_epoch)  # as train_vision truncates it
         self.lr = lr
+        self.patch_dropout, self.patch_dropout_epochs = patch_dropout, patch_dropout_epochs
         named = list(model.named_parameters())
         # AdamWOptions.decay_vectors = false: only parameters of rank >= 2 are decayed
         groups = [{"params": [p for _, p in named if p.dim() >= 2], "weight_decay": WEIGHT_DECAY},
@@ -183,22 +193,26 @@ class TorchTwin:
         self.step = 0
 
     def epoch(self, epoch):
-        """Every step of epoch `epoch` (0-based) on batches.get(epoch, s): zero_grad, forward,
+        """Every step of epoch `epoch` (0-based) on batches.get(epoch, s) (and, in an epoch
+        with patch dropout, the patches batches.kept(epoch, s, ...)): zero_grad, forward,
         loss, backward, clipping, the step's lr, AdamW; only these are timed (the batch's
-        conversion included, its generation not: batch_seconds).
+        conversion included, its generation and the draw of its patches not: batch_seconds).
         -> {"losses", "step_seconds", "images" (per step), "batch_seconds"}."""
         torch, F = self.torch, self.torch.nn.functional
         self.model.train()
         params = list(self.model.parameters())
+        dropping = self.patch_dropout > 0 and (self.patch_dropout_epochs == 0 or epoch < self.patch_dropout_epochs)
         losses, seconds, images, batch_seconds = [], [], [], 0.0
         for s in range(self.per_epoch):
             t_get = time.perf_counter()
             x_np, y_np, _ = self.batches.get(epoch, s)
+            kept = (self.batches.kept(epoch, s, self.patch_dropout, self.model.patch_size)
+                    if dropping else None)  # (B, K) or None
             t0 = time.perf_counter()
             batch_seconds += t0 - t_get
             x, y = torch.from_numpy(x_np), torch.from_numpy(y_np)    # (B, 1, 28, 28), (B)
             self.opt.zero_grad(set_to_none=False)
-            loss = F.cross_entropy(self.model(x), y, label_smoothing=LABEL_SMOOTHING)
+            loss = F.cross_entropy(self.model(x, kept=kept), y, label_smoothing=LABEL_SMOOTHING)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, CLIP_NORM)
             lr = cosine_schedule(self.step, self.lr, self.warmup, self.total, MIN_LR_RATIO)
@@ -213,10 +227,15 @@ class TorchTwin:
         return {"losses": losses, "step_seconds": seconds, "images": images, "batch_seconds": batch_seconds}
 
 
-def forward_flops(c):
-    """FLOPs of the ViT forward for one image (the module docstring's count)."""
+def patches(c):
+    return (c["image_size"] // c["patch_size"]) ** 2
+
+
+def forward_flops(c, kept=None):
+    """FLOPs of the ViT forward for one image (the module docstring's count), on `kept` of
+    its patches (default: all)."""
     P, d, L, m = c["patch_size"], c["dim"], c["layers"], c["mlp_dim"]
-    N = (c["image_size"] // P) ** 2
+    N = patches(c) if kept is None else kept
     T = N + 1
     features = c["channels"] * (5 if c["shifted_patches"] else 1) * P * P
     return (2 * N * features * d + L * (8 * T * d * d + 4 * T * d * m + 4 * T * T * d)
@@ -350,6 +369,11 @@ def main():
                         help="Shifted Patch Tokenization (qkv train vision --shifted-patches)")
     parser.add_argument("--erase", type=float, default=0.0,
                         help="Random Erasing probability (qkv train vision --erase; the twin gets the same batches)")
+    parser.add_argument("--patch-dropout", type=float, default=0.0,
+                        help="the fraction of patches each training image drops, in [0, 1) (qkv train vision "
+                        "--patch-dropout; the twin keeps the same patches)")
+    parser.add_argument("--patch-dropout-epochs", type=int, default=0,
+                        help="patch dropout in the first N epochs only (default 0: in every epoch)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, help=f"classify: interleaved rounds (default {FULL['rounds']})")
@@ -370,6 +394,10 @@ def main():
     for key, value in (QUICK if args.quick else FULL).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    if not 0 <= args.patch_dropout < 1:
+        parser.error(f"--patch-dropout must be in [0, 1), got {args.patch_dropout}")
+    if not 0 <= args.patch_dropout_epochs <= args.epochs or (args.patch_dropout_epochs and not args.patch_dropout):
+        parser.error("--patch-dropout-epochs must be in [0, --epochs] and needs --patch-dropout")
     peers.reexec_with_openblas(args)  # does not return when it re-runs the script
 
     build_dir = os.path.abspath(args.build_dir)
@@ -414,15 +442,20 @@ def main():
         batches = vision.TrainingBatches(data["train"]["images"][:n], data["train"]["labels"][:n],
                                          batch=args.batch, seed=args.seed, erase=args.erase)
         per_epoch = batches.steps_per_epoch
+        # the patches an image keeps in an epoch with patch dropout: K of N, as qkv counts them
+        drawn = batches.kept(0, 0, args.patch_dropout, args.patch_size) if args.patch_dropout else None
+        args.kept = patches(config) if drawn is None else drawn.shape[1]
         twin = None
         if not args.no_torch:
             initial = qkv._qkv._vit_initial(config, args.seed)
-            twin = TorchTwin(make_vit_class()(config, initial), batches, args.epochs, args.lr)
+            twin = TorchTwin(make_vit_class()(config, initial), batches, args.epochs, args.lr,
+                             args.patch_dropout, args.patch_dropout_epochs)
 
         out = os.path.join(work, "model")
         epochs, q_result = [], None
         for e in range(args.epochs):
-            row = {"epoch": e + 1}
+            dropping = args.patch_dropout > 0 and (args.patch_dropout_epochs == 0 or e < args.patch_dropout_epochs)
+            row = {"epoch": e + 1, "patches": args.kept if dropping else patches(config)}
             order = ("qkv", "torch") if e % 2 == 0 else ("torch", "qkv")
             weights = {}
             for impl in order:
@@ -473,15 +506,17 @@ def summarise(args, config, epochs, q_result, classify, ceiling, per_epoch):
            "num_parameters": q_result["num_parameters"], "forward_flops_per_image": fwd,
            "ceiling_gflops": ceiling, "per_epoch": [], "classify": classify,
            "qkv_result": {k: q_result.get(k) for k in ("best_epoch", "test_accuracy", "validation_accuracy")}}
+    out["patch_dropout"] = {"fraction": args.patch_dropout, "epochs": args.patch_dropout_epochs,
+                            "kept": args.kept, "of": patches(config)}
     totals = {}
     for row in epochs:
-        r = {"epoch": row["epoch"]}
+        r = {"epoch": row["epoch"], "patches": row["patches"]}
         for impl in ("qkv", "torch"):
             if impl not in row:
                 continue
             x = row[impl]
             images, seconds = timed_steps(x["step_seconds"], x["images"])
-            work = 3 * fwd * images
+            work = 3 * forward_flops(config, row["patches"]) * images
             r[impl] = {"test_accuracy": x["test_accuracy"], "loss_mean": statistics.mean(x["losses"]),
                        "losses": x["losses"], "images_per_s": images / seconds, "gflops": work / seconds / 1e9,
                        "pct_fma": 100 * work / seconds / 1e9 / x["ceiling"] if x["ceiling"] else None,
@@ -490,9 +525,10 @@ def summarise(args, config, epochs, q_result, classify, ceiling, per_epoch):
                 r[impl]["batch_seconds_per_step"] = x["batch_seconds"] / len(x["losses"])
             else:
                 r[impl]["validation_accuracy"] = x["validation_accuracy"]
-            t = totals.setdefault(impl, {"images": 0, "seconds": 0.0, "pct": []})
+            t = totals.setdefault(impl, {"images": 0, "seconds": 0.0, "work": 0.0, "pct": []})
             t["images"] += images
             t["seconds"] += seconds
+            t["work"] += work
             if r[impl]["pct_fma"] is not None:
                 t["pct"].append(r[impl]["pct_fma"])
         if "qkv" in r and "torch" in r:
@@ -502,7 +538,7 @@ def summarise(args, config, epochs, q_result, classify, ceiling, per_epoch):
         out["per_epoch"].append(r)
     for impl, t in totals.items():
         rate = t["images"] / t["seconds"]
-        out[impl] = {"images_per_s": rate, "gflops": 3 * fwd * rate / 1e9,
+        out[impl] = {"images_per_s": rate, "gflops": t["work"] / t["seconds"] / 1e9,
                      "pct_fma_median": statistics.median(t["pct"]) if t["pct"] else None}
     rows = out["per_epoch"]
     if "qkv" in out and "torch" in out:
@@ -526,26 +562,32 @@ def print_tables(args, r, build_dir):
           f"{r['num_parameters']:,} parameters, {r['forward_flops_per_image'] / 1e6:.2f} MFLOP/image forward; "
           f"{r['epochs']} epochs of {r['steps_per_epoch']} steps of batch {r['batch']} ({r['train_images']:,} images), "
           f"lr {r['lr']:g}, seed {r['seed']}; f32 FMA ceiling {r['ceiling_gflops']:.0f} GFLOP/s")
+    pd = r["patch_dropout"]
+    if pd["fraction"]:
+        when = f"the first {pd['epochs']} epochs" if pd["epochs"] else "every epoch"
+        print(f"patch dropout {pd['fraction']:g} in {when}: each image keeps {pd['kept']} of its {pd['of']} "
+              f"patches (+ the class token; column 'tok'), the same ones in qkv and the twin")
     if "first_steps" in r:
         print("training loss of the first steps (same initial weights, same batches):")
         print(f"{'step':>5} {'qkv':>10} {'torch':>10} {'|Δ|':>9}")
         for s in r["first_steps"]:
             print(f"{s['step']:>5} {s['qkv']:10.6f} {s['torch']:10.6f} {s['abs_diff']:9.2e}")
         print(f"epoch 1: max |Δloss| over its {r['steps_per_epoch']} steps {r['epoch1_max_abs_loss_diff']:.2e}")
-    print(f"{'epoch':>5} {'impl':6} {'test acc':>8} {'|Δ| pts':>7} {'loss':>7} {'images/s':>8} {'GFLOP/s':>7} "
-          f"{'% FMA':>6} {'max|Δθ|':>8}")
+    print(f"{'epoch':>5} {'tok':>3} {'impl':6} {'test acc':>8} {'|Δ| pts':>7} {'loss':>7} {'images/s':>8} "
+          f"{'GFLOP/s':>7} {'% FMA':>6} {'max|Δθ|':>8}")
     for row in r["per_epoch"]:
         for impl in ("qkv", "torch"):
             if impl not in row:
                 continue
             x = row[impl]
             both = "abs_delta_points" in row and impl == "qkv"
-            print(f"{row['epoch']:>5} {impl:6} {100 * x['test_accuracy']:7.2f}% "
+            print(f"{row['epoch']:>5} {row['patches'] + 1:>3} {impl:6} {100 * x['test_accuracy']:7.2f}% "
                   f"{report.cell(row['abs_delta_points'] if both else None, '7.2f')} {x['loss_mean']:7.4f} "
                   f"{x['images_per_s']:8.1f} {x['gflops']:7.1f} {report.cell(x['pct_fma'], '5.1f', '%')} "
                   f"{report.cell(row['max_abs_weight_diff'] if both else None, '8.1e')}")
-    print("test acc: of the epoch's weights, both by qkv's forward on the 10,000 test images; loss: the epoch's mean "
-          "training loss; max|Δθ|: the largest difference of a weight, qkv against torch, after the epoch")
+    print("tok: the tokens a training image has in the epoch; test acc: of the epoch's weights, both by qkv's "
+          "forward on the 10,000 test images (every patch); loss: the epoch's mean training loss; max|Δθ|: the "
+          "largest difference of a weight, qkv against torch, after the epoch")
     if "max_abs_delta_points" in r:
         print(f"max |Δ test accuracy| over the epochs: {r['max_abs_delta_points']:.2f} points "
               "(the issue asks ≤ 0.5)")
@@ -559,7 +601,7 @@ def print_tables(args, r, build_dir):
     print(line)
     for impl in ("qkv", "torch"):
         if impl in r:
-            print(f"  {impl}: {r[impl]['gflops']:.1f} GFLOP/s (3 forwards per image), "
+            print(f"  {impl}: {r[impl]['gflops']:.1f} GFLOP/s (3 forwards per image, on its tokens), "
                   f"{report.cell(r[impl]['pct_fma_median'], '.1f', '%').strip()} of the f32 FMA ceiling "
                   f"(median over the epochs of each against the ceiling sampled right after it)")
     line = ("  not timed: the first step of each epoch, qkv's validation and checkpoints; "

@@ -107,6 +107,10 @@ struct Batch {
 };
 Batch training_batch(const Images& train, std::uint64_t seed, std::int64_t epoch, std::int64_t step,
                      std::int64_t batch, const Augmentation& augment);
+// training_batch without its images (none is augmented): the indices, labels and seed.
+// The seed also draws the batch's patch dropout (VisionTrainingOptions::patch_dropout).
+Batch training_batch_without_images(const Images& train, std::uint64_t seed, std::int64_t epoch, std::int64_t step,
+                                    std::int64_t batch);
 std::int64_t steps_per_epoch(std::int64_t images, std::int64_t batch);
 
 // The network of a vision model: "vit", a Vision Transformer over the image's patches, or

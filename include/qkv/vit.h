@@ -88,6 +88,10 @@ Tensor sincos_positions_2d(std::int64_t grid, std::int64_t dim);
 // pure function of (seed, b), so a batch's is one of its seed. 1 <= keep <= N.
 std::vector<std::int64_t> random_patches(std::int64_t B, std::int64_t N, std::int64_t keep, std::uint64_t seed);
 
+// How many of N patches an image keeps when a fraction `patch_dropout` in [0, 1) of them
+// is dropped: N − round(patch_dropout · N) (halves away from zero), at least 1.
+std::int64_t patches_kept(std::int64_t N, double patch_dropout);
+
 struct VitWeights {
   nn::LayerNorm patch_norm; // (5·C·P·P), shifted_patches only
   nn::Linear patch_embed;   // (d, C·P·P), or (d, 5·C·P·P) with shifted_patches

@@ -25,7 +25,8 @@ accepted too.
 
 For a torch twin: TrainingBatches(images, labels, seed=s).get(epoch, step) (or
 training_batch) gives exactly the batches train() trains on, normalised and augmented, a
-pure function of (seed, epoch, step); train() with train_limit=n trains on the first n
+pure function of (seed, epoch, step), and .kept(epoch, step, patch_dropout) the patches
+each image keeps under patch dropout; train() with train_limit=n trains on the first n
 training images, i.e. load_fashion_mnist(data)["train"] sliced to [:n].
 
 Bad input raises ValueError (TypeError for wrong types and dtypes), naming the argument
@@ -144,6 +145,7 @@ class TrainingBatches:
         self.flip = _bool(flip, fn, "flip")
         self.erase = _probability(erase, fn, "erase")
         self._b = _qkv._VisionBatches(pixels, _labels(labels, fn, pixels.shape[0]))
+        self._shape = pixels.shape[1:]  # (H, W)
         self.steps_per_epoch = self._b.steps_per_epoch(self.batch)
 
     def get(self, epoch, step):
@@ -151,6 +153,26 @@ class TrainingBatches:
         epoch = _ranged(epoch, fn, "epoch", 0, 1 << 40)
         step = _ranged(step, fn, "step", 0, self.steps_per_epoch - 1)
         return self._b.get(self.seed, epoch, step, self.batch, self.pad, self.flip, self.erase)
+
+    def kept(self, epoch, step, patch_dropout, patch_size=4):
+        """The patches each image of batch (epoch, step) keeps when train() trains with
+        patch_dropout (a ViT of patch_size × patch_size patches, N of them): int64 (B, K),
+        each row K = N − round(patch_dropout · N) (at least 1) distinct patch indices in
+        ascending order, row-major over the patch grid; None when every patch is kept. For a
+        twin: its blocks see the class token and the tokens of these patches alone, each
+        with its own patch's position."""
+        fn = "TrainingBatches.kept"
+        epoch = _ranged(epoch, fn, "epoch", 0, 1 << 40)
+        step = _ranged(step, fn, "step", 0, self.steps_per_epoch - 1)
+        patch_dropout = _float(patch_dropout, fn, "patch_dropout")
+        if not 0 <= patch_dropout < 1:
+            raise ValueError(f"{fn}: patch_dropout must be in [0, 1), got {patch_dropout}")
+        patch_size = _ranged(patch_size, fn, "patch_size", 1, 1 << 20)
+        height, width = self._shape
+        if height % patch_size or width % patch_size:
+            raise ValueError(f"{fn}: patch_size {patch_size} does not divide the {height}×{width} images")
+        patches = (height // patch_size) * (width // patch_size)
+        return self._b.kept(self.seed, epoch, step, self.batch, patches, patch_dropout)
 
 
 def training_batch(images, labels, seed, epoch, step, batch=_DEFAULTS["batch"], pad=_DEFAULTS["pad"],

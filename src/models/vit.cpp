@@ -333,6 +333,12 @@ std::vector<std::int64_t> random_patches(std::int64_t B, std::int64_t N, std::in
   return out;
 }
 
+std::int64_t patches_kept(std::int64_t N, double patch_dropout) {
+  QKV_CHECK(N >= 1 && patch_dropout >= 0.0 && patch_dropout < 1.0,
+            "patches_kept: need N >= 1 and patch dropout in [0, 1), got N = " << N << ", " << patch_dropout);
+  return std::max<std::int64_t>(1, N - std::llround(patch_dropout * static_cast<double>(N)));
+}
+
 std::vector<float> attention_rollout(const std::vector<Tensor>& probs, std::int64_t b) {
   QKV_CHECK(!probs.empty(), "attention_rollout: no attention probabilities (a model without blocks)");
   const Tensor& first = probs.front();

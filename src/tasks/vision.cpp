@@ -172,10 +172,8 @@ Tensor to_input(const Images& images, std::span<const std::int64_t> indices, con
 
 std::int64_t steps_per_epoch(std::int64_t images, std::int64_t batch) { return (images + batch - 1) / batch; }
 
-namespace {
-
-// training_batch without its images: the indices, labels and augmentation seed.
-Batch batch_of(const Images& train, std::uint64_t seed, std::int64_t epoch, std::int64_t step, std::int64_t batch) {
+Batch training_batch_without_images(const Images& train, std::uint64_t seed, std::int64_t epoch, std::int64_t step,
+                                    std::int64_t batch) {
   QKV_CHECK(batch >= 1 && train.count >= 1 && !train.labels.empty(),
             "training_batch: need labelled images and batch >= 1");
   QKV_CHECK(step >= 0 && step < steps_per_epoch(train.count, batch),
@@ -193,11 +191,9 @@ Batch batch_of(const Images& train, std::uint64_t seed, std::int64_t epoch, std:
   return out;
 }
 
-}  // namespace
-
 Batch training_batch(const Images& train, std::uint64_t seed, std::int64_t epoch, std::int64_t step,
                      std::int64_t batch, const Augmentation& augment) {
-  Batch out = batch_of(train, seed, epoch, step, batch);
+  Batch out = training_batch_without_images(train, seed, epoch, step, batch);
   out.images = to_input(train, out.indices, &augment, out.seed);
   return out;
 }
@@ -501,9 +497,7 @@ VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionM
   const std::int64_t per_epoch = steps_per_epoch(train.count, o.batch);
   const std::int64_t total = per_epoch * o.epochs;
   const std::int64_t patches = o.model == "vit" ? o.vit.patches() : 0;
-  const std::int64_t keep = o.patch_dropout > 0.0
-                                ? std::max<std::int64_t>(1, patches - std::llround(o.patch_dropout * static_cast<double>(patches)))
-                                : patches;
+  const std::int64_t keep = o.patch_dropout > 0.0 ? models::patches_kept(patches, o.patch_dropout) : patches;
   VisionTrainingResult result;
   result.num_parameters = shape.num_parameters();
   result.out_dir = o.out_dir;
@@ -559,7 +553,7 @@ VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionM
       break;
     }
     const std::int64_t epoch = step / per_epoch;
-    const Batch batch = batch_of(train, o.seed, epoch, step % per_epoch, o.batch);
+    const Batch batch = training_batch_without_images(train, o.seed, epoch, step % per_epoch, o.batch);
     train::zero_grad(grad_list);
     VisionNetwork::Record record;
     const std::vector<std::int64_t> kept =

@@ -196,6 +196,20 @@ TEST(Vit, RandomPatchesAreUniformSortedSubsets) {
   expect_error([] { models::random_patches(2, 4, 0, 1); }, "1 <= keep <= N");
 }
 
+TEST(Vit, PatchesKeptRoundsHalvesAwayFromZeroAndKeepsOne) {
+  // N − round(F·N): 0.75·49 = 36.75 -> 37 dropped, 0.5·49 = 24.5 -> 25 (a half rounds up,
+  // as the study script and the shipped model's recipe count it), 0.99·49 -> all but one.
+  EXPECT_EQ(models::patches_kept(49, 0.0), 49);
+  EXPECT_EQ(models::patches_kept(49, 0.75), 12);
+  EXPECT_EQ(models::patches_kept(49, 0.5), 24);
+  EXPECT_EQ(models::patches_kept(16, 0.95), 1);
+  EXPECT_EQ(models::patches_kept(49, 0.99), 1);
+  EXPECT_EQ(models::patches_kept(1, 0.5), 1);
+  expect_error([] { models::patches_kept(49, 1.0); }, "patch dropout in [0, 1)");
+  expect_error([] { models::patches_kept(49, -0.1); }, "patch dropout in [0, 1)");
+  expect_error([] { models::patches_kept(0, 0.5); }, "N >= 1");
+}
+
 TEST(Vit, PatchDropoutOfNoPatchIsTheFullForward) {
   for (const bool shifted : {false, true}) {
     const models::VitConfig c = tiny(true, shifted);

@@ -389,6 +389,55 @@ def test_training_batch_erasing_sets_one_rectangle_to_the_mean_pixel(data):
         vision.train(data["dir"], "unused", model="point", erase=0.25)
 
 
+def test_kept_is_the_patch_dropout_train_draws(data, tmp_path):
+    """TrainingBatches.kept gives the patches train() keeps: two epochs of one step of 2
+    images that keep 1 of their 16 patches each (patch dropout 0.95). The head starts at
+    zero, so the first step moves only the head; the position rows the second step moves by
+    about the learning rate are the class token's and those of the patches kept in epoch 1
+    alone (the others only decay, by lr · 0.05 of themselves). Then its shape, order,
+    purity and errors."""
+    pixels, labels = data["train"][0], data["train"][1]
+    options = dict(TINY, batch=2, train_limit=2, seed=9)
+    vision.train(data["dir"], tmp_path / "m", epochs=2, patch_dropout=0.95, **options)
+    b = vision.TrainingBatches(pixels[:2], labels[:2], batch=2, seed=9)
+    kept = b.kept(1, 0, 0.95, patch_size=7)
+    assert kept.dtype == np.int64 and kept.shape == (2, 1)
+    config = {"dim": 16, "layers": 1, "heads": 2, "mlp_dim": 32, "patch_size": 7}
+    before = _qkv._vit_initial(config, 9)["pos_embed"]                            # (1 + 16, 16)
+    after = vision_weights(tmp_path / "m" / "checkpoint.safetensors")["pos_embed"]
+    moved = np.abs(after - before).max(axis=1) > TINY["lr"] / 2
+    assert sorted(np.nonzero(moved)[0].tolist()) == sorted({0, *(1 + kept.ravel()).tolist()})
+
+    b = vision.TrainingBatches(pixels[:130], labels[:130], batch=50, seed=4)
+    kept = b.kept(1, 2, 0.75)                                # 49 patches of 4×4, keep 12
+    assert kept.shape == (30, 12)
+    assert all(list(row) == sorted(set(row)) and 0 <= row[0] and row[-1] < 49 for row in kept.tolist())
+    np.testing.assert_array_equal(kept, b.kept(1, 2, 0.75))
+    assert not np.array_equal(kept, b.kept(2, 2, 0.75)[:30])
+    assert b.kept(0, 0, 0.0) is None and b.kept(0, 0, 0.75, patch_size=28) is None
+    with pytest.raises(ValueError, match=r"TrainingBatches.kept: patch_dropout must be in \[0, 1\), got 1.0"):
+        b.kept(0, 0, 1.0)
+    with pytest.raises(ValueError, match="TrainingBatches.kept: patch_size 5 does not divide the 28×28 images"):
+        b.kept(0, 0, 0.5, patch_size=5)
+    with pytest.raises(ValueError, match=r"TrainingBatches.kept: step must be in \[0, 2\], got 3"):
+        b.kept(0, 3, 0.5)
+
+
+def vision_weights(path):
+    """The float32 tensors of a safetensors file, by name (the format by hand: u64 LE
+    header size, JSON header, data)."""
+    raw = path.read_bytes()
+    size = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + size])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__" or info["dtype"] != "F32":
+            continue
+        lo, hi = info["data_offsets"]
+        out[name] = np.frombuffer(raw[8 + size + lo:8 + size + hi], dtype=np.float32).reshape(info["shape"])
+    return out
+
+
 # ---------------------------------------------------------------------------------------
 # Bad input.
 
