@@ -159,6 +159,12 @@ def run_qkv_epoch(args, build_dir, data_dir, out, epoch, per_epoch):
     return progress, results[-1]
 
 
+def drops_patches(patch_dropout, patch_dropout_epochs, epoch):
+    """Whether epoch `epoch` (0-based) trains with patch dropout, as train_vision decides:
+    in every epoch when patch_dropout_epochs is 0, else in the first patch_dropout_epochs."""
+    return patch_dropout > 0 and (patch_dropout_epochs == 0 or epoch < patch_dropout_epochs)
+
+
 def cosine_schedule(step, peak_lr, warmup_steps, total_steps, min_lr_ratio):
     """train::cosine_schedule (src/nn/train.cpp), step counting from 0: a linear warm-up
     from peak/warmup to peak over warmup_steps, then a half cosine down to peak·min_lr_ratio
@@ -201,7 +207,7 @@ class TorchTwin:
         torch, F = self.torch, self.torch.nn.functional
         self.model.train()
         params = list(self.model.parameters())
-        dropping = self.patch_dropout > 0 and (self.patch_dropout_epochs == 0 or epoch < self.patch_dropout_epochs)
+        dropping = drops_patches(self.patch_dropout, self.patch_dropout_epochs, epoch)
         losses, seconds, images, batch_seconds = [], [], [], 0.0
         for s in range(self.per_epoch):
             t_get = time.perf_counter()
@@ -454,7 +460,7 @@ def main():
         out = os.path.join(work, "model")
         epochs, q_result = [], None
         for e in range(args.epochs):
-            dropping = args.patch_dropout > 0 and (args.patch_dropout_epochs == 0 or e < args.patch_dropout_epochs)
+            dropping = drops_patches(args.patch_dropout, args.patch_dropout_epochs, e)
             row = {"epoch": e + 1, "patches": args.kept if dropping else patches(config)}
             order = ("qkv", "torch") if e % 2 == 0 else ("torch", "qkv")
             weights = {}

@@ -23,6 +23,9 @@ import pytest
 import qkv
 from qkv import _qkv
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from bench.gpt2_torch import read_safetensors  # noqa: E402
+
 vision = qkv.vision
 
 # 200 images in batches of 50: 4 steps an epoch, 8 in the 2 epochs every run here takes.
@@ -393,9 +396,9 @@ def test_kept_is_the_patch_dropout_train_draws(data, tmp_path):
     """TrainingBatches.kept gives the patches train() keeps: two epochs of one step of 2
     images that keep 1 of their 16 patches each (patch dropout 0.95). The head starts at
     zero, so the first step moves only the head; the position rows the second step moves by
-    about the learning rate are the class token's and those of the patches kept in epoch 1
-    alone (the others only decay, by lr · 0.05 of themselves). Then its shape, order,
-    purity and errors."""
+    about the learning rate are the class token's and those of the patches kept in the
+    second epoch (epoch 1, counting from 0) alone (the others only decay, by lr · 0.05 of
+    themselves). Then its shape, order, purity and errors."""
     pixels, labels = data["train"][0], data["train"][1]
     options = dict(TINY, batch=2, train_limit=2, seed=9)
     vision.train(data["dir"], tmp_path / "m", epochs=2, patch_dropout=0.95, **options)
@@ -404,7 +407,7 @@ def test_kept_is_the_patch_dropout_train_draws(data, tmp_path):
     assert kept.dtype == np.int64 and kept.shape == (2, 1)
     config = {"dim": 16, "layers": 1, "heads": 2, "mlp_dim": 32, "patch_size": 7}
     before = _qkv._vit_initial(config, 9)["pos_embed"]                            # (1 + 16, 16)
-    after = vision_weights(tmp_path / "m" / "checkpoint.safetensors")["pos_embed"]
+    after = read_safetensors(str(tmp_path / "m" / "checkpoint.safetensors"))["pos_embed"]
     moved = np.abs(after - before).max(axis=1) > TINY["lr"] / 2
     assert sorted(np.nonzero(moved)[0].tolist()) == sorted({0, *(1 + kept.ravel()).tolist()})
 
@@ -421,21 +424,6 @@ def test_kept_is_the_patch_dropout_train_draws(data, tmp_path):
         b.kept(0, 0, 0.5, patch_size=5)
     with pytest.raises(ValueError, match=r"TrainingBatches.kept: step must be in \[0, 2\], got 3"):
         b.kept(0, 3, 0.5)
-
-
-def vision_weights(path):
-    """The float32 tensors of a safetensors file, by name (the format by hand: u64 LE
-    header size, JSON header, data)."""
-    raw = path.read_bytes()
-    size = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + size])
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__" or info["dtype"] != "F32":
-            continue
-        lo, hi = info["data_offsets"]
-        out[name] = np.frombuffer(raw[8 + size + lo:8 + size + hi], dtype=np.float32).reshape(info["shape"])
-    return out
 
 
 # ---------------------------------------------------------------------------------------
