@@ -15,8 +15,8 @@ limit (prlimit --as), and must never end by a signal or a timeout. Beyond that, 
 
 `stderr` (a regular expression) must then be found on stderr; `no_stderr` must not.
 Placeholders in arguments ("{qkv}", "{tmp}", "{gpt2}", ...) are the paths of FIXTURES,
-made by make_fixtures() in a fresh temporary directory. `row` is the row of the issue's
-table a case reproduces; `xfail` marks a case that still fails on this branch, saying why
+made by make_fixtures() in a fresh temporary directory. `row` is the row of the table of
+issue `issue` (29 unless a case says otherwise) a case reproduces; `xfail` marks a case that still fails on this branch, saying why
 (the suite then passes while it fails, and reports when it starts to pass).
 
 To add a case: append to CASES (or to a generator below); run
@@ -51,6 +51,7 @@ class Case:
     seconds: int = 10               # timeout: more than this is a hang
     shell: bool = False             # argv is one bash command line (placeholders expanded)
     row: int = None                 # the issue's table row
+    issue: int = 29                 # the issue whose table `row` is in
     xfail: str = None               # why it is expected to fail on this branch
 
 
@@ -375,6 +376,9 @@ def make_fixtures(tmp, qkv):
         edited = {k: v for k, v in dict(config, **change).items() if v is not None}  # None: the key removed
         json.dump(edited, open(os.path.join(d, "config.json"), "w"))
         fx["point_" + name] = d
+    for area in AREAS:
+        if hasattr(area, "fixtures"):
+            area.fixtures(tmp, fx)
     return fx
 
 
@@ -1027,4 +1031,13 @@ def _rows():
     return c
 
 
-CASES = _rows() + _generated()
+# The cases of issue 48 (nothing lost, nothing crashes), one file per area; each has
+# cases() and may have fixtures(tmp, fx), which adds its placeholders to fx.
+import cases_outputs  # noqa: E402  outputs that alias inputs, indexes that are not indexes
+import cases_parsers  # noqa: E402  JSON nesting, PNG chunks and palettes, combining marks
+import cases_python  # noqa: E402  Python entries: text, dates, ids, messages
+import cases_writes  # noqa: E402  atomic writes, model directories, resume
+
+AREAS = (cases_outputs, cases_parsers, cases_python, cases_writes)
+
+CASES = _rows() + _generated() + [c for area in AREAS for c in area.cases()]

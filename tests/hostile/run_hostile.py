@@ -195,11 +195,12 @@ def main():
                 print(f"    - {p}")
             if case.xfail:
                 print(f"    (marked xfail: {case.xfail})")
-    rows = sorted({c.row for c in selected if c.row})
+    rows = ", ".join(f"{issue}: {sorted({c.row for c in selected if c.row and c.issue == issue})}"
+                     for issue in sorted({c.issue for c in selected if c.row}))
     passed = len(selected) - len(failed) - len(xfailed) - len(xpassed)
     print(f"hostile: {len(selected)} cases in {time.monotonic() - start:.1f} s: {passed} passed, "
           f"{len(failed)} failed, {len(xfailed)} failed as expected, {len(xpassed)} passed "
-          f"unexpectedly; issue rows {rows}")
+          f"unexpectedly; rows by issue {rows}")
     for c in xfailed:
         print(f"  expected failure: {c.name}: {c.xfail}")
     # The slowest cases against their limits: how near a loaded machine is to a timeout.
