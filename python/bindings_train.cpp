@@ -10,8 +10,12 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
+// The CLI's limit of a line of text, which every Python entry that takes text holds too
+// (qkv._text); the header is internal to the library, and only its constant is read.
+#include "../src/io/text_input.h"
 #include "bindings_common.h"
 #include "bindings_training.h"
 #include "qkv/dates.h"
@@ -278,12 +282,19 @@ void register_train(py::module_& m) {
       },
       py::arg("dir"), py::arg("tokens"), py::arg("with_grads") = true);
 
+  m.attr("_max_text_bytes") = qkv::io::kMaxLineBytes;
+
   // The date translator's vocabulary and decoding (qkv/dates.h).
   m.def("_dates_encode", [](const std::string& text) {
     return qkv::dates::Vocabulary::dates().encode(text);
   });
+  // Checked as `qkv translate` checks (models::translate_dates_checked): per input
+  // (answer, problem), problem "" when the answer is the date the input names.
   m.def("_dates_translate", [](const models::Seq2Seq& s, const std::vector<std::string>& inputs) {
-    return models::translate_dates(s, inputs);
+    std::vector<std::pair<std::string, std::string>> out;
+    for (models::DateTranslation& t : models::translate_dates_checked(s, inputs))
+      out.emplace_back(std::move(t.output), std::move(t.problem));
+    return out;
   });
   m.def("_embedded_date_model", [] { return models::embedded_date_model(); });
 }

@@ -419,6 +419,32 @@ def _path(value, fn, name):
     return value
 
 
+# The longest text a Python entry takes, in bytes of UTF-8: the qkv CLI's limit of a line
+# (kMaxLineBytes, src/io/text_input.h), so that a text one refuses the other refuses too.
+_MAX_TEXT_BYTES = _qkv._max_text_bytes
+
+
+def _text(value, fn, name):
+    """A text argument: a str (TypeError otherwise) that is valid Unicode (ValueError for a
+    lone surrogate, which has no UTF-8 and which pybind11 would refuse with "incompatible
+    function arguments", naming its position) and at most _MAX_TEXT_BYTES bytes of UTF-8
+    (ValueError naming the limit). The one check of every text that goes to C++."""
+    if not isinstance(value, str):
+        raise TypeError(f"{fn}: {name} must be a str, got {_describe(value)}")
+    limit = f"the limit of {_MAX_TEXT_BYTES} bytes (1 MiB) of UTF-8 per text, as the qkv CLI's"
+    if len(value) > _MAX_TEXT_BYTES:  # each character is at least a byte: no need to encode
+        raise ValueError(f"{fn}: {name} has {len(value)} characters, over {limit}")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as e:  # lone surrogates (U+D800..U+DFFF) cannot become UTF-8
+        raise ValueError(f"{fn}: {name} is not valid Unicode text: a lone surrogate "
+                         f"U+{ord(value[e.start]):04X} at index {e.start} (UTF-8 cannot encode "
+                         f"it)") from None
+    if size > _MAX_TEXT_BYTES:
+        raise ValueError(f"{fn}: {name} is {size} bytes of UTF-8, over {limit}")
+    return value
+
+
 def _optional_float(value, fn, name):
     if value is None:
         return None
@@ -435,11 +461,27 @@ def _choice(value, fn, name, choices):
     return value
 
 
+def _torch_values(x, fn, name):
+    """A torch tensor's values on the CPU, detached: ValueError naming the argument for a
+    tensor without values (the 'meta' device) or one that cannot be copied to the CPU,
+    instead of torch's own message."""
+    if x.device.type == "meta":
+        raise ValueError(f"{fn}: {name} is a tensor on the 'meta' device, which has a shape "
+                         f"but no values; pass a CPU tensor")
+    if x.layout != _torch_module().strided:
+        raise ValueError(f"{fn}: {name} must be a dense (strided) tensor, got layout {x.layout}")
+    try:
+        return x.detach().cpu()
+    except (RuntimeError, NotImplementedError) as e:
+        raise ValueError(f"{fn}: {name} cannot be copied to the CPU (device '{x.device}'): "
+                         f"{e}") from None
+
+
 def _sequence_array(values, fn, name, kind):
     """values as a 1-d NumPy array (TypeError for a scalar, a string or a mapping:
     np.asarray would take them as 0-d arrays)."""
     if _is_torch(values):
-        values = values.detach().cpu().numpy()
+        values = _torch_values(values, fn, name).numpy()
     if isinstance(values, (str, bytes, dict)) or np.ndim(values) == 0:
         raise TypeError(f"{fn}: {name} must be a 1-d sequence of {kind}, got {_describe(values)}")
     try:
@@ -472,7 +514,7 @@ def _float_list(values, fn, name):
     if values is None:
         return []
     if _is_torch(values):
-        values = values.detach().cpu().to(_torch_module().float64).numpy()
+        values = _torch_values(values, fn, name).to(_torch_module().float64).numpy()
     a = _sequence_array(values, fn, name, "floats")
     if a.size and a.dtype.kind not in "fiu":
         raise TypeError(f"{fn}: {name} must contain real numbers, got dtype {a.dtype}")

@@ -32,7 +32,7 @@ import warnings
 import numpy as np
 
 from . import (_bool, _choice, _describe, _float, _int, _int_list, _is_bool, _is_torch, _qkv,
-               _torch_module)
+               _text, _torch_module, _torch_values)
 
 __all__ = ["load_model", "BertModel", "GPT2Model", "UseLiteModel", "SearchIndex", "search",
            "Tokenizer"]
@@ -64,7 +64,7 @@ def _ids_2d(input_ids, fn, name, allow_bool=False):
     """(ndarray int64 (B, L), was_torch). A 1-d sequence is taken as one row (B = 1)."""
     was_torch = _is_torch(input_ids)
     if was_torch:
-        input_ids = input_ids.detach().cpu().numpy()
+        input_ids = _torch_values(input_ids, fn, name).numpy()
     if input_ids is None or isinstance(input_ids, (str, bytes, dict)) or np.ndim(input_ids) == 0:
         raise TypeError(f"{fn}: {name} must be (B, L) integers (an array or nested lists), "
                         f"got {_describe(input_ids)}")
@@ -76,6 +76,9 @@ def _ids_2d(input_ids, fn, name, allow_bool=False):
         a = a[np.newaxis]
     if a.ndim != 2:
         raise ValueError(f"{fn}: {name} must be (B, L) integers, got shape {a.shape}")
+    if a.size == 0:
+        raise ValueError(f"{fn}: {name} must have at least one row of at least one token, "
+                         f"got shape {a.shape}")
     # Ids are integers (torch's embedding refuses bool indices); a mask may be bool.
     kinds = "iub" if allow_bool else "iu"
     if a.size and a.dtype.kind not in kinds:
@@ -98,12 +101,6 @@ def _load_tokenizer(directory):
     if any(os.path.exists(os.path.join(directory, f)) for f in _TOKENIZER_FILES):
         return Tokenizer.load(directory)
     return None
-
-
-def _text(value, fn, name):
-    if not isinstance(value, str):
-        raise TypeError(f"{fn}: {name} must be a str, got {_describe(value)}")
-    return value
 
 
 def _warn_unused(names, directory, cls):
@@ -339,6 +336,7 @@ class GPT2Model(_Model):
         """
         fn = "GPT2Model.generate"
         if isinstance(prompt, str):
+            _text(prompt, fn, "prompt")
             if self.tokenizer is None:
                 raise ValueError(f"{fn}: a text prompt needs a tokenizer, and this model "
                                  f"directory has none; pass token ids")
@@ -426,12 +424,7 @@ class UseLiteModel(_Model):
         output_attentions = _bool(output_attentions, fn, "output_attentions")
         ids, clipped = [], []
         for i, t in enumerate(texts):
-            if not isinstance(t, str):
-                raise TypeError(f"{fn}: sentences[{i}] must be a str, got {_describe(t)}")
-            try:
-                t.encode("utf-8")
-            except UnicodeEncodeError as e:  # lone surrogates cannot become UTF-8
-                raise ValueError(f"{fn}: sentences[{i}] is not valid Unicode text: {e}") from None
+            _text(t, fn, f"sentences[{i}]")
             row, was_clipped = self._impl.encode_ids(t)
             ids.append(row)
             if was_clipped:
@@ -492,10 +485,6 @@ class SearchIndex:
         {"rank": 1-based, "score": float, "line": 1-based line number, "text": str}."""
         fn = "SearchIndex.search"
         query = _text(query, fn, "query")
-        try:
-            query.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise ValueError(f"{fn}: query is not valid Unicode text: {e}") from None
         top = _int(top, fn, "top")
         if not 1 <= top < 1 << 63:
             raise ValueError(f"{fn}: top must be >= 1, got {top}")
@@ -609,7 +598,12 @@ def translate_dates(dates, model=None):
     dates: a string or a list of strings ("Saturday, 21 November 2026", "21.11.2026",
     "二〇二六年十一月二十一日", ...). model: a directory written by `qkv train dates`;
     None uses the date translator embedded in qkv. Returns a string for a string, else a
-    list. Empty or over-long inputs and invalid text raise ValueError naming the input.
+    list. Every answer is checked against its input as `qkv translate` checks it: one that
+    is not a calendar date in 1900..2099, or not the date the input names (its day, month,
+    year or weekday disagree: "31 February 2023", "hello", "Monday, 21 November 2026"), is
+    a ValueError naming the input and why, never an invented date. Empty or over-long
+    inputs (more than the model reads, or over 1 MiB) and invalid text raise ValueError
+    naming the input too.
     """
     fn = "translate_dates"
     single = isinstance(dates, str)
@@ -621,11 +615,20 @@ def translate_dates(dates, model=None):
         if not isinstance(t, str):
             raise TypeError(f"{fn}: dates must be a string or a list of strings; "
                             f"dates[{i}] is {_describe(t)}")
+        _text(t, fn, "dates" if single else f"dates[{i}]")
     if model is None:
         seq2seq = _qkv._embedded_date_model()
     else:
         directory = _check_dir(model, fn)
         seq2seq, unused = _qkv._Seq2Seq.load_checked(directory)
         _warn_unused(list(unused), directory, "translate_dates")
-    out = _qkv._dates_translate(seq2seq, texts)
+    # Every answer checked against its input, as `qkv translate` checks it
+    # (models::translate_dates_checked): an invented date is refused, never returned.
+    out = []
+    for i, (output, problem) in enumerate(_qkv._dates_translate(seq2seq, texts)):
+        if problem:
+            where = "dates" if single else f"dates[{i}]"
+            shown = texts[i] if len(texts[i]) <= 60 else texts[i][:60] + "..."
+            raise ValueError(f"{fn}: {where} {shown!r} was not translated: {problem}")
+        out.append(output)
     return out[0] if single else out

@@ -22,7 +22,9 @@ import os
 
 import numpy as np
 
-from . import _describe, _float, _int, _path, _qkv, _ranged
+from . import _describe, _float, _int, _path, _qkv, _ranged, _text
+
+_I64 = (-(1 << 63), (1 << 63) - 1)  # the ids a ratings file can hold (int64)
 
 __all__ = ["train", "Recommender", "read_ratings", "split_ratings", "mf_cross_validation",
            "SasRecBatches", "sasrec_initial", "evaluate", "save_sasrec_weights"]
@@ -39,8 +41,15 @@ def _ids(values, fn, name):
         a = a.reshape(1)
     if a.ndim != 1:
         raise ValueError(f"{fn}: {name} must be 1-D, got shape {a.shape}")
+    if a.size and a.dtype.kind == "O" and all(isinstance(x, int) and not isinstance(x, bool)
+                                              for x in a.tolist()):
+        raise ValueError(f"{fn}: {name} must fit in int64 (the ids of a ratings file), got "
+                         f"{max(a.tolist(), key=abs)}")
     if a.size and a.dtype.kind not in "iu":
         raise TypeError(f"{fn}: {name} must hold integers, got dtype {a.dtype}")
+    if a.size and a.dtype.kind == "u" and a.max() >= np.uint64(1 << 63):  # astype would wrap it
+        raise ValueError(f"{fn}: {name} must fit in int64 (the ids of a ratings file), got "
+                         f"{a.max()}")
     return a.astype(np.int64)
 
 
@@ -132,7 +141,17 @@ class Recommender:
         self.genres = self._m.genres
 
     def _user(self, user, fn):
-        return self._m.user_index(_int(user, fn, "user"))
+        return self._m.user_index(self._id(user, fn, "user"))
+
+    @staticmethod
+    def _id(value, fn, name):
+        """A userId or movieId: an int (TypeError otherwise) that fits in int64 as the ids
+        of a ratings file do (ValueError otherwise, naming it)."""
+        value = _int(value, fn, name)
+        if not _I64[0] <= value <= _I64[1]:
+            raise ValueError(f"{fn}: {name} {value} is not an id of this model (ids are "
+                             f"int64, in [-2**63, 2**63 - 1])")
+        return value
 
     def _movie_dict(self, index, **extra):
         i = int(index)
@@ -143,8 +162,8 @@ class Recommender:
     def movie(self, title_or_id):
         """A movie's movieId from a title ("Toy Story" or "Toy Story (1995)") or its id."""
         if isinstance(title_or_id, str):
-            return int(self.movie_ids[self._m.find_movie(title_or_id)])
-        return int(self.movie_ids[self._m.movie_index(_int(title_or_id, "movie", "movie"))])
+            return int(self.movie_ids[self._m.find_movie(_text(title_or_id, "movie", "title"))])
+        return int(self.movie_ids[self._m.movie_index(self._id(title_or_id, "movie", "movie"))])
 
     def history(self, user):
         """The movieIds the model knows the user rated, in time order."""

@@ -164,7 +164,9 @@ Ratings parse_ratings(std::string_view csv, const std::string& label) {
     x.user = io::csv_integer(field(c_user), where, "userId");
     x.movie = io::csv_integer(field(c_movie), where, "movieId");
     const double rating = io::csv_number(field(c_rating), where, "rating");
-    QKV_CHECK(rating >= 0.5 && rating <= 5.0, where << ": rating " << rating << " is outside [0.5, 5]");
+    // The field as written, not the double shortened to 6 digits ("5.0000001" is not "5").
+    QKV_CHECK(rating >= 0.5 && rating <= 5.0,
+              where << ": rating " << field(c_rating) << " is outside [0.5, 5]");
     x.rating = static_cast<float>(rating);
     x.timestamp = io::csv_integer(field(c_time), where, "timestamp");
     Movie m;
@@ -969,10 +971,13 @@ std::int64_t Recommender::find_movie(const std::string& query) const {
   }
   if (by_label.size() == 1) return by_label[0];
   if (by_label.empty() && by_title.size() == 1) return by_title[0];
-  // No title matches: a movieId picks a movie even where title and year are shared.
-  if (by_label.empty() && by_title.empty() && q.find_first_not_of("0123456789") == std::string::npos &&
-      q.size() <= 18) {
-    if (const std::optional<std::int64_t> m = index_of(movies_, std::stoll(q))) return *m;
+  // No title matches: a movieId picks a movie even where title and year are shared. Any
+  // id a ratings file accepts (io::csv_integer: an int64, a leading '-' allowed) is read.
+  if (by_label.empty() && by_title.empty()) {
+    std::int64_t id = 0;
+    const auto [end, ec] = std::from_chars(q.data(), q.data() + q.size(), id);
+    if (ec == std::errc() && end == q.data() + q.size())
+      if (const std::optional<std::int64_t> m = index_of(movies_, id)) return *m;
   }
   std::ostringstream msg;
   const std::vector<std::int64_t>& same = by_label.empty() ? by_title : by_label;
@@ -1035,7 +1040,13 @@ std::vector<Recommendation> Recommender::recommend(std::int64_t user, std::int64
 std::vector<Recommendation> Recommender::similar(std::int64_t movie, std::int64_t k, double temperature,
                                                  std::int64_t min_ratings) const {
   QKV_CHECK(k >= 1, "--top must be >= 1, got " << k);
-  QKV_CHECK(temperature > 0 && std::isfinite(temperature), "temperature must be > 0, got " << temperature);
+  // cos / temperature is computed in float32 (the attention's scale 1 / temperature): a
+  // temperature so small that its reciprocal is not a float32 is refused by name here, not
+  // reported as a bad `scale`.
+  QKV_CHECK(temperature > 0 && std::isfinite(temperature) &&
+                1.0 / temperature <= static_cast<double>(std::numeric_limits<float>::max()),
+            "temperature must be a finite number >= " << 1.0 / std::numeric_limits<float>::max()
+                << " (1 / temperature must be finite in float32), got " << temperature);
   QKV_CHECK(min_ratings >= 0, "min_ratings must be >= 0, got " << min_ratings);
   const auto I = static_cast<std::int64_t>(movies_.size());
   QKV_CHECK(movie >= 0 && movie < I, "movie index " << movie << " out of range");

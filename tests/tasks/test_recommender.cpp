@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -74,6 +75,9 @@ TEST(Ratings, MalformedInputNamesTheLine) {
   expect_error([] { rec::parse_ratings("userId,movieId,rating\n1,2,3\n", "r.csv"); }, "no 'timestamp' column");
   expect_error([&] { rec::parse_ratings(h + "1,2,3,4\n1,3,4\n", "r.csv"); }, "r.csv line 3: 3 fields, the header has 4");
   expect_error([&] { rec::parse_ratings(h + "1,2,7,4\n", "r.csv"); }, "r.csv line 2: rating 7 is outside [0.5, 5]");
+  // The rating as written, not rounded to 6 digits ("rating 5 is outside [0.5, 5]").
+  expect_error([&] { rec::parse_ratings(h + "1,2,5.0000001,4\n", "r.csv"); },
+               "r.csv line 2: rating 5.0000001 is outside [0.5, 5]");
   expect_error([&] { rec::parse_ratings(h + "1,2,nan,4\n", "r.csv"); }, "line 2: rating 'nan' is not a number");
   expect_error([&] { rec::parse_ratings(h + "1,2,3,soon\n", "r.csv"); }, "line 2: timestamp 'soon' is not an integer");
   expect_error([&] { rec::parse_ratings(h + "1,2,3,4\n\n1,2,4,5\n", "r.csv"); },
@@ -309,6 +313,36 @@ TEST(Recommender, TrainedDirectoryAnswersAsItsTensors) {
   // The same data's split evaluates to the report's metrics.
   const rec::RankingMetrics again = m.evaluate(rec::read_ratings(csv));
   EXPECT_DOUBLE_EQ(again.hr10, report.trained.hr10);
+}
+
+// Every movieId a ratings file accepts (any int64, negative too) is one find_movie reads,
+// so the id an ambiguous title's message advises is one --like then finds.
+TEST(Recommender, FindsEveryMovieIdTheRatingsHold) {
+  TempDir dir("recommender_ids");
+  const std::string csv = (dir.path / "ratings.csv").string();
+  qkv::viz::write_file(csv, planted_csv(12, 10, 6, 3) +
+                                "-5,Twin,2000,Drama,100,4,1\n"
+                                "9223372036854775807,Twin,2000,Drama,101,4,1\n"
+                                "-9223372036854775808,Low,2001,Drama,102,4,1\n"
+                                "123456789012345678,Long,2002,Drama,103,4,1\n");
+  rec::RecommenderOptions o;
+  o.data = csv;
+  o.out_dir = (dir.path / "mf").string();
+  o.mf.dim = 2;
+  o.mf.epochs = 1;
+  rec::train_recommender(o);
+  const rec::Recommender m = rec::Recommender::load(o.out_dir);
+  expect_error([&] { m.find_movie("Twin"); }, "movieId -5); 'Twin (2000)' (movieId 9223372036854775807);");
+  EXPECT_EQ(m.find_movie("-5"), m.movie_index(-5));
+  EXPECT_EQ(m.find_movie("9223372036854775807"), m.movie_index(9223372036854775807));
+  EXPECT_EQ(m.find_movie("-9223372036854775808"), m.movie_index(std::numeric_limits<std::int64_t>::min()));
+  EXPECT_EQ(m.find_movie("123456789012345678"), m.movie_index(123456789012345678));
+  expect_error([&] { m.find_movie("9223372036854775808"); }, "no movie is titled '9223372036854775808'");
+  expect_error([&] { m.find_movie("-6"); }, "no movie is titled '-6'");
+  // A temperature whose reciprocal is no float32 is refused by name (not as a bad scale).
+  expect_error([&] { m.similar(m.movie_index(-5), 3, 1e-300, 1); }, "temperature must be a finite number >= ");
+  expect_error([&] { m.similar(m.movie_index(-5), 3, 1e-39, 1); }, "(1 / temperature must be finite in float32), got 1e-39");
+  EXPECT_EQ(m.similar(m.movie_index(-5), 3, 1e-38, 1).size(), 3u);
 }
 
 TEST(Recommender, SasRecDirectoryShowsItsAttention) {

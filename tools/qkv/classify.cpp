@@ -27,6 +27,13 @@ std::string class_name(const vision::Classifier& c, std::int64_t k) {
   return c.class_names()[static_cast<std::size_t>(k)];
 }
 
+// A class name as the terminal shows it: config.json's names are data, so a control
+// character in one ("\x1b[2J") is written \xNN, never sent to the terminal. JSON and the
+// HTML page escape names their own way and take class_name.
+std::string class_label(const vision::Classifier& c, std::int64_t k) {
+  return printable(class_name(c, k), 200);
+}
+
 void print_summary(std::ostream& out, const vision::Classifier& c, const vision::Evaluation& e) {
   out << format("accuracy %.2f%% (%lld of %lld)\n", 100.0 * e.accuracy(), static_cast<long long>(e.correct),
                 static_cast<long long>(e.images));
@@ -36,7 +43,7 @@ void print_summary(std::ostream& out, const vision::Classifier& c, const vision:
   for (std::int64_t k = 0; k < K; ++k) out << format("%6lld", static_cast<long long>(k));
   out << '\n';
   for (std::int64_t t = 0; t < K; ++t) {
-    out << format("%2lld %-11s", static_cast<long long>(t), class_name(c, t).substr(0, 11).c_str());
+    out << format("%2lld %-11s", static_cast<long long>(t), truncate_display(class_label(c, t), 11).c_str());
     for (std::int64_t p = 0; p < K; ++p)
       out << format("%6lld", static_cast<long long>(e.counts[static_cast<std::size_t>(t * K + p)]));
     out << '\n';
@@ -96,7 +103,7 @@ int run_classify(const ClassifyOptions& o, std::ostream& out) {
       view.images.push_back(std::move(im));
     }
     viz::write_file(o.html, viz::render_image_html(view));
-    (o.json ? std::cerr : out) << "wrote " << o.html << '\n';
+    (o.json ? std::cerr : out) << "wrote " << printable(o.html) << '\n';
   }
 
   vision::Evaluation e;
@@ -116,15 +123,15 @@ int run_classify(const ClassifyOptions& o, std::ostream& out) {
   }
   out << format("%lld image%s of %lldx%lld from %s\n", static_cast<long long>(images.count),
                 images.count == 1 ? "" : "s", static_cast<long long>(images.height),
-                static_cast<long long>(images.width), o.images.c_str());
+                static_cast<long long>(images.width), printable(o.images).c_str());
   const std::int64_t listed = std::min<std::int64_t>(images.count, o.list);
   for (std::int64_t i = 0; i < listed; ++i) {
     const vision::Prediction& p = predictions[static_cast<std::size_t>(i)];
     out << format("%6lld  %lld %-12s %.3f", static_cast<long long>(i), static_cast<long long>(p.label),
-                  class_name(c, p.label).c_str(), p.score);
+                  class_label(c, p.label).c_str(), p.score);
     if (!images.labels.empty()) {
       const std::int64_t t = images.labels[static_cast<std::size_t>(i)];
-      out << (t == p.label ? "  right" : "  wrong: " + class_name(c, t));
+      out << (t == p.label ? "  right" : "  wrong: " + class_label(c, t));
     }
     out << '\n';
   }

@@ -137,7 +137,7 @@ int run_search(const SearchOptions& o, std::ostream& out) {
     }
     out << format("%3lld. %.4f  %6lld: ", static_cast<long long>(h.rank), double{h.score},
                   static_cast<long long>(h.line))
-        << truncate_display(h.text, kMaxWidth - 22) << '\n';
+        << truncate_display(printable(h.text, kMaxWidth), kMaxWidth - 22) << '\n';
   }
   return 0;
 }

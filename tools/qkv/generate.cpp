@@ -123,7 +123,7 @@ int run_generate(const GenerateOptions& options, std::ostream& out) {
                     std::to_string(ids.size()) + " generated: " + bpe->decode(all);
     view.groups.push_back(std::move(group));
     qkv::viz::write_file(options.html, qkv::viz::render_html(view));
-    (options.json ? std::cerr : out) << "wrote " << options.html << " (attention of "
+    (options.json ? std::cerr : out) << "wrote " << printable(options.html) << " (attention of "
                                      << model.config.n_layer << " layers × "
                                      << model.config.n_head << " heads over " << all.size()
                                      << " tokens)" << std::endl;

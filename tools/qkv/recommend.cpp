@@ -32,13 +32,18 @@ nlohmann::ordered_json movie_json(const Movie& m) {
   return j;
 }
 
+// A movie as the terminal shows it: titles and genres come from the ratings file, so a
+// control character in one is written \xNN, never sent to the terminal (JSON and the HTML
+// page escape them their own way).
+std::string movie_shown(const Movie& m) { return printable(recommender::movie_label(m), 300); }
+
 void print_list(std::ostream& out, const Recommender& r, const std::vector<Recommendation>& list,
                 bool weights) {
   for (std::size_t i = 0; i < list.size(); ++i) {
     const Movie& m = r.movies()[static_cast<std::size_t>(list[i].movie)];
     out << format("%3zu. ", i + 1) << (weights ? format("cos %6.3f  weight %.4f  ", list[i].score, list[i].weight)
                                                : format("%7.3f  ", list[i].score))
-        << recommender::movie_label(m) << (m.genres.empty() ? "" : "  [" + m.genres + "]") << '\n';
+        << movie_shown(m) << (m.genres.empty() ? "" : "  [" + printable(m.genres, 300) + "]") << '\n';
   }
 }
 
@@ -104,8 +109,7 @@ void show_attention(std::ostream& out, const Recommender& r, const recommender::
         const int n = most > 0 ? static_cast<int>(20.0 * row[t] / most + 0.5) : 0;
         for (int c = 0; c < 20; ++c) bar += c < n ? "█" : "·";
         out << format("  %6.4f %s  #%-4lld ", row[t], bar.c_str(), static_cast<long long>(t + 1))
-            << recommender::movie_label(r.movies()[static_cast<std::size_t>(a.history[static_cast<std::size_t>(t)])])
-            << '\n';
+            << movie_shown(r.movies()[static_cast<std::size_t>(a.history[static_cast<std::size_t>(t)])]) << '\n';
       }
     }
   }
@@ -146,7 +150,7 @@ int run_recommend(const RecommendOptions& o, std::ostream& out) {
       out << j.dump() << '\n';
       return 0;
     }
-    out << "movies like " << recommender::movie_label(liked) << " (" << r.kind()
+    out << "movies like " << movie_shown(liked) << " (" << r.kind()
         << " embeddings; query = the liked movie, keys = every movie rated " << o.min_ratings
         << "+ times, weight = softmax(cos / 0.1)):\n";
     print_list(out, r, list, true);
@@ -198,7 +202,7 @@ int run_recommend(const RecommendOptions& o, std::ostream& out) {
       for (const std::int64_t m : attention->history) j["attended"].push_back(r.movies()[static_cast<std::size_t>(m)].id);
     }
     out << j.dump() << '\n';
-    if (!o.html.empty()) std::cerr << "wrote " << o.html << '\n';
+    if (!o.html.empty()) std::cerr << "wrote " << printable(o.html) << '\n';
     return 0;
   }
   if (list.empty())
@@ -210,7 +214,7 @@ int run_recommend(const RecommendOptions& o, std::ostream& out) {
       << (r.kind() == "mf" ? "score = predicted rating" : "score = h·e, the next-movie logit") << "):\n";
   print_list(out, r, list, false);
   if (o.show) show_attention(out, r, *attention, std::min<std::int64_t>(o.top, 10));
-  if (!o.html.empty()) out << "wrote " << o.html << '\n';
+  if (!o.html.empty()) out << "wrote " << printable(o.html) << '\n';
   return 0;
 }
 

@@ -102,7 +102,7 @@ void write_html(const RunOptions& o, const std::string& title, const std::vector
   view.subtitle = o.pair.empty() ? o.text : o.text + "  ‖  " + o.pair;
   view.groups.push_back(std::move(group));
   viz::write_file(o.html, viz::render_html(view));
-  out << (o.output.empty() ? "\n" : "") << "wrote " << o.html << " (attention of "
+  out << (o.output.empty() ? "\n" : "") << "wrote " << printable(o.html) << " (attention of "
       << layers.size() << " layers × " << (layers.empty() ? 0 : layers[0].size(0)) << " heads)\n";
 }
 
@@ -156,7 +156,7 @@ int run_use_lite(const RunOptions& o, std::ostream& out) {
     for (std::size_t n = 0; n < attentions.size(); ++n)
       tensors.emplace_back("attentions." + std::to_string(n), attentions[n].unsqueeze(0));  // (1, H, L, L)
     save_safetensors(o.output, tensors, {{"format", "pt"}, {"input_ids", "F32 values of the ids"}});
-    out << "\nwrote " << o.output << " (input_ids, embedding, attentions.0-" << attentions.size() - 1
+    out << "\nwrote " << printable(o.output) << " (input_ids, embedding, attentions.0-" << attentions.size() - 1
         << ")\n";
   }
   if (!o.html.empty()) write_html(o, "Universal Sentence Encoder lite", tokens, attentions, out);
@@ -254,7 +254,7 @@ int run_run(const RunOptions& o, std::ostream& out) {
                          for (const auto& t : enc.tokens) s += (s.empty() ? "" : " ") + t;
                          return s;
                        }()}});
-    out << "\nwrote " << o.output << " (input_ids, token_type_ids, last_hidden_state"
+    out << "\nwrote " << printable(o.output) << " (input_ids, token_type_ids, last_hidden_state"
         << (result.pooler_output.defined() ? ", pooler_output" : "") << ", attentions.0-"
         << result.attentions.size() - 1 << ")\n";
   }

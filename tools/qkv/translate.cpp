@@ -223,12 +223,12 @@ int run_translate(const TranslateOptions& o, std::ostream& out) {
     const viz::AttentionView v = view_of(e, first->text, output, title);
     if (!o.html.empty()) {
       viz::write_file(o.html, viz::render_html(v));
-      (o.json ? std::cerr : out) << "wrote " << o.html << " (every layer and head of \""
-                                 << first->text << "\")\n";
+      (o.json ? std::cerr : out) << "wrote " << printable(o.html) << " (every layer and head of \""
+                                 << printable(first->text) << "\")\n";
     }
     if (!o.svg.empty()) {
       viz::write_file(o.svg, viz::render_svg(v.groups[2], layer, o.head < 0 ? 0 : o.head));
-      (o.json ? std::cerr : out) << "wrote " << o.svg << "\n";
+      (o.json ? std::cerr : out) << "wrote " << printable(o.svg) << "\n";
     }
   }
   if (refused > 0) {
