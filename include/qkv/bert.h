@@ -18,7 +18,7 @@
 //
 // BertConfig (config.json), BertWeights (the checkpoint's tensors) and BertModel (which
 // runs them) are separate types (docs/CONTRIBUTING.md). f32 weights are zero-copy views
-// into the read-only mapping of the checkpoint (they keep it alive); bf16/f16 weights are
+// into the loaded checkpoint (they keep it alive); bf16/f16 weights are
 // converted to f32 once, at load. Errors (qkv::Error) name the file or tensor, the
 // expected shape and what was found.
 //

@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "qkv/files.h"
 #include "qkv/nn.h"
 #include "qkv/rng.h"
 #include "qkv/safetensors.h"
@@ -214,9 +215,13 @@ std::vector<std::pair<std::string, Tensor>> hf_state_dict(Gpt2Weights& weights);
 // Writes `dir` as a Hugging Face GPT-2 directory: config.json (Gpt2Config::to_json) and
 // model.safetensors (hf_state_dict). dtype f32 or bf16 (rounded to nearest
 // even: half the file; the loader widens it back). `metadata` goes into the safetensors
-// header. The tokenizer's files are the caller's.
+// header. The directory changes as a whole (ModelFiles, qkv/files.h); a caller that writes
+// the tokenizer with the weights adds its files and model.safetensors (add_gpt2_weights)
+// to one ModelFiles and commits it with config.to_json().
 void save_gpt2(const std::string& dir, const Gpt2Config& config, Gpt2Weights& weights,
                const std::map<std::string, std::string>& metadata = {}, DType dtype = DType::f32);
+void add_gpt2_weights(ModelFiles& files, Gpt2Weights& weights,
+                      const std::map<std::string, std::string>& metadata = {}, DType dtype = DType::f32);
 
 // Next-token cross-entropy of B windows of T + 1 tokens (`tokens`, row-major (B, T + 1)):
 // the model reads columns [0, T) and is scored on columns [1, T + 1), every position

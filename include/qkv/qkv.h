@@ -8,6 +8,7 @@
 #include "qkv/distributed.h"
 #include "qkv/dtype.h"
 #include "qkv/error.h"
+#include "qkv/files.h"
 #include "qkv/gpt2.h"
 #include "qkv/language_model.h"
 #include "qkv/memory.h"

@@ -255,8 +255,9 @@ struct RecommenderReport {
 };
 
 // Reads options.data, splits it, trains, evaluates on the test parts and writes out_dir:
-//   config.json       {"model_type": "qkv-recommender", "model": "mf"|"sasrec", sizes,
-//                      "user_ids": [...]} (+ the report under "report")
+//   config.json       {"model_type": "qkv-recommender", "model": "mf"|"sasrec", sizes}
+//                     (+ the report under "report", and "files": qkv/files.h's ModelFiles)
+//   users.csv         userId in index order (older models: config.json's "user_ids")
 //   model.safetensors MF: user_bias, movie_bias, user_factors, movie_factors (+ "mean" in
 //                     the metadata); SASRec: SasRecWeights::parameters() by name
 //   movies.csv        movieId,title,year,genres in index order

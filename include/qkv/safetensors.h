@@ -6,15 +6,16 @@
 //             "__metadata__": {string: string} (optional)}
 //   the rest  the data buffer; [b, e) are byte offsets into it, row-major, little-endian.
 //
-// Reading memory-maps the file (read-only, private) and validates the whole header before
-// anything is returned: sizes, offsets, and that the tensors, sorted by offset, tile the
-// data buffer exactly (no gaps, no overlaps, nothing after the last tensor), as the
-// reference implementation demands. get() returns a zero-copy view into the mapping when
-// the tensor's data is aligned to its element size (always, for files written by
-// save_safetensors or the reference writer), else an owning copy. Views keep the mapping
-// alive; a SafeTensors may be dropped while its tensors are in use. The mapping is
-// read-only (PROT_READ, as llama.cpp maps weights): writing through a view faults, so
-// clone() a tensor before modifying it.
+// Reading copies the file into one 64-byte-aligned allocation (it is not memory-mapped: a
+// mapping faults with SIGBUS when the file is truncated while in use, and changes when the
+// file is rewritten in place; a copy makes a loaded model the process's own) and validates
+// the whole header before anything is returned: sizes, offsets, and that the tensors,
+// sorted by offset, tile the data buffer exactly (no gaps, no overlaps, nothing after the
+// last tensor), as the reference implementation demands. get() returns a zero-copy view
+// into that buffer when the tensor's data is aligned to its element size (always, for files
+// written by save_safetensors or the reference writer), else an owning copy. Views keep the
+// buffer alive; a SafeTensors may be dropped while its tensors are in use. Treat views as
+// read-only (they are shared by every get() of the name): clone() a tensor before modifying it.
 //
 // dtypes: F32, BF16, F16 and BOOL map to DType::f32, bf16, f16 and boolean (a nonzero BOOL
 // byte reads as true). F64 is converted to f32 by get() (a copy; round to nearest, beyond
@@ -43,6 +44,8 @@
 #include "qkv/tensor.h"
 
 namespace qkv {
+
+class AtomicFile;  // qkv/files.h
 
 // One entry of a safetensors header.
 struct TensorInfo {
@@ -73,7 +76,7 @@ class SafeTensors {
   bool contains(const std::string& name) const;
   std::size_t size() const { return entries_.size(); }
   const TensorInfo& info(const std::string& name) const;  // throws naming a missing tensor
-  // A view into the mapping, or a copy (unaligned data, F64 → f32); see the top of the file.
+  // A view into the loaded file, or a copy (unaligned data, F64 → f32); see the top of the file.
   Tensor get(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
@@ -97,9 +100,13 @@ class SafeTensors {
 // with spaces to a multiple of 8 bytes, then the data ordered by dtype (F64, F32, BF16,
 // F16, BOOL: largest first, as the reference sorts) and then by name, so every tensor is
 // aligned and reads back zero-copy. Metadata keys are written sorted.
-// Names must be unique and not "__metadata__". The file is written to `path` + ".tmp" and
-// renamed over `path` once complete.
+// Names must be unique and not "__metadata__". The file is written whole or not at all
+// (an AtomicFile, qkv/files.h: beside the target, fsynced, renamed over it).
 void save_safetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+// The same into an AtomicFile the caller commits (a file of a ModelFiles directory).
+void save_safetensors(AtomicFile& file,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 // The same bytes, in memory.

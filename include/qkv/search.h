@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/files.h"  // file_sha256
 #include "qkv/tensor.h"
 #include "qkv/use_lite.h"
 
@@ -48,10 +49,17 @@ class SearchIndex {
   // builds it (and writes index_path) when the file does not exist, when the corpus has
   // changed, or when `rebuild`. An index file of another model or one that does not parse
   // throws qkv::Error naming it, unless `rebuild`. `built`, when given, says which happened.
+  // A file at index_path that is not a qkv search index is refused, `rebuild` or not
+  // (check_index_file): open_or_build only ever replaces an index or creates the file.
   static SearchIndex open_or_build(const models::UseLiteModel& model, const std::string& model_dir,
                                    const std::string& corpus_path, const std::string& index_path,
                                    const IndexProgress& progress = {}, bool rebuild = false,
                                    bool* built = nullptr);
+  // Whether index_path holds a qkv search index (true: a whole one, or one that starts as
+  // an index does and is damaged past that) or nothing (false); anything else throws
+  // qkv::Error saying it is not a qkv search index, judged by its header (safetensors
+  // metadata format "qkv-search-index/1"): a corpus, a model's weights, /dev/null, a FIFO.
+  static bool check_index_file(const std::string& index_path);
 
   void save(const std::string& path) const;
 
@@ -78,8 +86,6 @@ class SearchIndex {
   std::int64_t clipped_ = 0;
 };
 
-// Hex SHA-256 of a file's bytes, read in bounded chunks (qkv::Error naming an unreadable path).
-std::string file_sha256(const std::string& path);
 // Hex SHA-256 over the SHA-256s of dir/config.json, dir/model.safetensors and
 // dir/tokenizer.json: changes when any of them does.
 std::string model_fingerprint(const std::string& model_dir);

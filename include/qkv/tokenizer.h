@@ -99,6 +99,10 @@ class BpeTokenizer {
   // UTF-8).
   static BpeTokenizer from_files(const std::filesystem::path& vocab_json,
                                  const std::filesystem::path& merges_txt);
+  // The same from the files' texts, already read; the paths name them in errors.
+  static BpeTokenizer from_texts(const std::string& vocab_text, const std::string& merges_text,
+                                 const std::filesystem::path& vocab_json,
+                                 const std::filesystem::path& merges_txt);
   // tokenizer.json with model.type "BPE"; merges as "a b" strings or [a, b] pairs.
   static BpeTokenizer from_tokenizer_json(const std::filesystem::path& path);
   // Tokens are in the bytes_to_unicode alphabet ("Ġ" for a space). The N tokens' ids must be
@@ -162,8 +166,12 @@ struct BpeVocabulary {
 
   BpeTokenizer tokenizer() const;
   // DIR/vocab.json ({token: id}, in id order) and DIR/merges.txt ("#version: 0.2", then one
-  // "left right" line per merge): GPT-2's files, which BpeTokenizer::from_files reads.
+  // "left right" line per merge): GPT-2's files, which BpeTokenizer::from_files reads. Each
+  // is written whole or not at all (qkv/files.h); a model directory adds both texts to its
+  // ModelFiles instead, so they change with its weights.
   void save(const std::filesystem::path& dir) const;
+  std::string vocab_json() const;
+  std::string merges_txt() const;
 };
 
 BpeVocabulary train_bpe(std::string_view text, const BpeTrainingOptions& options);

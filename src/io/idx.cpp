@@ -11,6 +11,7 @@
 
 #include "io/read_file.h"
 #include "qkv/error.h"
+#include "qkv/files.h"
 
 namespace qkv::io {
 
@@ -259,13 +260,7 @@ std::string idx_bytes(const IdxArray& array) {
 }
 
 void write_idx(const std::string& path, const IdxArray& array) {
-  const std::string bytes = idx_bytes(array);
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  QKV_CHECK(f != nullptr, path_name(path) << ": cannot write: " << std::strerror(errno));
-  const bool written = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  const int write_errno = errno;
-  const bool closed = std::fclose(f) == 0;
-  QKV_CHECK(written && closed, path_name(path) << ": cannot write: " << std::strerror(written ? errno : write_errno));
+  write_file(path, idx_bytes(array), path_name(path));
 }
 
 }  // namespace qkv::io

@@ -23,8 +23,10 @@
 #include <tuple>
 #include <vector>
 
+#include "io/json_bounded.h"
 #include "io/read_file.h"
 #include "qkv/error.h"
+#include "qkv/files.h"
 
 static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian; a big-endian host would need byte swaps");
@@ -93,12 +95,8 @@ const char* file_dtype(DType dtype) {
   return "?";
 }
 
-// A short rendering of a JSON value for messages.
-std::string brief(const json& value) {
-  std::string s = value.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return std::string(value.type_name()) + " " + s;
-}
+// A short rendering of a JSON value for messages (io::json_brief: a bounded prefix).
+std::string brief(const json& value) { return std::string(value.type_name()) + " " + io::json_brief(value); }
 
 // A non-negative integer that fits in int64, or an error naming `what`.
 std::uint64_t read_size(const json& value, const std::string& where, const char* what) {
@@ -252,7 +250,7 @@ SafeTensors SafeTensors::from_image(const std::byte* image, std::uint64_t size,
   const char* text = reinterpret_cast<const char*>(image + 8);
   json header;
   try {
-    header = json::parse(text, text + header_size);
+    header = io::parse_json(std::string_view(text, header_size), file + ": header");
   } catch (const json::exception& e) {
     throw Error(file + ": header is not valid JSON: " + e.what());
   }
@@ -373,13 +371,34 @@ SafeTensors SafeTensors::open(const std::string& path) {
     QKV_CHECK(false, file << ": " << length
                           << " bytes is shorter than the 8-byte header size field");
   }
-  void* address = ::mmap(nullptr, length, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int err = errno;
-  ::close(fd);  // the mapping stays valid without the descriptor
-  QKV_CHECK(address != MAP_FAILED, file << ": mmap of " << length
-                                        << " bytes failed: " << std::strerror(err));
-  std::shared_ptr<void> mapping(address, [length](void* p) { ::munmap(p, length); });
-  return from_image(static_cast<const std::byte*>(address), length, std::move(mapping), path);
+  // The file is read into memory, not mapped: a mapping faults (SIGBUS) when the file is
+  // truncated under it, and reads another file's bytes when it is rewritten in place, so a
+  // model in use could crash its process or silently change. A copy costs one read of the
+  // file at load time (page cache to memory) and makes every tensor the process's own.
+  const std::size_t capacity =
+      std::max<std::size_t>((length + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment, kTensorAlignment);
+  void* memory = std::aligned_alloc(kTensorAlignment, capacity);
+  if (memory == nullptr) {
+    ::close(fd);
+    throw Error(file + ": out of memory reading its " + io::byte_size(length), ErrorKind::memory);
+  }
+  std::shared_ptr<void> buffer(memory, [](void* p) { std::free(p); });
+  auto* bytes = static_cast<char*>(memory);
+  std::uint64_t done = 0;
+  while (done < length) {
+    const ssize_t n = ::pread(fd, bytes + done, static_cast<std::size_t>(std::min<std::uint64_t>(length - done, 1u << 30)),
+                              static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : 0;
+      ::close(fd);
+      QKV_CHECK(false, file << ": reading failed at byte " << done << " of " << length << ": "
+                            << (err != 0 ? std::strerror(err) : "the file was truncated while it was read"));
+    }
+    done += static_cast<std::uint64_t>(n);
+  }
+  ::close(fd);
+  return from_image(static_cast<const std::byte*>(memory), length, std::move(buffer), path);
 }
 
 SafeTensors SafeTensors::parse(std::span<const std::byte> bytes, std::string label) {
@@ -407,7 +426,7 @@ SafeTensors SafeTensors::open_model(const std::string& dir) {
   const std::string text = io::read_file(index_path.string(), "safetensors index", kMaxHeaderSize);
   json index;
   try {
-    index = json::parse(text);
+    index = io::parse_json(text, where);
   } catch (const json::exception& e) {
     throw Error(where + ": not valid JSON: " + e.what());
   }
@@ -605,41 +624,32 @@ std::vector<std::byte> serialize_safetensors(
   return out;
 }
 
-void save_safetensors(const std::string& path,
-                      const std::vector<std::pair<std::string, Tensor>>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
-  const Plan p = plan(tensors, metadata);
-  // A regular file (or a new one) is written to path.tmp and renamed into place, so that a
-  // crash or a full disk never leaves half a file where a good one was. Anything else that
-  // exists (a device such as /dev/full or /dev/null, a FIFO) is written directly: renaming
-  // over it would replace the device with a regular file.
-  struct stat st{};
-  const bool special = ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
-  const std::string target = special ? path : path + ".tmp";
-  std::FILE* f = std::fopen(target.c_str(), "wb");
-  QKV_CHECK(f != nullptr, "save_safetensors: cannot create '" << target << "': " << std::strerror(errno));
+namespace {
+
+void write_plan(AtomicFile& file, const Plan& p) {
   std::string prefix;
   append_u64(&prefix, p.header.size());
   prefix += p.header;
-  errno = 0;
-  bool ok = std::fwrite(prefix.data(), 1, prefix.size(), f) == prefix.size();
+  file.write(prefix);
   for (const Tensor& t : p.tensors)
-    ok = ok && (t.nbytes() == 0 || std::fwrite(t.data(), 1, t.nbytes(), f) == t.nbytes());
-  ok = ok && std::fflush(f) == 0;
-  const int write_errno = errno;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) {
-    const int err = write_errno != 0 ? write_errno : errno;
-    if (!special) std::remove(target.c_str());
-    QKV_CHECK(false, "save_safetensors: writing '" << target << "' failed: " << std::strerror(err));
-  }
-  if (special) return;
-  if (std::rename(target.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(target.c_str());
-    QKV_CHECK(false, "save_safetensors: cannot rename '" << target << "' to '" << path
-                                                         << "': " << std::strerror(err));
-  }
+    if (t.nbytes() > 0) file.write(t.data(), t.nbytes());
+}
+
+}  // namespace
+
+void save_safetensors(AtomicFile& file,
+                      const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  write_plan(file, plan(tensors, metadata));
+}
+
+void save_safetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  const Plan p = plan(tensors, metadata);  // bad names or tensors: refused before any file
+  AtomicFile file(path, "save_safetensors");
+  write_plan(file, p);
+  file.commit();
 }
 
 }  // namespace qkv

@@ -29,7 +29,7 @@ class Lookup {
   const std::string& prefix() const { return prefix_; }
   const std::set<std::string>& read() const { return read_; }
 
-  // The tensor `name` (after the prefix) as f32: a view into the mapping when f32.
+  // The tensor `name` (after the prefix) as f32: a view into the loaded file when f32.
   Tensor get(const std::string& name, const Shape& shape) const {
     const std::string full = prefix_ + name;
     QKV_CHECK(tensors_.contains(full), label_ << ": missing tensor '" << full << "' of shape "
@@ -308,7 +308,7 @@ BertModel BertModel::load(const std::string& dir) {
   QKV_CHECK(fs::exists(config_path, ec), "model directory '" << dir << "': no config.json");
   BertConfig config = BertConfig::from_file(config_path);
   const SafeTensors tensors = SafeTensors::open_model(dir);
-  // The weights are views into the mapping; they keep it alive after `tensors` goes.
+  // The weights are views into the loaded file; they keep it alive after `tensors` goes.
   BertWeights weights = BertWeights::load(config, tensors, "BERT checkpoint '" + dir + "'");
   return BertModel(std::move(config), std::move(weights));
 }

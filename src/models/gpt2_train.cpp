@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "qkv/error.h"
+#include "qkv/files.h"
 #include "qkv/gpt2.h"
 #include "qkv/rng.h"
 
@@ -198,21 +199,23 @@ std::vector<std::pair<std::string, Tensor>> hf_state_dict(Gpt2Weights& weights) 
   return tensors;
 }
 
-void save_gpt2(const std::string& dir, const Gpt2Config& config, Gpt2Weights& weights,
-               const std::map<std::string, std::string>& metadata, DType dtype) {
+void add_gpt2_weights(ModelFiles& files, Gpt2Weights& weights,
+                      const std::map<std::string, std::string>& metadata, DType dtype) {
   QKV_CHECK(dtype == DType::f32 || dtype == DType::bf16,
             "save_gpt2: dtype must be f32 or bf16, got " << dtype_name(dtype));
-  std::filesystem::create_directories(dir);
   std::vector<std::pair<std::string, Tensor>> tensors = hf_state_dict(weights);
   if (dtype != DType::f32)
     for (auto& [name, t] : tensors) t = t.to(dtype);
   std::map<std::string, std::string> meta = metadata;
   meta.emplace("format", "pt");  // what transformers' safetensors loader expects
-  save_safetensors(dir + "/model.safetensors", tensors, meta);
-  const std::string path = dir + "/config.json";
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << config.to_json();
-  QKV_CHECK(out.good(), "save_gpt2: could not write " << path);
+  save_safetensors(files.add("model.safetensors"), tensors, meta);
+}
+
+void save_gpt2(const std::string& dir, const Gpt2Config& config, Gpt2Weights& weights,
+               const std::map<std::string, std::string>& metadata, DType dtype) {
+  ModelFiles files(dir);
+  add_gpt2_weights(files, weights, metadata, dtype);
+  files.commit(config.to_json());
 }
 
 }  // namespace qkv::models

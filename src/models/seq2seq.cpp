@@ -17,6 +17,7 @@
 #include "io/json_config.h"
 #include "models/checkpoint.h"
 #include "qkv/error.h"
+#include "qkv/files.h"
 #include "qkv/threads.h"
 
 namespace qkv::models {
@@ -349,14 +350,11 @@ std::vector<std::vector<std::int64_t>> Seq2Seq::greedy_decode(
 }
 
 void Seq2Seq::save(const std::string& dir, const std::map<std::string, std::string>& metadata) {
-  std::filesystem::create_directories(dir);
+  ModelFiles files(dir);
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (auto& [name, t] : parameters()) tensors.emplace_back(name, *t);
-  save_safetensors(dir + "/model.safetensors", tensors, metadata);
-  const std::string path = dir + "/config.json";
-  std::ofstream f(path);
-  f << config.to_json();
-  QKV_CHECK(f.good(), "Seq2Seq::save: cannot write " << path);
+  save_safetensors(files.add("model.safetensors"), tensors, metadata);
+  files.commit(config.to_json());
 }
 
 Seq2Seq Seq2Seq::load(const SafeTensors& weights, const Seq2SeqConfig& config,

@@ -73,7 +73,7 @@ UseLiteConfig UseLiteConfig::from_file(const std::string& path) {
 namespace {
 
 // The checkpoint's tensors as the modules' parameters, each checked once: present, of the
-// shape the config gives, finite. f32 tensors are views into the mapping (no copy); others
+// shape the config gives, finite. f32 tensors are views into the loaded file (no second copy); others
 // are converted. Every name taken is recorded, so that what is left is known.
 class Weights {
  public:

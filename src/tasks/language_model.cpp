@@ -16,9 +16,11 @@
 #include "io/text_input.h"
 #include "models/checkpoint.h"
 #include "qkv/error.h"
+#include "qkv/files.h"
 #include "qkv/rng.h"
 #include "qkv/safetensors.h"
 #include "qkv/train.h"
+#include "text/unicode.h"
 
 namespace qkv::models {
 
@@ -43,18 +45,36 @@ std::map<std::string, std::string> run_identity(const LmTrainingOptions& o, cons
           {"context", std::to_string(T)}};
 }
 
+// The tokenizer's two files, as text: kept in memory from the start of a run and written
+// with the weights at every save, so that a run killed (or failing) before it saves leaves
+// out_dir's previous model whole, tokenizer included.
+struct TokenizerTexts {
+  std::string vocab_json, merges_txt;
+  std::string sha256() const { return sha256_hex(sha256_hex(vocab_json) + sha256_hex(merges_txt)); }
+};
+
+// The model directory (tokenizer, weights, config.json) changes as a whole (ModelFiles);
+// the checkpoint is written after it and records the tokenizer's digest, so a kill between
+// the two leaves a checkpoint that --resume refuses as another run's, never one it would
+// continue with another tokenizer.
 void save_all(const LmTrainingOptions& o, const Gpt2Config& c, std::int64_t T, Gpt2Weights& w,
-              const train::AdamW& opt, std::int64_t step, double val_loss, double seconds) {
-  std::map<std::string, std::string> meta = run_identity(o, c, T);
-  meta["total_steps"] = std::to_string(o.steps);
-  detail::save_training_checkpoint(o.out_dir + "/checkpoint.safetensors", w.parameters(), opt,
-                                   step, meta);
+              const TokenizerTexts& tokenizer, const train::AdamW& opt, std::int64_t step,
+              double val_loss, double seconds) {
   std::map<std::string, std::string> model_meta = {{"trained_with", o.command},
                                                    {"steps", std::to_string(step)},
                                                    {"seed", std::to_string(o.seed)},
                                                    {"training_seconds", number(seconds)}};
   if (val_loss >= 0) model_meta["heldout_loss"] = number(val_loss);
-  save_gpt2(o.out_dir, c, w, model_meta);
+  ModelFiles files(o.out_dir);
+  files.add("vocab.json", tokenizer.vocab_json);
+  files.add("merges.txt", tokenizer.merges_txt);
+  add_gpt2_weights(files, w, model_meta);
+  files.commit(c.to_json());
+  std::map<std::string, std::string> meta = run_identity(o, c, T);
+  meta["total_steps"] = std::to_string(o.steps);
+  meta["tokenizer"] = tokenizer.sha256();
+  detail::save_training_checkpoint(o.out_dir + "/checkpoint.safetensors", w.parameters(), opt,
+                                   step, meta);
 }
 
 // Mean loss over the first whole windows of T + 1 tokens of `stream` (up to max_tokens
@@ -144,34 +164,40 @@ LmTrainingResult train_lm(const LmTrainingOptions& o,
                                                     << " ranks no windows; it must be at least the number of ranks");
   }
   const bool writer = rank == 0;  // the rank that writes files, validates and reports progress
-  std::filesystem::create_directories(o.out_dir);
+  // Made now, so an output path that cannot be a directory fails before training, not after.
+  if (writer) std::filesystem::create_directories(o.out_dir);
   const std::string checkpoint = o.out_dir + "/checkpoint.safetensors";
   const std::filesystem::path out(o.out_dir);
 
-  // The tokenizer: the run's own copy in out_dir, which a resumed run reads back. Rank 0
-  // writes it; the others read it once it is there.
+  // The tokenizer: a resumed run reads back its own copy in out_dir; otherwise the files of
+  // --tokenizer, or a BPE learned from the text. Every rank gets it the same way (learning
+  // is deterministic), so no rank waits on another's files.
   const std::string text = io::read_text(o.text, "train lm: text");
-  if (!writer) {
-    // rank 0 writes the tokenizer; the barrier below waits for it
-  } else if (o.resume) {
+  TokenizerTexts tokenizer_texts;
+  std::filesystem::path tokenizer_dir;
+  if (o.resume) {
     QKV_CHECK(std::filesystem::exists(checkpoint),
               "train lm: --resume: no checkpoint at " << checkpoint);
+    tokenizer_dir = out;
   } else if (!o.tokenizer.empty()) {
-    for (const char* f : {"vocab.json", "merges.txt"}) {
-      const std::filesystem::path from = std::filesystem::path(o.tokenizer) / f;
-      QKV_CHECK(std::filesystem::is_regular_file(from),
-                "train lm: tokenizer: " << from.string() << " does not exist");
-      if (std::filesystem::exists(out / f) && std::filesystem::equivalent(from, out / f)) continue;
-      std::filesystem::copy_file(from, out / f, std::filesystem::copy_options::overwrite_existing);
-    }
+    tokenizer_dir = o.tokenizer;
+  }
+  if (!tokenizer_dir.empty()) {
+    for (const char* f : {"vocab.json", "merges.txt"})
+      QKV_CHECK(std::filesystem::is_regular_file(tokenizer_dir / f),
+                "train lm: tokenizer: " << (tokenizer_dir / f).string() << " does not exist");
+    tokenizer_texts.vocab_json = text::read_text_file(tokenizer_dir / "vocab.json", "train lm: tokenizer");
+    tokenizer_texts.merges_txt = text::read_text_file(tokenizer_dir / "merges.txt", "train lm: tokenizer");
   } else {
     QKV_CHECK(o.vocab_size >= 257, "train lm: vocab_size must be >= 257 (the 256 bytes and "
                                    "<|endoftext|>), got " << o.vocab_size);
-    train_bpe(text, {.vocab_size = o.vocab_size}).save(o.out_dir);
+    const BpeVocabulary vocabulary = train_bpe(text, {.vocab_size = o.vocab_size});
+    tokenizer_texts = {vocabulary.vocab_json(), vocabulary.merges_txt()};
   }
-  if (comm) comm->barrier();
+  const std::filesystem::path named = tokenizer_dir.empty() ? out : tokenizer_dir;
   const BpeTokenizer tokenizer =
-      BpeTokenizer::from_files(out / "vocab.json", out / "merges.txt");
+      BpeTokenizer::from_texts(tokenizer_texts.vocab_json, tokenizer_texts.merges_txt,
+                               named / "vocab.json", named / "merges.txt");
   const std::vector<std::int64_t> stream = lm_tokens(tokenizer, text);
   const auto N = static_cast<std::int64_t>(stream.size());
   QKV_CHECK(N >= T + 1, "train lm: " << o.text << " is " << N - 1 << " tokens; one training window "
@@ -203,6 +229,12 @@ LmTrainingResult train_lm(const LmTrainingOptions& o,
     for (const auto& [key, value] : run_identity(o, c, T))
       QKV_CHECK(meta.count(key) && meta.at(key) == value,
                 checkpoint << ": was trained with another " << key << " than this run's");
+    // A checkpoint older than the tokenizer beside it (a run over another text, killed
+    // between its model and its checkpoint) is another run's.
+    QKV_CHECK(!meta.count("tokenizer") || meta.at("tokenizer") == tokenizer_texts.sha256(),
+              checkpoint << ": was trained with another tokenizer than the one in " << o.out_dir
+                         << " (the run that wrote them was interrupted between the two); "
+                            "train again without --resume");
     nn::StateDict state;
     for (const auto& name : ck.names())
       if (!name.starts_with("optimizer.")) state[name] = ck.get(name);
@@ -210,6 +242,9 @@ LmTrainingResult train_lm(const LmTrainingOptions& o,
     opt = train::AdamW(w.parameters(), adam);
     start = detail::load_training_state(ck, checkpoint, opt);
     QKV_CHECK(start <= o.steps, checkpoint << ": is at step " << start << ", past steps " << o.steps);
+    QKV_CHECK(start < o.steps, "train lm: --resume: the run in " << o.out_dir << " is finished (step "
+                                   << start << " of " << o.steps
+                                   << "): nothing to train; give more --steps to train it further");
   }
 
   std::optional<distributed::GradientReducer> reducer;
@@ -270,7 +305,7 @@ LmTrainingResult train_lm(const LmTrainingOptions& o,
       result.val_loss = p.val_loss;
     }
     if (writer && o.checkpoint_every > 0 && p.step % o.checkpoint_every == 0 && !last)
-      save_all(o, c, T, w, opt, p.step, result.val_loss, seconds());
+      save_all(o, c, T, w, tokenizer_texts, opt, p.step, result.val_loss, seconds());
     p.elapsed_s = seconds();
     p.tokens_per_s = static_cast<double>((p.step - start) * o.batch * T) / std::max(p.elapsed_s, 1e-9);
     if (writer && on_progress) on_progress(p);
@@ -279,7 +314,7 @@ LmTrainingResult train_lm(const LmTrainingOptions& o,
   result.seconds = seconds();
   result.tokens_per_s =
       static_cast<double>((step - start) * o.batch * T) / std::max(result.seconds, 1e-9);
-  if (writer) save_all(o, c, T, w, opt, step, result.val_loss, result.seconds);
+  if (writer) save_all(o, c, T, w, tokenizer_texts, opt, step, result.val_loss, result.seconds);
   result.checkpoint = checkpoint;
   return result;
 }

@@ -17,10 +17,12 @@
 #include <nlohmann/json.hpp>
 
 #include "io/csv.h"
+#include "io/json_bounded.h"
 #include "io/json_config.h"
 #include "io/text_input.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
+#include "qkv/files.h"
 #include "qkv/rng.h"
 #include "qkv/safetensors.h"
 #include "qkv/train.h"
@@ -707,15 +709,23 @@ nlohmann::ordered_json metrics_json(const RankingMetrics& m) {
           {"users", m.users}};
 }
 
-void write_movies(const std::string& path, const std::vector<Movie>& movies) {
+std::string movies_csv(const std::vector<Movie>& movies) {
   std::string out = "movieId,title,year,genres\n";
   for (const Movie& m : movies)
     out += std::to_string(m.id) + "," + io::csv_field(m.title) + "," +
            (m.year > 0 ? std::to_string(m.year) : "") + "," + io::csv_field(m.genres) + "\n";
-  viz::write_file(path, out);
+  return out;
 }
 
-void write_history(const std::string& path, const Ratings& data, const Split& split) {
+// users.csv: the userIds in index order. (Models written before it held them in
+// config.json's "user_ids", which at millions of users outgrew config.json's 16 MiB.)
+std::string users_csv(const std::vector<std::int64_t>& user_ids) {
+  std::string out = "userId\n";
+  for (const std::int64_t id : user_ids) out += std::to_string(id) + "\n";
+  return out;
+}
+
+std::string history_csv(const Ratings& data, const Split& split) {
   std::ostringstream out;
   out << "userId,movieId,rating,timestamp\n";
   for (std::size_t u = 0; u < split.users.size(); ++u) {
@@ -726,7 +736,7 @@ void write_history(const std::string& path, const Ratings& data, const Split& sp
           << x.rating << "," << x.timestamp << "\n";
     }
   }
-  viz::write_file(path, out.str());
+  return out.str();
 }
 
 }  // namespace
@@ -833,12 +843,13 @@ RecommenderReport train_recommender(const RecommenderOptions& o,
     config["max_len"] = so.model.max_len;
     for (auto& [name, p] : t.weights.parameters()) tensors.emplace_back(name, *p);
   }
-  config["user_ids"] = data.user_ids;
-  config["report"] = nlohmann::json::parse(report.to_json());
-  viz::write_file(o.out_dir + "/config.json", config.dump(2) + "\n");
-  save_safetensors(o.out_dir + "/model.safetensors", tensors, meta);
-  write_movies(o.out_dir + "/movies.csv", data.movies);
-  write_history(o.out_dir + "/history.csv", data, split);
+  config["report"] = io::parse_json(report.to_json(), "recommender report");
+  ModelFiles files(o.out_dir);  // the directory changes as a whole, config.json last
+  save_safetensors(files.add("model.safetensors"), tensors, meta);
+  files.add("users.csv", users_csv(data.user_ids));
+  files.add("movies.csv", movies_csv(data.movies));
+  files.add("history.csv", history_csv(data, split));
+  files.commit(config.dump());
   return report;
 }
 
@@ -853,13 +864,27 @@ Recommender Recommender::load(const std::string& dir) {
   r.kind_ = config.get_string("model");
   QKV_CHECK(r.kind_ == "mf" || r.kind_ == "sasrec",
             dir << "/config.json: model must be 'mf' or 'sasrec', got '" << r.kind_ << "'");
-  r.user_ids_ = config.get_int_list("user_ids");
+  const std::string users_path = dir + "/users.csv";
+  if (config.has("user_ids")) {
+    r.user_ids_ = config.get_int_list("user_ids");
+  } else {
+    const std::vector<io::CsvRecord> users = io::parse_csv(io::read_text(users_path, "users"), users_path);
+    QKV_CHECK(!users.empty() && users[0].fields == std::vector<std::string>({"userId"}),
+              users_path << " line 1: the header must be userId");
+    for (std::size_t i = 1; i < users.size(); ++i) {
+      const std::string where = users_path + " line " + std::to_string(users[i].line);
+      QKV_CHECK(users[i].fields.size() == 1, where << ": " << users[i].fields.size() << " fields, expected 1");
+      r.user_ids_.push_back(io::csv_integer(users[i].fields[0], where, "userId"));
+    }
+  }
   QKV_CHECK(std::is_sorted(r.user_ids_.begin(), r.user_ids_.end()) &&
                 std::adjacent_find(r.user_ids_.begin(), r.user_ids_.end()) == r.user_ids_.end(),
-            dir << "/config.json: user_ids must be ascending and distinct");
+            dir << (config.has("user_ids") ? "/config.json: user_ids" : "/users.csv: the userIds")
+                << " must be ascending and distinct");
   const std::int64_t U = static_cast<std::int64_t>(r.user_ids_.size());
   const std::int64_t I = config.get_int("num_movies");
-  QKV_CHECK(config.get_int("num_users") == U, dir << "/config.json: num_users disagrees with user_ids");
+  QKV_CHECK(config.get_int("num_users") == U, dir << "/config.json: num_users disagrees with the "
+                                                    << U << " user ids");
 
   // movies.csv: movieId,title,year,genres in index order.
   const std::string movies_path = dir + "/movies.csv";
@@ -893,7 +918,7 @@ Recommender Recommender::load(const std::string& dir) {
     const std::int64_t user = io::csv_integer(rec.fields[0], where, "userId");
     const std::int64_t movie = io::csv_integer(rec.fields[1], where, "movieId");
     const std::optional<std::int64_t> u = index_of(r.user_ids_, user), m = index_of(r.movies_, movie);
-    QKV_CHECK(u.has_value(), where << ": user " << user << " is not in config.json");
+    QKV_CHECK(u.has_value(), where << ": user " << user << " is not one of the model's users");
     QKV_CHECK(m.has_value(), where << ": movie " << movie << " is not in movies.csv");
     r.history_[static_cast<std::size_t>(*u)].push_back(*m);
   }

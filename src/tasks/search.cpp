@@ -3,10 +3,13 @@
 
 #include "qkv/search.h"
 
-#include <openssl/evp.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <cstring>
+#include <string_view>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +20,7 @@
 #include "io/text_input.h"
 #include "models/checkpoint.h"
 #include "qkv/error.h"
+#include "qkv/files.h"
 #include "qkv/safetensors.h"
 
 namespace qkv {
@@ -30,33 +34,6 @@ constexpr std::size_t kChunkLines = 2048;
 // Sentences per batch: the corpus is sorted by length first, so batches pad little, and
 // wide batches give the products enough rows even for short lines.
 constexpr std::int64_t kBatch = 128;
-
-class Sha256 {
- public:
-  Sha256() : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
-    QKV_CHECK(ctx_ && EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) == 1,
-              "SHA-256: OpenSSL could not start a digest");
-  }
-  void update(const void* data, std::size_t size) {
-    QKV_CHECK(EVP_DigestUpdate(ctx_.get(), data, size) == 1, "SHA-256: OpenSSL digest failed");
-  }
-  std::string hex() {
-    std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
-    unsigned int size = 0;
-    QKV_CHECK(EVP_DigestFinal_ex(ctx_.get(), digest.data(), &size) == 1,
-              "SHA-256: OpenSSL digest failed");
-    std::string out;
-    char byte[3];
-    for (unsigned int i = 0; i < size; ++i) {
-      std::snprintf(byte, sizeof byte, "%02x", digest[i]);
-      out += byte;
-    }
-    return out;
-  }
-
- private:
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx_;
-};
 
 // file_sha256 of the corpus, its errors naming it as the corpus.
 std::string corpus_sha256(const std::string& path) {
@@ -74,30 +51,12 @@ bool blank(const std::string& line) {
 
 }  // namespace
 
-std::string file_sha256(const std::string& path) {
-  std::error_code ec;
-  QKV_CHECK(std::filesystem::is_regular_file(path, ec),
-            "'" << path << "' is not a regular file (or does not exist)");
-  std::ifstream in(path, std::ios::binary);
-  QKV_CHECK(in, "cannot open '" << path << "'");
-  Sha256 sha;
-  std::vector<char> buffer(std::size_t{1} << 20);
-  while (in) {
-    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    sha.update(buffer.data(), static_cast<std::size_t>(in.gcount()));
-  }
-  QKV_CHECK(in.eof(), "reading '" << path << "' failed");
-  return sha.hex();
-}
-
 std::string model_fingerprint(const std::string& model_dir) {
   const std::filesystem::path d(model_dir);
-  Sha256 sha;
-  for (const char* name : {"config.json", "model.safetensors", "tokenizer.json"}) {
-    const std::string h = file_sha256((d / name).string());
-    sha.update(h.data(), h.size());
-  }
-  return sha.hex();
+  std::string hashes;  // the SHA-256 of the SHA-256s, in this order
+  for (const char* name : {"config.json", "model.safetensors", "tokenizer.json"})
+    hashes += file_sha256((d / name).string());
+  return sha256_hex(hashes);
 }
 
 SearchIndex SearchIndex::build(const models::UseLiteModel& model, const std::string& model_dir,
@@ -153,6 +112,69 @@ SearchIndex SearchIndex::embed_corpus(const models::UseLiteModel& model, std::st
   return index;
 }
 
+namespace {
+
+// The start of every index save() writes, after the u64 header size: the metadata comes
+// first and its keys in order, "corpus" (64 hex digits) before "format". A damaged index
+// (cut short, say) is recognised by as much of this as it holds.
+constexpr std::string_view kIndexStart = "{\"__metadata__\":{\"corpus\":\"";
+constexpr std::string_view kIndexFormat = "\",\"format\":\"qkv-search-index/1\"";
+
+bool starts_like_an_index(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string head(8 + kIndexStart.size() + 64 + kIndexFormat.size(), '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<std::size_t>(in.gcount()));
+  if (head.size() < 8 + kIndexStart.size()) return false;
+  std::uint64_t header_size = 0;
+  std::memcpy(&header_size, head.data(), 8);  // little-endian, as the file format
+  if (header_size < kIndexStart.size() + 64 + kIndexFormat.size() || header_size > (std::uint64_t{1} << 30))
+    return false;
+  const std::string_view body = std::string_view(head).substr(8);
+  for (std::size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (i < kIndexStart.size()) {
+      if (c != kIndexStart[i]) return false;
+    } else if (i < kIndexStart.size() + 64) {
+      if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+    } else if (c != kIndexFormat[i - kIndexStart.size() - 64]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool SearchIndex::check_index_file(const std::string& index_path) {
+  struct stat st{};
+  if (::stat(index_path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return false;  // (a dangling symlink too: writing creates its target)
+    const int e = errno;
+    throw Error("index '" + index_path + "': " + std::strerror(e));
+  }
+  const std::string never = "; it is never read as an index nor replaced by one (not even by a "
+                            "rebuild, qkv search --reindex): name another index file";
+  if (!S_ISREG(st.st_mode))
+    throw Error("index '" + index_path + "' is not a qkv search index: it is " +
+                (S_ISDIR(st.st_mode) ? "a directory" : S_ISCHR(st.st_mode) ? "a character device"
+                 : S_ISBLK(st.st_mode) ? "a block device" : S_ISFIFO(st.st_mode) ? "a FIFO"
+                 : "not a regular file") + never);
+  std::string format;
+  try {
+    const SafeTensors file = SafeTensors::open(index_path);
+    const auto it = file.metadata().find("format");
+    if (it != file.metadata().end() && it->second == kFormat) return true;
+    format = it == file.metadata().end() ? std::string() : it->second;
+  } catch (const Error&) {
+    if (starts_like_an_index(index_path)) return true;  // a damaged index: open_or_build says so
+    throw Error("index '" + index_path + "' is not a qkv search index (its header is not one: " +
+                std::to_string(st.st_size) + " bytes that do not start as an index does)" + never);
+  }
+  throw Error("index '" + index_path + "' is not a qkv search index (a safetensors file of format '" +
+              format + "', expected '" + kFormat + "')" + never);
+}
+
 SearchIndex SearchIndex::open_or_build(const models::UseLiteModel& model,
                                        const std::string& model_dir,
                                        const std::string& corpus_path,
@@ -161,14 +183,15 @@ SearchIndex SearchIndex::open_or_build(const models::UseLiteModel& model,
   // Each hashed once: the model's files are tens of MB, the corpus may be too.
   const std::string fingerprint = model_fingerprint(model_dir);
   const std::string corpus_sha = corpus_sha256(corpus_path);
-  std::error_code ec;
-  if (!rebuild && std::filesystem::exists(index_path, ec)) {
+  // Anything but an index (whole or damaged) or nothing is refused, even with `rebuild`.
+  const bool exists = check_index_file(index_path);
+  if (!rebuild && exists) {
     SafeTensors file;
     try {
       file = SafeTensors::open(index_path);
     } catch (const Error& e) {
       throw Error("index '" + index_path + "' is damaged (" + e.what() +
-                  "): delete it, or rebuild it (qkv search --reindex)");
+                  "): rebuild it (qkv search --reindex)");
     }
     const auto& meta = file.metadata();
     auto get = [&](const char* key) {
@@ -200,8 +223,8 @@ SearchIndex SearchIndex::open_or_build(const models::UseLiteModel& model,
       QKV_CHECK(e.dtype() == DType::f32 && e.shape() == (Shape{N, O}),
                 "index '" << index_path << "' is damaged: embeddings " << e.shape_string()
                           << ", the corpus has " << N << " lines of width " << O);
-      // A view into the mapping: a rewrite of the file (save_safetensors renames a new
-      // one over it) leaves this mapping's inode intact.
+      // A view into the index's buffer: SafeTensors::open copies the file, so a rewrite of
+      // the file under a running search changes nothing here.
       index.embeddings_ = e;
       models::detail::check_finite(e, "index '" + index_path + "' is damaged", "embeddings");
       if (built) *built = false;

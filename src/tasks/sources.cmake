@@ -4,10 +4,8 @@ list(APPEND QKV_SOURCES src/tasks/dates.cpp)
 list(APPEND QKV_SOURCES src/tasks/date_translator.cpp)
 list(APPEND QKV_SOURCES src/tasks/language_model.cpp)
 list(APPEND QKV_SOURCES src/tasks/embedded_model.cpp)
-# Semantic search over a corpus; its index file is checked by SHA-256 (OpenSSL's libcrypto).
+# Semantic search over a corpus; its index file is checked by SHA-256 (io/files.cpp).
 list(APPEND QKV_SOURCES src/tasks/search.cpp)
-find_package(OpenSSL REQUIRED COMPONENTS Crypto)
-list(APPEND QKV_LAYER_LIBRARIES OpenSSL::Crypto)
 # models/dates, when present, is assembled into embedded_model.cpp (see that file).
 set(QKV_DATE_MODEL_DIR ${CMAKE_CURRENT_LIST_DIR}/../../models/dates)
 cmake_path(NORMAL_PATH QKV_DATE_MODEL_DIR)

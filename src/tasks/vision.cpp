@@ -15,10 +15,12 @@
 
 #include "io/idx.h"
 #include "io/image.h"
+#include "io/json_bounded.h"
 #include "io/json_config.h"
 #include "io/read_file.h"
 #include "models/checkpoint.h"
 #include "qkv/error.h"
+#include "qkv/files.h"
 #include "qkv/rng.h"
 #include "qkv/safetensors.h"
 #include "qkv/train.h"
@@ -522,7 +524,7 @@ VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionM
     start = models::detail::load_training_state(ck, checkpoint, opt);
     QKV_CHECK(start <= total, checkpoint << ": is at step " << start << ", past the " << total << " steps of --epochs "
                                          << o.epochs);
-    const nlohmann::json v = nlohmann::json::parse(meta.at("validation"), nullptr, false);
+    const nlohmann::json v = io::parse_json(meta.at("validation"), checkpoint + ": validation", false);
     QKV_CHECK(v.is_array() && static_cast<std::int64_t>(v.size()) == start / per_epoch,
               checkpoint << ": its validation accuracies do not match its step");
     for (const auto& a : v) result.validation_accuracy.push_back(a.get<double>());
@@ -620,8 +622,9 @@ VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionM
                       {"test_accuracy", result.test_accuracy},
                       {"training_seconds", result.seconds},
                       {"num_parameters", result.num_parameters}};
-  viz::write_file(o.out_dir + "/config.json", config.dump(2) + "\n");
-  save_safetensors(o.out_dir + "/model.safetensors", weight_tensors(best, o.bf16), {{"format", "pt"}});
+  ModelFiles files(o.out_dir);  // the directory changes as a whole, config.json last
+  save_safetensors(files.add("model.safetensors"), weight_tensors(best, o.bf16), {{"format", "pt"}});
+  files.commit(config.dump());
   return result;
 }
 
@@ -644,7 +647,7 @@ Classifier Classifier::load(const std::string& dir) {
   QKV_CHECK(j.get_string("model_type", "") == "qkv-vision",
             config_path << ": not a qkv image classifier (model_type is not 'qkv-vision'; make one with qkv train vision)");
   VisionNetwork net = network_from(j);
-  const nlohmann::json names = nlohmann::json::parse(io::read_file(config_path, "config", 16u << 20), nullptr, false);
+  const nlohmann::json names = io::parse_json(io::read_file(config_path, "config", 16u << 20), config_path, false);
   QKV_CHECK(names.is_object() && names.contains("class_names") && names["class_names"].is_array(),
             config_path << ": no class_names list");
   std::vector<std::string> class_names;

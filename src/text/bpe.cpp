@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <queue>
 
+#include "io/json_bounded.h"
 #include "qkv/error.h"
 #include "qkv/tokenizer.h"
 #include "text/byte_level.h"
@@ -113,11 +114,17 @@ auto with_context(const char* who, const std::string& where, F&& build) {
 BpeTokenizer BpeTokenizer::from_files(const std::filesystem::path& vocab_json,
                                       const std::filesystem::path& merges_txt) {
   const char* who = "BpeTokenizer::from_files";
-  const std::string vocab_text = text::read_text_file(vocab_json, who);
-  const std::string merges_text = text::read_text_file(merges_txt, who);
+  return from_texts(text::read_text_file(vocab_json, who), text::read_text_file(merges_txt, who),
+                    vocab_json, merges_txt);
+}
+
+BpeTokenizer BpeTokenizer::from_texts(const std::string& vocab_text, const std::string& merges_text,
+                                      const std::filesystem::path& vocab_json,
+                                      const std::filesystem::path& merges_txt) {
+  const char* who = "BpeTokenizer::from_files";
   std::map<std::string, std::int64_t> vocab =
       with_context(who, " in '" + vocab_json.string() + "'", [&] {
-        return vocab_from_json(nlohmann::json::parse(vocab_text), who,
+        return vocab_from_json(io::parse_json(vocab_text, std::string(who) + ": '" + vocab_json.string() + "'"), who,
                                " in '" + vocab_json.string() + "'");
       });
   std::vector<std::pair<std::string, std::string>> merges;
@@ -156,7 +163,7 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::filesystem::path& path
   const std::string content = text::read_text_file(path, who);
   const std::string where = " in '" + path.string() + "'";
   return with_context(who, where, [&] {
-    const nlohmann::json j = nlohmann::json::parse(content);
+    const nlohmann::json j = io::parse_json(content, std::string(who) + ": '" + path.string() + "'");
     QKV_CHECK(j.contains("model") && j["model"].is_object(),
               who << ": no \"model\" object" << where);
     const auto& model = j["model"];
@@ -189,8 +196,7 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::filesystem::path& path
         } else {
           QKV_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(),
                     who << ": model.merges entry must be \"a b\" or [a, b], got "
-                        << text::quoted(m.dump(-1, ' ', false,
-                                               nlohmann::json::error_handler_t::replace))
+                        << text::quoted(io::json_brief(m, 200))
                         << where);
           merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
         }

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "qkv/error.h"
+#include "qkv/files.h"
 #include "qkv/tokenizer.h"
 #include "text/byte_level.h"
 #include "text/unicode.h"
@@ -183,22 +184,24 @@ BpeTokenizer BpeVocabulary::tokenizer() const {
   return BpeTokenizer::from_vocab_and_merges(ids, merges);
 }
 
+std::string BpeVocabulary::vocab_json() const {
+  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+  for (std::size_t i = 0; i < tokens.size(); ++i) vocab[tokens[i]] = i;
+  return vocab.dump() + "\n";
+}
+
+std::string BpeVocabulary::merges_txt() const {
+  std::string text = "#version: 0.2\n";
+  for (const auto& [left, right] : merges) text += left + " " + right + "\n";
+  return text;
+}
+
 void BpeVocabulary::save(const std::filesystem::path& dir) const {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   QKV_CHECK(!ec, "BpeVocabulary::save: cannot create '" << dir.string() << "': " << ec.message());
-  nlohmann::ordered_json vocab_json = nlohmann::ordered_json::object();
-  for (std::size_t i = 0; i < tokens.size(); ++i) vocab_json[tokens[i]] = i;
-  const auto write = [&](const std::filesystem::path& path, const std::string& content) {
-    std::ofstream out(path, std::ios::binary);
-    out << content;
-    out.close();
-    QKV_CHECK(out.good(), "BpeVocabulary::save: cannot write '" << path.string() << "'");
-  };
-  write(dir / "vocab.json", vocab_json.dump() + "\n");
-  std::string merges_txt = "#version: 0.2\n";
-  for (const auto& [left, right] : merges) merges_txt += left + " " + right + "\n";
-  write(dir / "merges.txt", merges_txt);
+  write_file((dir / "vocab.json").string(), vocab_json(), "BpeVocabulary::save");
+  write_file((dir / "merges.txt").string(), merges_txt(), "BpeVocabulary::save");
 }
 
 }  // namespace qkv

@@ -3,7 +3,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/json_bounded.h"
 #include "qkv/error.h"
+#include "qkv/files.h"
 #include "text/unicode.h"
 
 namespace qkv {
@@ -13,6 +15,9 @@ Tokenizer Tokenizer::load(const std::filesystem::path& directory) {
   std::error_code ec;
   QKV_CHECK(fs::is_directory(directory, ec),
             "Tokenizer::load: '" << directory.string() << "' is not a directory");
+  // A model directory written by qkv records its tokenizer files in config.json: files
+  // that are not the ones written with the model are refused (qkv/files.h).
+  if (fs::is_regular_file(directory / "config.json", ec)) check_model_files((directory / "config.json").string());
   // exists(), not is_regular_file(): a vocabulary that is a directory or a device must be
   // an error naming it (text::read_text_file), not skipped as if it were absent.
   const fs::path json = directory / "tokenizer.json";
@@ -20,7 +25,7 @@ Tokenizer Tokenizer::load(const std::filesystem::path& directory) {
     const std::string content = text::read_text_file(json, "Tokenizer::load");
     std::string type;
     try {
-      const nlohmann::json j = nlohmann::json::parse(content);
+      const nlohmann::json j = io::parse_json(content, "Tokenizer::load: '" + json.string() + "'");
       if (j.contains("model") && j["model"].is_object())
         type = j["model"].value("type", std::string());
     } catch (const nlohmann::json::exception& e) {

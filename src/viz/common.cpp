@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "qkv/error.h"
+#include "qkv/files.h"
 #include "qkv/version.h"
 
 namespace qkv::viz {
@@ -231,14 +232,6 @@ std::string self_contained_page(std::string_view title, std::string_view title_s
 
 }  // namespace detail
 
-void write_file(const std::string& path, const std::string& text) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  QKV_CHECK(f != nullptr, "cannot write '" << path << "': " << std::strerror(errno));
-  const std::size_t written = std::fwrite(text.data(), 1, text.size(), f);
-  const int write_errno = errno;
-  const bool closed = std::fclose(f) == 0;
-  QKV_CHECK(written == text.size(), "cannot write '" << path << "': " << std::strerror(write_errno));
-  QKV_CHECK(closed, "cannot write '" << path << "': " << std::strerror(errno));
-}
+void write_file(const std::string& path, const std::string& text) { qkv::write_file(path, text); }
 
 }  // namespace qkv::viz
