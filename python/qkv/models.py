@@ -524,7 +524,8 @@ def load_model(directory, weights="f32"):
     try:
         with open(config_path, encoding="utf-8") as f:
             config = json.load(f)
-    except ValueError as e:  # UnicodeDecodeError included
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError included; RecursionError:
+        # nested past Python's recursion limit (the C++ readers refuse more than 64 levels)
         raise ValueError(f"{fn}: malformed JSON in '{config_path}': {e}") from None
     model_type = config.get("model_type") if isinstance(config, dict) else None
     cls = _MODELS.get(model_type)

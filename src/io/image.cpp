@@ -169,10 +169,43 @@ void read_png_input(png_structp png, png_bytep out, std::size_t n) {
   input->at += n;
 }
 
+// Every chunk's declared length checked against the bytes the file has, before libpng
+// reads any: libpng allocates a chunk's declared length before it reads the data, so a
+// 44-byte file whose tEXt chunk claims 2^31 - 1 bytes took 2 GB (issue 48). The chunks
+// are walked up to IEND (or the end of the file); what comes after IEND is libpng's.
+void check_png_chunks(std::string_view bytes, const std::string& name) {
+  const auto u32 = [&](std::size_t at) {
+    return (std::uint32_t{static_cast<std::uint8_t>(bytes[at])} << 24) |
+           (std::uint32_t{static_cast<std::uint8_t>(bytes[at + 1])} << 16) |
+           (std::uint32_t{static_cast<std::uint8_t>(bytes[at + 2])} << 8) | static_cast<std::uint8_t>(bytes[at + 3]);
+  };
+  std::size_t at = 8;  // after the signature
+  while (at < bytes.size()) {
+    const std::size_t left = bytes.size() - at;
+    QKV_CHECK(left >= 8, name << ": corrupt or truncated PNG: the file ends inside the PNG (truncated): " << left
+                              << " byte(s) at byte " << at << " are not a whole chunk header (8 bytes)");
+    const std::uint32_t length = u32(at);
+    std::string type;
+    for (std::size_t i = 4; i < 8; ++i) {
+      const char c = bytes[at + i];
+      type += (c >= 0x20 && c < 0x7f) ? c : '?';
+    }
+    QKV_CHECK(length <= 0x7fffffffu, name << ": corrupt PNG: chunk '" << type << "' at byte " << at
+                                          << " declares " << length << " bytes, over PNG's limit of 2^31 - 1");
+    QKV_CHECK(std::uint64_t{length} + 12 <= left,
+              name << ": corrupt or truncated PNG: the file ends inside the PNG (truncated): chunk '" << type
+                   << "' at byte " << at << " declares " << length << " bytes of data, the file has "
+                   << (left >= 12 ? left - 12 : 0) << " after its header and CRC");
+    at += std::size_t{length} + 12;
+    if (type == "IEND") break;
+  }
+}
+
 struct PngHeader {
   png_uint_32 width;
   png_uint_32 height;
-  int channels;  // after the transforms: 1 grey or 3 RGB
+  int channels;  // after the transforms: 1 grey, 3 RGB, or 1 palette index
+  bool palette;  // the pixels read are indices into the PLTE entries (to be checked)
 };
 
 // The header, with the transforms to 8-bit grey or RGB set. False on a libpng error.
@@ -181,7 +214,11 @@ bool png_header(png_structp png, png_infop info, PngHeader* header) {
   png_read_info(png, info);
   const int colour = png_get_color_type(png, info);
   const int depth = png_get_bit_depth(png, info);
-  if (colour == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  // A palette image is read as its indices (1, 2 and 4-bit ones unpacked to a byte each)
+  // and mapped here: libpng's own expansion reads an index past the PLTE entries as
+  // black, where this refuses it (issue 48).
+  header->palette = colour == PNG_COLOR_TYPE_PALETTE;
+  if (header->palette && depth < 8) png_set_packing(png);
   if (colour == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
   if (depth == 16) png_set_scale_16(png);  // v * 255 / 65535, rounded
   if (colour & PNG_COLOR_MASK_ALPHA) png_set_strip_alpha(png);
@@ -226,12 +263,29 @@ GreyImage parse_png(std::string_view bytes, const std::string& name) {
   check_size(image.height, image.width, name);
   QKV_CHECK(header.channels == 1 || header.channels == 3,
             name << ": PNG with " << header.channels << " channels after conversion (expected 1 or 3)");
+  png_colorp palette = nullptr;
+  int palette_size = 0;
+  if (header.palette)
+    QKV_CHECK(png_get_PLTE(read.png, read.info, &palette, &palette_size) == PNG_INFO_PLTE && palette_size > 0,
+              name << ": corrupt PNG: a palette image without a PLTE chunk");
   const std::size_t row_bytes = static_cast<std::size_t>(image.width) * header.channels;  // (W, C)
   std::vector<std::uint8_t> pixels(row_bytes * image.height);                             // (H, W, C)
   std::vector<png_bytep> rows(image.height);                                              // (H)
   for (std::int64_t y = 0; y < image.height; ++y) rows[y] = pixels.data() + y * row_bytes;
   QKV_CHECK(png_pixels(read.png, read.info, rows.data()), name << ": corrupt or truncated PNG: " << error.text);
 
+  if (header.palette) {
+    image.pixels.resize(pixels.size());
+    for (std::size_t i = 0; i < pixels.size(); ++i) {
+      const int index = pixels[i];
+      QKV_CHECK(index < palette_size, name << ": corrupt PNG: pixel (row " << i / image.width << ", column "
+                                           << i % image.width << ") is palette index " << index
+                                           << ", past the " << palette_size << " entries of its PLTE chunk");
+      const png_color& c = palette[index];
+      image.pixels[i] = static_cast<std::uint8_t>((c.red * 19595 + c.green * 38470 + c.blue * 7471 + 0x8000) >> 16);
+    }
+    return image;
+  }
   if (header.channels == 1) {
     image.pixels = std::move(pixels);
     return image;
@@ -249,7 +303,10 @@ GreyImage parse_png(std::string_view bytes, const std::string& name) {
 
 GreyImage parse_image(std::string_view bytes, const std::string& name) {
   QKV_CHECK(!bytes.empty(), name << ": empty (0 bytes; expected a PNG or PGM image)");
-  if (bytes.starts_with(std::string_view(kPngSignature, 8))) return parse_png(bytes, name);
+  if (bytes.starts_with(std::string_view(kPngSignature, 8))) {
+    check_png_chunks(bytes, name);
+    return parse_png(bytes, name);
+  }
   if (bytes.size() >= 2 && bytes[0] == 'P' && (bytes[1] == '5' || bytes[1] == '2') &&
       (bytes.size() == 2 || pgm_space(bytes[2]) || bytes[2] == '#'))
     return parse_pgm(bytes, name);

@@ -1,10 +1,13 @@
 // JsonConfig (io/json_config.h): typed access to a JSON object (a Hugging Face config.json).
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "io/json_bounded.h"
 #include "io/json_config.h"
 #include "io/read_file.h"
 #include "qkv/error.h"
+#include "qkv/files.h"
 
 namespace qkv {
 
@@ -20,11 +23,8 @@ using json = nlohmann::json;
 // room for any real one and keeps a wrong path (a checkpoint, /dev/zero) from being read.
 constexpr std::uint64_t kMaxConfigBytes = std::uint64_t{16} << 20;
 
-std::string brief(const json& value) {
-  std::string s = value.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return std::string(value.type_name()) + " " + s;
-}
+// The value's type and a bounded prefix of it (io::json_brief: never the whole value).
+std::string brief(const json& value) { return std::string(value.type_name()) + " " + io::json_brief(value); }
 
 // The value of `key`, or nullptr when it is absent or null.
 const json* find(const json& object, const std::string& key) {
@@ -39,7 +39,7 @@ JsonConfig JsonConfig::parse(const std::string& text, std::string label) {
   JsonConfig config;
   auto data = std::make_shared<Data>();
   try {
-    data->value = json::parse(text);
+    data->value = io::parse_json(text, "config '" + label + "'", true, kMaxConfigBytes);
   } catch (const json::exception& e) {
     throw Error("config '" + label + "': not valid JSON: " + e.what());
   }
@@ -53,7 +53,12 @@ JsonConfig JsonConfig::parse(const std::string& text, std::string label) {
 JsonConfig JsonConfig::load(const std::string& path) {
   const std::string text = io::read_file(path, "config", kMaxConfigBytes);
   QKV_CHECK(!text.empty(), "config '" << path << "': the file is empty (expected a JSON object)");
-  return parse(text, path);
+  JsonConfig config = parse(text, path);
+  // A model directory's config.json written by qkv records its files (qkv/files.h): a
+  // directory whose files are not the ones written with it is refused here, for every model.
+  if (std::filesystem::path(path).filename() == "config.json" && config.has("files"))
+    check_model_files(path);
+  return config;
 }
 
 bool JsonConfig::has(const std::string& key) const { return find(data_->value, key) != nullptr; }

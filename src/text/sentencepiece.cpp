@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include "io/json_bounded.h"
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -145,11 +146,10 @@ SentencePieceTokenizer SentencePieceTokenizer::from_tokenizer_json(
   const char* who = "SentencePieceTokenizer::from_tokenizer_json";
   const std::string content = text::read_text_file(path, who);
   const std::string where = " in '" + path.string() + "'";
-  // A value for a message: a string as itself, anything else as its JSON, quoted.
+  // A value for a message: a string as itself, anything else as its JSON (a bounded
+  // prefix, io::json_brief), quoted.
   const auto dump = [](const nlohmann::json& v) {
-    return text::quoted(v.is_string()
-                            ? v.get<std::string>()
-                            : v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    return text::quoted(v.is_string() ? v.get<std::string>() : io::json_brief(v, 200));
   };
   // Whether v is an integer in [0, size); an unsigned beyond int64 is out of range too.
   const auto id_in_range = [](const nlohmann::json& v, std::size_t size) {
@@ -163,7 +163,7 @@ SentencePieceTokenizer SentencePieceTokenizer::from_tokenizer_json(
     return object.is_object() && object.contains(key) && object[key] == expected;
   };
   try {
-    const nlohmann::json j = nlohmann::json::parse(content);
+    const nlohmann::json j = io::parse_json(content, std::string(who) + ": '" + path.string() + "'");
     QKV_CHECK(j.is_object(), who << ": the file must hold a JSON object" << where);
     QKV_CHECK(j.contains("model") && j["model"].is_object(),
               who << ": no \"model\" object" << where);

@@ -4,6 +4,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "io/json_bounded.h"
 #include "qkv/error.h"
 #include "qkv/tokenizer.h"
 #include "text/unicode.h"
@@ -137,7 +138,7 @@ WordPieceTokenizer WordPieceTokenizer::from_tokenizer_json(const std::filesystem
   const std::string where = " in '" + path.string() + "'";
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(content);
+    j = io::parse_json(content, std::string(who) + ": '" + path.string() + "'");
     QKV_CHECK(j.contains("model") && j["model"].is_object(),
               who << ": no \"model\" object" << where);
     const auto& model = j["model"];

@@ -53,11 +53,14 @@ void append_png(png_structp png, png_bytep data, std::size_t n) {
   static_cast<std::string*>(png_get_io_ptr(png))->append(reinterpret_cast<const char*>(data), n);
 }
 
+constexpr char kPngStart[] = "\x89PNG\r\n\x1a\n";
+
 std::string png_bytes(const PngSpec& spec) {
   std::string out;
   png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
   png_infop info = png_create_info_struct(png);
   png_set_write_fn(png, &out, append_png, nullptr);
+  png_set_check_for_invalid_index(png, 0);  // palette indices past the PLTE entries may be written
   png_set_IHDR(png, info, spec.width, spec.height, spec.depth, spec.colour,
                spec.interlaced ? PNG_INTERLACE_ADAM7 : PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
                PNG_FILTER_TYPE_DEFAULT);
@@ -233,6 +236,61 @@ TEST(Image, MalformedPngNamesTheFile) {
   expect_error_mentioning([&] { read_image(path, 32, 32); },
                {"image '" + path + "'", "the image is 28 x 28 (H x W), expected 32 x 32"});
   expect_error_mentioning([&] { read_image(path, 0, 27); }, {path, "expected any x 27"});
+}
+
+// A chunk: its length, type, data and CRC (of type and data).
+std::string png_chunk(const std::string& type, const std::string& data, std::uint32_t length) {
+  std::string out;
+  for (const int shift : {24, 16, 8, 0}) out += static_cast<char>((length >> shift) & 0xFF);
+  const std::string body = type + data;
+  out += body;
+  const uLong crc = crc32(0, reinterpret_cast<const Bytef*>(body.data()), static_cast<uInt>(body.size()));
+  for (const int shift : {24, 16, 8, 0}) out += static_cast<char>((crc >> shift) & 0xFF);
+  return out;
+}
+
+// Issue 48 row 10: a 44-byte PNG whose tEXt chunk claims 2^31 - 1 bytes took 2.1 GB and
+// 5 s before libpng found it truncated. Chunk lengths are checked against the file first.
+TEST(Image, PngChunkLongerThanTheFileIsRefusedBeforeReading) {
+  TempDir dir;
+  const auto check = [&](const std::string& name, const std::string& bytes, const std::vector<std::string>& what) {
+    const std::string path = at(dir, name, bytes);
+    std::vector<std::string> parts = what;
+    parts.insert(parts.begin(), "image '" + path + "'");
+    expect_error_mentioning([&] { read_image(path); }, parts);
+  };
+  const std::string ihdr = png_chunk("IHDR", "\x00\x00\x00\x01\x00\x00\x00\x01\x08\x00\x00\x00\x00"s, 13);
+  const std::string start = std::string(kPngStart, 8) + ihdr;
+  const std::string text = start + "\x7f\xff\xff\xfftEXtabc"s;
+  ASSERT_EQ(text.size(), 44u);
+  check("text.png", text, {"truncated", "chunk 'tEXt' at byte 33 declares 2147483647 bytes of data, the file has 0"});
+  check("text4g.png", start + "\xff\xff\xff\xfftEXtabc"s,
+        {"chunk 'tEXt' at byte 33 declares 4294967295 bytes, over PNG's limit of 2^31 - 1"});
+  // The same for an IDAT, and a chunk header cut short.
+  check("idat.png", start + png_chunk("IDAT", "", 0x10000000).substr(0, 12), {"chunk 'IDAT' at byte 33 declares 268435456"});
+  check("cut.png", start + "\x00\x00"s, {"truncated", "2 byte(s) at byte 33 are not a whole chunk header"});
+  // Bytes after IEND are not chunks this reads.
+  const auto pixels = pattern(28, 28);
+  const std::string good = png_bytes({28, 28, PNG_COLOR_TYPE_GRAY, 8, false, {}, grey_rows(pixels, 28, 28)});
+  EXPECT_EQ(parse_image(good + "\x7f\xff\xff\xff"s, "after").pixels, pixels);
+}
+
+// Issue 48 row 18: a palette of 1 entry with indices up to 255 read the missing entries
+// as black; an index past the palette is an error naming it and the palette's size.
+TEST(Image, PngPaletteIndexPastThePaletteIsRefused) {
+  TempDir dir;
+  const std::vector<png_color> one = {{10, 20, 30}};
+  const std::string path = at(dir, "p.png", png_bytes({4, 1, PNG_COLOR_TYPE_PALETTE, 8, false, one, {"\x00\x00\x80\xff"s}}));
+  expect_error_mentioning([&] { read_image(path); },
+                          {"image '" + path + "'", "pixel (row 0, column 2) is palette index 128, past the 1 entries of its PLTE chunk"});
+  // 2 bits a pixel, 3 entries: index 3 in the second row of an interlaced image.
+  const std::vector<png_color> three = {{0, 0, 0}, {255, 255, 255}, {1, 2, 3}};
+  expect_error_mentioning(
+      [&] { parse_image(png_bytes({4, 2, PNG_COLOR_TYPE_PALETTE, 2, true, three, {"\x1A"s, "\x1B"s}}), "p2"); },
+      {"p2", "pixel (row 1, column 3) is palette index 3, past the 3 entries"});
+  // Every index within the palette: read as before.
+  EXPECT_EQ(parse_image(png_bytes({4, 1, PNG_COLOR_TYPE_PALETTE, 8, false, one, {"\x00\x00\x00\x00"s}}), "ok").pixels,
+            std::vector<std::uint8_t>(4, luma(10, 20, 30)));
 }
 
 TEST(Image, NotAnImageNamesTheFile) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "io/json_bounded.h"
 #include "io/json_config.h"
 #include "attention/expect_error.h"
 #include "qkv/error.h"
@@ -18,6 +19,16 @@ namespace {
 using qkv::JsonConfig;
 
 using qkv::testing::expect_error_mentioning;
+
+// n levels of `open` around `inner`, closed by `close` (e.g. "{\"a\":", "}").
+std::string nested(std::size_t n, const std::string& open, const std::string& close, const std::string& inner = "1") {
+  std::string s;
+  s.reserve(n * (open.size() + close.size()) + inner.size());
+  for (std::size_t i = 0; i < n; ++i) s += open;
+  s += inner;
+  for (std::size_t i = 0; i < n; ++i) s += close;
+  return s;
+}
 
 const char* kBert = R"({
   "architectures": ["BertModel"],
@@ -116,6 +127,74 @@ TEST(JsonConfig, LoadRefusesWhatIsNotAConfigFile) {
   expect_error_mentioning([&] { JsonConfig::load(big); },
                {"big.json", "16.0 MiB (16777217 bytes), over the limit of 16.0 MiB"});
   std::filesystem::remove_all(dir);
+}
+
+// Issue 48 row 1: '[' * 100000 crashed every reader (the value's dump() for the message
+// recursed). Nesting is refused before parsing, at 65 levels, whatever the shape.
+TEST(JsonBounded, NestingDeeperThan64IsRefusedBeforeParsing) {
+  using qkv::io::parse_json;
+  EXPECT_EQ(parse_json(nested(64, "[", "]"), "t").dump().size(), 129u);  // 64 levels: read
+  EXPECT_TRUE(parse_json(nested(64, "{\"a\":", "}"), "t").is_object());
+  expect_error_mentioning([] { parse_json(nested(65, "[", "]"), "deep.json"); },
+                          {"deep.json: JSON nested more than 64 levels deep", "the array at byte 64 opens level 65",
+                           "refused before parsing"});
+  expect_error_mentioning([] { parse_json(nested(100000, "[", "]"), "deep.json"); },
+                          {"deep.json", "more than 64 levels"});
+  expect_error_mentioning([] { parse_json(nested(100000, "{\"a\":", "}"), "o.json"); },
+                          {"o.json", "more than 64 levels", "the object at byte 320 opens level 65"});
+  // Mixed shapes, and unbalanced text (no closers at all): still the depth, not a crash.
+  expect_error_mentioning([] { parse_json(nested(50000, "[{\"k\":", "}]"), "m.json"); },
+                          {"m.json", "more than 64 levels"});
+  expect_error_mentioning([] { parse_json(std::string(100000, '['), "open.json"); },
+                          {"open.json", "more than 64 levels"});
+  // Brackets inside strings are characters, escaped quotes included.
+  const std::string in_string = "[\"" + std::string(100000, '[') + "\\\"" + std::string(1000, '{') + "\"]";
+  const nlohmann::json v = parse_json(in_string, "s.json");
+  ASSERT_TRUE(v.is_array());
+  EXPECT_EQ(v[0].get<std::string>().size(), 101001u);
+  // Closers past the opened ones are the parser's syntax error, not a negative depth.
+  EXPECT_THROW(parse_json("]]]]" + nested(10, "[", "]"), "c.json"), nlohmann::json::parse_error);
+  EXPECT_TRUE(parse_json("]]]]" + nested(10, "[", "]"), "c.json", false).is_discarded());
+  expect_error_mentioning([] { parse_json("]]]]" + nested(70, "[", "]"), "c.json", false); },
+                          {"c.json", "more than 64 levels"});
+  // The size limit.
+  expect_error_mentioning([] { parse_json("[1, 2, 3]", "big.json", true, 8); },
+                          {"big.json: JSON text of 9 bytes is over the limit of 8 bytes"});
+}
+
+TEST(JsonBounded, BriefQuotesABoundedPrefix) {
+  using qkv::io::json_brief;
+  EXPECT_EQ(json_brief(nlohmann::json::parse("[1, \"a\", {\"k\": null}]")), "[1,\"a\",{\"k\":null}]");
+  EXPECT_EQ(json_brief(nlohmann::json::parse(nested(5, "[", "]"))), "[[[...]]]");
+  nlohmann::json many = nlohmann::json::array();
+  for (int i = 0; i < 1000000; ++i) many.push_back(i);
+  const std::string b = json_brief(many);
+  EXPECT_LE(b.size(), 60u);
+  EXPECT_EQ(b.substr(0, 7), "[0,1,2,");
+  EXPECT_EQ(b.substr(b.size() - 3), "...");
+  EXPECT_EQ(json_brief(nlohmann::json(std::string(1 << 20, 'x'))).size(), 60u);
+  EXPECT_LE(json_brief(many, 1000).size(), 1000u);
+}
+
+TEST(JsonConfig, DeepNestingIsAnErrorNotACrash) {
+  expect_error_mentioning([] { JsonConfig::parse(nested(100000, "[", "]"), "config.json"); },
+                          {"config 'config.json'", "more than 64 levels"});
+  expect_error_mentioning([] { JsonConfig::parse("{\"n_embd\": " + nested(100000, "{\"a\":", "}") + "}", "c.json"); },
+                          {"config 'c.json'", "more than 64 levels"});
+  // A wrong type whose value is large and nested to the limit: the message quotes a prefix.
+  std::string wide = "[0";
+  for (int i = 1; i < 100000; ++i) wide += ",0";
+  wide += "]";
+  const JsonConfig c = JsonConfig::parse("{\"deep\": " + nested(60, "[", "]") + ", \"wide\": " + wide + "}", "c.json");
+  for (const char* key : {"deep", "wide"}) {
+    try {
+      c.get_int(key);
+      ADD_FAILURE() << "no error";
+    } catch (const qkv::Error& e) {
+      EXPECT_LT(std::string(e.what()).size(), 200u) << e.what();
+      EXPECT_NE(std::string(e.what()).find("must be an integer, got array ["), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

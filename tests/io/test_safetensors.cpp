@@ -536,6 +536,29 @@ TEST(SafeTensorsValidation, HeaderNotJsonOrNotAnObject) {
   expect_parse_error(image("42"), {"must be a JSON object"});
 }
 
+// Issue 48 row 1: a nested value in the header (here in __metadata__, where a string
+// belongs) crashed the reader quoting it; nesting over 64 levels is refused before parsing.
+TEST(SafeTensorsValidation, DeeplyNestedHeaderIsRefused) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  expect_parse_error(image("{\"__metadata__\":{\"a\":" + deep + "}}"),
+                     {"bad.st': header", "JSON nested more than 64 levels deep"});
+  expect_parse_error(image("{\"w\":" + deep + "}"), {"bad.st': header", "more than 64 levels"});
+  std::string objects;
+  for (int i = 0; i < 100000; ++i) objects += "{\"a\":";
+  objects += "1" + std::string(100000, '}');
+  expect_parse_error(image("{\"w\":" + objects + "}"), {"bad.st': header", "more than 64 levels"});
+  // Within the limit, a wrong value is quoted by a bounded prefix.
+  std::string wide = "[0";
+  for (int i = 0; i < 100000; ++i) wide += ",0";
+  wide += "]";
+  try {
+    SafeTensors::parse(image("{\"__metadata__\":{\"a\":" + wide + "}}"), "bad.st");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_LT(std::string(e.what()).size(), 300u) << e.what();
+  }
+}
+
 TEST(SafeTensorsValidation, EntryFields) {
   expect_parse_error(image("{\"w\":3}"), {"'w'", "must be an object", "number"});
   expect_parse_error(image("{\"w\":{\"shape\":[],\"data_offsets\":[0,0]}}"), {"'w'", "\"dtype\""});
@@ -777,6 +800,8 @@ TEST_F(SafeTensorsModel, Errors) {
   expect_error([&] { SafeTensors::open_model(d); }, {"index.json", "weight_map"});
   write_index("{\"weight_map\":");
   expect_error([&] { SafeTensors::open_model(d); }, {"index.json", "not valid JSON"});
+  write_index("{\"weight_map\":" + std::string(100000, '[') + std::string(100000, ']') + "}");
+  expect_error([&] { SafeTensors::open_model(d); }, {"index.json", "more than 64 levels"});
   // A corrupt shard: its own error, naming the shard file.
   write_index(kIndex);
   write_file(dir_.file("model-00002-of-00002.safetensors"), zeros(4));
