@@ -20,7 +20,7 @@ DEEP = {
     "mixed": b'[{"k":' * N + b"1" + b"}]" * N,
     "unclosed": b"[" * N,
 }
-DEPTH = r"more than 64 levels deep"
+DEPTH = r"nested more than 64 levels deep"
 
 
 def _copy_dir(src, dst):
@@ -145,10 +145,10 @@ def cases():
              expect="failure", stderr=r"config\.json': JSON " + DEPTH, issue=48, row=1),
         Case("issue 48 row 1 translate safetensors header entry nested 1e5",
              qkv("translate", "--model", "{dates_deep_header}", "21.11.2026"),
-             expect="failure", stderr=r"model\.safetensors: header: JSON " + DEPTH, issue=48, row=1),
+             expect="failure", stderr=r"model\.safetensors': header: JSON " + DEPTH, issue=48, row=1),
         Case("issue 48 row 1 translate safetensors __metadata__ nested 1e5",
              qkv("translate", "--model", "{dates_deep_metadata}", "21.11.2026"),
-             expect="failure", stderr=r"model\.safetensors: header: JSON " + DEPTH, issue=48, row=1),
+             expect="failure", stderr=r"model\.safetensors': header: JSON " + DEPTH, issue=48, row=1),
         Case("issue 48 row 1 run config.json nested 1e5", qkv("run", "--model", "{bert_deep_config}", "--text", "x"),
              expect="failure", stderr=r"config\.json': JSON " + DEPTH, issue=48, row=1),
         Case("issue 48 row 1 classify config.json nested 1e5",
