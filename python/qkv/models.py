@@ -308,8 +308,16 @@ class GPT2Model(_Model):
         fn = "GPT2Model"
         was_1d = (input_ids.dim() if _is_torch(input_ids) else np.ndim(input_ids)) == 1
         ids, torch_out = _ids_2d(input_ids, fn, "input_ids")
-        rows = [self._impl.forward_full(row.tolist()).to_array() for row in ids]
-        out = rows[0] if was_1d else np.stack(rows)
+        # The whole call's memory is planned first (MemoryError naming the total, nothing
+        # allocated), and the rows are copied into one output, not stacked from a list.
+        self._impl.plan_forward(ids.shape[0], ids.shape[1])
+        out = None
+        for i, row in enumerate(ids):
+            logits = self._impl.forward_full(row.tolist()).to_array()
+            if out is None:
+                out = np.empty((ids.shape[0],) + logits.shape, dtype=logits.dtype)
+            out[i] = logits
+        out = out[0] if was_1d else out
         return _torch_module().from_numpy(out) if torch_out else out
 
     forward = __call__

@@ -3,12 +3,18 @@
 #include <omp.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -166,6 +172,135 @@ void bind_workers(int n) {
 #endif
 }
 
+// The stack libgomp gives each worker: OMP_STACKSIZE (or GOMP_STACKSIZE) when set (a
+// number, K by default, or with B, K, M or G), else the default of pthread_create (glibc
+// takes RLIMIT_STACK, 8 MiB on most systems).
+std::size_t omp_stack_bytes() {
+  for (const char* name : {"OMP_STACKSIZE", "GOMP_STACKSIZE"}) {
+    const char* text = std::getenv(name);
+    if (text == nullptr || *text == '\0') continue;
+    char* end = nullptr;
+    const unsigned long long value = std::strtoull(text, &end, 10);
+    if (end == text) continue;
+    while (*end == ' ') ++end;
+    std::size_t unit = 1024;
+    switch (*end) {
+      case 'b': case 'B': unit = 1; break;
+      case 'm': case 'M': unit = std::size_t{1} << 20; break;
+      case 'g': case 'G': unit = std::size_t{1} << 30; break;
+      default: break;
+    }
+    if (value > 0) return static_cast<std::size_t>(value) * unit;
+  }
+  std::size_t bytes = 0;
+  pthread_attr_t attr;
+  if (pthread_getattr_default_np(&attr) == 0) {
+    pthread_attr_getstacksize(&attr, &bytes);
+    pthread_attr_destroy(&attr);
+  }
+  return bytes > 0 ? bytes : std::size_t{8} << 20;
+}
+
+// The address space the process maps now (/proc/self/statm's first field), 0 if unknown.
+std::size_t mapped_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::size_t pages = 0;
+  if (!(statm >> pages)) return 0;
+  return pages * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+
+std::string mib(std::size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+// How many of `workers` threads with `stack` bytes of stack pthread_create makes while all
+// of them are alive (they wait, then are joined): the same calls libgomp makes, whose
+// failure it reports with "libgomp: Thread creation failed" and exit(1), which no caller
+// can catch. `why` gets pthread_create's error when one failed.
+int threads_that_start(int workers, std::size_t stack, std::string& why) {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool release = false;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, stack);
+  struct Shared {
+    std::mutex* mutex;
+    std::condition_variable* cv;
+    bool* release;
+  } shared{&mutex, &cv, &release};
+  const auto wait = [](void* arg) -> void* {
+    auto* s = static_cast<Shared*>(arg);
+    std::unique_lock<std::mutex> lock(*s->mutex);
+    s->cv->wait(lock, [&] { return *s->release; });
+    return nullptr;
+  };
+  std::vector<pthread_t> started;
+  started.reserve(static_cast<std::size_t>(workers));
+  for (int t = 0; t < workers; ++t) {
+    pthread_t thread;
+    const int rc = pthread_create(&thread, &attr, +wait, &shared);
+    if (rc != 0) {
+      why = std::string("pthread_create failed: ") + std::strerror(rc);
+      break;
+    }
+    started.push_back(thread);
+  }
+  pthread_attr_destroy(&attr);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    release = true;
+  }
+  cv.notify_all();
+  for (pthread_t thread : started) pthread_join(thread, nullptr);
+  return static_cast<int>(started.size());
+}
+
+// The count asked for, or fewer where the threads could not be created (issue 48 row 14:
+// QKV_NUM_THREADS=600 under a 4 GB address-space limit ended in libgomp's exit(1)): their
+// stacks must fit in half the address space RLIMIT_AS leaves (the rest is for data), and
+// that many threads must start (a test spawn; also catches RLIMIT_NPROC and cgroup limits).
+// A lower count is announced once on stderr. Decided once per count asked for.
+std::atomic<int> g_capped_for{0};  // the count asked for that g_capped answers
+std::atomic<int> g_capped{0};
+std::mutex g_cap_mutex;
+
+int capped_thread_count(int n) {
+  if (n <= 1) return n;
+  if (g_capped_for.load(std::memory_order_acquire) == n) return g_capped.load(std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(g_cap_mutex);
+  if (g_capped_for.load(std::memory_order_acquire) == n) return g_capped.load(std::memory_order_relaxed);
+  const std::size_t stack = omp_stack_bytes();
+  const std::size_t per_thread = stack + (std::size_t{64} << 10);  // guard page, TLS, descriptor
+  int allowed = n;
+  std::string why;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    const std::size_t cap = static_cast<std::size_t>(limit.rlim_cur);
+    const std::size_t used = mapped_bytes();
+    const std::size_t room = cap > used ? (cap - used) / 2 : 0;
+    const std::size_t workers = room / per_thread;
+    if (workers + 1 < static_cast<std::size_t>(n)) {
+      allowed = static_cast<int>(workers + 1);
+      why = "their stacks (" + mib(stack) + " each, OMP_STACKSIZE) need " +
+            mib(per_thread * static_cast<std::size_t>(n - 1)) + ", more than half of the " +
+            mib(cap > used ? cap - used : 0) + " of address space the limit (ulimit -v) leaves";
+    }
+  }
+  if (allowed > 1) {
+    std::string spawn_why;
+    const int started = threads_that_start(allowed - 1, stack, spawn_why);
+    if (started < allowed - 1) {
+      allowed = started / 2 + 1;  // room for what the process allocates next
+      why = spawn_why + " after " + std::to_string(started) + " threads";
+    }
+  }
+  if (allowed < n)
+    std::fprintf(stderr, "qkv: warning: %d threads asked for, but %s; using %d threads\n", n,
+                 why.c_str(), allowed);
+  g_capped.store(allowed, std::memory_order_relaxed);
+  g_capped_for.store(n, std::memory_order_release);
+  return allowed;
+}
+
 }  // namespace
 
 int num_threads() {
@@ -178,6 +313,7 @@ int num_threads() {
   // OpenMP allows (qkv/threads.h says why the count must be what a region gets).
   if (omp_in_parallel() && omp_get_active_level() >= omp_get_max_active_levels()) return 1;
   n = std::min(n, omp_get_thread_limit());
+  n = capped_thread_count(n);
   bind_workers(n);
   return n;
 }

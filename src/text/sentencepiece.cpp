@@ -2,16 +2,13 @@
 // (npm @energetic-ai/embeddings 0.2.0, lib/tokenizer.ts and lib/trie.ts). The rules are
 // listed in qkv/tokenizer.h; this file keeps each of them, quirks included, because the
 // model's embeddings are compared with the pipeline's and must see the same ids.
-#include <unicode/normalizer2.h>
-#include <unicode/unistr.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include "io/json_bounded.h"
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "io/json_bounded.h"
 #include "qkv/error.h"
 #include "qkv/tokenizer.h"
 #include "text/unicode.h"
@@ -30,26 +27,14 @@ std::vector<char32_t> normalize(std::string_view text) {
   // Validates first, so bad bytes are an Error naming their offset rather than U+FFFD.
   const std::vector<char32_t> cps = text::decode_utf8(text, who);
   if (cps.empty()) return {};
-  // ICU strings index with int32_t; a UTF-16 string is never longer than the UTF-8 one.
-  QKV_CHECK(text.size() <= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()),
-            who << ": the text is " << text.size() << " bytes, more than ICU's 2^31 - 1");
-  UErrorCode status = U_ZERO_ERROR;
-  const icu::Normalizer2* nfkc = icu::Normalizer2::getNFKCInstance(status);
-  QKV_CHECK(U_SUCCESS(status), who << ": ICU NFKC normalizer unavailable: " << u_errorName(status));
-  const icu::UnicodeString normalized =
-      nfkc->normalize(icu::UnicodeString::fromUTF32(reinterpret_cast<const UChar32*>(cps.data()),
-                                                    static_cast<std::int32_t>(cps.size())),
-                      status);
-  QKV_CHECK(U_SUCCESS(status), who << ": ICU NFKC failed on a text of " << text.size()
-                                   << " bytes: " << u_errorName(status));
+  // NFKC of the stream-safe text (text::nfkc): a run of combining marks is bounded, so the
+  // normaliser's reordering stays linear.
+  const std::u32string normalized =
+      text::nfkc(std::u32string_view(cps.data(), cps.size()), who);
   std::vector<char32_t> symbols;
-  symbols.reserve(static_cast<std::size_t>(normalized.length()) + 1);
+  symbols.reserve(normalized.size() + 1);
   symbols.push_back(kSpaceSymbol);
-  for (std::int32_t i = 0; i < normalized.length();) {
-    const UChar32 c = normalized.char32At(i);
-    symbols.push_back(c == U' ' ? kSpaceSymbol : static_cast<char32_t>(c));
-    i += U16_LENGTH(c);
-  }
+  for (char32_t c : normalized) symbols.push_back(c == U' ' ? kSpaceSymbol : c);
   return symbols;
 }
 

@@ -6,6 +6,7 @@
 #include <unicode/unistr.h>
 
 #include <cstdio>
+#include <limits>
 #include <string>
 
 #include "io/read_file.h"
@@ -136,12 +137,109 @@ std::u32string to_lower(std::u32string_view word) {
   return from_icu(s);
 }
 
+namespace {
+
+// The non-starters (canonical combining class not 0) at the start and at the end of a
+// character's NFKD decomposition, and whether the decomposition is non-starters only.
+struct NonStarters {
+  int leading = 0;
+  int trailing = 0;
+  bool all = false;
+};
+
+NonStarters nonstarters(char32_t cp, const icu::Normalizer2& nfkd) {
+  // Below U+00A0 (ASCII, C1 controls) every character is a starter without a decomposition.
+  if (cp < 0xA0) return {};
+  const auto c = static_cast<UChar32>(cp);
+  icu::UnicodeString d;
+  if (!nfkd.getDecomposition(c, d)) {
+    const bool non = u_getCombiningClass(c) != 0;
+    return {non ? 1 : 0, non ? 1 : 0, non};
+  }
+  NonStarters r;
+  int count = 0;
+  bool leading = true;
+  for (int32_t i = 0; i < d.length();) {
+    const UChar32 x = d.char32At(i);
+    i += U16_LENGTH(x);
+    ++count;
+    if (u_getCombiningClass(x) != 0) {
+      if (leading) ++r.leading;
+      ++r.trailing;
+    } else {
+      leading = false;
+      r.trailing = 0;
+    }
+  }
+  r.all = r.leading == count;
+  return r;
+}
+
+const icu::Normalizer2& nfkd_instance() {
+  UErrorCode status = U_ZERO_ERROR;
+  const icu::Normalizer2* nfkd = icu::Normalizer2::getNFKDInstance(status);
+  QKV_CHECK(U_SUCCESS(status), "stream_safe: ICU NFKD normalizer unavailable: " << u_errorName(status));
+  return *nfkd;
+}
+
+}  // namespace
+
+std::u32string stream_safe(std::u32string_view text) {
+  const icu::Normalizer2& nfkd = nfkd_instance();
+  std::u32string out;
+  out.reserve(text.size());
+  int count = 0;  // consecutive non-starters so far
+  for (char32_t cp : text) {
+    const NonStarters n = nonstarters(cp, nfkd);
+    if (count + n.leading > kMaxNonStarters) {
+      out.push_back(kCombiningGraphemeJoiner);
+      count = 0;
+    }
+    count = n.all ? count + n.leading : n.trailing;
+    out.push_back(cp);
+  }
+  return out;
+}
+
+std::uint64_t reordering_work_bound(std::u32string_view text) {
+  // Counted without the cap: each character's non-starters extend the run.
+  const icu::Normalizer2& nfkd = nfkd_instance();
+  std::uint64_t work = 0, run = 0;
+  const auto close = [&] { work += run * (run > 0 ? run - 1 : 0) / 2; };
+  for (char32_t cp : text) {
+    const NonStarters n = nonstarters(cp, nfkd);
+    if (n.all) {
+      run += static_cast<std::uint64_t>(n.leading);
+    } else {
+      run += static_cast<std::uint64_t>(n.leading);
+      close();
+      run = static_cast<std::uint64_t>(n.trailing);
+    }
+  }
+  close();
+  return work;
+}
+
+std::u32string nfkc(std::u32string_view text, const char* who) {
+  const std::u32string safe = stream_safe(text);
+  // ICU strings index with int32_t; a code point is at most 2 UTF-16 units.
+  QKV_CHECK(safe.size() <= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()) / 2,
+            who << ": the text is " << text.size() << " characters, more than ICU's 2^31 - 1 UTF-16 units");
+  UErrorCode status = U_ZERO_ERROR;
+  const icu::Normalizer2* nfkc = icu::Normalizer2::getNFKCInstance(status);
+  QKV_CHECK(U_SUCCESS(status), who << ": ICU NFKC normalizer unavailable: " << u_errorName(status));
+  const icu::UnicodeString normalized = nfkc->normalize(to_icu(safe), status);
+  QKV_CHECK(U_SUCCESS(status), who << ": ICU NFKC failed on a text of " << text.size()
+                                   << " characters: " << u_errorName(status));
+  return from_icu(normalized);
+}
+
 std::u32string strip_accents(std::u32string_view word) {
   UErrorCode status = U_ZERO_ERROR;
   const icu::Normalizer2* nfd = icu::Normalizer2::getNFDInstance(status);
   QKV_CHECK(U_SUCCESS(status),
             "strip_accents: ICU NFD normalizer unavailable: " << u_errorName(status));
-  icu::UnicodeString s = nfd->normalize(to_icu(word), status);
+  icu::UnicodeString s = nfd->normalize(to_icu(stream_safe(word)), status);
   QKV_CHECK(U_SUCCESS(status), "strip_accents: ICU NFD failed: " << u_errorName(status));
   std::u32string out;
   for (char32_t cp : from_icu(s))

