@@ -85,10 +85,13 @@ assert all(want[m["movieId"]] == (m["title"], m["year"], m["genres"]) for m in m
 assert movies[1]["title"] == 'The "Big" Night, Part 2' and movies[6]["title"] == "" and movies[6]["year"] == ""
 c = json.load(open(d + "/config.json"))
 assert c["model_type"] == "qkv-recommender" and c["model"] == kind, c
-assert c["num_users"] == 40 and c["num_movies"] == 30 and c["user_ids"] == list(range(1, 41)), c
+assert c["num_users"] == 40 and c["num_movies"] == 30 and "user_ids" not in c, c
+users = list(csv.DictReader(open(d + "/users.csv", newline="")))
+assert [int(u["userId"]) for u in users] == list(range(1, 41)), users
+assert set(c["files"]) == {"model.safetensors", "users.csv", "movies.csv", "history.csv"}, c["files"]
 print("ok")
 PY
-  expect_in check "^ok$" "$2: split, history.csv, movies.csv, config.json: $(head -c 600 "$TMP/check")"
+  expect_in check "^ok$" "$2: split, history.csv, movies.csv, users.csv, config.json: $(head -c 600 "$TMP/check")"
 }
 
 # ---------------------------------------------------------------------------------------

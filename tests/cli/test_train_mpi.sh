@@ -90,8 +90,8 @@ assert 0 < j["reductions_started_early"] <= j["reductions"], j
 PY
 
 # A rank that dies: mpirun ends the others and exits non-zero within a bounded time, and no
-# checkpoint is left that looks complete but is not (checkpoints are written to a .tmp file
-# and renamed).
+# checkpoint is left that looks complete but is not (checkpoints are written to a temporary
+# file beside it and renamed, qkv/files.h).
 mkdir -p "$TMP/killed"
 "${MPI[@]}" -np 2 "$QKV" train dates --steps 100000 --batch 8 --checkpoint-every 5 --out "$TMP/killed" --quiet \
   >"$TMP/killed.out" 2>"$TMP/killed.err" &

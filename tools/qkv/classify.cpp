@@ -53,7 +53,13 @@ void print_summary(std::ostream& out, const vision::Classifier& c, const vision:
 }  // namespace
 
 int run_classify(const ClassifyOptions& o, std::ostream& out) {
-  if (!o.html.empty()) check_output_path("--html", o.html);  // before the work that fills it
+  if (!o.html.empty()) {  // before the work that fills it
+    Inputs inputs;
+    add_directory_inputs(inputs, "--model", o.model);
+    add_input(inputs, "--images", o.images);
+    add_input(inputs, "--labels", o.labels);
+    check_output_path("--html", o.html, inputs);
+  }
   const vision::Classifier c = vision::Classifier::load(o.model);
   const std::int64_t side = c.image_size();
   vision::Images images = vision::read_images(o.images, side, side);

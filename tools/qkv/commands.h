@@ -30,12 +30,36 @@ class UsageError : public std::runtime_error {
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
 
+// An input file of a command, for check_output_path: the option that named it and its
+// path; `dir` is the directory given to `option` when the file is one of its files
+// (add_directory_inputs: every regular file of --model DIR).
+struct InputFile {
+  std::string option;  // "--images"
+  std::string path;
+  std::string dir;     // "" for a file named by the option itself
+};
+using Inputs = std::vector<InputFile>;
+
+// Adds the file `path` given to `option` ("" and "-", standard input, add nothing).
+void add_input(Inputs& inputs, const std::string& option, const std::string& path);
+// Adds every regular file (symlinks followed) directly in `dir` (a model directory, say);
+// a missing or unreadable directory adds nothing: the command reports it when it reads it.
+void add_directory_inputs(Inputs& inputs, const std::string& option, const std::string& dir);
+
 // Refuses, before any work is done, an output file that could not be written: a
-// directory, a missing parent, a name too long, no permission (qkv::Error naming `option`).
+// directory, a missing parent, a name too long, no permission (qkv::Error naming `option`);
+// and one that is the same file as any of `inputs` (the same device and inode once symlinks
+// are followed: a symlink, a hard link, another spelling of the path), naming both
+// ("--html 'x.png' is the same file as --images 'x.png'"). Only a regular file counts as
+// the same: /dev/null or /dev/stdout as both an input and an output is not refused.
 // It opens the path for appending, which changes no existing file, and removes the file
 // again if that created it. (A write can still fail later, e.g. on a full disk: that is
 // reported then.)
-void check_output_path(const std::string& option, const std::string& path);
+void check_output_path(const std::string& option, const std::string& path, const Inputs& inputs);
+// The same-file rule for the files `names` a command writes in directory `dir` (qkv train
+// --out DIR): refuses one that exists and is the same file as any of `inputs`.
+void check_output_dir(const std::string& option, const std::string& dir,
+                      const std::vector<std::string>& names, const Inputs& inputs);
 
 // qkv version
 int run_version(std::ostream& out);

@@ -101,9 +101,19 @@ int run_embed(const EmbedOptions& o, std::ostream& out) {
 
 int run_search(const SearchOptions& o, std::ostream& out) {
   if (o.top < 1) throw UsageError("--top", "must be >= 1");
-  const models::UseLiteModel model = load_use_lite(o.model);
   const std::string index_path = o.index.empty() ? o.corpus + ".qkv-index" : o.index;
-  check_output_path("--index", index_path);
+  {  // before the model loads: the index is never one of the inputs, nor a file of another kind
+    Inputs inputs;
+    add_input(inputs, "--corpus", o.corpus);
+    add_directory_inputs(inputs, "--model", o.model);
+    check_output_path("--index", index_path, inputs);
+    try {
+      SearchIndex::check_index_file(index_path);
+    } catch (const Error& e) {
+      throw Error(std::string("--index: ") + e.what(), e.kind());
+    }
+  }
+  const models::UseLiteModel model = load_use_lite(o.model);
   bool clipped = false;
   std::vector<std::int64_t> query_ids;
   try {

@@ -24,7 +24,11 @@ namespace qkv::cli {
 int run_generate(const GenerateOptions& options, std::ostream& out) {
   // --temperature, --top-k, --top-p and --max-new-tokens were range-checked by CLI11
   // (main.cpp); what depends on the model is checked here, before anything is printed.
-  if (!options.html.empty()) check_output_path("--html", options.html);
+  if (!options.html.empty()) {
+    Inputs inputs;
+    add_directory_inputs(inputs, "--model", options.model);
+    check_output_path("--html", options.html, inputs);
+  }
   const auto model = qkv::models::Gpt2Model::load(
       options.model, options.weights == "bf16" ? qkv::DType::bf16 : qkv::DType::f32);
   warn_unused_tensors(model.weights.unused_tensors, options.model, "GPT-2");

@@ -124,7 +124,12 @@ int run_recommend(const RecommendOptions& o, std::ostream& out) {
   if ((o.show || !o.html.empty()) && !o.has_user)
     throw UsageError(o.show ? "--show" : "--html", "shows the attention behind a user's "
                                                    "recommendation: it needs --user");
-  if (!o.html.empty()) check_output_path("--html", o.html);
+  if (!o.html.empty()) {
+    Inputs inputs;
+    add_directory_inputs(inputs, "--model", o.model);
+    if (o.has_predict) add_input(inputs, "--predict", o.predict);
+    check_output_path("--html", o.html, inputs);
+  }
   const Recommender r = Recommender::load(o.model);
   if ((o.show || !o.html.empty()) && r.kind() != "sasrec")
     throw UsageError(o.show ? "--show" : "--html",

@@ -168,8 +168,10 @@ int run_use_lite(const RunOptions& o, std::ostream& out) {
 int run_run(const RunOptions& o, std::ostream& out) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!o.output.empty()) check_output_path("--output", o.output);
-  if (!o.html.empty()) check_output_path("--html", o.html);
+  Inputs inputs;
+  add_directory_inputs(inputs, "--model", o.model);
+  if (!o.output.empty()) check_output_path("--output", o.output, inputs);
+  if (!o.html.empty()) check_output_path("--html", o.html, inputs);
   QKV_CHECK(fs::is_directory(o.model, ec),
             "model directory " << quote_value(o.model) << " does not exist");
   const std::string type =

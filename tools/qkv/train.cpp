@@ -231,6 +231,11 @@ int run_train_tokenizer(const TrainOptions& o, std::ostream& out) {
   const std::string out_dir =
       std::find(o.given.begin(), o.given.end(), "--out") == o.given.end() ? "tokenizer" : o.out;
   if (out_dir.empty()) throw UsageError("--out", "must not be empty");
+  {
+    Inputs inputs;
+    add_input(inputs, "--text", o.text);
+    check_output_dir("--out", out_dir, {"vocab.json", "merges.txt"}, inputs);
+  }
   // Refuses binary data and text that is not UTF-8, naming the line.
   const std::string text = io::read_text(o.text, "--text");
   const auto start = std::chrono::steady_clock::now();
@@ -305,6 +310,22 @@ int run_train_lm(const TrainOptions& o, std::ostream& out, const distributed::Co
   t.eval_every = o.eval_every;
   t.command = o.command_line;
   t.communicator = comm;
+  {  // what the run writes in --out is none of its inputs
+    Inputs texts;
+    add_input(texts, given(o, "--data") ? "--data" : "--text", t.text);
+    add_input(texts, given(o, "--data") ? "--data" : "--heldout", t.heldout);
+    check_output_dir("--out", t.out_dir, {"config.json", "model.safetensors", "vocab.json", "merges.txt",
+                                          "checkpoint.safetensors"}, texts);
+    // --tokenizer DIR and --out DIR may be one directory (the run then keeps its tokenizer
+    // files as they are); its vocab.json and merges.txt are no other output.
+    Inputs tokenizer;
+    if (!t.tokenizer.empty()) {
+      add_input(tokenizer, "--tokenizer", t.tokenizer + "/vocab.json");
+      add_input(tokenizer, "--tokenizer", t.tokenizer + "/merges.txt");
+    }
+    check_output_dir("--out", t.out_dir, {"config.json", "model.safetensors", "checkpoint.safetensors"},
+                     tokenizer);
+  }
 
   out << "training a GPT-2 language model on " << t.text << ": " << t.model.n_layer
       << " blocks, E " << t.model.n_embd << ", " << t.model.n_head << " heads, context "
@@ -389,6 +410,12 @@ int run_train_recommender(const TrainOptions& o, std::ostream& out) {
   t.model = o.model;
   t.out_dir = given(o, "--out") ? o.out : "recommender-model";
   t.command = o.command_line;
+  {
+    Inputs inputs;
+    add_input(inputs, "--data", t.data);
+    check_output_dir("--out", t.out_dir, {"config.json", "model.safetensors", "movies.csv", "history.csv"},
+                     inputs);
+  }
   const bool mf = o.model == "mf";
   for (const char* option : {"--layers", "--heads", "--max-len", "--eval-every", "--l2"})
     if (given(o, option) && (std::string(option) == "--l2") == !mf)
@@ -546,6 +573,12 @@ int run_train_vision(const TrainOptions& o, std::ostream& out) {
   t.stop_at = o.stop_at;
   t.bf16 = o.bf16;
   t.command = o.command_line;
+  {
+    Inputs inputs;
+    add_directory_inputs(inputs, "--data", o.data);
+    check_output_dir("--out", t.out_dir, {"config.json", "model.safetensors", "checkpoint.safetensors"},
+                     inputs);
+  }
   const vision::FashionMnist data = vision::load_fashion_mnist(o.data);
   const std::int64_t train_images =
       t.train_limit > 0 ? std::min(t.train_limit, data.train.count) : data.train.count;

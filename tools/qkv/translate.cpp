@@ -133,8 +133,11 @@ int run_translate(const TranslateOptions& o, std::ostream& out) {
     throw UsageError("TEXT", "give dates to translate, or --file");
   if (o.has_file && o.file.empty())
     throw UsageError("--file", "must name a file, or '-' for standard input");
-  if (!o.html.empty()) check_output_path("--html", o.html);
-  if (!o.svg.empty()) check_output_path("--svg", o.svg);
+  Inputs input_files;
+  if (o.has_file) add_input(input_files, "--file", o.file);
+  add_directory_inputs(input_files, "--model", o.model);
+  if (!o.html.empty()) check_output_path("--html", o.html, input_files);
+  if (!o.svg.empty()) check_output_path("--svg", o.svg, input_files);
   const bool embedded = o.model.empty();
   const models::Seq2Seq model = embedded ? models::embedded_date_model() : models::Seq2Seq::load(o.model);
   const std::int64_t layers = model.config.num_decoder_layers;
