@@ -126,7 +126,8 @@ AtomicFile::AtomicFile(const std::string& path, std::string what)
   const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
   std::string templ = (fs::path(dir) / (target.filename().string() + ".tmp-XXXXXX")).string();
   fd_ = ::mkostemp(templ.data(), O_CLOEXEC);
-  QKV_CHECK(fd_ >= 0, what_ << ": cannot create a file beside '" << path << "': " << why(errno));
+  QKV_CHECK(fd_ >= 0, what_ << ": cannot write '" << path << "': " << why(errno)
+                             << " (creating its temporary file beside it)");
   temp_ = templ;
   // The temporary file is locked while it is written; the lock dies with its process. So a
   // temporary file of this target that can be locked was left by a writer that was killed,

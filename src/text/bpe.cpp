@@ -114,8 +114,9 @@ auto with_context(const char* who, const std::string& where, F&& build) {
 BpeTokenizer BpeTokenizer::from_files(const std::filesystem::path& vocab_json,
                                       const std::filesystem::path& merges_txt) {
   const char* who = "BpeTokenizer::from_files";
-  return from_texts(text::read_text_file(vocab_json, who), text::read_text_file(merges_txt, who),
-                    vocab_json, merges_txt);
+  const std::string vocab_text = text::read_text_file(vocab_json, who);  // vocab.json's errors first
+  const std::string merges_text = text::read_text_file(merges_txt, who);
+  return from_texts(vocab_text, merges_text, vocab_json, merges_txt);
 }
 
 BpeTokenizer BpeTokenizer::from_texts(const std::string& vocab_text, const std::string& merges_text,
