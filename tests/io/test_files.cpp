@@ -245,6 +245,11 @@ TEST(Files, DISABLED_WriterForCrashTests) {
   const char* dir = std::getenv("QKV_TEST_WRITER_DIR");
   if (dir == nullptr) GTEST_SKIP() << "run by the crash tests, with QKV_TEST_WRITER_DIR";
   const bool loop = std::getenv("QKV_TEST_WRITER_LOOP") != nullptr;
+  if (const char* ready = std::getenv("QKV_TEST_WRITER_READY_FD")) {  // started: tell the parent
+    const int fd = std::atoi(ready);
+    ASSERT_EQ(::write(fd, "r", 1), 1);
+    ::close(fd);
+  }
   char version = 'B';
   do {
     write_version(dir, version);
@@ -261,18 +266,30 @@ TEST(Files, TwoHundredRandomKillsNeverLeaveAMixedModel) {
   std::mt19937 rng(48);
   std::map<std::string, int> seen;
   for (int kill = 0; kill < 200; ++kill) {
+    int ready[2];  // the child writes one byte when it starts writing versions
+    ASSERT_EQ(::pipe(ready), 0);
     const pid_t child = ::fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
+      ::close(ready[0]);
       ::setenv("QKV_TEST_WRITER_DIR", dir.path.c_str(), 1);
       ::setenv("QKV_TEST_WRITER_LOOP", "1", 1);
+      ::setenv("QKV_TEST_WRITER_READY_FD", std::to_string(ready[1]).c_str(), 1);
       ::execl("/proc/self/exe", "/proc/self/exe", "--gtest_also_run_disabled_tests",
               "--gtest_filter=Files.DISABLED_WriterForCrashTests",
               static_cast<char*>(nullptr));
       ::_exit(127);
     }
-    // The child starts (tens of ms), then writes a version every millisecond or so.
-    std::this_thread::sleep_for(std::chrono::microseconds(20000 + rng() % 60000));
+    ::close(ready[1]);
+    // Start-up takes from tens of ms (release) to hundreds (ASan), so the kill's moment is
+    // drawn from when the child is ready, not from the fork: then it writes a version every
+    // millisecond or so, and a kill 0-20 ms later lands before its first commit or after
+    // some, and at times inside one.
+    char byte = 0;
+    const ssize_t got = ::read(ready[0], &byte, 1);
+    ::close(ready[0]);
+    ASSERT_EQ(got, 1) << "the writer child did not start";
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 20000));
     ::kill(child, SIGKILL);
     int status = 0;
     ASSERT_EQ(::waitpid(child, &status, 0), child);
