@@ -270,6 +270,16 @@ int capped_thread_count(int n) {
   if (g_capped_for.load(std::memory_order_acquire) == n) return g_capped.load(std::memory_order_relaxed);
   const std::size_t stack = omp_stack_bytes();
   const std::size_t per_thread = stack + (std::size_t{64} << 10);  // guard page, TLS, descriptor
+  // A thread that allocates gets a malloc arena of its own until glibc's default M_ARENA_MAX
+  // (8 per core on 64-bit) is reached; each reserves HEAP_MAX_SIZE (64 MiB) of address
+  // space, which RLIMIT_AS counts although little of it is used. Counting only the stacks,
+  // 111 threads under a 2 GB limit left too little for the arenas: the CLI failed with
+  // "out of memory" and Python died with SIGSEGV.
+  const std::size_t arena = std::size_t{64} << 20;
+  const std::size_t arenas_max = 8 * static_cast<std::size_t>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  const auto cost = [&](std::size_t workers) {  // stacks and arenas of `workers` more threads
+    return workers * per_thread + std::min(workers, arenas_max) * arena;
+  };
   int allowed = n;
   std::string why;
   rlimit limit{};
@@ -277,11 +287,13 @@ int capped_thread_count(int n) {
     const std::size_t cap = static_cast<std::size_t>(limit.rlim_cur);
     const std::size_t used = mapped_bytes();
     const std::size_t room = cap > used ? (cap - used) / 2 : 0;
-    const std::size_t workers = room / per_thread;
+    std::size_t workers = 0;  // the most whose stacks and arenas fit in `room`
+    while (workers + 1 < static_cast<std::size_t>(n) && cost(workers + 1) <= room) ++workers;
     if (workers + 1 < static_cast<std::size_t>(n)) {
       allowed = static_cast<int>(workers + 1);
-      why = "their stacks (" + mib(stack) + " each, OMP_STACKSIZE) need " +
-            mib(per_thread * static_cast<std::size_t>(n - 1)) + ", more than half of the " +
+      why = "their stacks (" + mib(stack) + " each, OMP_STACKSIZE) and malloc arenas (" + mib(arena) +
+            " each, up to " + std::to_string(arenas_max) + ") need " +
+            mib(cost(static_cast<std::size_t>(n - 1))) + ", more than half of the " +
             mib(cap > used ? cap - used : 0) + " of address space the limit (ulimit -v) leaves";
     }
   }
