@@ -268,10 +268,10 @@ PYBIND11_MODULE(_qkv, m) {
         case qkv::ErrorKind::interrupted: type = PyExc_KeyboardInterrupt; break;
       }
       set_python_error(type, e.what());
-    } catch (const std::bad_alloc& e) {
-      // Thrown where no binding could say more (bindings_common.h's guard does).
-      set_python_error(PyExc_MemoryError,
-                       std::string("qkv: out of memory: an allocation failed (") + e.what() + ")");
+    } catch (const std::bad_alloc&) {
+      // Thrown where no binding could say more (bindings_common.h's guard does); what()
+      // is only the type's name.
+      set_python_error(PyExc_MemoryError, "qkv: out of memory: an allocation failed");
     } catch (const std::length_error& e) {
       set_python_error(PyExc_MemoryError,
                        std::string("qkv: out of memory: a container was asked for more than "

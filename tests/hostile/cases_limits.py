@@ -81,14 +81,17 @@ def cases():
                   memory=300_000_000, row=12, issue=48, seconds=30))
 
     # Row 13: a Python model call plans its whole memory first: a batch over the limit is a
-    # MemoryError naming the total within a second or two, before anything is allocated.
+    # MemoryError naming the total ("needs N GiB (each part), more than the memory limit of
+    # ...") within a second or two, before anything is allocated.
     c.append(_py_raises("GPT2Model.forward of (200000, 64) broadcast ids", "m = qkv.load_model('{gpt2}')",
                         "m.forward(np.broadcast_to(np.int64(1), (200000, 64)))", "MemoryError",
-                        r"GPT2Model forward.*total", row=13, seconds=5))
+                        r"GPT2Model forward: needs [\d.]+ GiB .*more than the memory limit", row=13,
+                        seconds=5))
     c.append(_py_raises("BertModel.forward of (100000, 64) ids with attentions",
                         "m = qkv.load_model('{bert}')",
                         "m.forward(np.ones((100000, 64), np.int64), output_attentions=True)",
-                        "MemoryError", r"BertModel forward.*total", row=13, seconds=5))
+                        "MemoryError", r"BertModel forward: needs [\d.]+ GiB .*more than the memory limit",
+                        row=13, seconds=5))
     c.append(_py_ok("GPT2Model.forward of (3, 8) still runs", "m = qkv.load_model('{gpt2}')\n"
                     "print(m.forward(np.ones((3, 8), np.int64)).shape[:2])", "(3, 8)\n", row=13))
 

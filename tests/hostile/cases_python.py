@@ -81,7 +81,7 @@ def cases():
                            row=2))
     out.append(_raises("translate_dates names the refused input of a list", "",
                        "qkv.translate_dates(['21.11.2026', '31 February 2023'])", "ValueError",
-                       r"dates\[1\] '31 February 2023' was not translated: ", row=2))
+                       r"translate_dates: dates\[1\] '31 February 2023' was not translated: ", row=2))
     out.append(_ok("translate_dates still translates what it reads",
                    "print(qkv.translate_dates(['Saturday, 21 November 2026', '21.11.2026', "
                    "'2026年11月21日星期六']))",

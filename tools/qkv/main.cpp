@@ -698,7 +698,7 @@ int run(int argc, char** argv) {
     }
   } catch (const UsageError& e) {
     return usage_error(app, e.option() + ": " + e.what());
-  } catch (const std::bad_alloc& e) {
+  } catch (const std::bad_alloc&) {
     std::string command;  // "train recommender": the subcommands that ran
     for (const CLI::App* c = &app; !c->get_subcommands().empty();) {
       c = c->get_subcommands().front();
@@ -706,9 +706,10 @@ int run(int argc, char** argv) {
     }
     // Never "qkv: error: std::bad_alloc" (issue 48 row 12): say which command ran out and
     // what to do. The library's own allocations name their sizes (qkv::Error of kind
-    // memory); a container's failure arrives here as std::bad_alloc.
-    throw Error("qkv" + command + ": out of memory: an allocation failed (" + e.what() +
-                    "); the input needs more memory than this process may use (ulimit -v, "
+    // memory); a container's failure arrives here as std::bad_alloc, whose what() is only
+    // its type name, so it is not repeated.
+    throw Error("qkv" + command + ": out of memory: an allocation failed; the input needs "
+                    "more memory than this process may use (ulimit -v, "
                     "QKV_MEMORY_LIMIT): use a smaller input or allow more memory",
                 ErrorKind::memory);
   } catch (const std::length_error& e) {
@@ -727,9 +728,9 @@ int main(int argc, char** argv) {
   qkv::retain_freed_memory();  // every command runs models in a loop (qkv/memory.h)
   try {
     return qkv::cli::run(argc, argv);
-  } catch (const std::bad_alloc& e) {  // outside a command (parsing the options)
+  } catch (const std::bad_alloc&) {  // outside a command (parsing the options)
     std::cout.flush();
-    std::cerr << "qkv: error: out of memory: an allocation failed (" << e.what() << ")\n";
+    std::cerr << "qkv: error: out of memory: an allocation failed\n";
     return qkv::cli::kExitFailure;
   } catch (const std::exception& e) {  // qkv::Error and anything else
     std::cout.flush();
