@@ -105,10 +105,12 @@ import resource, sys
 import qkv
 tok = qkv.Tokenizer.load(sys.argv[1])
 tok.encode("warm up")
-text = "a" * (64 << 20)  # the tokenizer holds 4 bytes per character, and more
+# The longest text Python takes (1 MiB of UTF-8, the CLI's limit per line too): the
+# tokenizer holds 4 bytes per character and more, so 1 MiB of room is too little.
+text = "a" * qkv._qkv._max_text_bytes
 with open("/proc/self/status") as f:
     vm = next(int(l.split()[1]) for l in f if l.startswith("VmSize:")) * 1024
-resource.setrlimit(resource.RLIMIT_AS, (vm + (160 << 20), resource.RLIM_INFINITY))
+resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 20), resource.RLIM_INFINITY))
 try:
     tok.encode(text)
 except MemoryError as e:
@@ -121,5 +123,5 @@ except MemoryError as e:
         run = subprocess.run([sys.executable, "-c", code, d], capture_output=True, text=True,
                              timeout=120, env=env)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert "MemoryError: Tokenizer.encode of a text of 67108864 bytes: out of memory" in run.stdout, \
+    assert "MemoryError: Tokenizer.encode of a text of 1048576 bytes: out of memory" in run.stdout, \
         run.stdout + run.stderr[-2000:]

@@ -139,10 +139,21 @@ def test_search_and_its_index(model, tmp_path):
     assert qkv.search(model, str(corpus), "physics", top=1)[0]["line"] == 4
     with pytest.raises(ValueError):
         index.search("x", top=0)
-    (tmp_path / "corpus.txt.qkv-index").write_bytes(b"damaged")
-    with pytest.raises(ValueError, match="damaged"):
+    index_path = tmp_path / "corpus.txt.qkv-index"
+    whole = index_path.read_bytes()
+    # An index cut short is damaged: named so, and a rebuild replaces it.
+    index_path.write_bytes(whole[:len(whole) - 100])
+    with pytest.raises(ValueError, match="is damaged"):
         qkv.SearchIndex(model, corpus)
     assert qkv.SearchIndex(model, corpus, rebuild=True).built
+    assert index_path.read_bytes() == whole
+    # A file that is no index is refused, with or without rebuild, and left as it was: an
+    # index path given by mistake (the corpus, a model file) is never overwritten.
+    index_path.write_bytes(b"my notes")
+    for rebuild in (False, True):
+        with pytest.raises(ValueError, match="is not a qkv search index"):
+            qkv.SearchIndex(model, corpus, rebuild=rebuild)
+    assert index_path.read_bytes() == b"my notes"
     empty = tmp_path / "empty.txt"
     empty.write_text("", encoding="utf-8")
     with pytest.raises(ValueError):

@@ -203,8 +203,8 @@ assert list(groups) == ["encoder self-attention", "decoder masked self-attention
 model = qkv._qkv._Seq2Seq.load(sys.argv[2])
 text = sys.argv[3]
 src = qkv._qkv._dates_encode(text)
-out = qkv._qkv._dates_translate(model, [text])[0]
-assert out == "2026-11-21", out
+out, problem = qkv._qkv._dates_translate(model, [text])[0]  # (answer, why it was refused)
+assert out == "2026-11-21" and problem == "", (out, problem)
 tgt_in = [1] + qkv._qkv._dates_encode(out)  # <s> + the output characters
 want = model.attention(np.array([src]), [len(src)], np.array([tgt_in]))
 assert groups["cross-attention"]["key_tokens"] == ["␣" if c == " " else c for c in text]
