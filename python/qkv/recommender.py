@@ -70,7 +70,7 @@ def train(data, out, model="mf", epochs=None, dim=None, batch=None, lr=None, l2=
           layers=2, heads=1, max_len=200, eval_every=5, weight_decay=0.0, seed=0,
           progress=None):
     """Trains a recommender as `qkv train recommender` does and writes the model directory
-    `out` (config.json, model.safetensors, movies.csv, history.csv).
+    `out` (config.json, model.safetensors, users.csv, movies.csv, history.csv).
 
     model: "mf" (matrix factorisation: defaults dim 32, epochs 40, batch 256, lr 2e-3,
     l2 0.05) or "sasrec" (self-attention over each user's history: dim 50, epochs 200,

@@ -106,7 +106,7 @@ expect_in out "^training matrix factorisation on $DATA: dim [0-9]+" "mf: the fir
 expect_in out "^test RMSE: global mean [0-9.]+, user \+ movie biases [0-9.]+, matrix factorisation [0-9.]+" \
   "mf: the RMSE line"
 expect_in out "^  mf +[0-9.]+ " "mf: the ranking line"
-expect_in out "^wrote $MF/\{config.json, model.safetensors, movies.csv, history.csv\}$" "mf: says what it wrote"
+expect_in out "^wrote $MF/\{config.json, model.safetensors, users.csv, movies.csv, history.csv\}$" "mf: says what it wrote"
 check_model_dir "$MF" mf
 
 # --data DIR reads DIR/ratings.csv; --json is one object.

@@ -109,16 +109,21 @@ def _model_dir(tmp, name, source, files, **changes):
     return d
 
 
+def write_fixture(tmp, name, data):
+    """Writes the bytes `data` to tmp/name (the fixtures' folder) and returns that path."""
+    path = os.path.join(tmp, name)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
 def make_fixtures(tmp, qkv):
     """The paths the cases name, by placeholder."""
     fx = {"qkv": qkv, "tmp": tmp, "python": "/usr/bin/python3",
           "pythonpath": os.path.join(os.path.dirname(qkv), "python")}
 
     def w(name, data):
-        path = os.path.join(tmp, name)
-        with open(path, "wb") as f:
-            f.write(data)
-        return path
+        return write_fixture(tmp, name, data)
 
     # Hostile files.
     fx["empty"] = w("empty.txt", b"")

@@ -1,12 +1,13 @@
 """Hostile cases of issue 48: bounded work and planned memory and threads: runs of
-combining marks (row 9, UAX #15's stream-safe text), std::bad_alloc never reaching a user
+combining marks (row 9, UAX #15's stream-safe text), a recommender config.json that does
+not grow with its users (row 11), std::bad_alloc never reaching a user
 (row 12), Python model calls planned before they allocate (row 13), thread creation that
 would fail (row 14). Read by cases.py (see its docstring for what a Case checks)."""
 
 import json
 import os
 
-from cases import Case, qkv, py, PY_ENV  # noqa: F401
+from cases import Case, qkv, py, PY_ENV, write_fixture  # noqa: F401
 
 # Row 9's line: 'a' + (U+0301 U+0316) * 249000, 996001 bytes (under the 1 MiB per line).
 MARKS = "a" + "\u0301\u0316" * 249000
@@ -14,10 +15,7 @@ MARKS = "a" + "\u0301\u0316" * 249000
 
 def fixtures(tmp, fx):
     def w(name, data):
-        path = os.path.join(tmp, name)
-        with open(path, "wb") as f:
-            f.write(data)
-        return path
+        return write_fixture(tmp, name, data)
     fx["marks_line"] = w("limits_marks.txt", MARKS.encode() + b"\n")
     # A SentencePiece (Unigram, NFKC) tokenizer of a few pieces, the joiner U+034F among them.
     fx["unigram"] = d = os.path.join(tmp, "limits_unigram")
@@ -35,6 +33,9 @@ def fixtures(tmp, fx):
         lines.append(f"{u},{u % 50 + 1},{1 + u % 5}.0,{1000 + u}\n")
         lines.append(f"{u},{(u + 7) % 50 + 1},{1 + (u + 2) % 5}.0,{2000 + u}\n")
     fx["ratings_many_users"] = w("limits_many_users.csv", "".join(lines).encode())
+    # The first 60000 of those users (row 11): enough that their ids in config.json would
+    # make it hundreds of KiB, few enough that an epoch takes a second.
+    fx["ratings_60000_users"] = w("limits_60000_users.csv", "".join(lines[:1 + 2 * 60000]).encode())
 
 
 def _py_ok(name, code, stdout, row, env=None, memory=4 << 30, seconds=30, stderr=None):
@@ -71,6 +72,21 @@ def cases():
     c.append(Case("row 9 tokenize unigram 30 marks: unchanged",
                   qkv("tokenize", "--model", "{unigram}", "--text", "a" + "\u0316" * 30, "--json"),
                   expect="ok", stdout_re=r"\A(?![\s\S]*\b6\b)", row=9, issue=48))
+
+    # Row 11: a recommender's user ids are in users.csv, not config.json, so config.json
+    # does not grow with the users (2 M users made 23.7 MiB, over the 16 MiB that loading a
+    # config allows: a model exit 0 that recommend refused). The model loads and recommends
+    # for the last user.
+    c.append(Case("row 11 train recommender of 60000 users: config.json stays small",
+                  ["set -e; d={tmp}/limits_rec_60000; rm -rf $d; "
+                   "{qkv} train recommender --data {ratings_60000_users} --model mf --epochs 1 "
+                   "--dim 0 --quiet --out $d >/dev/null; "
+                   "size=$(stat -c %s $d/config.json); "
+                   "[ $size -lt 16384 ] || { echo \"config.json is $size bytes\" >&2; exit 98; }; "
+                   "! grep -q user_ids $d/config.json; "
+                   "[ $(wc -l < $d/users.csv) -eq 60001 ]; "
+                   "{qkv} recommend --model $d --user 60000 --top 1 >/dev/null; echo ok"],
+                  shell=True, expect="ok", stdout="ok\n", row=11, issue=48, seconds=30))
 
     # Row 12: std::bad_alloc never reaches the user as "qkv: error: std::bad_alloc": the
     # message says the command ran out of memory.

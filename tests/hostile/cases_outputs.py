@@ -16,11 +16,10 @@ none; the cases that accept an index then fail loading the model, and check only
 index was not refused."""
 
 import json
-import os
 import struct
 import zlib
 
-from cases import Case, qkv, py, PY_ENV  # noqa: F401
+from cases import Case, qkv, py, PY_ENV, write_fixture  # noqa: F401
 
 
 def _png_gray(width, height):
@@ -48,10 +47,7 @@ def _search_index_bytes(lines=1, width=512):
 
 def fixtures(tmp, fx):
     def w(name, data):
-        path = os.path.join(tmp, name)
-        with open(path, "wb") as f:
-            f.write(data)
-        return path
+        return write_fixture(tmp, name, data)
     fx["png28"] = w("outputs_image.png", _png_gray(28, 28))
     fx["outputs_corpus"] = w("outputs_corpus.txt", b"I like pizza\nthe weather is nice today\n"
                                             b"play chess against the computer\n")

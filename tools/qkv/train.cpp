@@ -413,7 +413,7 @@ int run_train_recommender(const TrainOptions& o, std::ostream& out) {
   {
     Inputs inputs;
     add_input(inputs, "--data", t.data);
-    check_output_dir("--out", t.out_dir, {"config.json", "model.safetensors", "movies.csv", "history.csv"},
+    check_output_dir("--out", t.out_dir, {"config.json", "model.safetensors", "users.csv", "movies.csv", "history.csv"},
                      inputs);
   }
   const bool mf = o.model == "mf";
@@ -493,7 +493,7 @@ int run_train_recommender(const TrainOptions& o, std::ostream& out) {
   out << "ranking on the test parts (" << r.trained.users << " users; HR@10 NDCG@10):\n"
       << "              next among 101    next, catalogue   all test movies\n"
       << metrics_line("popularity", r.popularity) << metrics_line(mf ? "mf" : "sasrec", r.trained)
-      << "wrote " << t.out_dir << "/{config.json, model.safetensors, movies.csv, history.csv}\n"
+      << "wrote " << t.out_dir << "/{config.json, model.safetensors, users.csv, movies.csv, history.csv}\n"
       << "try: qkv recommend --model " << t.out_dir << " --user 1" << (mf ? "" : " --show") << "\n";
   return 0;
 }
