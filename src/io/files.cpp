@@ -124,15 +124,25 @@ AtomicFile::AtomicFile(const std::string& path, std::string what)
   }
   const fs::path target(path_);
   const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
-  std::string templ = (fs::path(dir) / (target.filename().string() + ".tmp-XXXXXX")).string();
-  fd_ = ::mkostemp(templ.data(), O_CLOEXEC);
-  QKV_CHECK(fd_ >= 0, what_ << ": cannot write '" << path << "': " << why(errno)
-                             << " (creating its temporary file beside it)");
-  temp_ = templ;
   // The temporary file is locked while it is written; the lock dies with its process. So a
   // temporary file of this target that can be locked was left by a writer that was killed,
   // and is removed (a killed training would otherwise leave a copy of its weights per kill).
-  ::flock(fd_, LOCK_EX);
+  // Between mkostemp and flock another writer of the same target may take the new file for
+  // a stale one, lock and unlink it (two `train lm --out D` at once once failed so): once
+  // locked, a file that is no longer linked is given up and another one made.
+  for (int attempt = 0;; ++attempt) {
+    std::string templ = (fs::path(dir) / (target.filename().string() + ".tmp-XXXXXX")).string();
+    fd_ = ::mkostemp(templ.data(), O_CLOEXEC);
+    QKV_CHECK(fd_ >= 0, what_ << ": cannot write '" << path << "': " << why(errno)
+                               << " (creating its temporary file beside it)");
+    ::flock(fd_, LOCK_EX);
+    struct stat made{};
+    if ((::fstat(fd_, &made) == 0 && made.st_nlink > 0) || attempt == 100) {
+      temp_ = templ;
+      break;
+    }
+    ::close(fd_);
+  }
   remove_stale_temporaries(dir, target.filename().string(), temp_);
   if (exists) {
     ::fchmod(fd_, st.st_mode & 07777);

@@ -9,17 +9,20 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "../temp_dir.h"
 #include "qkv/error.h"
@@ -129,6 +132,35 @@ TEST(Files, AFullDiskLeavesTheOldFileAndNoTemporaryFile) {
   EXPECT_NE(message.find("unchanged"), std::string::npos) << message;
   EXPECT_EQ(slurp(dir.file("model.bin")), "the old model");
   EXPECT_EQ(names(dir.path), std::vector<std::string>{"model.bin"});
+}
+
+TEST(Files, WritersOfOneTargetAtOnceNeverRemoveEachOthersFiles) {
+  // Each writer removes the unlocked temporary files of its target as stale; a file another
+  // writer has just made and not yet locked must not be one of them (two `train lm --out D`
+  // at once failed with "cannot rename ... No such file or directory"). flock locks belong
+  // to open files, so threads contend as processes do.
+  TempDir dir("files_concurrent");
+  const std::string target = (dir.path / "page.html").string();
+  std::atomic<int> failures{0};
+  std::string first_error;
+  std::mutex mutex;
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 4; ++w)
+    writers.emplace_back([&, w] {
+      for (int i = 0; i < 400; ++i) {
+        try {
+          qkv::write_file(target, std::string(64, static_cast<char>('a' + w)));
+        } catch (const qkv::Error& e) {
+          if (failures++ == 0) {
+            std::lock_guard<std::mutex> lock(mutex);
+            first_error = e.what();
+          }
+        }
+      }
+    });
+  for (std::thread& t : writers) t.join();
+  EXPECT_EQ(failures.load(), 0) << first_error;
+  EXPECT_EQ(names(dir.path).size(), 1u);  // the target alone: no temporary file is left
 }
 
 TEST(Files, AnAbandonedWriteLeavesTheOldFile) {
