@@ -1,17 +1,19 @@
-# `cmake --install build --prefix P`: the public headers, libqkv.a and libqkv.so, the CMake
-# package (find_package(qkv CONFIG): qkv::qkv shared, qkv::qkv_static), qkv.pc and the CLI.
-# Nothing of tests/, bench/ or python/ (the Python package installs itself with pip).
+# `cmake --install build --prefix P`: the public headers; the engine, libqkv_attention.a and
+# libqkv_attention.so; the library on top of it, libqkv.a and libqkv.so; the CMake package
+# (find_package(qkv CONFIG): qkv::attention and qkv::qkv shared, qkv::attention_static and
+# qkv::qkv_static); qkv-attention.pc and qkv.pc; and the CLI. Nothing of apps/ (the CLI holds
+# them), tests/, bench/ or python/ (the Python package installs itself with pip).
 include(CMakePackageConfigHelpers)
 
 set(QKV_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/qkv)
 
-install(TARGETS qkv qkv_shared EXPORT qkvTargets
+install(TARGETS qkv_attention qkv_attention_shared qkv qkv_shared EXPORT qkvTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS qkv_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-# Everything under include/qkv is public (library-only headers live under src/); version.h
-# is generated (version.h.in).
+# Everything under include/qkv is public (library-only headers live under src/, the
+# applications' under apps/); version.h is generated (version.h.in).
 install(DIRECTORY include/qkv DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
 install(FILES ${QKV_GENERATED_INCLUDE_DIR}/qkv/version.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/qkv)
 
@@ -36,21 +38,34 @@ else()
   string(REGEX REPLACE "/$" "" QKV_PC_UP "${QKV_PC_UP}")
   set(QKV_PC_PREFIX "\${pcfiledir}/${QKV_PC_UP}")
 endif()
-# What linking libqkv.a adds (Libs.private; ICU, libcrypto, zlib and libpng come as
-# Requires.private).
+# What linking libqkv_attention.a adds: the CUDA runtime where the CUDA kernels are built
+# (CUDA::cudart_static and what it needs, FindCUDAToolkit). Nothing else: the engine needs
+# only OpenMP, which Cflags and Libs name.
+set(QKV_ATTENTION_PC_LIBS_PRIVATE "")
+if(QKV_CUDA_ENABLED)
+  get_filename_component(QKV_CUDART_DIR ${CUDA_cudart_static_LIBRARY} DIRECTORY)
+  set(QKV_ATTENTION_PC_LIBS_PRIVATE "-L${QKV_CUDART_DIR} -lcudart_static -ldl -lrt -pthread")
+endif()
+# What linking libqkv.a adds (Libs.private; ICU and libcrypto come as Requires.private).
 set(QKV_PC_LIBS_PRIVATE "-ldnnl")
 if(NOT QKV_DNNL_LIBRARY_DIR IN_LIST CMAKE_CXX_IMPLICIT_LINK_DIRECTORIES)
   set(QKV_PC_LIBS_PRIVATE "-L${QKV_DNNL_LIBRARY_DIR} ${QKV_PC_LIBS_PRIVATE}")
 endif()
-if(QKV_CUDA_ENABLED)
-  # CUDA::cudart_static and what it needs (FindCUDAToolkit).
-  get_filename_component(QKV_CUDART_DIR ${CUDA_cudart_static_LIBRARY} DIRECTORY)
-  string(APPEND QKV_PC_LIBS_PRIVATE " -L${QKV_CUDART_DIR} -lcudart_static -ldl -lrt -pthread")
-endif()
 if(QKV_MPI_ENABLED)
+  # Debian's Open MPI: -lmpi from its own directory; not the absolute paths CMake found.
+  set(directories)
   foreach(library ${MPI_CXX_LIBRARIES})
-    string(APPEND QKV_PC_LIBS_PRIVATE " ${library}")
+    get_filename_component(directory ${library} DIRECTORY)
+    get_filename_component(file ${library} NAME)
+    string(REGEX REPLACE "^lib(.*)\\.(so|a)(\\..*)?$" "\\1" name ${file})
+    if(NOT directory IN_LIST CMAKE_CXX_IMPLICIT_LINK_DIRECTORIES AND NOT directory IN_LIST directories)
+      list(APPEND directories ${directory})
+      string(APPEND QKV_PC_LIBS_PRIVATE " -L${directory}")
+    endif()
+    string(APPEND QKV_PC_LIBS_PRIVATE " -l${name}")
   endforeach()
 endif()
-configure_file(cmake/qkv.pc.in ${PROJECT_BINARY_DIR}/qkv.pc @ONLY)
-install(FILES ${PROJECT_BINARY_DIR}/qkv.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+foreach(pc qkv-attention qkv)
+  configure_file(cmake/${pc}.pc.in ${PROJECT_BINARY_DIR}/${pc}.pc @ONLY)
+  install(FILES ${PROJECT_BINARY_DIR}/${pc}.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endforeach()

@@ -38,9 +38,9 @@ namespace py = pybind11;
 void register_nn(py::module_& m);  // bindings_nn.cpp
 void register_models(py::module_& m);  // bindings_models.cpp
 void register_train(py::module_& m);   // bindings_train.cpp
-void register_recommender(py::module_& m);  // bindings_recommender.cpp
-void register_vision(py::module_& m);  // bindings_vision.cpp
-void register_point(py::module_& m);   // bindings_point.cpp
+void register_recommender(py::module_& m);  // apps/recommender/python.cpp
+void register_vision(py::module_& m);  // apps/vision/python.cpp
+void register_point(py::module_& m);   // apps/vision/python_point.cpp
 
 namespace {
 

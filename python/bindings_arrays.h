@@ -1,4 +1,4 @@
-// What the model bindings (bindings_vision.cpp, bindings_point.cpp) share: checked NumPy
+// What the model bindings (apps/vision/python.cpp, python_point.cpp) share: checked NumPy
 // arguments. A wrong Python type or dtype is a TypeError (QKV_CHECK_TYPE), a wrong shape a
 // ValueError, each naming the argument, the layout expected and what was given.
 #pragma once

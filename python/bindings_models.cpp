@@ -23,9 +23,9 @@
 #include "bindings_common.h"
 #include "qkv/bert.h"
 #include "qkv/error.h"
-#include "qkv/language_model.h"
+#include "language_model/language_model.h"
 #include "qkv/gpt2.h"
-#include "qkv/search.h"
+#include "search/search.h"
 #include "qkv/tokenizer.h"
 #include "qkv/use_lite.h"
 

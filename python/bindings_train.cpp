@@ -1,5 +1,5 @@
 // Training for Python: the encoder–decoder model of qkv/seq2seq.h (_qkv._Seq2Seq) with its
-// forward_backward, and the GPT-2 language model of qkv/language_model.h (_train_lm, with
+// forward_backward, and the GPT-2 language model of language_model/language_model.h (_train_lm, with
 // a progress callback; _gpt2_lm_loss, _lm_batch_offsets and _gpt2_initial for the torch
 // twin and the tests), so tests can hold losses and every gradient against torch autograd.
 // Arrays cross as NumPy copies (f32 weights and gradients, int64 ids).
@@ -18,9 +18,9 @@
 #include "../src/io/text_input.h"
 #include "bindings_common.h"
 #include "bindings_training.h"
-#include "qkv/dates.h"
+#include "dates/dates.h"
 #include "qkv/error.h"
-#include "qkv/language_model.h"
+#include "language_model/language_model.h"
 #include "qkv/seq2seq.h"
 
 namespace py = pybind11;
@@ -168,7 +168,7 @@ void register_train(py::module_& m) {
       .def("greedy_decode", &models::Seq2Seq::greedy_decode, py::arg("sources"), py::arg("bos"),
            py::arg("eos"), py::arg("max_new_tokens"), py::call_guard<py::gil_scoped_release>());
 
-  // ---- The GPT-2 language model (qkv/language_model.h) --------------------------------
+  // ---- The GPT-2 language model (language_model/language_model.h) --------------------------------
   m.def(
       "_train_lm",
       [](const py::dict& d, const py::object& progress) {
@@ -284,7 +284,7 @@ void register_train(py::module_& m) {
 
   m.attr("_max_text_bytes") = qkv::io::kMaxLineBytes;
 
-  // The date translator's vocabulary and decoding (qkv/dates.h).
+  // The date translator's vocabulary and decoding (dates/dates.h).
   m.def("_dates_encode", [](const std::string& text) {
     return qkv::dates::Vocabulary::dates().encode(text);
   });

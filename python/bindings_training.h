@@ -1,4 +1,4 @@
-// What the training bindings (bindings_train.cpp, bindings_recommender.cpp) share: tensors
+// What the training bindings (bindings_train.cpp, apps/recommender/python.cpp) share: tensors
 // as NumPy copies, and the relay of a training loop's progress to a Python callback.
 #pragma once
 

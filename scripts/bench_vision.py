@@ -23,7 +23,7 @@ tests/python/test_vision.py checks) for one more epoch, the last one finishes an
 the model directory. torch: scripts/bench/vit_torch.py's TorchVit with the same initial
 weights (qkv's _vit_initial of the seed), on the same batches in the same order
 (qkv.vision.TrainingBatches of the seed: qkv's augmented batches, epoch e, step s), with
-qkv's optimisation (include/qkv/vision.h VisionTrainingOptions, src/tasks/vision.cpp
+qkv's optimisation (apps/vision/vision.h VisionTrainingOptions, apps/vision/vision.cpp
 train_vision): cross-entropy with label smoothing 0.1; gradients clipped to global L2 norm
 1; torch.optim.AdamW (0.9, 0.999), eps 1e-8, weight decay 0.05 on the parameters of rank
 >= 2 only (qkv's AdamWOptions.decay_vectors = false: biases, LayerNorms and the class
@@ -97,7 +97,7 @@ from bench import ROOT, log, peers, report, rounds
 from bench.build import add_arguments as add_build_arguments, ensure_programs
 from bench.ceilings import measure as measure_ceilings, paired, sample as sample_ceiling
 
-# qkv's training recipe (include/qkv/vision.h VisionTrainingOptions); the Python API takes
+# qkv's training recipe (apps/vision/vision.h VisionTrainingOptions); the Python API takes
 # lr and label_smoothing, the others are fixed there and mirrored here for the twin.
 WARMUP_EPOCHS = 1.0
 MIN_LR_RATIO = 0.01

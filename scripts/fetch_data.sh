@@ -35,7 +35,7 @@
 #                     movieId,title,year,genres,userId,rating,timestamp
 #                     (the package's row order; a title with a comma or a quote is quoted,
 #                     a quote doubled; a missing title or year is an empty field: 2 movies
-#                     have neither). qkv's tools split it per user by time (qkv/recommender.h).
+#                     have neither). qkv's tools split it per user by time (recommender/recommender.h).
 #   fashion-mnist     Fashion-MNIST (Zalando SE, 2017; MIT licence) of Debian's
 #                     dataset-fashion-mnist (installed with --no-install-recommends when
 #                     missing; needs root or the package): 28 x 28 grey images of clothing in

@@ -1,7 +1,8 @@
-# Sources of src/attention, appended to QKV_SOURCES (paths relative to the project root).
+# Sources of src/attention, appended to QKV_ATTENTION_SOURCES (the engine library; paths
+# relative to the project root).
 # The kernel variants for x86-64 ISAs compile to nothing elsewhere (tests/cross builds the
 # rest for aarch64).
-list(APPEND QKV_SOURCES
+list(APPEND QKV_ATTENTION_SOURCES
   src/attention/problem.cpp
   src/attention/reference.cpp
   src/attention/kernels/flash_simd128.cpp
@@ -35,5 +36,5 @@ if(QKV_CUDA_ENABLED)
     src/attention/cuda/host_backward.cpp
   )
 else()
-  list(APPEND QKV_SOURCES src/attention/cuda/unavailable.cpp)
+  list(APPEND QKV_ATTENTION_SOURCES src/attention/cuda/unavailable.cpp)
 endif()

@@ -1,7 +1,7 @@
 // What every model loader checks of a checkpoint beyond names and shapes: that the weights
 // it reads are finite, and which of the file's tensors it did not read; and the training
 // checkpoint the training loops write and resume from. Internal to src/models (bert.cpp,
-// gpt2.cpp, seq2seq.cpp) and src/tasks (date_translator.cpp, language_model.cpp).
+// gpt2.cpp, seq2seq.cpp) and the applications under apps/ (their training loops).
 #pragma once
 
 #include <cstdint>

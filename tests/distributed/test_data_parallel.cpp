@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "qkv/dates.h"
-#include "qkv/language_model.h"
+#include "dates/dates.h"
+#include "language_model/language_model.h"
 #include "qkv/distributed.h"
 #include "qkv/error.h"
 #include "qkv/safetensors.h"

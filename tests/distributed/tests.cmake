@@ -5,7 +5,7 @@
 if(QKV_MPI_ENABLED)
   add_executable(qkv_distributed_tests ${CMAKE_CURRENT_LIST_DIR}/test_ring.cpp
                                      ${CMAKE_CURRENT_LIST_DIR}/test_data_parallel.cpp)
-  target_link_libraries(qkv_distributed_tests PRIVATE qkv MPI::MPI_CXX GTest::gtest)
+  target_link_libraries(qkv_distributed_tests PRIVATE qkv_apps MPI::MPI_CXX GTest::gtest)
   target_include_directories(qkv_distributed_tests PRIVATE ${PROJECT_SOURCE_DIR}/src ${CMAKE_CURRENT_LIST_DIR}/..)
   # --allow-run-as-root: Open MPI refuses root otherwise (the test machines build as root);
   # --oversubscribe: more ranks than cores; --bind-to none: no rank pinned to a core.

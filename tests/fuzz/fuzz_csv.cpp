@@ -1,4 +1,4 @@
-// libFuzzer harness for the RFC 4180 reader (src/io/csv.h): parse_csv must either accept
+// libFuzzer harness for the RFC 4180 reader (apps/recommender/csv.h): parse_csv must either accept
 // the bytes or throw qkv::Error, and what it accepts must survive a round trip: the records
 // written back field by field with csv_field and parsed again are the same records. Any
 // other exception, a crash, a sanitizer report or a changed record is a bug.
@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "io/csv.h"
+#include "recommender/csv.h"
 #include "qkv/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

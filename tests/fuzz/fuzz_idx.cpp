@@ -1,4 +1,4 @@
-// libFuzzer harness for the IDX reader (src/io/idx.h), plain and gzip: parse_idx must
+// libFuzzer harness for the IDX reader (apps/vision/idx.h), plain and gzip: parse_idx must
 // either accept the bytes or throw qkv::Error, and what it accepts must be consistent: the
 // data are exactly the product of the sizes, written back with idx_bytes they parse to the
 // same array, and a plain input is exactly what idx_bytes writes. Any other exception, a
@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "io/idx.h"
+#include "vision/idx.h"
 #include "qkv/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -1,4 +1,4 @@
-// libFuzzer harness for the grey image reader (src/io/image.h), PNG through libpng and PGM:
+// libFuzzer harness for the grey image reader (apps/vision/image.h), PNG through libpng and PGM:
 // parse_image must either accept the bytes or throw qkv::Error (libpng's errors come back
 // by longjmp), and an image it accepts has H x W pixels within the limit. Any other
 // exception, a crash or a sanitizer report is a bug.
@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "io/image.h"
+#include "vision/image.h"
 #include "qkv/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

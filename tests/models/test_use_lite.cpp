@@ -20,7 +20,7 @@
 #include "temp_dir.h"
 #include "qkv/error.h"
 #include "qkv/safetensors.h"
-#include "qkv/search.h"
+#include "search/search.h"
 #include "qkv/use_lite.h"
 
 namespace {

@@ -1,7 +1,6 @@
 # GoogleTest sources of tests/models, appended to QKV_UNIT_TESTS (relative to tests/).
 list(APPEND QKV_UNIT_TESTS models/test_bert.cpp)
 list(APPEND QKV_UNIT_TESTS models/test_gpt2.cpp)
-list(APPEND QKV_UNIT_TESTS models/test_gpt2_training.cpp)
 list(APPEND QKV_UNIT_TESTS models/test_seq2seq.cpp)
 list(APPEND QKV_UNIT_TESTS models/test_sasrec.cpp)
 
@@ -18,7 +17,7 @@ set_tests_properties(models.fetch_use_lite PROPERTIES FIXTURES_SETUP use_lite TI
 find_package(nlohmann_json CONFIG REQUIRED)
 add_executable(qkv_use_lite_tests ${CMAKE_CURRENT_SOURCE_DIR}/models/test_use_lite.cpp
                                   ${CMAKE_CURRENT_SOURCE_DIR}/text/test_sentencepiece_pipeline.cpp)
-target_link_libraries(qkv_use_lite_tests PRIVATE qkv GTest::gtest GTest::gtest_main
+target_link_libraries(qkv_use_lite_tests PRIVATE qkv_apps GTest::gtest GTest::gtest_main
                       nlohmann_json::nlohmann_json)
 target_include_directories(qkv_use_lite_tests PRIVATE ${PROJECT_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR})
 add_test(NAME models.use_lite COMMAND qkv_use_lite_tests)

@@ -179,7 +179,7 @@ struct TrainOptions {
   std::int64_t min_frequency = 2;
   // train lm (a GPT-2 on a text; --text, --vocab-size, --steps, --batch, --lr, --seed,
   // --out, --resume, --checkpoint-every, --stop-at are shared; --batch, --steps and --out
-  // take the lm defaults of qkv/language_model.h unless given)
+  // take the lm defaults of language_model/language_model.h unless given)
   std::string data;                  // "sotu" or "brown": DATA_DIR/NAME-train.txt and NAME-heldout.txt
   std::string data_dir = "data";
   std::string heldout;               // held-out text for the validation loss
@@ -192,7 +192,7 @@ struct TrainOptions {
   std::int64_t eval_every = 250;
   // train recommender (--data is a ratings CSV or a directory holding ratings.csv; --batch,
   // --lr, --seed, --layers, --heads, --eval-every, --out are shared and take the
-  // recommender's defaults of qkv/recommender.h unless given)
+  // recommender's defaults of recommender/recommender.h unless given)
   std::string model = "mf";          // "mf" | "sasrec"
   std::int64_t epochs = 0;           // 0 = the model's default
   std::int64_t dim = 0;              // 0 = the model's default
@@ -200,7 +200,7 @@ struct TrainOptions {
   std::int64_t max_len = 200;        // sasrec
   // train vision (--data is the Fashion-MNIST directory; --model vit or point; --epochs,
   // --dim, --layers, --heads, --batch, --lr, --label-smoothing, --seed, --out, --resume,
-  // --checkpoint-every, --stop-at are shared and take qkv/vision.h's defaults unless given)
+  // --checkpoint-every, --stop-at are shared and take vision/vision.h's defaults unless given)
   std::int64_t patch_size = 4;       // vit
   std::int64_t mlp_dim = 256;        // vit
   std::int64_t points = 128;         // point: N per image

@@ -20,6 +20,8 @@
 #include "commands.h"
 #include "print.h"
 #include "qkv/qkv.h"
+#include "recommender/recommender.h"
+#include "vision/vision.h"
 
 namespace qkv::cli {
 namespace {

@@ -27,14 +27,14 @@
 #include "commands.h"
 #include "io/text_input.h"
 #include "print.h"
-#include "qkv/dates.h"
+#include "dates/dates.h"
 #include "qkv/distributed.h"
 #include "qkv/error.h"
-#include "qkv/language_model.h"
-#include "qkv/recommender.h"
+#include "language_model/language_model.h"
+#include "recommender/recommender.h"
 #include "qkv/threads.h"
 #include "qkv/tokenizer.h"
-#include "qkv/vision.h"
+#include "vision/vision.h"
 
 namespace qkv::cli {
 namespace {

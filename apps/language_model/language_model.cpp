@@ -1,0 +1,384 @@
+// The language-model task: training a GPT-2 on a text (tokenizer, batches, AdamW,
+// checkpoints, validation) and scoring a text under a model. See language_model/language_model.h.
+
+#include "language_model/language_model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <span>
+#include <sstream>
+#include <string>
+
+#include "io/text_input.h"
+#include "models/checkpoint.h"
+#include "qkv/error.h"
+#include "qkv/files.h"
+#include "qkv/rng.h"
+#include "qkv/safetensors.h"
+#include "qkv/train.h"
+#include "text/unicode.h"
+
+namespace qkv::models {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string number(double v) {
+  std::ostringstream s;
+  s.precision(6);
+  s << v;
+  return s.str();
+}
+
+// The metadata a checkpoint is resumed from: a run continues only with the same model,
+// windows and seed, or it would not be the run it claims to continue.
+std::map<std::string, std::string> run_identity(const LmTrainingOptions& o, const Gpt2Config& c,
+                                                std::int64_t T) {
+  return {{"config", c.to_json()},
+          {"seed", std::to_string(o.seed)},
+          {"batch", std::to_string(o.batch)},
+          {"context", std::to_string(T)}};
+}
+
+// The tokenizer's two files, as text: kept in memory from the start of a run and written
+// with the weights at every save, so that a run killed (or failing) before it saves leaves
+// out_dir's previous model whole, tokenizer included.
+struct TokenizerTexts {
+  std::string vocab_json, merges_txt;
+  std::string sha256() const { return sha256_hex(sha256_hex(vocab_json) + sha256_hex(merges_txt)); }
+};
+
+// The model directory (tokenizer, weights, config.json) changes as a whole (ModelFiles);
+// the checkpoint is written after it and records the tokenizer's digest, so a kill between
+// the two leaves a checkpoint that --resume refuses as another run's, never one it would
+// continue with another tokenizer.
+void save_all(const LmTrainingOptions& o, const Gpt2Config& c, std::int64_t T, Gpt2Weights& w,
+              const TokenizerTexts& tokenizer, const train::AdamW& opt, std::int64_t step,
+              double val_loss, double seconds) {
+  std::map<std::string, std::string> model_meta = {{"trained_with", o.command},
+                                                   {"steps", std::to_string(step)},
+                                                   {"seed", std::to_string(o.seed)},
+                                                   {"training_seconds", number(seconds)}};
+  if (val_loss >= 0) model_meta["heldout_loss"] = number(val_loss);
+  ModelFiles files(o.out_dir);
+  files.add("vocab.json", tokenizer.vocab_json);
+  files.add("merges.txt", tokenizer.merges_txt);
+  add_gpt2_weights(files, w, model_meta);
+  files.commit(c.to_json());
+  std::map<std::string, std::string> meta = run_identity(o, c, T);
+  meta["total_steps"] = std::to_string(o.steps);
+  meta["tokenizer"] = tokenizer.sha256();
+  detail::save_training_checkpoint(o.out_dir + "/checkpoint.safetensors", w.parameters(), opt,
+                                   step, meta);
+}
+
+// Mean loss over the first whole windows of T + 1 tokens of `stream` (up to max_tokens
+// predicted tokens), B windows per forward.
+double validation_loss(const Gpt2Config& c, const Gpt2Weights& w,
+                       const std::vector<std::int64_t>& stream, std::int64_t T, std::int64_t B,
+                       std::int64_t max_tokens) {
+  const auto N = static_cast<std::int64_t>(stream.size());
+  const std::int64_t windows = std::max<std::int64_t>(1, std::min((N - 1) / T, max_tokens / T));
+  double total = 0;
+  std::int64_t counted = 0;
+  for (std::int64_t first = 0; first < windows; first += B) {
+    const std::int64_t b = std::min(B, windows - first);
+    std::vector<std::int64_t> tokens;
+    for (std::int64_t i = first; i < first + b; ++i)
+      tokens.insert(tokens.end(), stream.begin() + i * T, stream.begin() + i * T + T + 1);
+    const train::CrossEntropyResult r = gpt2_lm_loss(c, w, tokens, b, T);
+    total += r.loss * static_cast<double>(r.counted);
+    counted += r.counted;
+  }
+  return total / static_cast<double>(counted);
+}
+
+}  // namespace
+
+Gpt2Config lm_model_config() {
+  Gpt2Config c;
+  c.n_layer = 4;
+  c.n_embd = 256;
+  c.n_head = 4;
+  c.n_positions = 256;
+  c.n_inner = 0;  // 4·E
+  c.activation = nn::GeluApproximation::tanh;
+  return c;
+}
+
+std::vector<std::int64_t> lm_tokens(const BpeTokenizer& tokenizer, std::string_view text) {
+  const std::optional<std::int64_t> eos = tokenizer.eos_id();
+  QKV_CHECK(eos.has_value(), "language model: the tokenizer has no <|endoftext|> token");
+  std::vector<std::int64_t> ids = tokenizer.encode(text);
+  ids.insert(ids.begin(), *eos);
+  return ids;
+}
+
+std::vector<std::int64_t> lm_batch_offsets(std::uint64_t seed, std::int64_t step, std::int64_t B,
+                                           std::int64_t T, std::int64_t num_tokens) {
+  QKV_CHECK(B >= 1 && T >= 1 && num_tokens >= T + 1,
+            "lm_batch_offsets: need B >= 1 windows of T + 1 tokens within " << num_tokens
+                                                                            << " tokens, got B = "
+                                                                            << B << ", T = " << T);
+  const auto span = static_cast<std::uint64_t>(num_tokens - T);  // offsets [0, N - T - 1]
+  Rng rng(mix64(seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(step) + 1));
+  std::vector<std::int64_t> offsets(static_cast<std::size_t>(B));
+  // uniform() has 53 bits: floor(u · span) is uniform to within 2^-53 · span per offset.
+  for (auto& o : offsets)
+    o = rng.uniform_int(static_cast<std::int64_t>(span));
+  return offsets;
+}
+
+LmTrainingResult train_lm(const LmTrainingOptions& o,
+                          const std::function<void(const LmProgress&)>& on_progress,
+                          const std::atomic<bool>* stop) {
+  QKV_CHECK(o.steps >= 1, "train lm: steps must be >= 1, got " << o.steps);
+  QKV_CHECK(o.batch >= 1, "train lm: batch must be >= 1, got " << o.batch);
+  QKV_CHECK(!o.out_dir.empty(), "train lm: an output directory is required");
+  QKV_CHECK(!o.text.empty(), "train lm: a training text is required");
+  QKV_CHECK(o.peak_lr > 0 && std::isfinite(o.peak_lr), "train lm: lr must be > 0, got " << o.peak_lr);
+  QKV_CHECK(o.eval_every >= 0 && o.checkpoint_every >= 0 && o.stop_at >= 0,
+            "train lm: eval_every, checkpoint_every and stop_at must be >= 0");
+  QKV_CHECK(o.context >= 0 && o.context <= o.model.n_positions,
+            "train lm: context must be in [1, n_positions = " << o.model.n_positions << "], got "
+                                                               << o.context);
+  const std::int64_t T = o.context == 0 ? o.model.n_positions : o.context;
+  // Data-parallel over more than one rank (LmTrainingOptions::communicator).
+  const distributed::Communicator* comm =
+      o.communicator != nullptr && o.communicator->size() > 1 ? o.communicator : nullptr;
+  const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
+  if (comm) {
+    std::ostringstream key;
+    key.precision(17);
+    key << o.text << ' ' << o.heldout << ' ' << o.tokenizer << ' ' << o.vocab_size << ' ' << o.model.to_json()
+        << ' ' << o.steps << ' ' << o.batch << ' ' << o.context << ' ' << o.peak_lr << ' ' << o.warmup_steps << ' '
+        << o.min_lr_ratio << ' ' << o.weight_decay << ' ' << o.clip_norm << ' ' << o.seed << ' ' << o.out_dir << ' '
+        << o.resume << ' ' << o.checkpoint_every << ' ' << o.stop_at << ' ' << o.eval_every << ' ' << o.eval_tokens;
+    distributed::check_same_everywhere(key.str(), *comm, "train lm");
+    QKV_CHECK(o.batch >= ranks, "train lm: --batch " << o.batch << " gives some of the " << ranks
+                                                    << " ranks no windows; it must be at least the number of ranks");
+  }
+  const bool writer = rank == 0;  // the rank that writes files, validates and reports progress
+  // Made now, so an output path that cannot be a directory fails before training, not after.
+  if (writer) std::filesystem::create_directories(o.out_dir);
+  const std::string checkpoint = o.out_dir + "/checkpoint.safetensors";
+  const std::filesystem::path out(o.out_dir);
+
+  // The tokenizer: a resumed run reads back its own copy in out_dir; otherwise the files of
+  // --tokenizer, or a BPE learned from the text. Every rank gets it the same way (learning
+  // is deterministic), so no rank waits on another's files.
+  const std::string text = io::read_text(o.text, "train lm: text");
+  TokenizerTexts tokenizer_texts;
+  std::filesystem::path tokenizer_dir;
+  if (o.resume) {
+    QKV_CHECK(std::filesystem::exists(checkpoint),
+              "train lm: --resume: no checkpoint at " << checkpoint);
+    tokenizer_dir = out;
+  } else if (!o.tokenizer.empty()) {
+    tokenizer_dir = o.tokenizer;
+  }
+  if (!tokenizer_dir.empty()) {
+    for (const char* f : {"vocab.json", "merges.txt"})
+      QKV_CHECK(std::filesystem::is_regular_file(tokenizer_dir / f),
+                "train lm: tokenizer: " << (tokenizer_dir / f).string() << " does not exist");
+    tokenizer_texts.vocab_json = text::read_text_file(tokenizer_dir / "vocab.json", "train lm: tokenizer");
+    tokenizer_texts.merges_txt = text::read_text_file(tokenizer_dir / "merges.txt", "train lm: tokenizer");
+  } else {
+    QKV_CHECK(o.vocab_size >= 257, "train lm: vocab_size must be >= 257 (the 256 bytes and "
+                                   "<|endoftext|>), got " << o.vocab_size);
+    const BpeVocabulary vocabulary = train_bpe(text, {.vocab_size = o.vocab_size});
+    tokenizer_texts = {vocabulary.vocab_json(), vocabulary.merges_txt()};
+  }
+  const std::filesystem::path named = tokenizer_dir.empty() ? out : tokenizer_dir;
+  const BpeTokenizer tokenizer =
+      BpeTokenizer::from_texts(tokenizer_texts.vocab_json, tokenizer_texts.merges_txt,
+                               named / "vocab.json", named / "merges.txt");
+  const std::vector<std::int64_t> stream = lm_tokens(tokenizer, text);
+  const auto N = static_cast<std::int64_t>(stream.size());
+  QKV_CHECK(N >= T + 1, "train lm: " << o.text << " is " << N - 1 << " tokens; one training window "
+                                     << "needs " << T << " (the context) — give a longer text or "
+                                     << "a shorter --context");
+  std::vector<std::int64_t> heldout;
+  if (!o.heldout.empty()) {
+    heldout = lm_tokens(tokenizer, io::read_text(o.heldout, "train lm: held-out text"));
+    QKV_CHECK(static_cast<std::int64_t>(heldout.size()) >= T + 1,
+              "train lm: the held-out text " << o.heldout << " is " << heldout.size() - 1
+                                             << " tokens, shorter than one window of " << T);
+  }
+
+  Gpt2Config c = o.model;
+  c.vocab_size = static_cast<std::int64_t>(tokenizer.vocab_size());
+  c.eos_token_id = tokenizer.eos_id();
+  Gpt2Weights w = Gpt2Weights::initialized(c, o.seed);
+  Gpt2Weights grads = Gpt2Weights::zeros_like(c);
+  const nn::ParameterList grad_list = grads.parameters();
+  train::AdamWOptions adam;
+  adam.weight_decay = o.weight_decay;
+  train::AdamW opt(w.parameters(), adam);
+  std::int64_t start = 0;
+  if (o.resume) {
+    SafeTensors ck = SafeTensors::open(checkpoint);
+    const auto& meta = ck.metadata();
+    QKV_CHECK(meta.count("step") && meta.count("config"),
+              checkpoint << ": not a qkv language-model checkpoint (no step/config metadata)");
+    for (const auto& [key, value] : run_identity(o, c, T))
+      QKV_CHECK(meta.count(key) && meta.at(key) == value,
+                checkpoint << ": was trained with another " << key << " than this run's");
+    // A checkpoint older than the tokenizer beside it (a run over another text, killed
+    // between its model and its checkpoint) is another run's.
+    QKV_CHECK(!meta.count("tokenizer") || meta.at("tokenizer") == tokenizer_texts.sha256(),
+              checkpoint << ": was trained with another tokenizer than the one in " << o.out_dir
+                         << " (the run that wrote them was interrupted between the two); "
+                            "train again without --resume");
+    nn::StateDict state;
+    for (const auto& name : ck.names())
+      if (!name.starts_with("optimizer.")) state[name] = ck.get(name);
+    nn::load_state_dict(w.parameters(), state);
+    opt = train::AdamW(w.parameters(), adam);
+    start = detail::load_training_state(ck, checkpoint, opt);
+    QKV_CHECK(start <= o.steps, checkpoint << ": is at step " << start << ", past steps " << o.steps);
+    QKV_CHECK(start < o.steps, "train lm: --resume: the run in " << o.out_dir << " is finished (step "
+                                   << start << " of " << o.steps
+                                   << "): nothing to train; give more --steps to train it further");
+  }
+
+  std::optional<distributed::GradientReducer> reducer;
+  if (comm) {
+    distributed::broadcast(w.parameters(), *comm, 0);
+    reducer.emplace(grad_list, *comm);
+  }
+  const distributed::RowShare rows = distributed::row_share(o.batch, rank, ranks);  // of every batch
+
+  const std::int64_t warmup = o.warmup_steps < o.steps ? o.warmup_steps : o.steps / 10;
+  const train::Schedule schedule{o.peak_lr, warmup, o.steps, o.min_lr_ratio};
+  LmTrainingResult result;
+  result.num_parameters = c.num_parameters();
+  result.reductions.ranks = ranks;
+  result.train_tokens = N;
+  result.vocab_size = c.vocab_size;
+  const auto t0 = Clock::now();
+  const auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  std::vector<std::int64_t> tokens(static_cast<std::size_t>(o.batch * (T + 1)));
+  std::int64_t step = start;
+  for (; step < o.steps; ++step) {
+    bool stopping = (stop && stop->load()) || (o.stop_at > 0 && step >= o.stop_at);
+    if (comm) stopping = comm->max(stopping ? 1.0 : 0.0) > 0.0;  // every rank stops at the same step
+    if (stopping) {
+      result.interrupted = true;
+      break;
+    }
+    const std::vector<std::int64_t> offsets = lm_batch_offsets(o.seed, step, o.batch, T, N);
+    for (std::int64_t b = 0; b < o.batch; ++b)
+      std::copy_n(stream.begin() + offsets[static_cast<std::size_t>(b)], T + 1,
+                  tokens.begin() + b * (T + 1));
+    train::zero_grad(grad_list);
+    train::CrossEntropyResult ce;
+    if (comm) {
+      // Every window scores T targets: each rank's share of the loss is its share of the rows.
+      const std::span<const std::int64_t> mine(tokens.data() + rows.lo * (T + 1),
+                                               static_cast<std::size_t>((rows.hi - rows.lo) * (T + 1)));
+      reducer->begin(static_cast<double>(rows.hi - rows.lo) / static_cast<double>(o.batch));
+      ce = gpt2_lm_loss(c, w, mine, rows.hi - rows.lo, T, &grads, &reducer->hook());
+      result.reductions.add(reducer->finish());
+      ce.loss = comm->sum(ce.loss * static_cast<double>(rows.hi - rows.lo)) / static_cast<double>(o.batch);
+    } else {
+      ce = gpt2_lm_loss(c, w, tokens, o.batch, T, &grads);
+    }
+    train::clip_grad_norm(grad_list, o.clip_norm);
+    const double lr = train::cosine_schedule(step, schedule);
+    opt.step(grad_list, lr);
+    result.final_loss = ce.loss;
+    LmProgress p;
+    p.step = step + 1;
+    p.total = o.steps;
+    p.loss = ce.loss;
+    p.lr = lr;
+    const bool last = step + 1 == o.steps;
+    if (!heldout.empty() && ((o.eval_every > 0 && p.step % o.eval_every == 0) || last)) {
+      p.val_loss = writer ? validation_loss(c, w, heldout, T, o.batch, o.eval_tokens) : 0.0;
+      if (comm) p.val_loss = comm->sum(p.val_loss);  // rank 0's, on every rank
+      result.val_loss = p.val_loss;
+    }
+    if (writer && o.checkpoint_every > 0 && p.step % o.checkpoint_every == 0 && !last)
+      save_all(o, c, T, w, tokenizer_texts, opt, p.step, result.val_loss, seconds());
+    p.elapsed_s = seconds();
+    p.tokens_per_s = static_cast<double>((p.step - start) * o.batch * T) / std::max(p.elapsed_s, 1e-9);
+    if (writer && on_progress) on_progress(p);
+  }
+  result.steps = step;
+  result.seconds = seconds();
+  result.tokens_per_s =
+      static_cast<double>((step - start) * o.batch * T) / std::max(result.seconds, 1e-9);
+  if (writer) save_all(o, c, T, w, tokenizer_texts, opt, step, result.val_loss, result.seconds);
+  result.checkpoint = checkpoint;
+  return result;
+}
+
+TextScore score_text(const Gpt2Model& model, const BpeTokenizer& tokenizer, std::string_view text,
+                     std::int64_t stride) {
+  QKV_CHECK(!text.empty(), "score: the text is empty");
+  const std::int64_t P = model.config.n_positions;
+  QKV_CHECK(P >= 2, "score: the model's context (n_positions = " << P << ") must be at least 2");
+  if (stride == 0) stride = std::max<std::int64_t>(1, P / 2);
+  QKV_CHECK(stride >= 1 && stride <= P - 1,
+            "score: stride must be in [1, n_positions - 1 = " << P - 1 << "], got " << stride);
+  QKV_CHECK(static_cast<std::int64_t>(tokenizer.vocab_size()) <= model.config.vocab_size,
+            "score: the tokenizer has " << tokenizer.vocab_size() << " tokens, the model "
+                                        << model.config.vocab_size);
+  const std::vector<std::int64_t> ids = lm_tokens(tokenizer, text);
+  const auto N = static_cast<std::int64_t>(ids.size());  // ids[0] is <|endoftext|>
+  TextScore s;
+  s.tokens = N - 1;
+  s.bytes = static_cast<std::int64_t>(text.size());
+  s.stride = stride;
+  // The windows: [begin, end) scores the targets [from, end) (ids[t] predicted from row
+  // t - 1 - begin): all after the first token in the first window, the last `stride`
+  // (those not scored yet) in each later one.
+  struct Window {
+    std::int64_t begin, end, from;
+  };
+  std::vector<Window> windows;
+  for (std::int64_t begin = 0, scored_to = 1; scored_to < N; begin += stride) {
+    const std::int64_t end = std::min(begin + P, N);
+    windows.push_back({begin, end, scored_to});
+    scored_to = end;
+  }
+  s.windows = static_cast<std::int64_t>(windows.size());
+  // Runs of windows of one length go through the model together, kBatch at a time; only
+  // the rows they score reach the LM head, and their loss is cross_entropy's (rows in
+  // parallel, summed in order).
+  constexpr std::size_t kBatch = 16;
+  double nll = 0;
+  for (std::size_t first = 0; first < windows.size();) {
+    const std::int64_t L = windows[first].end - windows[first].begin;
+    std::size_t last = first;
+    while (last < windows.size() && last - first < kBatch &&
+           windows[last].end - windows[last].begin == L)
+      ++last;
+    const auto B = static_cast<std::int64_t>(last - first);
+    std::vector<std::int64_t> batch, rows, targets;
+    for (std::int64_t b = 0; b < B; ++b) {
+      const Window& w = windows[first + static_cast<std::size_t>(b)];
+      batch.insert(batch.end(), ids.begin() + w.begin, ids.begin() + w.end);
+      for (std::int64_t t = w.from; t < w.end; ++t) {
+        rows.push_back(b * L + (t - 1 - w.begin));
+        targets.push_back(ids[static_cast<std::size_t>(t)]);
+      }
+    }
+    const train::CrossEntropyResult r =
+        train::cross_entropy(model.forward_rows(batch, B, L, rows), targets, nullptr);
+    nll += r.loss * static_cast<double>(r.counted);
+    first = last;
+  }
+  s.loss = nll / static_cast<double>(s.tokens);
+  s.perplexity = std::exp(s.loss);
+  s.bits_per_byte = nll / std::log(2.0) / static_cast<double>(s.bytes);
+  return s;
+}
+
+}  // namespace qkv::models
