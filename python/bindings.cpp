@@ -38,6 +38,9 @@ namespace py = pybind11;
 void register_nn(py::module_& m);  // bindings_nn.cpp
 void register_models(py::module_& m);  // bindings_models.cpp
 void register_train(py::module_& m);   // bindings_train.cpp
+void register_dates(py::module_& m);           // apps/dates/python.cpp
+void register_language_model(py::module_& m);  // apps/language_model/python.cpp
+void register_search(py::module_& m);          // apps/search/python.cpp
 void register_recommender(py::module_& m);  // apps/recommender/python.cpp
 void register_vision(py::module_& m);  // apps/vision/python.cpp
 void register_point(py::module_& m);   // apps/vision/python_point.cpp
@@ -349,6 +352,9 @@ PYBIND11_MODULE(_qkv, m) {
   register_nn(m);
   register_models(m);
   register_train(m);
+  register_dates(m);
+  register_language_model(m);
+  register_search(m);
   register_recommender(m);
   register_vision(m);
   register_point(m);

@@ -1,6 +1,6 @@
 // Models and tokenizers for Python (_qkv._BertModel, _qkv._Gpt2Model, _qkv._UseLiteModel,
-// _qkv._SearchIndex, _qkv._Tokenizer): thin wrappers over qkv::models, qkv::SearchIndex and
-// qkv::Tokenizer.
+// _qkv._Tokenizer): thin wrappers over qkv::models and qkv::Tokenizer. The applications'
+// bindings live with them (apps/*/python*.cpp).
 //
 // Results cross as the _Tensor views bindings.cpp registers; python/qkv/models.py turns
 // them into NumPy arrays or torch tensors and holds the friendly signatures. Every check
@@ -23,9 +23,7 @@
 #include "bindings_common.h"
 #include "qkv/bert.h"
 #include "qkv/error.h"
-#include "language_model/language_model.h"
 #include "qkv/gpt2.h"
-#include "search/search.h"
 #include "qkv/tokenizer.h"
 #include "qkv/use_lite.h"
 
@@ -86,19 +84,6 @@ py::dict use_lite_config(const models::UseLiteModel& m) {
   d["max_length"] = c.max_length;
   d["embedding_scale"] = c.embedding_scale;
   return d;
-}
-
-py::list search_hits(const std::vector<qkv::SearchHit>& hits) {
-  py::list out;
-  for (const auto& h : hits) {
-    py::dict d;
-    d["rank"] = h.rank;
-    d["score"] = h.score;
-    d["line"] = h.line;
-    d["text"] = h.text;
-    out.append(d);
-  }
-  return out;
 }
 
 const qkv::WordPieceTokenizer& wordpiece_or_throw(const qkv::Tokenizer& t, const char* what) {
@@ -250,29 +235,6 @@ void register_models(py::module_& m) {
           },
           py::arg("ids"), "(L, V) logits of every position, as a _Tensor. Releases the GIL.")
       .def(
-          "score",
-          [](const models::Gpt2Model& model, const qkv::Tokenizer& tokenizer,
-             const std::string& text, std::int64_t stride) {
-            const qkv::BpeTokenizer* bpe = tokenizer.bpe();
-            QKV_CHECK(bpe != nullptr, "GPT2Model.score: the tokenizer is not byte-level BPE");
-            models::TextScore s;
-            {
-              py::gil_scoped_release release;
-              s = models::score_text(model, *bpe, text, stride);
-            }
-            py::dict d;
-            d["tokens"] = s.tokens;
-            d["bytes"] = s.bytes;
-            d["loss"] = s.loss;
-            d["perplexity"] = s.perplexity;
-            d["bits_per_byte"] = s.bits_per_byte;
-            d["stride"] = s.stride;
-            d["windows"] = s.windows;
-            return d;
-          },
-          py::arg("tokenizer"), py::arg("text"), py::arg("stride"),
-          "qkv::models::score_text as a dict. Releases the GIL.")
-      .def(
           "generate",
           [](const models::Gpt2Model& model, const std::vector<std::int64_t>& prompt,
              std::int64_t max_new_tokens, double temperature, std::int64_t top_k, double top_p,
@@ -340,37 +302,6 @@ void register_models(py::module_& m) {
           py::arg("ids"), py::arg("attentions"), py::arg("batch_size"),
           "(embeddings (N, O), [per input: per layer (H, n, n)]) as _Tensor. Releases the GIL.");
 
-  py::class_<qkv::SearchIndex, std::shared_ptr<qkv::SearchIndex>>(
-      m, "_SearchIndex", "qkv::SearchIndex (use qkv.SearchIndex / qkv.search).")
-      .def_static(
-          "open_or_build",
-          [](const models::UseLiteModel& model, const std::string& model_dir,
-             const std::string& corpus, const std::string& index, bool rebuild) {
-            bool built = false;
-            py::gil_scoped_release release;
-            auto result = naming_allocations("SearchIndex of '" + corpus + "'", [&] {
-              return std::make_shared<qkv::SearchIndex>(qkv::SearchIndex::open_or_build(
-                  model, model_dir, corpus, index, {}, rebuild, &built));
-            });
-            return std::make_pair(result, built);
-          },
-          py::arg("model"), py::arg("model_dir"), py::arg("corpus"), py::arg("index"),
-          py::arg("rebuild"), "(index, whether it was built). Releases the GIL.")
-      .def_property_readonly("embeddings", [](const qkv::SearchIndex& s) { return s.embeddings(); })
-      .def_property_readonly("lines", [](const qkv::SearchIndex& s) { return s.lines(); })
-      .def(
-          "search",
-          [](const qkv::SearchIndex& s, const models::UseLiteModel& model, const std::string& query,
-             std::int64_t top) {
-            std::vector<qkv::SearchHit> hits;
-            {
-              py::gil_scoped_release release;
-              hits = s.search(model, query, top);
-            }
-            return search_hits(hits);
-          },
-          py::arg("model"), py::arg("query"), py::arg("top"),
-          "[{rank, score, line, text}] best first. Releases the GIL.");
 
   // ---- Tokenizer --------------------------------------------------------------------
   py::class_<qkv::Tokenizer, std::shared_ptr<qkv::Tokenizer>>(

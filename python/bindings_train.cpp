@@ -1,7 +1,8 @@
 // Training for Python: the encoder–decoder model of qkv/seq2seq.h (_qkv._Seq2Seq) with its
-// forward_backward, and the GPT-2 language model of language_model/language_model.h (_train_lm, with
-// a progress callback; _gpt2_lm_loss, _lm_batch_offsets and _gpt2_initial for the torch
-// twin and the tests), so tests can hold losses and every gradient against torch autograd.
+// forward_backward, and GPT-2's (_gpt2_lm_loss and _gpt2_initial for the torch twin and the
+// tests), so tests can hold losses and every gradient against torch autograd. The language
+// model's training loop (_train_lm) and the date translator's decoding are bound with their
+// applications (apps/language_model/python.cpp, apps/dates/python.cpp).
 // Arrays cross as NumPy copies (f32 weights and gradients, int64 ids).
 
 #include <pybind11/numpy.h>
@@ -18,9 +19,8 @@
 #include "../src/io/text_input.h"
 #include "bindings_common.h"
 #include "bindings_training.h"
-#include "dates/dates.h"
 #include "qkv/error.h"
-#include "language_model/language_model.h"
+#include "qkv/gpt2.h"
 #include "qkv/seq2seq.h"
 
 namespace py = pybind11;
@@ -168,86 +168,6 @@ void register_train(py::module_& m) {
       .def("greedy_decode", &models::Seq2Seq::greedy_decode, py::arg("sources"), py::arg("bos"),
            py::arg("eos"), py::arg("max_new_tokens"), py::call_guard<py::gil_scoped_release>());
 
-  // ---- The GPT-2 language model (language_model/language_model.h) --------------------------------
-  m.def(
-      "_train_lm",
-      [](const py::dict& d, const py::object& progress) {
-        models::LmTrainingOptions o;
-        auto str = [&](const char* key, std::string& field) {
-          if (d.contains(key) && !d[key].is_none()) field = d[key].cast<std::string>();
-        };
-        auto integer = [&](const char* key, std::int64_t& field) {
-          if (d.contains(key)) field = d[key].cast<std::int64_t>();
-        };
-        str("text", o.text);
-        str("heldout", o.heldout);
-        str("tokenizer", o.tokenizer);
-        str("out_dir", o.out_dir);
-        str("command", o.command);
-        integer("vocab_size", o.vocab_size);
-        integer("n_layer", o.model.n_layer);
-        integer("n_embd", o.model.n_embd);
-        integer("n_head", o.model.n_head);
-        integer("n_positions", o.model.n_positions);
-        integer("steps", o.steps);
-        integer("batch", o.batch);
-        integer("warmup_steps", o.warmup_steps);
-        integer("checkpoint_every", o.checkpoint_every);
-        integer("stop_at", o.stop_at);
-        integer("eval_every", o.eval_every);
-        integer("eval_tokens", o.eval_tokens);
-        if (d.contains("lr")) o.peak_lr = d["lr"].cast<double>();
-        if (d.contains("seed")) o.seed = d["seed"].cast<std::uint64_t>();
-        if (d.contains("resume")) o.resume = d["resume"].cast<bool>();
-        QKV_CHECK(o.model.n_embd % o.model.n_head == 0,
-                  "train_lm: n_head = " << o.model.n_head << " must divide n_embd = " << o.model.n_embd);
-        // Between steps the relay runs Python's signal handlers, so Ctrl-C stops the run
-        // after a checkpoint and raises KeyboardInterrupt.
-        qkv_python::ProgressRelay relay(progress);
-        auto on_progress = [&](const models::LmProgress& p) {
-          relay([&] {
-            py::dict info;
-            info["step"] = p.step;
-            info["total"] = p.total;
-            info["loss"] = p.loss;
-            info["lr"] = p.lr;
-            info["heldout_loss"] = p.val_loss >= 0 ? py::object(py::float_(p.val_loss)) : py::none();
-            info["tokens_per_s"] = p.tokens_per_s;
-            info["elapsed_s"] = p.elapsed_s;
-            return info;
-          });
-        };
-        models::LmTrainingResult r;
-        {
-          py::gil_scoped_release release;
-          r = models::train_lm(o, on_progress, relay.stop());
-        }
-        relay.rethrow();
-        py::dict out;
-        out["steps"] = r.steps;
-        out["interrupted"] = r.interrupted;
-        out["seconds"] = r.seconds;
-        out["tokens_per_s"] = r.tokens_per_s;
-        out["loss"] = r.final_loss;
-        out["heldout_loss"] = r.val_loss >= 0 ? py::object(py::float_(r.val_loss)) : py::none();
-        out["parameters"] = r.num_parameters;
-        out["train_tokens"] = r.train_tokens;
-        out["vocab_size"] = r.vocab_size;
-        out["checkpoint"] = r.checkpoint;
-        return out;
-      },
-      py::arg("options"), py::arg("progress"));
-  m.def("_lm_batch_offsets", &models::lm_batch_offsets, py::arg("seed"), py::arg("step"),
-        py::arg("batch"), py::arg("context"), py::arg("num_tokens"));
-  m.def(
-      "_lm_tokens",
-      [](const qkv::Tokenizer& tokenizer, const std::string& text) {
-        const qkv::BpeTokenizer* bpe = tokenizer.bpe();
-        QKV_CHECK(bpe != nullptr, "lm_tokens: the tokenizer is not byte-level BPE");
-        py::gil_scoped_release release;
-        return models::lm_tokens(*bpe, text);
-      },
-      py::arg("tokenizer"), py::arg("text"));
   // A freshly initialised GPT-2 (Gpt2Weights::initialized) written as a Hugging Face
   // directory: the twin's starting point.
   m.def(
@@ -284,17 +204,4 @@ void register_train(py::module_& m) {
 
   m.attr("_max_text_bytes") = qkv::io::kMaxLineBytes;
 
-  // The date translator's vocabulary and decoding (dates/dates.h).
-  m.def("_dates_encode", [](const std::string& text) {
-    return qkv::dates::Vocabulary::dates().encode(text);
-  });
-  // Checked as `qkv translate` checks (models::translate_dates_checked): per input
-  // (answer, problem), problem "" when the answer is the date the input names.
-  m.def("_dates_translate", [](const models::Seq2Seq& s, const std::vector<std::string>& inputs) {
-    std::vector<std::pair<std::string, std::string>> out;
-    for (models::DateTranslation& t : models::translate_dates_checked(s, inputs))
-      out.emplace_back(std::move(t.output), std::move(t.problem));
-    return out;
-  });
-  m.def("_embedded_date_model", [] { return models::embedded_date_model(); });
 }

@@ -21,6 +21,14 @@ and the report gives every round, the medians and after/before (below 1: faster 
              decode steps (ms per step).
   training   build/bench/qkv_bench_training --json (the date translator's encoder–decoder,
              its default batch): the median step time of --train-steps steps.
+  tasks      `qkv train` of each other task, small, timed whole (reading the data, the steps,
+             writing the model): lm (5 steps on the first 200 KB of the State of the Union
+             text with models/sotu-gpt's tokenizer), recommender mf and sasrec (1 epoch of
+             the first 20,000 MovieLens ratings), vision vit and point (1 epoch of 5,500
+             Fashion-MNIST training images, of which 5,000 validate; 1,000 test images).
+             --data DIR names where scripts/fetch_data.sh wrote sotu, movielens and
+             fashion-mnist (DIR/sotu-train.txt, DIR/movielens/ratings.csv,
+             DIR/fashion-mnist/); the small sets are written beside them (DIR/small/).
 
 Benchmarks only: nothing here asserts a time. The outputs of the two builds are not
 compared here (the test suites do that); the GPT-2 greedy ids are, and a difference is
@@ -131,6 +139,76 @@ def training_rounds(builds, args):
     return {name: per}
 
 
+TASKS = [  # (name, qkv train arguments; {small} and {out} filled in)
+    ("train lm 5 steps", "lm --text {small}/sotu.txt --tokenizer {root}/models/sotu-gpt --steps 5 "
+                         "--batch 8 --context 128 --layers 2 --embd 128 --heads 4 --eval-every 0 --out {out}"),
+    ("train recommender mf 1 epoch", "recommender --model mf --data {small}/ratings.csv --epochs 1 --out {out}"),
+    ("train recommender sasrec 1 epoch", "recommender --model sasrec --data {small}/ratings.csv --epochs 1 "
+                                         "--max-len 50 --out {out}"),
+    ("train vision vit 1 epoch", "vision --model vit --data {small}/fashion-mnist --epochs 1 --dim 32 "
+                                 "--layers 2 --mlp-dim 64 --out {out}"),
+    ("train vision point 1 epoch", "vision --model point --data {small}/fashion-mnist --epochs 1 --dim 16 "
+                                   "--out {out}"),
+]
+
+
+def small_data(data):
+    """DIR/small: sotu.txt (200 KB of DIR/sotu-train.txt, whole lines), ratings.csv (the header
+    and the first 20,000 ratings), fashion-mnist/ (the first 5,500 training and 1,000 test
+    images and labels)."""
+    import gzip
+    import struct
+    target = os.path.join(data, "small")
+    if os.path.isdir(target):
+        return target
+    tmp = target + ".tmp"
+    os.makedirs(os.path.join(tmp, "fashion-mnist"), exist_ok=True)
+    text = open(os.path.join(data, "sotu-train.txt"), encoding="utf-8").read(200_000)
+    open(os.path.join(tmp, "sotu.txt"), "w", encoding="utf-8").write(text[:text.rindex("\n") + 1])
+    with open(os.path.join(data, "movielens", "ratings.csv"), encoding="utf-8") as f:
+        lines = [next(f) for _ in range(20_001)]
+    open(os.path.join(tmp, "ratings.csv"), "w", encoding="utf-8").writelines(lines)
+    for split, n in (("train", 5500), ("t10k", 1000)):
+        source = os.path.join(data, "fashion-mnist", f"{split}-images-idx3-ubyte.gz")
+        images = gzip.open(source).read()
+        rows, cols = struct.unpack(">II", images[8:16])
+        labels = gzip.open(source.replace("images-idx3", "labels-idx1")).read()
+        with gzip.open(os.path.join(tmp, "fashion-mnist", f"{split}-images-idx3-ubyte.gz"), "wb") as f:
+            f.write(struct.pack(">IIII", 0x803, n, rows, cols) + images[16:16 + n * rows * cols])
+        with gzip.open(os.path.join(tmp, "fashion-mnist", f"{split}-labels-idx1-ubyte.gz"), "wb") as f:
+            f.write(struct.pack(">II", 0x801, n) + labels[8:8 + n])
+    os.rename(tmp, target)
+    return target
+
+
+def task_rounds(builds, args):
+    import tempfile
+    import time
+    if not args.data:
+        sys.exit("bench_before_after: tasks needs --data DIR (scripts/fetch_data.sh sotu|movielens|fashion-mnist)")
+    small = small_data(os.path.abspath(args.data))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(without_openblas(), QKV_NUM_THREADS=str(args.threads))
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, arguments in TASKS:
+            log(name)
+            per = {"before": [], "after": []}
+            for r in range(args.rounds):
+                for which in in_turn(r):
+                    out = os.path.join(tmp, f"{which}-{r}")
+                    cmd = [builds[which]["qkv"], "train", *arguments.format(small=small, root=root, out=out).split()]
+                    start = time.perf_counter()
+                    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                    ms = (time.perf_counter() - start) * 1e3
+                    if done.returncode != 0:
+                        sys.exit(f"bench_before_after: {' '.join(cmd)} failed: {done.stderr.strip()[-2000:]}")
+                    per[which].append(ms)
+                    subprocess.run(["rm", "-rf", out], check=True)
+            results[name] = per
+    return results
+
+
 def print_table(results, header):
     print(header)
     print("| case | before ms | after ms | after/before | rounds before | rounds after |")
@@ -152,13 +230,14 @@ def main():
     parser.add_argument("--train-steps", type=int, default=10, help="timed steps per training measurement")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--only", default="attention,models,training",
-                        help="comma-separated subset of attention, models, training")
+                        help="comma-separated subset of attention, models, training, tasks")
+    parser.add_argument("--data", metavar="DIR", help="tasks: where scripts/fetch_data.sh wrote the data sets")
     parser.add_argument("--json", metavar="FILE", help="also write every number to FILE")
     args = parser.parse_args()
     if args.rounds < 1 or args.repeats < 1 or args.train_steps < 1 or args.threads < 1:
         parser.error("--rounds, --repeats, --train-steps and --threads must be >= 1")
     parts = args.only.split(",")
-    unknown = set(parts) - {"attention", "models", "training"}
+    unknown = set(parts) - {"attention", "models", "training", "tasks"}
     if unknown:
         parser.error(f"--only: unknown {', '.join(sorted(unknown))}")
     sys.stdout.reconfigure(line_buffering=True)
@@ -176,6 +255,8 @@ def main():
         results.update(model_rounds(builds, args))
     if "training" in parts:
         results.update(training_rounds(builds, args))
+    if "tasks" in parts:
+        results.update(task_rounds(builds, args))
     load_after = os.getloadavg()
     print_table(results, f"before {builds['before']['dir']}, after {builds['after']['dir']}; "
                          f"{args.rounds} rounds, threads {args.threads}; load average "

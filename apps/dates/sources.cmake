@@ -7,3 +7,4 @@ list(APPEND QKV_APPS_UNIT_TESTS apps/dates/tests/test_dates.cpp apps/dates/tests
 # models/dates, when present, is assembled into embedded_model.cpp (see that file).
 set(QKV_DATE_MODEL_DIR ${CMAKE_CURRENT_LIST_DIR}/../../models/dates)
 cmake_path(NORMAL_PATH QKV_DATE_MODEL_DIR)
+list(APPEND QKV_APPS_PYTHON_SOURCES apps/dates/python.cpp)

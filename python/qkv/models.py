@@ -386,7 +386,7 @@ class GPT2Model(_Model):
         elif not 1 <= _int(stride, fn, "stride") < self.config["n_positions"]:
             raise ValueError(f"{fn}: stride must be in [1, {self.config['n_positions'] - 1}] "
                              f"(n_positions - 1), got {stride}")
-        return self._impl.score(self.tokenizer._impl, text, stride)
+        return _qkv._score_text(self._impl, self.tokenizer._impl, text, stride)
 
     def __repr__(self):
         c = self.config

@@ -150,6 +150,10 @@ void bind_workers(int n) {
         pin(0, shared->cpus[t]);
       }
     });
+    // A placement that failed part way is forgotten, so the next call places the team
+    // again: kept, it would claim workers it never recorded (worker[t] == 0), whose pins
+    // from an earlier placement the move below could then never undo.
+    if (errors.failed()) placed = Placement{};
     errors.rethrow();
 #else
     (void)wanted;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/parallel.h"
 #include "qkv/cpu.h"
 #include "qkv/error.h"
 #include "qkv/rng.h"
@@ -95,21 +96,47 @@ TEST_F(ThreadPlacement, WorkersArePinnedOnePerCpuButNotTheCaller) {
   expect_workers_placed(pinned, allowed_, -1);
 }
 
-// Wherever the calling thread runs, no worker is pinned to its CPU when a region starts:
-// a worker there would wait behind the caller (threads.cpp).
-TEST_F(ThreadPlacement, NoWorkerSharesTheCallersCpu) {
-  num_threads();  // places the workers while the caller is free
+// Holds the calling thread on each allowed CPU in turn and checks that no worker is pinned
+// to it when a region starts.
+void expect_no_worker_on_the_callers_cpu(const cpu_set_t& allowed) {
   for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (!CPU_ISSET(cpu, &allowed_)) continue;
+    if (!CPU_ISSET(cpu, &allowed)) continue;
     cpu_set_t here;
     CPU_ZERO(&here);
     CPU_SET(cpu, &here);
     const bool held = sched_setaffinity(0, sizeof here, &here) == 0;  // the caller now runs on `cpu`
     const std::vector<int> pinned = held ? pinned_cpus_of_team(num_threads()) : std::vector<int>{};
-    sched_setaffinity(0, sizeof allowed_, &allowed_);
+    sched_setaffinity(0, sizeof allowed, &allowed);
     ASSERT_TRUE(held) << "could not hold the calling thread on CPU " << cpu;
-    expect_workers_placed(pinned, allowed_, cpu);
+    expect_workers_placed(pinned, allowed, cpu);
   }
+}
+
+// Wherever the calling thread runs, no worker is pinned to its CPU when a region starts:
+// a worker there would wait behind the caller (threads.cpp).
+TEST_F(ThreadPlacement, NoWorkerSharesTheCallersCpu) {
+  num_threads();  // places the workers while the caller is free
+  expect_no_worker_on_the_callers_cpu(allowed_);
+}
+
+// A placement that fails (here by the fault hook of its region) is not remembered as done:
+// the next call places the team again, and no worker is left pinned where the caller runs.
+// (Remembered, the workers kept their earlier pins, which nothing moved any more: found
+// when the sanitized tests first ran in shards and tests/nn's fault injection ran first.)
+TEST_F(ThreadPlacement, AFailedPlacementIsDoneAgainByTheNextCall) {
+  const int cpus = CPU_COUNT(&allowed_);
+  set_num_threads(1);
+  num_threads();
+  set_num_threads(cpus);
+  num_threads();  // placed once, the workers pinned
+  set_num_threads(1);
+  num_threads();
+  detail::fail_region_for_test("threads.pin");
+  set_num_threads(cpus);
+  EXPECT_THROW(num_threads(), Error);  // the placement fails part way
+  detail::fail_region_for_test(nullptr);
+  num_threads();  // places the workers again, the caller free
+  expect_no_worker_on_the_callers_cpu(allowed_);
 }
 
 TEST(Rng, DeterministicAndPlausiblyDistributed) {

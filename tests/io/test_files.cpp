@@ -239,6 +239,18 @@ void write_version(const std::string& dir, char version) {
   files.commit(std::string(R"({"version": ")") + version + "\"}");
 }
 
+// In a forked child: this test binary again, running only Files.DISABLED_WriterForCrashTests.
+// Without GoogleTest's sharding variables: ctest runs the sanitized tests in shards, and a
+// child that inherited them would run the one test only if it fell in the parent's shard.
+[[noreturn]] static void exec_writer_child() {
+  ::unsetenv("GTEST_TOTAL_SHARDS");
+  ::unsetenv("GTEST_SHARD_INDEX");
+  ::unsetenv("GTEST_SHARD_STATUS_FILE");
+  ::execl("/proc/self/exe", "/proc/self/exe", "--gtest_also_run_disabled_tests",
+          "--gtest_filter=Files.DISABLED_WriterForCrashTests", static_cast<char*>(nullptr));
+  ::_exit(127);
+}
+
 TEST(Files, EveryDeterministicCrashPointLeavesTheOldOrTheNewModel) {
   // QKV_TEST_CRASH_AT=N kills the writer at its N-th durable step. Writing B over A has 6:
   // the three temporary files (weights, vocabulary, config.json) synced, then three renames.
@@ -251,10 +263,7 @@ TEST(Files, EveryDeterministicCrashPointLeavesTheOldOrTheNewModel) {
       ::setenv("QKV_TEST_CRASH_AT", std::to_string(step).c_str(), 1);
       ::setenv("QKV_TEST_WRITER_DIR", dir.path.c_str(), 1);
       // exec, so the crash counter starts in a fresh process (the library reads it once)
-      ::execl("/proc/self/exe", "/proc/self/exe", "--gtest_also_run_disabled_tests",
-              "--gtest_filter=Files.DISABLED_WriterForCrashTests",
-              static_cast<char*>(nullptr));
-      ::_exit(127);
+      exec_writer_child();
     }
     int status = 0;
     ASSERT_EQ(::waitpid(child, &status, 0), child);
@@ -307,10 +316,7 @@ TEST(Files, TwoHundredRandomKillsNeverLeaveAMixedModel) {
       ::setenv("QKV_TEST_WRITER_DIR", dir.path.c_str(), 1);
       ::setenv("QKV_TEST_WRITER_LOOP", "1", 1);
       ::setenv("QKV_TEST_WRITER_READY_FD", std::to_string(ready[1]).c_str(), 1);
-      ::execl("/proc/self/exe", "/proc/self/exe", "--gtest_also_run_disabled_tests",
-              "--gtest_filter=Files.DISABLED_WriterForCrashTests",
-              static_cast<char*>(nullptr));
-      ::_exit(127);
+      exec_writer_child();
     }
     ::close(ready[1]);
     // Start-up takes from tens of ms (release) to hundreds (ASan), so the kill's moment is

@@ -1,0 +1,31 @@
+// The date translator for Python: its vocabulary and checked decoding (dates/dates.h) and
+// the embedded model (qkv.translate_dates). The model itself is qkv/seq2seq.h's _Seq2Seq
+// (python/bindings_train.cpp).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dates/dates.h"
+#include "qkv/seq2seq.h"
+
+namespace py = pybind11;
+namespace models = qkv::models;
+
+void register_dates(py::module_& m) {
+  // The date translator's vocabulary and decoding (dates/dates.h).
+  m.def("_dates_encode", [](const std::string& text) {
+    return qkv::dates::Vocabulary::dates().encode(text);
+  });
+  // Checked as `qkv translate` checks (models::translate_dates_checked): per input
+  // (answer, problem), problem "" when the answer is the date the input names.
+  m.def("_dates_translate", [](const models::Seq2Seq& s, const std::vector<std::string>& inputs) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (models::DateTranslation& t : models::translate_dates_checked(s, inputs))
+      out.emplace_back(std::move(t.output), std::move(t.problem));
+    return out;
+  });
+  m.def("_embedded_date_model", [] { return models::embedded_date_model(); });
+}
