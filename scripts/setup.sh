@@ -7,7 +7,9 @@ set -euo pipefail
 
 # pkg-config: qkv.pc, the installed library's link line (tests/install).
 # zlib1g-dev, libpng-dev: the library reads gzipped IDX files (Fashion-MNIST) and PNG images.
-build_packages=(cmake g++ make pkg-config libgtest-dev nlohmann-json3-dev libcli11-dev libdnnl-dev libicu-dev
+# ccache: the compilers' launcher (CMakeLists.txt, QKV_CCACHE), so a second copy of the tree
+# built at the same depth (the pip test's) reuses the objects of the first.
+build_packages=(ccache cmake g++ make pkg-config libgtest-dev nlohmann-json3-dev libcli11-dev libdnnl-dev libicu-dev
                 libssl-dev zlib1g-dev libpng-dev pybind11-dev python3-dev python3-numpy)
 # clang + its runtimes: libFuzzer targets; npm: test vocabularies from npm packages;
 # chromium: headless, draws the attention page in tests/viz/test_browser.sh;

@@ -103,6 +103,28 @@ void fsync_directory(const std::string& dir, const std::string& what) {
   QKV_CHECK(rc == 0 || err == EINVAL, what << ": syncing the directory '" << dir << "' failed: " << why(err));
 }
 
+// An exclusive flock of a directory, held while one writer renames its group of files into
+// it. Only writers take it (readers that look between two renames are refused by the digests
+// config.json records, not misled). A directory that cannot be opened for reading goes
+// unlocked: the renames themselves still need only write access.
+class DirectoryLock {
+ public:
+  explicit DirectoryLock(const std::string& dir) : fd_(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) {
+    if (fd_ >= 0) {
+      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+      }
+    }
+  }
+  ~DirectoryLock() {
+    if (fd_ >= 0) ::close(fd_);  // closing releases the lock
+  }
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+
+ private:
+  int fd_;
+};
+
 }  // namespace
 
 AtomicFile::AtomicFile(const std::string& path, std::string what)
@@ -256,9 +278,15 @@ void ModelFiles::commit(std::string_view config_json) {
   AtomicFile config_file((fs::path(dir_) / "config.json").string(), dir_ + "/config.json");
   config_file.write(config.dump(2) + "\n");
   config_file.finish();
-  for (auto& [name, f] : files_) f->rename_into_place();
-  config_file.rename_into_place();
-  fsync_directory(dir_, dir_);
+  {
+    // One writer's group at a time: two writers of one directory at once (two trainings
+    // into one --out) would otherwise interleave their renames and could leave one's
+    // model.safetensors beside the other's config.json, which then refuses it.
+    const DirectoryLock lock(dir_);
+    for (auto& [name, f] : files_) f->rename_into_place();
+    config_file.rename_into_place();
+    fsync_directory(dir_, dir_);
+  }
   files_.clear();
 }
 

@@ -163,6 +163,61 @@ TEST(Files, WritersOfOneTargetAtOnceNeverRemoveEachOthersFiles) {
   EXPECT_EQ(names(dir.path).size(), 1u);  // the target alone: no temporary file is left
 }
 
+TEST(Files, ModelWritersOfOneDirectoryAtOnceLeaveOneWholeModel) {
+  // Two processes commit a model directory at the same moment, each its own files, 200
+  // times; after each round config.json records the files beside it and names the writer
+  // whose they are (two `train lm --out D` at once once left one's model.safetensors beside
+  // the other's config.json, which then refused it).
+  TempDir dir("files_model_race");
+  const std::string d = dir.path.string();
+  auto commit = [&](char fill, int round) {
+    qkv::ModelFiles files(d);
+    files.add("model.safetensors", std::string(4096 + 64 * (round % 7), fill));
+    files.add("vocab.json", std::string(100, fill));
+    files.commit(std::string("{\"writer\": \"") + fill + "\"}");
+  };
+  constexpr int kRounds = 200;
+  int go[2], done[2];  // parent -> child: start a round; child -> parent: its commit is done
+  ASSERT_EQ(::pipe(go), 0);
+  ASSERT_EQ(::pipe(done), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    char byte = 0;
+    for (int round = 0; round < kRounds && ::read(go[0], &byte, 1) == 1; ++round) {
+      try {
+        commit('B', round);
+        byte = 1;
+      } catch (...) {
+        byte = 0;
+      }
+      if (::write(done[1], &byte, 1) != 1) ::_exit(1);
+    }
+    ::_exit(0);
+  }
+  int mixed = 0;
+  std::string first_problem;
+  for (int round = 0; round < kRounds; ++round) {
+    char byte = 1;
+    ASSERT_EQ(::write(go[1], &byte, 1), 1);
+    ASSERT_NO_THROW(commit('A', round));
+    ASSERT_EQ(::read(done[0], &byte, 1), 1);
+    ASSERT_EQ(byte, 1) << "the other writer failed in round " << round;
+    try {
+      qkv::check_model_files(dir.file("config.json"));
+      const std::string config = slurp(dir.file("config.json"));
+      const char writer = config.find("\"writer\": \"A\"") != std::string::npos ? 'A' : 'B';
+      if (slurp(dir.file("vocab.json")) != std::string(100, writer))
+        throw qkv::Error("vocab.json is not the writer's whose config.json is there");
+    } catch (const qkv::Error& e) {
+      if (mixed++ == 0) first_problem = "round " + std::to_string(round) + ": " + e.what();
+    }
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_EQ(mixed, 0) << mixed << " of " << kRounds << " rounds left a mixed directory; " << first_problem;
+}
+
 TEST(Files, AnAbandonedWriteLeavesTheOldFile) {
   TempDir dir("files_abandon");
   dir.write("a.txt", "old");

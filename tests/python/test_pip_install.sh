@@ -5,11 +5,15 @@
 # build/qkv, whose `qkv version` must say the same.
 #
 #  1. copies the source (git's files and the untracked ones it does not ignore): pip builds
-#     in place, under build-python/, so the tree itself is never written to, and the build
-#     is one from nothing whatever an earlier `pip install .` left there;
+#     in place (build-python/, and CMake in build/ below), so the tree itself is never
+#     written to, and the build directory is a new one whatever an earlier `pip install .`
+#     left there;
 #  2. `pip install --no-build-isolation --no-index .` into a fresh
 #     `/usr/bin/python3 -m venv --system-site-packages` (offline: setuptools, wheel and
-#     numpy come from Debian's site packages) -- CMake configures and builds from nothing;
+#     numpy come from Debian's site packages) -- CMake configures a new build directory and
+#     builds it; at the copy's build/ (QKV_CMAKE_BUILD_DIR), the depth of the tree's own
+#     build/, so that with ccache (CMakeLists.txt: QKV_CCACHE) the compiles the tree's own
+#     build made are taken from the cache rather than done again;
 #  3. `python3 -m build --no-isolation --wheel`, reusing step 2's CMake build directory
 #     (QKV_CMAKE_BUILD_DIR; a second build from nothing would double the time, see
 #     tests/python/CMakeLists.txt), installed into a second fresh venv;
@@ -20,7 +24,7 @@
 # QKV_PIP_TEST_CUDA=ON|OFF builds the package with or without the CUDA kernels and checks
 # that libqkv_cuda.so is in it and loads, or is not in it (tests/python/CMakeLists.txt
 # passes the build's own choice); more CMake arguments pass through CMAKE_ARGS. ccache is
-# used when it is installed (CCACHE_DISABLE=1 turns it off).
+# used when it is installed (CCACHE_DISABLE=1 turns it off: then step 2 compiles everything).
 set -euo pipefail
 
 [[ $# -ge 2 ]] || { echo "usage: $0 SOURCE_DIR VERSION [QKV_CLI]" >&2; exit 2; }
@@ -40,13 +44,6 @@ export PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECOD
 cuda=${QKV_PIP_TEST_CUDA:-}
 [[ -z $cuda || $cuda == ON || $cuda == OFF ]] || fail "QKV_PIP_TEST_CUDA is '$cuda', not ON or OFF"
 [[ -z $cuda ]] || export CMAKE_ARGS="${CMAKE_ARGS:-} -DQKV_CUDA=$cuda"
-if command -v ccache >/dev/null 2>&1; then
-  export CMAKE_ARGS="${CMAKE_ARGS:-} -DCMAKE_CXX_COMPILER_LAUNCHER=ccache"
-  [[ $cuda != ON ]] || CMAKE_ARGS+=" -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"
-  # Paths relative to the build directory, so a run hits what the last run, in another
-  # temporary directory, cached.
-  export CCACHE_BASEDIR=$tmp
-fi
 elapsed() { echo "$(( $(date +%s) - $1 )) s"; }
 
 # 1. The copy: git's list where there is one (a file that .gitignore hides is missing here
@@ -67,11 +64,11 @@ fi
 # 2. pip install, from nothing.
 "$python" -m venv --system-site-packages "$tmp/venv-pip"
 start=$(date +%s)
-(cd "$copy" && "$tmp/venv-pip/bin/python" -m pip install --no-build-isolation --no-index .) \
-  || fail "pip install --no-build-isolation --no-index . failed"
-echo "pip install (CMake from nothing): $(elapsed "$start")"
-cmake_dir=$(echo "$copy"/build-python/temp.*/cmake)
-[[ -f $cmake_dir/CMakeCache.txt ]] || fail "no CMake build directory under $copy/build-python"
+cmake_dir=$copy/build
+(cd "$copy" && QKV_CMAKE_BUILD_DIR=$cmake_dir "$tmp/venv-pip/bin/python" -m pip install \
+   --no-build-isolation --no-index .) || fail "pip install --no-build-isolation --no-index . failed"
+echo "pip install (a new CMake build directory): $(elapsed "$start")"
+[[ -f $cmake_dir/CMakeCache.txt ]] || fail "no CMake build directory at $cmake_dir"
 
 # 3. The wheel, in a second venv.
 start=$(date +%s)
