@@ -88,14 +88,25 @@ for case in "qkv::attention main.cpp" "qkv::attention_static main.cpp" \
   step "$name: find_package(qkv), target_link_libraries($target), $program"
   # No package registry: the prefix is the only place qkv may come from. The static ones are
   # linked whole (consumer/CMakeLists.txt), so every dependency they declare is exercised.
-  kind=SHARED whole=OFF wanted="libqkv_attention libqkv"
+  kind=SHARED whole=OFF wanted="libqkv_attention libqkv" components=""
   [[ $target == *_static ]] && kind=STATIC whole=ON
   [[ $target == qkv::attention ]] && wanted=libqkv_attention
+  # The engine's consumers ask for the engine alone (COMPONENTS attention), which must not
+  # look for the library's dependencies.
+  [[ $target == qkv::attention* ]] && components=attention
   "$cmake" -S "$consumer" -B "$tmp/$name" -DCMAKE_PREFIX_PATH="$prefix" -DQKV_TARGET="$target" \
-    -DQKV_PROGRAM="$program" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=Release \
+    -DQKV_PROGRAM="$program" -DQKV_COMPONENTS="$components" -DCMAKE_CXX_COMPILER="$cxx" \
+    -DCMAKE_BUILD_TYPE=Release \
     -DQKV_WHOLE_ARCHIVE=$whole -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF >"$tmp/$name.log" 2>&1 \
     || { cat "$tmp/$name.log" >&2; fail "$name: configuring the consumer failed"; }
   grep -q "from $libdir/cmake/qkv" "$tmp/$name.log" || fail "$name: qkv was not found in the prefix"
+  if [[ $components == attention ]]; then
+    grep -q "looked for ICU: , OpenSSL: , oneDNN: $" "$tmp/$name.log" \
+      || fail "$name: find_package(qkv COMPONENTS attention) looked for the library's dependencies: $(grep 'looked for' "$tmp/$name.log")"
+  else
+    grep -q "looked for ICU: TRUE, OpenSSL: TRUE, oneDNN: /" "$tmp/$name.log" \
+      || fail "$name: find_package(qkv) did not look for the library's dependencies: $(grep 'looked for' "$tmp/$name.log")"
+  fi
   "$cmake" --build "$tmp/$name" -v >>"$tmp/$name.log" 2>&1 \
     || { cat "$tmp/$name.log" >&2; fail "$name: building the consumer failed"; }
   if [[ $target == qkv::attention* ]]; then
