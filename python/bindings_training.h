@@ -16,6 +16,7 @@
 
 #include "qkv/nn.h"
 #include "qkv/tensor.h"
+#include "qkv/trainer.h"
 
 namespace qkv_python {
 
@@ -45,6 +46,32 @@ inline qkv::nn::StateDict state_dict_from(const py::dict& arrays) {
   return state;
 }
 
+// The loop's progress (qkv/trainer.h) as the dict every Python train() passes to its
+// progress callback: step, total, epoch, epochs (0 without epochs), epoch_end, loss, accuracy
+// (None unless the task measures it), epoch_loss (None but at an epoch end), lr, items_per_s,
+// unit, elapsed_s, and metric, score (None unless evaluated after this step) and best.
+inline py::dict progress_dict(const qkv::train::Progress& p) {
+  py::dict info;
+  const auto maybe = [](bool has, double v) { return has ? py::object(py::float_(v)) : py::none(); };
+  info["task"] = p.task;
+  info["step"] = p.step;
+  info["total"] = p.total;
+  info["epoch"] = p.epoch;
+  info["epochs"] = p.epochs;
+  info["epoch_end"] = p.epoch_end;
+  info["loss"] = p.loss;
+  info["accuracy"] = maybe(p.accuracy >= 0, p.accuracy);
+  info["epoch_loss"] = maybe(p.epoch_end, p.epoch_loss);
+  info["lr"] = p.lr;
+  info["items_per_s"] = p.items_per_s;
+  info["unit"] = p.unit;
+  info["elapsed_s"] = p.elapsed_s;
+  info["metric"] = p.evaluated ? py::object(py::str(p.metric)) : py::none();
+  info["score"] = maybe(p.evaluated, p.score);
+  info["best"] = p.best;
+  return info;
+}
+
 // A training loop runs with the GIL released and calls back after each step or epoch.
 // The relay takes the GIL, runs Python's signal handlers (so Ctrl-C is seen between steps)
 // and calls `callback(info())` when a callback was given. An exception from either is kept
@@ -65,6 +92,10 @@ class ProgressRelay {
       raised_.emplace(std::move(e));
       stop_.store(true);
     }
+  }
+  // The loop's progress callback: each Progress relayed as progress_dict.
+  qkv::train::ProgressCallback callback() {
+    return [this](const qkv::train::Progress& p) { (*this)([&] { return progress_dict(p); }); };
   }
   const std::atomic<bool>* stop() const { return &stop_; }
   bool raised() const { return raised_.has_value(); }

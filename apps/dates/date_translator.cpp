@@ -13,18 +13,19 @@
 #include <optional>
 #include <sstream>
 
-#include "models/checkpoint.h"
+#include <nlohmann/json.hpp>
+
 #include "qkv/error.h"
 #include "qkv/rng.h"
 #include "qkv/safetensors.h"
 #include "qkv/train.h"
+#include "qkv/trainer.h"
 #include "text/unicode.h"
 
 namespace qkv::models {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
 // The batch of step `step`: a pure function of (seed, step), so a resumed run sees the
 // same pairs as an uninterrupted one.
@@ -81,24 +82,29 @@ Seq2SeqBatch rows_of(const Seq2SeqBatch& b, std::int64_t lo, std::int64_t hi) {
   return r;
 }
 
-// Every option that changes the run, written out: ranks must agree on all of them.
-std::string options_key(const DateTrainingOptions& o) {
-  std::ostringstream key;
-  key.precision(17);
-  key << o.steps << ' ' << o.batch << ' ' << o.peak_lr << ' ' << o.warmup_steps << ' ' << o.min_lr_ratio << ' '
-      << o.weight_decay << ' ' << o.clip_norm << ' ' << o.label_smoothing << ' ' << o.seed << ' ' << o.out_dir
-      << ' ' << o.resume << ' ' << o.checkpoint_every << ' ' << o.stop_at << ' ' << o.eval_size << ' '
-      << o.eval_seed << ' ' << o.model.to_json();
-  return key.str();
-}
-
-void save_checkpoint(const std::string& path, Seq2Seq& model, const train::AdamW& opt,
-                     std::int64_t step, const DateTrainingOptions& o) {
-  detail::save_training_checkpoint(path, model.parameters(), opt, step,
-                                   {{"total_steps", std::to_string(o.steps)},
-                                    {"seed", std::to_string(o.seed)},
-                                    {"config", model.config.to_json()}});
-}
+// One step of the date translator for the training loop: the batch of the step (a pure
+// function of seed and step), this rank's rows of it, teacher-forced cross-entropy.
+struct DateTask : train::Task {
+  const DateTrainingOptions& o;
+  Seq2Seq model, grads;
+  DateTask(const DateTrainingOptions& options)
+      : o(options), model(options.model, options.seed), grads(options.model, options.seed) {}
+  nn::ParameterList parameters() override { return model.parameters(); }
+  nn::ParameterList gradients() override { return grads.parameters(); }
+  train::StepResult step(const train::StepContext& ctx) override {
+    std::int64_t tokens = 0;
+    const Seq2SeqBatch batch = training_batch(o.seed, ctx.step, o.batch, &tokens);
+    const distributed::RowShare rows = ctx.share(o.batch);
+    const Seq2SeqBatch mine = ctx.ranks > 1 ? rows_of(batch, rows.lo, rows.hi) : batch;
+    const auto counted = static_cast<double>(
+        std::count_if(mine.tgt_out.begin(), mine.tgt_out.end(), [](std::int64_t t) { return t != -100; }));
+    ctx.weigh(counted);
+    const train::CrossEntropyResult ce = model.forward_backward(mine, grads, o.label_smoothing, ctx.ready);
+    // Tokens (source + target, padding excluded) count once, on rank 0.
+    return {.loss = ce.loss, .count = static_cast<double>(ce.counted), .correct = static_cast<double>(ce.correct),
+            .items = ctx.rank == 0 ? static_cast<double>(tokens) : 0.0};
+  }
+};
 
 }  // namespace
 
@@ -115,8 +121,7 @@ Seq2SeqConfig date_model_config() {
   return c;
 }
 
-DateTrainingResult train_dates(const DateTrainingOptions& o,
-                               const std::function<void(const TrainingProgress&)>& on_progress,
+DateTrainingResult train_dates(const DateTrainingOptions& o, const train::ProgressCallback& on_progress,
                                const std::atomic<bool>* stop) {
   QKV_CHECK(o.steps >= 1, "train dates: steps must be >= 1, got " << o.steps);
   QKV_CHECK(o.batch >= 1, "train dates: batch must be >= 1, got " << o.batch);
@@ -124,116 +129,37 @@ DateTrainingResult train_dates(const DateTrainingOptions& o,
   QKV_CHECK(o.model.vocab_size == dates::Vocabulary::dates().size(),
             "train dates: the model's vocab_size must be the date vocabulary's "
                 << dates::Vocabulary::dates().size());
-  // Data-parallel over more than one rank (DateTrainingOptions::communicator).
-  const distributed::Communicator* comm =
-      o.communicator != nullptr && o.communicator->size() > 1 ? o.communicator : nullptr;
-  const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
-  if (comm) {
-    distributed::check_same_everywhere(options_key(o), *comm, "train dates");
-    QKV_CHECK(o.batch >= ranks, "train dates: --batch " << o.batch << " gives some of the " << ranks
-                                                       << " ranks no pairs; it must be at least the number of ranks");
-  }
-  const bool writer = rank == 0;  // the rank that writes files and reports progress
-  std::filesystem::create_directories(o.out_dir);
-  const std::string checkpoint = o.out_dir + "/checkpoint.safetensors";
-
-  Seq2Seq model(o.model, o.seed);
-  Seq2Seq grads(o.model, o.seed);
-  const nn::ParameterList grad_list = grads.parameters();
-  train::AdamWOptions adam;
-  adam.weight_decay = o.weight_decay;
-  train::AdamW opt(model.parameters(), adam);
-  std::int64_t start = 0;
-  if (o.resume) {
-    QKV_CHECK(std::filesystem::exists(checkpoint),
-              "train dates: --resume: no checkpoint at " << checkpoint);
-    SafeTensors ck = SafeTensors::open(checkpoint);
-    const auto& meta = ck.metadata();
-    QKV_CHECK(meta.count("step") && meta.count("config"),
-              checkpoint << ": not a qkv training checkpoint (no step/config metadata)");
-    const Seq2SeqConfig saved = Seq2SeqConfig::from_json(meta.at("config"), checkpoint);
-    QKV_CHECK(saved.to_json() == o.model.to_json(),
-              checkpoint << ": was trained with a different model configuration");
-    model = Seq2Seq::load(ck, o.model);
-    opt = train::AdamW(model.parameters(), adam);
-    start = detail::load_training_state(ck, checkpoint, opt);
-    QKV_CHECK(start <= o.steps, checkpoint << ": is at step " << start << ", past --steps " << o.steps);
-  }
-  std::optional<distributed::GradientReducer> reducer;
-  if (comm) {
-    distributed::broadcast(model.parameters(), *comm, 0);
-    reducer.emplace(grad_list, *comm);
-  }
-  const distributed::RowShare rows = distributed::row_share(o.batch, rank, ranks);  // of every batch
-
-  // A run shorter than the warm-up (a quick test) warms up over its first tenth instead,
-  // so the learning rate still reaches its peak and decays.
-  const std::int64_t warmup = o.warmup_steps < o.steps ? o.warmup_steps : o.steps / 10;
-  const train::Schedule schedule{o.peak_lr, warmup, o.steps, o.min_lr_ratio};
+  const int ranks = o.communicator != nullptr ? o.communicator->size() : 1;
+  QKV_CHECK(o.batch >= ranks, "train dates: --batch " << o.batch << " gives some of the " << ranks
+                                                     << " ranks no pairs; it must be at least the number of ranks");
+  DateTask task(o);
+  train::LoopOptions loop;
+  loop.task = "dates";
+  loop.steps = o.steps;
+  loop.adam.weight_decay = o.weight_decay;
+  loop.clip_norm = o.clip_norm;
+  loop.lr = {o.peak_lr, o.warmup_steps, o.min_lr_ratio};
+  loop.checkpoint = o.out_dir + "/checkpoint.safetensors";
+  loop.resume = o.resume;
+  loop.checkpoint_every = o.checkpoint_every;
+  loop.stop_at = o.stop_at;
+  loop.identity = {{"config", o.model.to_json()},
+                   {"seed", std::to_string(o.seed)},
+                   {"batch", std::to_string(o.batch)},
+                   {"label_smoothing", train::identity_value(o.label_smoothing)}};
+  loop.communicator = o.communicator;
   DateTrainingResult result;
-  result.num_parameters = model.num_parameters();
-  result.reductions.ranks = ranks;
-  const auto t0 = Clock::now();
-  std::int64_t tokens_total = 0;
-  std::int64_t step = start;
-  for (; step < o.steps; ++step) {
-    bool stopping = (stop && stop->load()) || (o.stop_at > 0 && step >= o.stop_at);
-    if (comm) stopping = comm->max(stopping ? 1.0 : 0.0) > 0.0;  // every rank stops at the same step
-    if (stopping) {
-      result.interrupted = true;
-      break;
-    }
-    std::int64_t tokens = 0;
-    const Seq2SeqBatch batch = training_batch(o.seed, step, o.batch, &tokens);
-    train::zero_grad(grad_list);
-    train::CrossEntropyResult ce;
-    if (comm) {
-      const Seq2SeqBatch mine = rows_of(batch, rows.lo, rows.hi);
-      const auto counted = static_cast<double>(std::count_if(
-          mine.tgt_out.begin(), mine.tgt_out.end(), [](std::int64_t t) { return t != -100; }));
-      const double all_counted = comm->sum(counted);
-      // Each rank's loss is the mean over its own counted targets; weighted by its share of
-      // all of them, the sum over ranks is the whole batch's mean and its gradient.
-      reducer->begin(all_counted > 0 ? counted / all_counted : 0.0);
-      ce = model.forward_backward(mine, grads, o.label_smoothing, &reducer->hook());
-      result.reductions.add(reducer->finish());
-      ce.loss = all_counted > 0 ? comm->sum(ce.loss * counted) / all_counted : 0.0;
-      ce.correct = static_cast<std::int64_t>(comm->sum(static_cast<double>(ce.correct)));
-      ce.counted = static_cast<std::int64_t>(all_counted);
-    } else {
-      ce = model.forward_backward(batch, grads, o.label_smoothing);
-    }
-    train::clip_grad_norm(grad_list, o.clip_norm);
-    const double lr = train::cosine_schedule(step, schedule);
-    opt.step(grad_list, lr);
-    tokens_total += tokens;
-    if (writer && o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0 && step + 1 < o.steps)
-      save_checkpoint(checkpoint, model, opt, step + 1, o);
-    if (writer && on_progress) {
-      TrainingProgress p;
-      p.step = step + 1;
-      p.total = o.steps;
-      p.loss = ce.loss;
-      p.token_accuracy = ce.counted ? static_cast<double>(ce.correct) / ce.counted : 0.0;
-      p.lr = lr;
-      p.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
-      p.tokens_per_s = p.elapsed_s > 0 ? tokens_total / p.elapsed_s : 0.0;
-      on_progress(p);
-    }
-  }
-  result.steps = step;
-  result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  result.tokens_per_s = result.seconds > 0 ? tokens_total / result.seconds : 0.0;
-  if (writer) save_checkpoint(checkpoint, model, opt, step, o);
-  result.checkpoint = checkpoint;
+  static_cast<train::LoopResult&>(result) = train::fit(task, loop, on_progress, stop);
+  result.num_parameters = task.model.num_parameters();
   if (result.interrupted) return result;
-
+  const bool writer = o.communicator == nullptr || o.communicator->rank() == 0;
   if (!writer) {  // rank 0 scores and writes the model; the others learn its score
-    result.exact_match = comm->sum(0.0);
+    result.exact_match = o.communicator->sum(0.0);
     return result;
   }
+  Seq2Seq& model = task.model;
   result.exact_match = evaluate_dates(model, dates::held_out_set(o.eval_size, o.eval_seed));
-  if (comm) comm->sum(result.exact_match);
+  if (o.communicator != nullptr && o.communicator->size() > 1) o.communicator->sum(result.exact_match);
   std::ostringstream em;
   em.precision(6);
   em << result.exact_match;
@@ -245,6 +171,18 @@ DateTrainingResult train_dates(const DateTrainingOptions& o,
                          {"held_out_size", std::to_string(o.eval_size)},
                          {"training_seconds", std::to_string(result.seconds)}});
   return result;
+}
+
+std::string DateTrainingResult::to_json(const DateTrainingOptions& o) const {
+  nlohmann::ordered_json fields;
+  if (!interrupted) {
+    fields["exact_match"] = exact_match;
+    fields["held_out"] = o.eval_size;
+  }
+  fields["parameters"] = num_parameters;
+  fields["out"] = o.out_dir;
+  const std::string t = fields.dump();
+  return "{" + json_fields() + "," + t.substr(1);
 }
 
 namespace {

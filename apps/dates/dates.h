@@ -15,7 +15,7 @@
 // on generated pairs and evaluated on held-out calendar dates it never saw.
 //
 //   DateTrainingOptions o;  o.steps = 3000;  o.out_dir = "out";
-//   DateTrainingResult r = train_dates(o, print_progress, &interrupted);
+//   DateTrainingResult r = train_dates(o, train::progress_printer(std::cerr, true), &interrupted);
 //   Seq2Seq model = Seq2Seq::load("out");
 //   translate_dates(model, {"21 Nov 2026"})  ->  {"2026-11-21"}
 #pragma once
@@ -33,6 +33,7 @@
 #include "qkv/distributed.h"
 #include "qkv/rng.h"
 #include "qkv/seq2seq.h"
+#include "qkv/trainer.h"
 
 namespace qkv::dates {
 
@@ -183,34 +184,23 @@ struct DateTrainingOptions {
   const distributed::Communicator* communicator = nullptr;
 };
 
-struct TrainingProgress {
-  std::int64_t step = 0;       // steps done
-  std::int64_t total = 0;
-  double loss = 0.0;           // of the last step
-  double token_accuracy = 0.0; // of the last step (teacher forcing)
-  double lr = 0.0;
-  double tokens_per_s = 0.0;   // source + target tokens (padding excluded), since start
-  double elapsed_s = 0.0;
-};
-
-struct DateTrainingResult {
-  std::int64_t steps = 0;          // steps done (including those before a resume)
-  bool interrupted = false;        // stopped by `stop` or stop_at; a checkpoint was written
-  double seconds = 0.0;            // of this run
-  double tokens_per_s = 0.0;
+// What train_dates returns: the loop's result (qkv/trainer.h: steps, interrupted, seconds,
+// items_per_s() in tokens, checkpoint, reductions) and the held-out score.
+struct DateTrainingResult : train::LoopResult {
   double exact_match = 0.0;        // on eval_size held-out dates (not measured when interrupted)
   std::int64_t num_parameters = 0;
-  std::string checkpoint;          // path written
-  distributed::ReductionTotals reductions;  // data-parallel runs: the gradient sums
+  // `qkv train dates --json`: the loop's fields, then exact_match, held_out, parameters, out.
+  std::string to_json(const DateTrainingOptions& options) const;
 };
 
 // Trains (or resumes). out_dir/checkpoint.safetensors (weights, AdamW moments, step) is
 // written every checkpoint_every steps and when the loop ends: after `steps`, at stop_at,
-// or when `stop` becomes true (checked once per step). Unless stopped early, the model is
-// then scored on eval_size held-out dates and written as out_dir/model.safetensors +
-// config.json. on_progress is called after every step.
+// or when `stop` becomes true (checked once per step), by the one training loop
+// (train::fit, task "dates"). Unless stopped early, the model is then scored on eval_size
+// held-out dates and written as out_dir/model.safetensors + config.json. on_progress is
+// called after every step (rank 0 only).
 DateTrainingResult train_dates(const DateTrainingOptions& options,
-                               const std::function<void(const TrainingProgress&)>& on_progress,
+                               const train::ProgressCallback& on_progress = {},
                                const std::atomic<bool>* stop = nullptr);
 
 // The model committed under models/dates, compiled into the library

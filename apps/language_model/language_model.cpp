@@ -13,13 +13,15 @@
 #include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "io/text_input.h"
-#include "models/checkpoint.h"
 #include "qkv/error.h"
 #include "qkv/files.h"
 #include "qkv/rng.h"
 #include "qkv/safetensors.h"
 #include "qkv/train.h"
+#include "qkv/trainer.h"
 #include "text/unicode.h"
 
 namespace qkv::models {
@@ -35,16 +37,6 @@ std::string number(double v) {
   return s.str();
 }
 
-// The metadata a checkpoint is resumed from: a run continues only with the same model,
-// windows and seed, or it would not be the run it claims to continue.
-std::map<std::string, std::string> run_identity(const LmTrainingOptions& o, const Gpt2Config& c,
-                                                std::int64_t T) {
-  return {{"config", c.to_json()},
-          {"seed", std::to_string(o.seed)},
-          {"batch", std::to_string(o.batch)},
-          {"context", std::to_string(T)}};
-}
-
 // The tokenizer's two files, as text: kept in memory from the start of a run and written
 // with the weights at every save, so that a run killed (or failing) before it saves leaves
 // out_dir's previous model whole, tokenizer included.
@@ -53,13 +45,12 @@ struct TokenizerTexts {
   std::string sha256() const { return sha256_hex(sha256_hex(vocab_json) + sha256_hex(merges_txt)); }
 };
 
-// The model directory (tokenizer, weights, config.json) changes as a whole (ModelFiles);
-// the checkpoint is written after it and records the tokenizer's digest, so a kill between
-// the two leaves a checkpoint that --resume refuses as another run's, never one it would
-// continue with another tokenizer.
-void save_all(const LmTrainingOptions& o, const Gpt2Config& c, std::int64_t T, Gpt2Weights& w,
-              const TokenizerTexts& tokenizer, const train::AdamW& opt, std::int64_t step,
-              double val_loss, double seconds) {
+// The model directory (tokenizer, weights, config.json) changes as a whole (ModelFiles),
+// at every checkpoint and at the end. The loop writes its checkpoint after it, with the
+// tokenizer's digest in the run's identity, so a kill between the two leaves a checkpoint
+// that --resume refuses as another run's, never one it would continue with another tokenizer.
+void save_model(const LmTrainingOptions& o, const Gpt2Config& c, Gpt2Weights& w, const TokenizerTexts& tokenizer,
+                std::int64_t step, double val_loss, double seconds) {
   std::map<std::string, std::string> model_meta = {{"trained_with", o.command},
                                                    {"steps", std::to_string(step)},
                                                    {"seed", std::to_string(o.seed)},
@@ -70,11 +61,6 @@ void save_all(const LmTrainingOptions& o, const Gpt2Config& c, std::int64_t T, G
   files.add("merges.txt", tokenizer.merges_txt);
   add_gpt2_weights(files, w, model_meta);
   files.commit(c.to_json());
-  std::map<std::string, std::string> meta = run_identity(o, c, T);
-  meta["total_steps"] = std::to_string(o.steps);
-  meta["tokenizer"] = tokenizer.sha256();
-  detail::save_training_checkpoint(o.out_dir + "/checkpoint.safetensors", w.parameters(), opt,
-                                   step, meta);
 }
 
 // Mean loss over the first whole windows of T + 1 tokens of `stream` (up to max_tokens
@@ -134,8 +120,7 @@ std::vector<std::int64_t> lm_batch_offsets(std::uint64_t seed, std::int64_t step
   return offsets;
 }
 
-LmTrainingResult train_lm(const LmTrainingOptions& o,
-                          const std::function<void(const LmProgress&)>& on_progress,
+LmTrainingResult train_lm(const LmTrainingOptions& o, const train::ProgressCallback& on_progress,
                           const std::atomic<bool>* stop) {
   QKV_CHECK(o.steps >= 1, "train lm: steps must be >= 1, got " << o.steps);
   QKV_CHECK(o.batch >= 1, "train lm: batch must be >= 1, got " << o.batch);
@@ -148,22 +133,12 @@ LmTrainingResult train_lm(const LmTrainingOptions& o,
             "train lm: context must be in [1, n_positions = " << o.model.n_positions << "], got "
                                                                << o.context);
   const std::int64_t T = o.context == 0 ? o.model.n_positions : o.context;
-  // Data-parallel over more than one rank (LmTrainingOptions::communicator).
-  const distributed::Communicator* comm =
-      o.communicator != nullptr && o.communicator->size() > 1 ? o.communicator : nullptr;
-  const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
-  if (comm) {
-    std::ostringstream key;
-    key.precision(17);
-    key << o.text << ' ' << o.heldout << ' ' << o.tokenizer << ' ' << o.vocab_size << ' ' << o.model.to_json()
-        << ' ' << o.steps << ' ' << o.batch << ' ' << o.context << ' ' << o.peak_lr << ' ' << o.warmup_steps << ' '
-        << o.min_lr_ratio << ' ' << o.weight_decay << ' ' << o.clip_norm << ' ' << o.seed << ' ' << o.out_dir << ' '
-        << o.resume << ' ' << o.checkpoint_every << ' ' << o.stop_at << ' ' << o.eval_every << ' ' << o.eval_tokens;
-    distributed::check_same_everywhere(key.str(), *comm, "train lm");
-    QKV_CHECK(o.batch >= ranks, "train lm: --batch " << o.batch << " gives some of the " << ranks
-                                                    << " ranks no windows; it must be at least the number of ranks");
-  }
-  const bool writer = rank == 0;  // the rank that writes files, validates and reports progress
+  // Data-parallel over more than one rank (LmTrainingOptions::communicator): the loop checks
+  // that the ranks agree; rank 0 writes the files.
+  const int ranks = o.communicator != nullptr ? o.communicator->size() : 1;
+  QKV_CHECK(o.batch >= ranks, "train lm: --batch " << o.batch << " gives some of the " << ranks
+                                                  << " ranks no windows; it must be at least the number of ranks");
+  const bool writer = o.communicator == nullptr || o.communicator->rank() == 0;
   // Made now, so an output path that cannot be a directory fails before training, not after.
   if (writer) std::filesystem::create_directories(o.out_dir);
   const std::string checkpoint = o.out_dir + "/checkpoint.safetensors";
@@ -214,109 +189,89 @@ LmTrainingResult train_lm(const LmTrainingOptions& o,
   Gpt2Config c = o.model;
   c.vocab_size = static_cast<std::int64_t>(tokenizer.vocab_size());
   c.eos_token_id = tokenizer.eos_id();
-  Gpt2Weights w = Gpt2Weights::initialized(c, o.seed);
-  Gpt2Weights grads = Gpt2Weights::zeros_like(c);
-  const nn::ParameterList grad_list = grads.parameters();
-  train::AdamWOptions adam;
-  adam.weight_decay = o.weight_decay;
-  train::AdamW opt(w.parameters(), adam);
-  std::int64_t start = 0;
-  if (o.resume) {
-    SafeTensors ck = SafeTensors::open(checkpoint);
-    const auto& meta = ck.metadata();
-    QKV_CHECK(meta.count("step") && meta.count("config"),
-              checkpoint << ": not a qkv language-model checkpoint (no step/config metadata)");
-    for (const auto& [key, value] : run_identity(o, c, T))
-      QKV_CHECK(meta.count(key) && meta.at(key) == value,
-                checkpoint << ": was trained with another " << key << " than this run's");
-    // A checkpoint older than the tokenizer beside it (a run over another text, killed
-    // between its model and its checkpoint) is another run's.
-    QKV_CHECK(!meta.count("tokenizer") || meta.at("tokenizer") == tokenizer_texts.sha256(),
-              checkpoint << ": was trained with another tokenizer than the one in " << o.out_dir
-                         << " (the run that wrote them was interrupted between the two); "
-                            "train again without --resume");
-    nn::StateDict state;
-    for (const auto& name : ck.names())
-      if (!name.starts_with("optimizer.")) state[name] = ck.get(name);
-    nn::load_state_dict(w.parameters(), state);
-    opt = train::AdamW(w.parameters(), adam);
-    start = detail::load_training_state(ck, checkpoint, opt);
-    QKV_CHECK(start <= o.steps, checkpoint << ": is at step " << start << ", past steps " << o.steps);
-    QKV_CHECK(start < o.steps, "train lm: --resume: the run in " << o.out_dir << " is finished (step "
-                                   << start << " of " << o.steps
-                                   << "): nothing to train; give more --steps to train it further");
-  }
 
-  std::optional<distributed::GradientReducer> reducer;
-  if (comm) {
-    distributed::broadcast(w.parameters(), *comm, 0);
-    reducer.emplace(grad_list, *comm);
-  }
-  const distributed::RowShare rows = distributed::row_share(o.batch, rank, ranks);  // of every batch
-
-  const std::int64_t warmup = o.warmup_steps < o.steps ? o.warmup_steps : o.steps / 10;
-  const train::Schedule schedule{o.peak_lr, warmup, o.steps, o.min_lr_ratio};
-  LmTrainingResult result;
-  result.num_parameters = c.num_parameters();
-  result.reductions.ranks = ranks;
-  result.train_tokens = N;
-  result.vocab_size = c.vocab_size;
+  // One step: the step's windows (a pure function of seed and step), this rank's rows of
+  // them; every window scores T targets.
+  struct LmTask : train::Task {
+    const LmTrainingOptions& o;
+    const Gpt2Config& c;
+    const std::vector<std::int64_t>& stream;
+    const std::vector<std::int64_t>& heldout;
+    std::int64_t T;
+    Gpt2Weights w, grads;
+    std::vector<std::int64_t> tokens;
+    double val_loss = -1.0;
+    LmTask(const LmTrainingOptions& options, const Gpt2Config& config, const std::vector<std::int64_t>& s,
+           const std::vector<std::int64_t>& h, std::int64_t t)
+        : o(options), c(config), stream(s), heldout(h), T(t), w(Gpt2Weights::initialized(config, options.seed)),
+          grads(Gpt2Weights::zeros_like(config)), tokens(static_cast<std::size_t>(options.batch * (t + 1))) {}
+    nn::ParameterList parameters() override { return w.parameters(); }
+    nn::ParameterList gradients() override { return grads.parameters(); }
+    train::StepResult step(const train::StepContext& ctx) override {
+      const auto N = static_cast<std::int64_t>(stream.size());
+      const std::vector<std::int64_t> offsets = lm_batch_offsets(o.seed, ctx.step, o.batch, T, N);
+      for (std::int64_t b = 0; b < o.batch; ++b)
+        std::copy_n(stream.begin() + offsets[static_cast<std::size_t>(b)], T + 1, tokens.begin() + b * (T + 1));
+      const distributed::RowShare rows = ctx.share(o.batch);
+      const std::int64_t B = rows.hi - rows.lo;
+      const std::span<const std::int64_t> mine(tokens.data() + rows.lo * (T + 1), static_cast<std::size_t>(B * (T + 1)));
+      ctx.weigh(static_cast<double>(B * T));
+      const train::CrossEntropyResult ce = gpt2_lm_loss(c, w, mine, B, T, &grads, ctx.ready);
+      return {.loss = ce.loss, .count = static_cast<double>(B * T), .items = static_cast<double>(B * T)};
+    }
+    double evaluate() override {
+      val_loss = validation_loss(c, w, heldout, T, o.batch, o.eval_tokens);
+      return val_loss;
+    }
+  };
+  LmTask task(o, c, stream, heldout, T);
   const auto t0 = Clock::now();
   const auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-  std::vector<std::int64_t> tokens(static_cast<std::size_t>(o.batch * (T + 1)));
-  std::int64_t step = start;
-  for (; step < o.steps; ++step) {
-    bool stopping = (stop && stop->load()) || (o.stop_at > 0 && step >= o.stop_at);
-    if (comm) stopping = comm->max(stopping ? 1.0 : 0.0) > 0.0;  // every rank stops at the same step
-    if (stopping) {
-      result.interrupted = true;
-      break;
-    }
-    const std::vector<std::int64_t> offsets = lm_batch_offsets(o.seed, step, o.batch, T, N);
-    for (std::int64_t b = 0; b < o.batch; ++b)
-      std::copy_n(stream.begin() + offsets[static_cast<std::size_t>(b)], T + 1,
-                  tokens.begin() + b * (T + 1));
-    train::zero_grad(grad_list);
-    train::CrossEntropyResult ce;
-    if (comm) {
-      // Every window scores T targets: each rank's share of the loss is its share of the rows.
-      const std::span<const std::int64_t> mine(tokens.data() + rows.lo * (T + 1),
-                                               static_cast<std::size_t>((rows.hi - rows.lo) * (T + 1)));
-      reducer->begin(static_cast<double>(rows.hi - rows.lo) / static_cast<double>(o.batch));
-      ce = gpt2_lm_loss(c, w, mine, rows.hi - rows.lo, T, &grads, &reducer->hook());
-      result.reductions.add(reducer->finish());
-      ce.loss = comm->sum(ce.loss * static_cast<double>(rows.hi - rows.lo)) / static_cast<double>(o.batch);
-    } else {
-      ce = gpt2_lm_loss(c, w, tokens, o.batch, T, &grads);
-    }
-    train::clip_grad_norm(grad_list, o.clip_norm);
-    const double lr = train::cosine_schedule(step, schedule);
-    opt.step(grad_list, lr);
-    result.final_loss = ce.loss;
-    LmProgress p;
-    p.step = step + 1;
-    p.total = o.steps;
-    p.loss = ce.loss;
-    p.lr = lr;
-    const bool last = step + 1 == o.steps;
-    if (!heldout.empty() && ((o.eval_every > 0 && p.step % o.eval_every == 0) || last)) {
-      p.val_loss = writer ? validation_loss(c, w, heldout, T, o.batch, o.eval_tokens) : 0.0;
-      if (comm) p.val_loss = comm->sum(p.val_loss);  // rank 0's, on every rank
-      result.val_loss = p.val_loss;
-    }
-    if (writer && o.checkpoint_every > 0 && p.step % o.checkpoint_every == 0 && !last)
-      save_all(o, c, T, w, tokenizer_texts, opt, p.step, result.val_loss, seconds());
-    p.elapsed_s = seconds();
-    p.tokens_per_s = static_cast<double>((p.step - start) * o.batch * T) / std::max(p.elapsed_s, 1e-9);
-    if (writer && on_progress) on_progress(p);
+  train::LoopOptions loop;
+  loop.task = "lm";
+  loop.steps = o.steps;
+  loop.adam.weight_decay = o.weight_decay;
+  loop.clip_norm = o.clip_norm;
+  loop.lr = {o.peak_lr, o.warmup_steps, o.min_lr_ratio};
+  if (!heldout.empty()) {
+    loop.eval_every = o.eval_every;
+    loop.eval_at_end = true;
   }
-  result.steps = step;
-  result.seconds = seconds();
-  result.tokens_per_s =
-      static_cast<double>((step - start) * o.batch * T) / std::max(result.seconds, 1e-9);
-  if (writer) save_all(o, c, T, w, tokenizer_texts, opt, step, result.val_loss, result.seconds);
-  result.checkpoint = checkpoint;
+  loop.metric = "held-out loss";
+  loop.higher_is_better = false;
+  loop.checkpoint = checkpoint;
+  loop.resume = o.resume;
+  loop.checkpoint_every = o.checkpoint_every;
+  loop.stop_at = o.stop_at;
+  loop.identity = {{"config", c.to_json()},
+                   {"seed", std::to_string(o.seed)},
+                   {"batch", std::to_string(o.batch)},
+                   {"context", std::to_string(T)},
+                   {"text", o.text},
+                   {"tokenizer", tokenizer_texts.sha256()}};
+  loop.before_checkpoint = [&](std::int64_t at) {
+    save_model(o, c, task.w, tokenizer_texts, at, task.val_loss, seconds());
+  };
+  loop.communicator = o.communicator;
+  LmTrainingResult result;
+  static_cast<train::LoopResult&>(result) = train::fit(task, loop, on_progress, stop);
+  result.val_loss = task.val_loss;
+  if (result.evaluations.size() > 0 && result.val_loss < 0) result.val_loss = result.evaluations.back().score;
+  result.num_parameters = c.num_parameters();
+  result.train_tokens = N;
+  result.vocab_size = c.vocab_size;
   return result;
+}
+
+std::string LmTrainingResult::to_json(const LmTrainingOptions& o) const {
+  nlohmann::ordered_json fields;
+  if (val_loss >= 0) fields["heldout_loss"] = val_loss; else fields["heldout_loss"] = nullptr;
+  fields["parameters"] = num_parameters;
+  fields["vocab_size"] = vocab_size;
+  fields["train_tokens"] = train_tokens;
+  fields["out"] = o.out_dir;
+  const std::string t = fields.dump();
+  return "{" + json_fields() + "," + t.substr(1);
 }
 
 TextScore score_text(const Gpt2Model& model, const BpeTokenizer& tokenizer, std::string_view text,

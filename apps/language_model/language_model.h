@@ -25,6 +25,7 @@
 #include "qkv/distributed.h"
 #include "qkv/gpt2.h"
 #include "qkv/tokenizer.h"
+#include "qkv/trainer.h"
 
 namespace qkv::models {
 
@@ -64,38 +65,28 @@ struct LmTrainingOptions {
   const distributed::Communicator* communicator = nullptr;
 };
 
-struct LmProgress {
-  std::int64_t step = 0;        // steps done
-  std::int64_t total = 0;
-  double loss = 0.0;            // training loss of the last step (nats per token)
-  double lr = 0.0;
-  double val_loss = -1.0;       // held-out loss when measured after this step, else -1
-  double tokens_per_s = 0.0;    // training tokens (B·T per step) since the start of this run
-  double elapsed_s = 0.0;
-};
-
-struct LmTrainingResult {
-  std::int64_t steps = 0;        // steps done (including those before a resume)
-  bool interrupted = false;      // stopped by `stop` or stop_at; a checkpoint was written
-  double seconds = 0.0;          // of this run
-  double tokens_per_s = 0.0;
-  double final_loss = 0.0;       // training loss of the last step
+// What train_lm returns: the loop's result (qkv/trainer.h: steps, interrupted, seconds,
+// items_per_s() in tokens, loss, the held-out losses as evaluations, checkpoint,
+// reductions) and what the task adds.
+struct LmTrainingResult : train::LoopResult {
   double val_loss = -1.0;        // the last held-out loss (-1 without a held-out text)
   std::int64_t num_parameters = 0;
   std::int64_t train_tokens = 0; // length of the training stream
   std::int64_t vocab_size = 0;
-  std::string checkpoint;        // path written
-  distributed::ReductionTotals reductions;  // data-parallel runs: the gradient sums
+  // `qkv train lm --json`: the loop's fields, then heldout_loss, parameters, vocab_size,
+  // train_tokens, out.
+  std::string to_json(const LmTrainingOptions& options) const;
 };
 
 // Trains (or resumes) into out_dir: vocab.json and merges.txt first (trained or copied),
 // then checkpoint.safetensors (weights, AdamW moments, step) and the model (config.json,
 // model.safetensors) every checkpoint_every steps and when the loop ends (after `steps`,
-// at stop_at, or when `stop` becomes true, checked once per step). on_progress is called
-// after every step. Throws qkv::Error for a text that is empty, binary or not UTF-8, or
+// at stop_at, or when `stop` becomes true, checked once per step), by the one training loop
+// (train::fit, task "lm"; the held-out loss is its evaluation). on_progress is called after
+// every step. Throws qkv::Error for a text that is empty, binary or not UTF-8, or
 // shorter than one window of context + 1 tokens, and for options out of range.
 LmTrainingResult train_lm(const LmTrainingOptions& options,
-                          const std::function<void(const LmProgress&)>& on_progress,
+                          const train::ProgressCallback& on_progress = {},
                           const std::atomic<bool>* stop = nullptr);
 
 // <|endoftext|>, then the tokens of `text`. Throws when the tokenizer has no <|endoftext|>.

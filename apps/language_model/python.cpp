@@ -52,37 +52,13 @@ void register_language_model(py::module_& m) {
         // Between steps the relay runs Python's signal handlers, so Ctrl-C stops the run
         // after a checkpoint and raises KeyboardInterrupt.
         qkv_python::ProgressRelay relay(progress);
-        auto on_progress = [&](const models::LmProgress& p) {
-          relay([&] {
-            py::dict info;
-            info["step"] = p.step;
-            info["total"] = p.total;
-            info["loss"] = p.loss;
-            info["lr"] = p.lr;
-            info["heldout_loss"] = p.val_loss >= 0 ? py::object(py::float_(p.val_loss)) : py::none();
-            info["tokens_per_s"] = p.tokens_per_s;
-            info["elapsed_s"] = p.elapsed_s;
-            return info;
-          });
-        };
         models::LmTrainingResult r;
         {
           py::gil_scoped_release release;
-          r = models::train_lm(o, on_progress, relay.stop());
+          r = models::train_lm(o, relay.callback(), relay.stop());
         }
-        relay.rethrow();
-        py::dict out;
-        out["steps"] = r.steps;
-        out["interrupted"] = r.interrupted;
-        out["seconds"] = r.seconds;
-        out["tokens_per_s"] = r.tokens_per_s;
-        out["loss"] = r.final_loss;
-        out["heldout_loss"] = r.val_loss >= 0 ? py::object(py::float_(r.val_loss)) : py::none();
-        out["parameters"] = r.num_parameters;
-        out["train_tokens"] = r.train_tokens;
-        out["vocab_size"] = r.vocab_size;
-        out["checkpoint"] = r.checkpoint;
-        return out;
+        relay.rethrow();  // the callback's exception or KeyboardInterrupt (a checkpoint was written)
+        return r.to_json(o);
       },
       py::arg("options"), py::arg("progress"));
   m.def("_lm_batch_offsets", &models::lm_batch_offsets, py::arg("seed"), py::arg("step"),

@@ -199,24 +199,14 @@ void register_recommender(py::module_& m) {
         integer("eval_every", o.sasrec.eval_every);
         number("weight_decay", o.sasrec.weight_decay);
         if (d.contains("seed")) o.mf.seed = o.sasrec.seed = d["seed"].cast<std::uint64_t>();
+        if (d.contains("resume")) o.resume = d["resume"].cast<bool>();
+        integer("checkpoint_every", o.checkpoint_every);
+        integer("stop_at", o.stop_at);
         qkv_python::ProgressRelay relay(progress);
-        auto on_epoch = [&](const std::string& what, const rec::EpochProgress& p) {
-          relay([&] {
-            py::dict info;
-            info["model"] = what;
-            info["epoch"] = p.epoch;
-            info["total"] = p.total;
-            info["loss"] = p.loss;
-            info["validation"] = p.validation >= 0 ? py::object(py::float_(p.validation)) : py::none();
-            info["best"] = p.best;
-            info["elapsed_s"] = p.elapsed_s;
-            return info;
-          });
-        };
         rec::RecommenderReport r;
         try {
           py::gil_scoped_release release;
-          r = rec::train_recommender(o, on_epoch, relay.stop());
+          r = rec::train_recommender(o, relay.callback(), relay.stop());
         } catch (const qkv::Error&) {
           if (!relay.raised()) throw;  // else the loop stopped for the relay's exception
         }

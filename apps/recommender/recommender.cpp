@@ -32,8 +32,6 @@ namespace qkv::recommender {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -56,10 +54,6 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-// A deep copy of a module's parameters into another instance of the same shapes.
-void copy_parameters(const nn::ParameterList& from, const nn::ParameterList& to) {
-  for (std::size_t i = 0; i < from.size(); ++i) *to[i].second = from[i].second->clone();
-}
 
 // The movies a user rated in any part, as flags over the catalogue.
 std::vector<char> rated_flags(const UserRatings& u, std::int64_t num_items) {
@@ -320,84 +314,125 @@ double rmse(const MfModel& model, const std::vector<Rating>& ratings) {
   return std::sqrt(s / static_cast<double>(ratings.size()));
 }
 
-MfModel train_mf(const std::vector<Rating>& fit, const std::vector<Rating>& validation,
-                 std::int64_t U, std::int64_t I, const MfOptions& o, const EpochCallback& on_epoch,
-                 const std::atomic<bool>* stop) {
+namespace {
+
+// One minibatch of matrix factorisation: the epoch's shuffled ratings (each epoch shuffles the
+// order the one before left, as the straight run did), this rank's rows of the batch.
+struct MfTask : train::Task {
+  const std::vector<Rating>& fit;
+  const std::vector<Rating>& validation;
+  const MfOptions& o;
+  MfModel m, grads;
+  std::vector<std::size_t> order;
+  std::int64_t order_epoch = -1;  // the epoch `order` is shuffled for
+  MfTask(const std::vector<Rating>& f, const std::vector<Rating>& v, std::int64_t U, std::int64_t I,
+         const MfOptions& options)
+      : fit(f), validation(v), o(options), m(mf_zeros(U, I, options.dim)), grads(mf_zeros(U, I, options.dim)) {
+    m.mean = mean_rating(fit);
+    Rng init(mix64(o.seed + 0x6d66ull));
+    // N(0, 0.01²): near zero, so the biases fit first; on MovieLens (validation RMSE) it
+    // matched Funk's N(0, 0.1²) and beat 0.3 (0.8897 vs 0.8904 and 0.8961, dim 64, λ 0.1).
+    for (Tensor* t : {&m.user_factors, &m.movie_factors}) {
+      float* p = t->data_as<float>();
+      for (std::int64_t i = 0; i < t->numel(); ++i) p[i] = static_cast<float>(0.01 * init.normal());
+    }
+  }
+  nn::ParameterList parameters() override { return mf_parameters(m); }
+  nn::ParameterList gradients() override { return mf_parameters(grads); }
+  void shuffle_for(std::int64_t epoch) {
+    if (order.empty() || epoch != order_epoch + 1) {  // a resumed run replays the shuffles before its epoch
+      order.resize(fit.size());
+      std::iota(order.begin(), order.end(), std::size_t{0});
+      order_epoch = -1;
+    }
+    for (std::int64_t e = order_epoch + 1; e <= epoch; ++e) {
+      Rng rng(mix64(o.seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(e) + 1));
+      shuffle(order, rng);
+    }
+    order_epoch = epoch;
+  }
+  train::StepResult step(const train::StepContext& ctx) override {
+    if (ctx.epoch != order_epoch) shuffle_for(ctx.epoch);
+    const std::int64_t k = o.dim;
+    const auto n = static_cast<std::int64_t>(order.size());
+    const std::int64_t batch_first = ctx.step_in_epoch * o.batch;
+    const distributed::RowShare rows = ctx.share(std::min(n, batch_first + o.batch) - batch_first);
+    const auto first = static_cast<std::size_t>(batch_first + rows.lo), last = static_cast<std::size_t>(batch_first + rows.hi);
+    ctx.weigh(static_cast<double>(last - first));
+    const double inv = 1.0 / static_cast<double>(last - first);
+    float* gbu = grads.user_bias.data_as<float>();
+    float* gbi = grads.movie_bias.data_as<float>();
+    float* gp = grads.user_factors.data_as<float>();
+    float* gq = grads.movie_factors.data_as<float>();
+    const float* bu = m.user_bias.data_as<float>();
+    const float* bi = m.movie_bias.data_as<float>();
+    const float* P = m.user_factors.data_as<float>();
+    const float* Q = m.movie_factors.data_as<float>();
+    // loss = mean over the batch of (r̂ − r)² + λ(b_u² + b_i² + |p_u|² + |q_i|²),
+    // r̂ = μ + b_u + b_i + p_u·q_i (unclipped: the clip has no gradient).
+    double loss = 0;
+    for (std::size_t j = first; j < last; ++j) {
+      const Rating& r = fit[order[j]];
+      const std::int64_t u = r.user, i = r.movie;
+      const double e = m.predict(u, i, false) - static_cast<double>(r.rating);
+      double reg = static_cast<double>(bu[u]) * bu[u] + static_cast<double>(bi[i]) * bi[i];
+      for (std::int64_t c = 0; c < k; ++c)
+        reg += static_cast<double>(P[u * k + c]) * P[u * k + c] + static_cast<double>(Q[i * k + c]) * Q[i * k + c];
+      loss += e * e + o.l2 * reg;
+      const auto g = static_cast<float>(2.0 * e * inv), lam = static_cast<float>(2.0 * o.l2 * inv);
+      gbu[u] += g + lam * bu[u];
+      gbi[i] += g + lam * bi[i];
+      for (std::int64_t c = 0; c < k; ++c) {
+        gp[u * k + c] += g * Q[i * k + c] + lam * P[u * k + c];
+        gq[i * k + c] += g * P[u * k + c] + lam * Q[i * k + c];
+      }
+    }
+    const auto count = static_cast<double>(last - first);
+    return {.loss = loss / count, .count = count, .items = count};
+  }
+  double evaluate() override { return rmse(m, validation); }
+};
+
+}  // namespace
+
+MfTraining train_mf(const std::vector<Rating>& fit, const std::vector<Rating>& validation, std::int64_t U,
+                    std::int64_t I, const MfOptions& o, const train::ProgressCallback& on_progress,
+                    const std::atomic<bool>* stop) {
   QKV_CHECK(!fit.empty(), "train mf: no ratings to fit");
   QKV_CHECK(o.dim >= 0 && o.epochs >= 1 && o.batch >= 1 && o.lr > 0 && std::isfinite(o.lr) &&
                 o.l2 >= 0 && std::isfinite(o.l2),
             "train mf: need dim >= 0, epochs >= 1, batch >= 1, lr > 0 and l2 >= 0, got dim = "
                 << o.dim << ", epochs = " << o.epochs << ", batch = " << o.batch << ", lr = " << o.lr
                 << ", l2 = " << o.l2);
-  const std::int64_t k = o.dim;
-  MfModel m = mf_zeros(U, I, k), grads = mf_zeros(U, I, k), best;
-  m.mean = mean_rating(fit);
-  Rng init(mix64(o.seed + 0x6d66ull));
-  // N(0, 0.01²): near zero, so the biases fit first; on MovieLens (validation RMSE) it
-  // matched Funk's N(0, 0.1²) and beat 0.3 (0.8897 vs 0.8904 and 0.8961, dim 64, λ 0.1).
-  for (Tensor* t : {&m.user_factors, &m.movie_factors}) {
-    float* p = t->data_as<float>();
-    for (std::int64_t i = 0; i < t->numel(); ++i) p[i] = static_cast<float>(0.01 * init.normal());
-  }
-  const nn::ParameterList params = mf_parameters(m), grad_list = mf_parameters(grads);
-  train::AdamW opt(params, {.weight_decay = 0.0});  // L2 is in the loss, as the issue asks
-  std::vector<std::size_t> order(fit.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  double best_val = INFINITY;
-  const auto t0 = Clock::now();
-  for (std::int64_t epoch = 0; epoch < o.epochs; ++epoch) {
-    Rng rng(mix64(o.seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(epoch) + 1));
-    shuffle(order, rng);
-    double epoch_loss = 0;
-    for (std::size_t first = 0; first < order.size(); first += static_cast<std::size_t>(o.batch)) {
-      if (stop && stop->load()) throw Error("train mf: interrupted");
-      const std::size_t last = std::min(order.size(), first + static_cast<std::size_t>(o.batch));
-      const double inv = 1.0 / static_cast<double>(last - first);
-      train::zero_grad(grad_list);
-      float* gbu = grads.user_bias.data_as<float>();
-      float* gbi = grads.movie_bias.data_as<float>();
-      float* gp = grads.user_factors.data_as<float>();
-      float* gq = grads.movie_factors.data_as<float>();
-      const float* bu = m.user_bias.data_as<float>();
-      const float* bi = m.movie_bias.data_as<float>();
-      const float* P = m.user_factors.data_as<float>();
-      const float* Q = m.movie_factors.data_as<float>();
-      // loss = mean over the batch of (r̂ − r)² + λ(b_u² + b_i² + |p_u|² + |q_i|²),
-      // r̂ = μ + b_u + b_i + p_u·q_i (unclipped: the clip has no gradient).
-      for (std::size_t n = first; n < last; ++n) {
-        const Rating& r = fit[order[n]];
-        const std::int64_t u = r.user, i = r.movie;
-        const double e = m.predict(u, i, false) - static_cast<double>(r.rating);
-        double reg = static_cast<double>(bu[u]) * bu[u] + static_cast<double>(bi[i]) * bi[i];
-        for (std::int64_t j = 0; j < k; ++j)
-          reg += static_cast<double>(P[u * k + j]) * P[u * k + j] + static_cast<double>(Q[i * k + j]) * Q[i * k + j];
-        epoch_loss += e * e + o.l2 * reg;
-        const auto g = static_cast<float>(2.0 * e * inv), lam = static_cast<float>(2.0 * o.l2 * inv);
-        gbu[u] += g + lam * bu[u];
-        gbi[i] += g + lam * bi[i];
-        for (std::int64_t j = 0; j < k; ++j) {
-          gp[u * k + j] += g * Q[i * k + j] + lam * P[u * k + j];
-          gq[i * k + j] += g * P[u * k + j] + lam * Q[i * k + j];
-        }
-      }
-      opt.step(grad_list, o.lr);
-    }
-    EpochProgress p;
-    p.epoch = epoch + 1;
-    p.total = o.epochs;
-    p.loss = epoch_loss / static_cast<double>(fit.size());
-    p.validation = validation.empty() ? 0.0 : rmse(m, validation);
-    p.best = validation.empty() || p.validation < best_val;
-    if (p.best) {
-      best_val = p.validation;
-      best = mf_zeros(U, I, k);
-      best.mean = m.mean;
-      copy_parameters(params, mf_parameters(best));
-    }
-    p.elapsed_s = since(t0);
-    if (on_epoch) on_epoch(p);
-  }
-  return best;
+  const int ranks = o.run.communicator != nullptr ? o.run.communicator->size() : 1;
+  QKV_CHECK(o.batch >= ranks, "train mf: --batch " << o.batch << " gives some of the " << ranks
+                                                  << " ranks no ratings; it must be at least the number of ranks");
+  MfTask task(fit, validation, U, I, o);
+  const auto per_epoch = static_cast<std::int64_t>((fit.size() + static_cast<std::size_t>(o.batch) - 1) /
+                                                   static_cast<std::size_t>(o.batch));
+  train::LoopOptions loop;
+  static_cast<train::RunOptions&>(loop) = o.run;
+  loop.task = o.dim == 0 ? "biases" : "mf";
+  loop.steps = per_epoch * o.epochs;
+  loop.steps_per_epoch = per_epoch;
+  loop.unit = "ratings";
+  loop.eval_every = validation.empty() ? 0 : 1;
+  loop.metric = "validation RMSE";
+  loop.higher_is_better = false;
+  loop.keep_best = true;
+  loop.adam.weight_decay = 0.0;  // L2 is in the loss
+  loop.lr = {o.lr, 0, 1.0};      // constant
+  loop.checkpoint_at_epoch_end = !o.run.checkpoint.empty();
+  loop.identity = {{"dim", std::to_string(o.dim)},
+                   {"batch", std::to_string(o.batch)},
+                   {"l2", train::identity_value(o.l2)},
+                   {"seed", std::to_string(o.seed)},
+                   {"shape", std::to_string(U) + " users, " + std::to_string(I) + " movies, " +
+                                 std::to_string(fit.size()) + " ratings fitted"}};
+  MfTraining result;
+  static_cast<train::LoopResult&>(result) = train::fit(task, loop, on_progress, stop);
+  result.model = std::move(task.m);
+  return result;
 }
 
 std::vector<FoldRmse> mf_cross_validation(const Ratings& data, std::int64_t folds, const MfOptions& o,
@@ -414,8 +449,8 @@ std::vector<FoldRmse> mf_cross_validation(const Ratings& data, std::int64_t fold
     r.global_mean = rmse_constant(mean_rating(fit), fold.test);
     MfOptions biases = o;
     biases.dim = 0;
-    r.biases = rmse(train_mf(fit, val, U, I, biases), fold.test);
-    r.mf = rmse(train_mf(fit, val, U, I, o), fold.test);
+    r.biases = rmse(train_mf(fit, val, U, I, biases).model, fold.test);
+    r.mf = rmse(train_mf(fit, val, U, I, o).model, fold.test);
     out.push_back(r);
   }
   return out;
@@ -490,53 +525,89 @@ models::SasRecBatch SasRecBatches::get(std::int64_t epoch, std::int64_t step) co
   return b;
 }
 
-SasRecTraining train_sasrec(const Split& split, const SasRecOptions& o, const EpochCallback& on_epoch,
+namespace {
+
+// Rows [lo, hi) of a SASRec batch, padded to the batch's T.
+models::SasRecBatch rows_of(const models::SasRecBatch& b, std::int64_t lo, std::int64_t hi) {
+  models::SasRecBatch r;
+  r.B = hi - lo;
+  r.T = b.T;
+  r.users.assign(b.users.begin() + lo, b.users.begin() + hi);
+  const auto rows = [&](const std::vector<std::int64_t>& v) {
+    return std::vector<std::int64_t>(v.begin() + lo * b.T, v.begin() + hi * b.T);
+  };
+  r.inputs = rows(b.inputs);
+  r.positives = rows(b.positives);
+  r.negatives = rows(b.negatives);
+  return r;
+}
+
+// One SASRec step: the epoch's users in their shuffled order, `batch` at a time, this rank's
+// rows; the paper's loss over every position with a target.
+struct SasRecTask : train::Task {
+  const Split& split;
+  const SasRecOptions& o;
+  const SasRecBatches batches;
+  models::SasRecWeights w, grads;
+  SasRecTask(const Split& s, const SasRecOptions& options)
+      : split(s), o(options), batches(s, options.model.num_items, options.batch, options.model.max_len, options.seed),
+        w(models::SasRecWeights::initialized(options.model, options.seed)),
+        grads(models::SasRecWeights::zeros_like(options.model)) {}
+  nn::ParameterList parameters() override { return w.parameters(); }
+  nn::ParameterList gradients() override { return grads.parameters(); }
+  train::StepResult step(const train::StepContext& ctx) override {
+    models::SasRecBatch b = batches.get(ctx.epoch, ctx.step_in_epoch);
+    const distributed::RowShare rows = ctx.share(b.B);
+    if (ctx.ranks > 1) b = rows_of(b, rows.lo, rows.hi);
+    const auto targets =
+        static_cast<double>(std::count_if(b.positives.begin(), b.positives.end(), [](std::int64_t t) { return t != 0; }));
+    ctx.weigh(targets);
+    const double loss = models::sasrec_loss(o.model, w, b, &grads);
+    return {.loss = loss, .count = targets, .items = static_cast<double>(b.B)};
+  }
+  double evaluate() override {
+    return evaluate_ranking(split, o.model.num_items, sasrec_scorer(o.model, w), true, false).hr10;
+  }
+};
+
+}  // namespace
+
+SasRecTraining train_sasrec(const Split& split, const SasRecOptions& o, const train::ProgressCallback& on_progress,
                             const std::atomic<bool>* stop) {
   QKV_CHECK(o.epochs >= 1 && o.batch >= 1 && o.lr > 0 && std::isfinite(o.lr) && o.eval_every >= 1 &&
                 o.weight_decay >= 0,
             "train sasrec: need epochs >= 1, batch >= 1, lr > 0, eval_every >= 1 and weight_decay >= 0");
+  const int ranks = o.run.communicator != nullptr ? o.run.communicator->size() : 1;
+  QKV_CHECK(o.batch >= ranks, "train sasrec: --batch " << o.batch << " gives some of the " << ranks
+                                                      << " ranks no users; it must be at least the number of ranks");
   const models::SasRecConfig& c = o.model;
-  const SasRecBatches batches(split, c.num_items, o.batch, c.max_len, o.seed);
+  SasRecTask task(split, o);
+  train::LoopOptions loop;
+  static_cast<train::RunOptions&>(loop) = o.run;
+  loop.task = "sasrec";
+  loop.steps_per_epoch = task.batches.steps_per_epoch();
+  loop.steps = loop.steps_per_epoch * o.epochs;
+  loop.unit = "users";
+  loop.eval_every = o.eval_every;
+  loop.eval_at_end = true;
+  loop.metric = "validation HR@10";
+  loop.keep_best = true;
+  loop.adam.beta2 = 0.98;  // the paper's Adam: β = (0.9, 0.98)
+  loop.adam.weight_decay = o.weight_decay;
+  loop.lr = {o.lr, 0, 1.0};  // constant
+  loop.checkpoint_at_epoch_end = !o.run.checkpoint.empty();
+  loop.identity = {{"config", std::to_string(c.num_items) + " items, dim " + std::to_string(c.dim) + ", " +
+                                  std::to_string(c.layers) + " blocks, " + std::to_string(c.heads) + " heads, max_len " +
+                                  std::to_string(c.max_len)},
+                   {"batch", std::to_string(o.batch)},
+                   {"seed", std::to_string(o.seed)}};
   SasRecTraining result;
-  models::SasRecWeights w = models::SasRecWeights::initialized(c, o.seed);
-  models::SasRecWeights grads = models::SasRecWeights::zeros_like(c);
-  result.weights = models::SasRecWeights::zeros_like(c);
-  const nn::ParameterList params = w.parameters(), grad_list = grads.parameters();
-  train::AdamWOptions adam;
-  adam.beta2 = 0.98;  // the paper's Adam: β = (0.9, 0.98)
-  adam.weight_decay = o.weight_decay;
-  train::AdamW opt(params, adam);
-  result.best_validation = -1;
-  const auto t0 = Clock::now();
-  for (std::int64_t epoch = 0; epoch < o.epochs; ++epoch) {
-    const auto e0 = Clock::now();
-    double loss = 0;
-    for (std::int64_t step = 0; step < batches.steps_per_epoch(); ++step) {
-      if (stop && stop->load()) throw Error("train sasrec: interrupted");
-      const models::SasRecBatch b = batches.get(epoch, step);
-      train::zero_grad(grad_list);
-      loss += models::sasrec_loss(c, w, b, &grads);
-      opt.step(grad_list, o.lr);
-      ++result.steps;
-    }
-    result.seconds += since(e0);
-    result.final_loss = loss / static_cast<double>(batches.steps_per_epoch());
-    EpochProgress p;
-    p.epoch = epoch + 1;
-    p.total = o.epochs;
-    p.loss = result.final_loss;
-    p.validation = -1;
-    if ((epoch + 1) % o.eval_every == 0 || epoch + 1 == o.epochs) {
-      p.validation = evaluate_ranking(split, c.num_items, sasrec_scorer(c, w), true, false).hr10;
-      p.best = p.validation > result.best_validation;
-      if (p.best) {
-        result.best_validation = p.validation;
-        result.best_epoch = epoch + 1;
-        copy_parameters(params, result.weights.parameters());
-      }
-    }
-    p.elapsed_s = since(t0);
-    if (on_epoch) on_epoch(p);
+  static_cast<train::LoopResult&>(result) = train::fit(task, loop, on_progress, stop);
+  result.weights = std::move(task.w);
+  if (result.best >= 0) {
+    const train::Evaluation& e = result.evaluations[static_cast<std::size_t>(result.best)];
+    result.best_epoch = e.step / loop.steps_per_epoch + (e.step % loop.steps_per_epoch != 0);
+    result.best_validation = e.score;
   }
   return result;
 }
@@ -760,12 +831,12 @@ std::string RecommenderReport::to_json() const {
   j["train_seconds"] = train_seconds;
   j["train_steps"] = train_steps;
   j["num_parameters"] = num_parameters;
-  return j.dump();
+  const std::string t = j.dump();
+  return "{" + training.json_fields() + "," + t.substr(1);
 }
 
 RecommenderReport train_recommender(const RecommenderOptions& o,
-                                    const std::function<void(const std::string&, const EpochProgress&)>& on_epoch,
-                                    const std::atomic<bool>* stop) {
+                                    const train::ProgressCallback& on_progress, const std::atomic<bool>* stop) {
   QKV_CHECK(o.model == "mf" || o.model == "sasrec",
             "train recommender: model must be 'mf' or 'sasrec', got '" << o.model << "'");
   QKV_CHECK(!o.out_dir.empty(), "train recommender: an output directory is required");
@@ -782,12 +853,12 @@ RecommenderReport train_recommender(const RecommenderOptions& o,
   QKV_CHECK(!fit.empty(), "train recommender: " << o.data << ": no user has a rating to fit (each user's "
                                                    "first 80% by time; users need 2 or more ratings)");
   report.popularity = evaluate_ranking(split, I, popularity_scorer(split, I));
-  const auto relay = [&](const char* what) {
-    return [&on_epoch, what](const EpochProgress& p) { if (on_epoch) on_epoch(what, p); };
-  };
-  std::error_code ec;
-  std::filesystem::create_directories(o.out_dir, ec);
-  QKV_CHECK(!ec, "train recommender: cannot create the output directory " << o.out_dir << ": " << ec.message());
+  train::RunOptions run;
+  run.checkpoint = o.out_dir + "/checkpoint.safetensors";
+  run.resume = o.resume;
+  run.checkpoint_every = o.checkpoint_every;
+  run.stop_at = o.stop_at;
+  run.communicator = o.communicator;
   nlohmann::ordered_json config;
   config["model_type"] = "qkv-recommender";
   config["model"] = o.model;
@@ -802,25 +873,30 @@ RecommenderReport train_recommender(const RecommenderOptions& o,
     MfOptions biases = o.mf;
     biases.dim = 0;
     double best_val = INFINITY;
+    // They take seconds: trained again on --resume, and not stopped by `stop` (the model's
+    // training, after them, stops at its first step instead).
     for (const double l2 : {0.01, 0.03, 0.1, 0.3}) {
       biases.l2 = l2;
-      const MfModel b = train_mf(fit, val, U, I, biases, relay("biases"), stop);
+      const MfModel b = train_mf(fit, val, U, I, biases).model;
       const double v = val.empty() ? 0.0 : rmse(b, val);
       if (v < best_val) {
         best_val = v;
         report.rmse_biases = rmse(b, test);
       }
     }
-    const auto t0 = Clock::now();
-    MfModel m = train_mf(fit, val, U, I, o.mf, [&](const EpochProgress& p) {
-      if (p.best) {
-        report.best_epoch = p.epoch;
-        report.validation = p.validation;
-      }
-      if (on_epoch) on_epoch("mf", p);
-    }, stop);
-    report.train_seconds = since(t0);
-    report.train_steps = o.mf.epochs * ((static_cast<std::int64_t>(fit.size()) + o.mf.batch - 1) / o.mf.batch);
+    MfOptions mo = o.mf;
+    mo.run = run;
+    MfTraining trained = train_mf(fit, val, U, I, mo, on_progress, stop);
+    report.training = trained;
+    if (trained.interrupted) return report;
+    if (trained.best >= 0) {
+      const train::Evaluation& e = trained.evaluations[static_cast<std::size_t>(trained.best)];
+      report.best_epoch = e.step / (trained.total / o.mf.epochs);
+      report.validation = e.score;
+    }
+    report.train_seconds = trained.step_seconds;
+    report.train_steps = trained.steps;
+    MfModel& m = trained.model;
     report.rmse_mf = rmse(m, test);
     report.trained = evaluate_ranking(split, I, mf_scorer(m));
     report.num_parameters = (U + I) * (o.mf.dim + 1) + 1;
@@ -830,10 +906,13 @@ RecommenderReport train_recommender(const RecommenderOptions& o,
   } else {
     SasRecOptions so = o.sasrec;
     so.model.num_items = I;
-    SasRecTraining t = train_sasrec(split, so, relay("sasrec"), stop);
+    so.run = run;
+    SasRecTraining t = train_sasrec(split, so, on_progress, stop);
+    report.training = t;
+    if (t.interrupted) return report;
     report.best_epoch = t.best_epoch;
     report.validation = t.best_validation;
-    report.train_seconds = t.seconds;
+    report.train_seconds = t.step_seconds;
     report.train_steps = t.steps;
     report.trained = evaluate_ranking(split, I, sasrec_scorer(so.model, t.weights));
     report.num_parameters = so.model.num_parameters();
@@ -843,6 +922,8 @@ RecommenderReport train_recommender(const RecommenderOptions& o,
     config["max_len"] = so.model.max_len;
     for (auto& [name, p] : t.weights.parameters()) tensors.emplace_back(name, *p);
   }
+  // Rank 0 alone writes the model (data-parallel runs).
+  if (o.communicator != nullptr && o.communicator->rank() != 0) return report;
   config["report"] = io::parse_json(report.to_json(), "recommender report");
   ModelFiles files(o.out_dir);  // the directory changes as a whole, config.json last
   save_safetensors(files.add("model.safetensors"), tensors, meta);

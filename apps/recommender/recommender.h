@@ -31,6 +31,7 @@
 
 #include "qkv/sasrec.h"
 #include "qkv/tensor.h"
+#include "qkv/trainer.h"
 
 namespace qkv::recommender {
 
@@ -117,23 +118,22 @@ struct MfOptions {
   double lr = 5e-3;
   double l2 = 0.1;        // λ: loss = mean (r̂ − r)² + λ·(b_u² + b_i² + |p_u|² + |q_i|²)
   std::uint64_t seed = 0;
+  train::RunOptions run;  // checkpoint, resume, stop_at, ranks (none: the baselines, the folds)
 };
 
-struct EpochProgress {
-  std::int64_t epoch = 0, total = 0;  // epochs done, of
-  double loss = 0.0;                  // training loss of the epoch
-  double validation = 0.0;            // MF: validation RMSE; SASRec: validation HR@10
-  bool best = false;                  // the best validation so far (the weights kept)
-  double elapsed_s = 0.0;
+// What train_mf returns: the loop's result (qkv/trainer.h; the validation RMSE of every
+// epoch as its evaluations) and the weights of the best epoch.
+struct MfTraining : train::LoopResult {
+  MfModel model;
 };
-using EpochCallback = std::function<void(const EpochProgress&)>;
 
-// Fits on `fit` (minibatches of ratings, reshuffled every epoch); after each epoch measures
-// the RMSE on `validation` and returns the weights of the best epoch (the last when
-// `validation` is empty). `stop` is checked once per minibatch.
-MfModel train_mf(const std::vector<Rating>& fit, const std::vector<Rating>& validation,
-                 std::int64_t num_users, std::int64_t num_movies, const MfOptions& options,
-                 const EpochCallback& on_epoch = {}, const std::atomic<bool>* stop = nullptr);
+// Fits on `fit` (minibatches of ratings, reshuffled every epoch) with the one training loop
+// (train::fit, task "mf", or "biases" for dim 0); after each epoch measures the RMSE on
+// `validation` and returns the weights of the best epoch (the last when `validation` is
+// empty). `stop` is checked once per minibatch.
+MfTraining train_mf(const std::vector<Rating>& fit, const std::vector<Rating>& validation,
+                    std::int64_t num_users, std::int64_t num_movies, const MfOptions& options,
+                    const train::ProgressCallback& on_progress = {}, const std::atomic<bool>* stop = nullptr);
 // sqrt(mean (predict − r)²); of a constant prediction when model is null.
 double rmse(const MfModel& model, const std::vector<Rating>& ratings);
 double rmse_constant(float prediction, const std::vector<Rating>& ratings);
@@ -159,6 +159,7 @@ struct SasRecOptions {
   double weight_decay = 0.0;
   std::int64_t eval_every = 5;  // epochs between validation HR@10
   std::uint64_t seed = 0;
+  train::RunOptions run;        // checkpoint, resume, stop_at, ranks
 };
 
 // The users that train: those with at least 2 fit ratings, in user-index order.
@@ -181,16 +182,16 @@ class SasRecBatches {
   std::uint64_t seed_;
 };
 
-struct SasRecTraining {
+// What train_sasrec returns: the loop's result (qkv/trainer.h: step_seconds is the time of
+// the training steps alone; the validation HR@10 as its evaluations) and the best weights.
+struct SasRecTraining : train::LoopResult {
   models::SasRecWeights weights;  // of the best validation epoch
   std::int64_t best_epoch = 0;
   double best_validation = 0.0;   // HR@10
-  double seconds = 0.0;           // of the training steps alone
-  std::int64_t steps = 0;
-  double final_loss = 0.0;
 };
+// With the one training loop (train::fit, task "sasrec").
 SasRecTraining train_sasrec(const Split& split, const SasRecOptions& options,
-                            const EpochCallback& on_epoch = {},
+                            const train::ProgressCallback& on_progress = {},
                             const std::atomic<bool>* stop = nullptr);
 
 // ---------------------------------------------------------------------------------------
@@ -238,6 +239,12 @@ struct RecommenderOptions {
   MfOptions mf;
   SasRecOptions sasrec;
   std::string command;        // recorded in the model's metadata
+  // Checkpointing, stopping and resuming the model's training (out_dir/checkpoint.safetensors;
+  // the baselines train again, they take seconds), and data-parallel ranks.
+  bool resume = false;
+  std::int64_t checkpoint_every = 0;
+  std::int64_t stop_at = 0;
+  const distributed::Communicator* communicator = nullptr;
 };
 
 struct RecommenderReport {
@@ -251,6 +258,9 @@ struct RecommenderReport {
   double train_seconds = 0;
   std::int64_t train_steps = 0;
   std::int64_t num_parameters = 0;
+  train::LoopResult training;          // the model's training run
+  bool interrupted() const { return training.interrupted; }
+  // The loop's fields (qkv/trainer.h), then the report's.
   std::string to_json() const;
 };
 
@@ -264,8 +274,10 @@ struct RecommenderReport {
 //   history.csv       userId,movieId,rating,timestamp: every rating of the data, each
 //                     user's in time order: what recommend() excludes and what SASRec
 //                     attends over (the evaluations read the data's split instead)
+// When stopped (stop, stop_at), the checkpoint is written and nothing else: the report says
+// interrupted() and holds only the split and the training run.
 RecommenderReport train_recommender(const RecommenderOptions& options,
-                                    const std::function<void(const std::string&, const EpochProgress&)>& on_epoch = {},
+                                    const train::ProgressCallback& on_progress = {},
                                     const std::atomic<bool>* stop = nullptr);
 
 // ---------------------------------------------------------------------------------------

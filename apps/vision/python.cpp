@@ -579,27 +579,11 @@ void register_vision(py::module_& m) {
         QKV_CHECK_TYPE(progress.is_none() || PyCallable_Check(progress.ptr()),
                        "vision train: progress must be callable or None, got " << type_name(progress));
         qkv_python::ProgressRelay relay(progress);
-        auto on_step = [&](const vision::VisionProgress& p) {
-          relay([&] {
-            py::dict info;
-            info["step"] = p.step;
-            info["total"] = p.total;
-            info["epoch"] = p.epoch;
-            info["loss"] = p.loss;
-            info["accuracy"] = p.accuracy;
-            info["lr"] = p.lr;
-            info["images_per_s"] = p.images_per_s;
-            info["elapsed_s"] = p.elapsed_s;
-            info["epoch_end"] = p.epoch_end;
-            info["validation_accuracy"] = p.epoch_end ? py::object(py::float_(p.validation_accuracy)) : py::none();
-            return info;
-          });
-        };
         vision::VisionTrainingResult r;
         try {
           py::gil_scoped_release release;
           const vision::FashionMnist data = vision::load_fashion_mnist(data_dir);
-          r = vision::train_vision(o, data, on_step, relay.stop());
+          r = vision::train_vision(o, data, relay.callback(), relay.stop());
         } catch (const qkv::Error&) {
           if (!relay.raised()) throw;  // else the loop stopped for the relay's exception
         }

@@ -30,8 +30,6 @@ namespace qkv::vision {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 constexpr std::uint64_t kImageFileMaxBytes = std::uint64_t{1} << 30;
 
@@ -418,11 +416,6 @@ std::vector<std::pair<std::string, Tensor>> weight_tensors(VisionNetwork& n, boo
   return out;
 }
 
-// Copies `from` into `to` (same config).
-void copy_weights(VisionNetwork& from, VisionNetwork& to) {
-  auto a = from.parameters(), b = to.parameters();
-  for (std::size_t i = 0; i < a.size(); ++i) *b[i].second = a[i].second->contiguous().clone();
-}
 
 }  // namespace
 
@@ -430,22 +423,64 @@ void copy_weights(VisionNetwork& from, VisionNetwork& to) {
 // Training.
 
 std::string VisionTrainingResult::to_json() const {
-  nlohmann::json j = {{"steps", steps},
-                      {"interrupted", interrupted},
-                      {"seconds", seconds},
-                      {"images_per_s", images_per_s},
-                      {"validation_accuracy", validation_accuracy},
-                      {"best_epoch", best_epoch},
-                      {"num_parameters", num_parameters},
-                      {"checkpoint", checkpoint},
-                      {"out", out_dir}};
+  nlohmann::ordered_json j;
+  j["validation_accuracy"] = validation_accuracy;
+  j["best_epoch"] = best_epoch;
+  j["num_parameters"] = num_parameters;
+  j["out"] = out_dir;
   if (!interrupted) j["test_accuracy"] = test_accuracy;
-  return j.dump();
+  const std::string t = j.dump();
+  return "{" + json_fields() + "," + t.substr(1);
 }
 
+namespace {
+
+// One step of the ViT or the point model: the epoch's shuffled batch, augmented (by position
+// in the batch, so every rank augments all of it), this rank's rows, label-smoothed
+// cross-entropy.
+struct VisionTask : train::Task {
+  const VisionTrainingOptions& o;
+  const Images& train;
+  const Images& validation;
+  VisionNetwork model, grads;
+  std::int64_t patches, keep;
+  VisionTask(const VisionTrainingOptions& options, const Images& t, const Images& v, const VisionNetwork& shape)
+      : o(options), train(t), validation(v), model(VisionNetwork::initialized(shape, options.seed)),
+        grads(model.zeros_like()), patches(options.model == "vit" ? options.vit.patches() : 0),
+        keep(options.patch_dropout > 0.0 ? models::patches_kept(patches, options.patch_dropout) : patches) {}
+  nn::ParameterList parameters() override { return model.parameters(); }
+  nn::ParameterList gradients() override { return grads.parameters(); }
+  train::StepResult step(const train::StepContext& ctx) override {
+    const Batch batch = training_batch_without_images(train, o.seed, ctx.epoch, ctx.step_in_epoch, o.batch);
+    const auto B = static_cast<std::int64_t>(batch.indices.size());
+    std::vector<std::int64_t> kept =
+        keep < patches && (o.patch_dropout_epochs == 0 || ctx.epoch < o.patch_dropout_epochs)
+            ? models::random_patches(B, patches, keep, batch.seed)
+            : std::vector<std::int64_t>{};
+    Tensor input = model.input(train, batch.indices, &o.augment, batch.seed);
+    std::vector<std::int64_t> labels = batch.labels;
+    const distributed::RowShare rows = ctx.share(B);
+    if (ctx.ranks > 1) {  // this rank's rows of everything the batch holds
+      input = input.slice(0, rows.lo, rows.hi).contiguous();
+      labels = std::vector<std::int64_t>(batch.labels.begin() + rows.lo, batch.labels.begin() + rows.hi);
+      if (!kept.empty()) kept = std::vector<std::int64_t>(kept.begin() + rows.lo * keep, kept.begin() + rows.hi * keep);
+    }
+    ctx.weigh(static_cast<double>(labels.size()));
+    VisionNetwork::Record record;
+    const Tensor logits = model.forward(input, &record, kept);
+    Tensor dlogits;
+    const train::CrossEntropyResult ce = train::cross_entropy(logits, labels, &dlogits, o.label_smoothing);
+    model.backward(dlogits, record, grads);
+    return {.loss = ce.loss, .count = static_cast<double>(ce.counted), .correct = static_cast<double>(ce.correct),
+            .items = static_cast<double>(labels.size())};
+  }
+  double evaluate() override { return accuracy_of(model, validation); }
+};
+
+}  // namespace
+
 VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionMnist& data,
-                                  const std::function<void(const VisionProgress&)>& on_progress,
-                                  const std::atomic<bool>* stop) {
+                                  const train::ProgressCallback& on_progress, const std::atomic<bool>* stop) {
   QKV_CHECK(o.model == "vit" || o.model == "point",
             "train vision: --model must be 'vit' or 'point', got '" << o.model << "'");
   QKV_CHECK(o.epochs >= 1 && o.batch >= 1, "train vision: epochs and batch must be >= 1, got "
@@ -483,126 +518,47 @@ VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionM
             "train vision: the model must have " << kFashionMnistClasses.size() << " classes");
   const Images train = o.train_limit > 0 && o.train_limit < data.train.count ? data.train.slice(0, o.train_limit)
                                                                               : data.train;
-  std::filesystem::create_directories(o.out_dir);
-  const std::string checkpoint = o.out_dir + "/checkpoint.safetensors";
   const std::string config_text = config_json(shape).dump();
-
-  VisionNetwork model = VisionNetwork::initialized(shape, o.seed);
-  VisionNetwork grads = model.zeros_like();
-  VisionNetwork best = model.zeros_like();
-  const nn::ParameterList grad_list = grads.parameters();
-  train::AdamWOptions adam;
-  adam.weight_decay = o.weight_decay;
-  adam.beta2 = 0.999;
-  train::AdamW opt(model.parameters(), adam);
-
+  VisionTask task(o, train, data.validation, shape);
   const std::int64_t per_epoch = steps_per_epoch(train.count, o.batch);
-  const std::int64_t total = per_epoch * o.epochs;
-  const std::int64_t patches = o.model == "vit" ? o.vit.patches() : 0;
-  const std::int64_t keep = o.patch_dropout > 0.0 ? models::patches_kept(patches, o.patch_dropout) : patches;
+  const int ranks = o.communicator != nullptr ? o.communicator->size() : 1;
+  QKV_CHECK(o.batch >= ranks, "train vision: --batch " << o.batch << " gives some of the " << ranks
+                                                      << " ranks no images; it must be at least the number of ranks");
+  train::LoopOptions loop;
+  loop.task = o.model;
+  loop.steps = per_epoch * o.epochs;
+  loop.steps_per_epoch = per_epoch;
+  loop.unit = "img";
+  loop.eval_every = 1;
+  loop.metric = "validation accuracy";
+  loop.keep_best = true;
+  loop.adam.weight_decay = o.weight_decay;
+  loop.adam.beta2 = 0.999;
+  loop.clip_norm = o.clip_norm;
+  loop.lr = {o.peak_lr, static_cast<std::int64_t>(o.warmup_epochs * static_cast<double>(per_epoch)), o.min_lr_ratio};
+  loop.checkpoint = o.out_dir + "/checkpoint.safetensors";
+  loop.resume = o.resume;
+  loop.checkpoint_every = o.checkpoint_every;
+  loop.checkpoint_at_epoch_end = true;
+  loop.stop_at = o.stop_at;
+  std::ostringstream augment;
+  augment << o.augment.pad << ' ' << o.augment.flip << ' ' << train::identity_value(o.augment.erase);
+  loop.identity = {{"config", config_text},
+                   {"seed", std::to_string(o.seed)},
+                   {"batch", std::to_string(o.batch)},
+                   {"training_images", std::to_string(train.count)},
+                   {"label_smoothing", train::identity_value(o.label_smoothing)},
+                   {"augment", augment.str()},
+                   {"patch_dropout", train::identity_value(o.patch_dropout) + " " + std::to_string(o.patch_dropout_epochs)}};
+  loop.communicator = o.communicator;
   VisionTrainingResult result;
+  static_cast<train::LoopResult&>(result) = train::fit(task, loop, on_progress, stop);
   result.num_parameters = shape.num_parameters();
   result.out_dir = o.out_dir;
-  double best_accuracy = -1.0;
-  std::int64_t start = 0;
-  if (o.resume) {
-    QKV_CHECK(std::filesystem::exists(checkpoint), "train vision: --resume: no checkpoint at " << checkpoint);
-    SafeTensors ck = SafeTensors::open(checkpoint);
-    const auto& meta = ck.metadata();
-    QKV_CHECK(meta.count("step") && meta.count("config") && meta.count("validation"),
-              checkpoint << ": not a qkv vision training checkpoint (no step/config/validation metadata)");
-    QKV_CHECK(meta.at("config") == config_text, checkpoint << ": was trained with a different model configuration");
-    nn::StateDict state, best_state;
-    for (auto& [name, t] : model.parameters()) {
-      QKV_CHECK(ck.contains(name) && ck.contains("best." + name), checkpoint << ": no tensor '" << name << "'");
-      state[name] = ck.get(name).to(DType::f32).contiguous();
-      best_state[name] = ck.get("best." + name).to(DType::f32).contiguous();
-    }
-    nn::load_state_dict(model.parameters(), state);
-    nn::load_state_dict(best.parameters(), best_state);
-    opt = train::AdamW(model.parameters(), adam);
-    start = models::detail::load_training_state(ck, checkpoint, opt);
-    QKV_CHECK(start <= total, checkpoint << ": is at step " << start << ", past the " << total << " steps of --epochs "
-                                         << o.epochs);
-    const nlohmann::json v = io::parse_json(meta.at("validation"), checkpoint + ": validation", false);
-    QKV_CHECK(v.is_array() && static_cast<std::int64_t>(v.size()) == start / per_epoch,
-              checkpoint << ": its validation accuracies do not match its step");
-    for (const auto& a : v) result.validation_accuracy.push_back(a.get<double>());
-    for (std::size_t e = 0; e < result.validation_accuracy.size(); ++e)
-      if (result.validation_accuracy[e] > best_accuracy) {
-        best_accuracy = result.validation_accuracy[e];
-        result.best_epoch = static_cast<std::int64_t>(e) + 1;
-      }
-  }
-  const auto save_checkpoint = [&](std::int64_t step) {
-    nn::ParameterList params = model.parameters();
-    // The best weights so far travel in the checkpoint as "best.<name>", as parameters
-    // the optimizer does not know: save_training_checkpoint writes what it is given.
-    for (auto& [name, t] : best.parameters()) params.emplace_back("best." + name, t);
-    models::detail::save_training_checkpoint(
-        checkpoint, params, opt, step,
-        {{"config", config_text}, {"validation", nlohmann::json(result.validation_accuracy).dump()}});
-  };
-
-  const train::Schedule schedule{o.peak_lr, static_cast<std::int64_t>(o.warmup_epochs * static_cast<double>(per_epoch)),
-                                 total, o.min_lr_ratio};
-  const auto t0 = Clock::now();
-  std::int64_t images_done = 0;
-  std::int64_t step = start;
-  for (; step < total; ++step) {
-    if ((stop && stop->load()) || (o.stop_at > 0 && step >= o.stop_at)) {
-      result.interrupted = true;
-      break;
-    }
-    const std::int64_t epoch = step / per_epoch;
-    const Batch batch = training_batch_without_images(train, o.seed, epoch, step % per_epoch, o.batch);
-    train::zero_grad(grad_list);
-    VisionNetwork::Record record;
-    const std::vector<std::int64_t> kept =
-        keep < patches && (o.patch_dropout_epochs == 0 || epoch < o.patch_dropout_epochs)
-            ? models::random_patches(static_cast<std::int64_t>(batch.indices.size()), patches, keep, batch.seed)
-            : std::vector<std::int64_t>{};
-    const Tensor logits = model.forward(model.input(train, batch.indices, &o.augment, batch.seed), &record, kept);
-    Tensor dlogits;
-    const train::CrossEntropyResult ce = train::cross_entropy(logits, batch.labels, &dlogits, o.label_smoothing);
-    model.backward(dlogits, record, grads);
-    train::clip_grad_norm(grad_list, o.clip_norm);
-    const double lr = train::cosine_schedule(step, schedule);
-    opt.step(grad_list, lr);
-    images_done += static_cast<std::int64_t>(batch.labels.size());
-
-    VisionProgress p;
-    p.step = step + 1;
-    p.total = total;
-    p.epoch = epoch + 1;
-    p.loss = ce.loss;
-    p.accuracy = ce.counted ? static_cast<double>(ce.correct) / static_cast<double>(ce.counted) : 0.0;
-    p.lr = lr;
-    p.elapsed_s = since(t0);
-    p.images_per_s = p.elapsed_s > 0 ? static_cast<double>(images_done) / p.elapsed_s : 0.0;
-    if ((step + 1) % per_epoch == 0) {
-      const double acc = accuracy_of(model, data.validation);
-      result.validation_accuracy.push_back(acc);
-      if (acc > best_accuracy) {
-        best_accuracy = acc;
-        result.best_epoch = epoch + 1;
-        copy_weights(model, best);
-      }
-      p.epoch_end = true;
-      p.validation_accuracy = acc;
-      save_checkpoint(step + 1);
-    } else if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {
-      save_checkpoint(step + 1);
-    }
-    if (on_progress) on_progress(p);
-  }
-  result.steps = step;
-  result.seconds = since(t0);
-  result.images_per_s = result.seconds > 0 ? static_cast<double>(images_done) / result.seconds : 0.0;
-  if (step % per_epoch != 0 || result.interrupted) save_checkpoint(step);
-  result.checkpoint = checkpoint;
-  if (result.interrupted) return result;
-
+  for (const train::Evaluation& e : result.evaluations) result.validation_accuracy.push_back(e.score);
+  if (result.best >= 0) result.best_epoch = result.evaluations[static_cast<std::size_t>(result.best)].step / per_epoch;
+  if (result.interrupted || (o.communicator != nullptr && o.communicator->rank() != 0)) return result;
+  VisionNetwork& best = task.model;  // the loop restored the best epoch's weights
   result.test_accuracy = accuracy_of(best, data.test);
   nlohmann::json config = config_json(shape);
   config["model_type"] = "qkv-vision";

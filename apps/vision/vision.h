@@ -26,6 +26,7 @@
 
 #include "qkv/point_transformer.h"
 #include "qkv/tensor.h"
+#include "qkv/trainer.h"
 #include "qkv/vit.h"
 
 namespace qkv::vision {
@@ -185,44 +186,34 @@ struct VisionTrainingOptions {
   std::int64_t stop_at = 0;     // > 0: stop after this step with a checkpoint, as `stop` does
   bool bf16 = false;            // write model.safetensors in bf16 (half the size)
   std::string command;          // recorded in config.json
+  const distributed::Communicator* communicator = nullptr;
 };
 
-struct VisionProgress {
-  std::int64_t step = 0, total = 0;  // steps done, of all epochs
-  std::int64_t epoch = 0;            // 1-based, the epoch of this step
-  double loss = 0.0;                 // of the last step
-  double accuracy = 0.0;             // of the last step's (augmented) batch
-  double lr = 0.0;
-  double images_per_s = 0.0;         // training images since start
-  double elapsed_s = 0.0;
-  bool epoch_end = false;            // validation_accuracy is this epoch's
-  double validation_accuracy = 0.0;
-};
-
-struct VisionTrainingResult {
-  std::int64_t steps = 0;            // done, including those before a resume
-  bool interrupted = false;          // stopped by `stop` or stop_at; a checkpoint was written
-  double seconds = 0.0;              // of this run
-  double images_per_s = 0.0;
+// What train_vision returns: the loop's result (qkv/trainer.h: steps, interrupted, seconds,
+// items_per_s() in images, loss, the validation accuracy of every epoch as evaluations,
+// checkpoint, reductions) and what the task adds.
+struct VisionTrainingResult : train::LoopResult {
   std::vector<double> validation_accuracy;  // per finished epoch (this run and before)
   std::int64_t best_epoch = 0;       // 1-based: the weights written
   double test_accuracy = 0.0;        // of the best epoch's weights (not when interrupted)
   std::int64_t num_parameters = 0;
-  std::string checkpoint;
   std::string out_dir;               // the options' out_dir
 
-  // One JSON object, `qkv train vision --json`'s and qkv.vision.train's: steps, interrupted,
-  // seconds, images_per_s, validation_accuracy, best_epoch, num_parameters, checkpoint, out,
-  // and test_accuracy unless interrupted.
+  // One JSON object, `qkv train vision --json`'s and qkv.vision.train's: the loop's fields,
+  // then validation_accuracy, best_epoch, num_parameters, out, and test_accuracy unless
+  // interrupted.
   std::string to_json() const;
 };
 
 // Trains (or resumes) and writes out_dir/{config.json, model.safetensors} with the weights
 // of the epoch of best validation accuracy, scored on the test set. The checkpoint (last
 // weights, AdamW moments, step, the per-epoch validation accuracies and the best weights so
-// far) is written every checkpoint_every steps, at every epoch end and when the loop stops.
+// far) is written every checkpoint_every steps, at every epoch end and when the loop stops:
+// the one training loop (train::fit, task "vit" or "point"), an evaluation per epoch, the
+// best kept. Data-parallel over the ranks of `communicator` when it has more than one: every
+// rank augments the whole batch (the draws are by position in it) and trains on its rows.
 VisionTrainingResult train_vision(const VisionTrainingOptions& options, const FashionMnist& data,
-                                  const std::function<void(const VisionProgress&)>& on_progress,
+                                  const train::ProgressCallback& on_progress = {},
                                   const std::atomic<bool>* stop = nullptr);
 
 struct Prediction {

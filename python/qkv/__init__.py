@@ -75,6 +75,7 @@ __all__ = [
     "load_model",
     "translate_dates",
     "train_lm",
+    "train_dates",
     "BertModel",
     "GPT2Model",
     "UseLiteModel",
@@ -850,6 +851,6 @@ def self_attention_raw(x, scale=1.0):
     out = _qkv._self_attention_raw(c.tensor, _optional_float(scale, fn, "scale"))
     return _result(out, c, False)
 from .nn import MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer, Transformer  # noqa: E402
-from .models import (load_model, translate_dates, train_lm, BertModel, GPT2Model,  # noqa: E402
+from .models import (load_model, translate_dates, train_lm, train_dates, BertModel, GPT2Model,  # noqa: E402
                      UseLiteModel, SearchIndex, search, Tokenizer)
 from . import recommender, vision  # noqa: E402,F401

@@ -559,13 +559,16 @@ def train_lm(text, out, heldout=None, tokenizer=None, vocab_size=8192, n_layer=4
     directory with vocab.json + merges.txt (default: a byte-level BPE of vocab_size tokens
     trained on `text`). context is n_positions, the tokens of each of the `batch` training
     windows. lr: the peak of a linear warm-up over `warmup` steps and a cosine to lr/10.
-    progress(info) is called after every step with {"step", "total", "loss", "lr",
-    "heldout_loss" (None unless measured at that step), "tokens_per_s", "elapsed_s"};
-    an exception it raises, or Ctrl-C, stops training after a checkpoint and propagates
-    (continue with resume=True).
+    progress(info) is called after every step with the training loop's progress (the
+    same dict for every model qkv trains: "step", "total", "loss", "lr", "items_per_s",
+    "unit", "elapsed_s", and "metric" = "held-out loss", "score", "best" after a held-out
+    evaluation); an exception it raises, or Ctrl-C (KeyboardInterrupt), stops training after a
+    checkpoint and propagates (continue with resume=True). stop_at > 0 stops after that step
+    with a checkpoint and returns with "interrupted": True.
 
-    -> {"steps", "interrupted", "seconds", "tokens_per_s", "loss", "heldout_loss",
-    "parameters", "train_tokens", "vocab_size", "checkpoint"}.
+    -> the fields of every qkv training result ("task", "steps", "interrupted", "seconds",
+    "items_per_s", "loss", "evaluations", "best_step", "best_score", "checkpoint", ...) and
+    "heldout_loss", "parameters", "vocab_size", "train_tokens", "out": `qkv train lm --json`'s.
     """
     fn = "train_lm"
     text = _path(text, fn, "text")
@@ -598,7 +601,45 @@ def train_lm(text, out, heldout=None, tokenizer=None, vocab_size=8192, n_layer=4
     options["n_positions"] = options.pop("context")
     options["warmup_steps"] = options.pop("warmup")
     options["command"] = f"qkv.train_lm({text!r}, {out!r}, ...)"
-    return _qkv._train_lm(options, progress)
+    return json.loads(_qkv._train_lm(options, progress))
+
+
+def train_dates(out, steps=1500, batch=128, lr=1e-3, label_smoothing=0.0, seed=0, eval_size=10000,
+                resume=False, checkpoint_every=500, stop_at=0, progress=None):
+    """Trains the date translator as `qkv train dates` does, into the directory `out`
+    (model.safetensors, config.json; checkpoint.safetensors beside them): `steps` steps of
+    `batch` generated pairs, AdamW at a peak rate `lr` (warm-up, then a cosine), scored at
+    the end on eval_size held-out calendar dates. progress(info) is called after every step
+    with the training loop's progress (see train_lm); an exception it raises, or Ctrl-C
+    (KeyboardInterrupt), stops after a checkpoint and propagates (continue with resume=True);
+    stop_at > 0 stops after that step with a checkpoint and returns with "interrupted": True.
+
+    -> `qkv train dates --json`'s fields: the loop's ("task", "steps", "interrupted",
+    "seconds", "items_per_s", "loss", "checkpoint", ...) and "exact_match", "held_out",
+    "parameters", "out".
+    """
+    fn = "train_dates"
+    out = _path(out, fn, "out")
+    options = {"out_dir": out, "resume": _bool(resume, fn, "resume"), "lr": _float(lr, fn, "lr"),
+               "label_smoothing": _float(label_smoothing, fn, "label_smoothing")}
+    limits = {"steps": (1, 100_000_000), "batch": (1, 65536), "seed": (0, 1 << 64),
+              "eval_size": (0, 14557), "checkpoint_every": (0, 100_000_000), "stop_at": (0, 100_000_000)}
+    values = {"steps": steps, "batch": batch, "seed": seed, "eval_size": eval_size,
+              "checkpoint_every": checkpoint_every, "stop_at": stop_at}
+    for name, value in values.items():
+        value = _int(value, fn, name)
+        low, high = limits[name]
+        if not low <= value < high:
+            raise ValueError(f"{fn}: {name} must be in [{low}, {high - 1}], got {value}")
+        options[name] = value
+    if not (options["lr"] > 0 and math.isfinite(options["lr"])):
+        raise ValueError(f"{fn}: lr must be a finite number > 0, got {lr}")
+    if not 0 <= options["label_smoothing"] < 1:
+        raise ValueError(f"{fn}: label_smoothing must be in [0, 1), got {label_smoothing}")
+    if progress is not None and not callable(progress):
+        raise TypeError(f"{fn}: progress must be callable or None, got {_describe(progress)}")
+    options["command"] = f"qkv.train_dates({out!r}, steps={options['steps']}, batch={options['batch']}, ...)"
+    return json.loads(_qkv._train_dates(options, progress))
 
 
 def translate_dates(dates, model=None):

@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 
-from . import _describe, _float, _int, _path, _qkv, _ranged, _text
+from . import _bool, _describe, _float, _int, _path, _qkv, _ranged, _text
 
 _I64 = (-(1 << 63), (1 << 63) - 1)  # the ids a ratings file can hold (int64)
 
@@ -68,17 +68,23 @@ def split_ratings(path):
 
 def train(data, out, model="mf", epochs=None, dim=None, batch=None, lr=None, l2=None,
           layers=2, heads=1, max_len=200, eval_every=5, weight_decay=0.0, seed=0,
-          progress=None):
+          resume=False, checkpoint_every=0, stop_at=0, progress=None):
     """Trains a recommender as `qkv train recommender` does and writes the model directory
     `out` (config.json, model.safetensors, users.csv, movies.csv, history.csv).
 
     model: "mf" (matrix factorisation: defaults dim 32, epochs 40, batch 256, lr 2e-3,
     l2 0.05) or "sasrec" (self-attention over each user's history: dim 50, epochs 200,
     batch 128, lr 1e-3, layers, heads, max_len). progress(info) is called after every
-    epoch with {"model", "epoch", "total", "loss", "validation", "best", "elapsed_s"}; an
-    exception it raises, or Ctrl-C, stops training and propagates (nothing is written).
+    step with the training loop's progress (the dict of every qkv train(): "step", "total",
+    "epoch", "epochs", "loss", "epoch_loss" at an epoch end, "metric" ("validation RMSE",
+    "validation HR@10"), "score" and "best" after an evaluation, ...); an exception it
+    raises, or Ctrl-C (KeyboardInterrupt), stops training after a checkpoint
+    (out/checkpoint.safetensors, every checkpoint_every steps and at every epoch end too) and
+    propagates; continue with resume=True. stop_at > 0 stops after that step the same way
+    and returns the report with "interrupted": True.
 
-    -> the report: {"model", "split", "users", "movies", "ratings", ("rmse_global_mean",
+    -> the report: the loop's fields ("task", "steps", "interrupted", "seconds",
+    "evaluations", "best_step", "checkpoint", ...), then {"model", "split", "users", "movies", "ratings", ("rmse_global_mean",
     "rmse_biases", "rmse_mf" for mf), "popularity", "trained" (ranking metrics: "hr10",
     "ndcg10", "hr10_catalogue", "ndcg10_catalogue", "hr10_all", "ndcg10_all", "users"),
     "best_epoch", "validation", "train_seconds", "train_steps", "num_parameters"}.
@@ -112,6 +118,9 @@ def train(data, out, model="mf", epochs=None, dim=None, batch=None, lr=None, l2=
         if options.get("dim", 50) % options["heads"]:
             raise ValueError(f"{fn}: heads = {heads} must divide dim = {options.get('dim', 50)}")
     options["seed"] = _ranged(seed, fn, "seed", 0, (1 << 64) - 1)
+    options["resume"] = _bool(resume, fn, "resume")
+    options["checkpoint_every"] = _ranged(checkpoint_every, fn, "checkpoint_every", 0, 100_000_000)
+    options["stop_at"] = _ranged(stop_at, fn, "stop_at", 0, 100_000_000)
     if progress is not None and not callable(progress):
         raise TypeError(f"{fn}: progress must be callable or None, got {_describe(progress)}")
     return json.loads(_qkv._recommender_train(options, progress))

@@ -2,7 +2,6 @@
 #include "models/checkpoint.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstring>
 
@@ -98,34 +97,6 @@ std::int64_t config_size(const JsonConfig& json, const std::string& key) {
                                                       << "\" must be an integer in [1, "
                                                       << kMaxConfigSize << "], got " << v);
   return v;
-}
-
-void save_training_checkpoint(const std::string& path, const nn::ParameterList& parameters,
-                              const train::AdamW& opt, std::int64_t step,
-                              std::map<std::string, std::string> metadata) {
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const auto& [name, t] : parameters) tensors.emplace_back(name, *t);
-  for (auto& [name, t] : opt.state()) tensors.emplace_back("optimizer." + name, t);
-  metadata["step"] = std::to_string(step);
-  save_safetensors(path, tensors, metadata);
-}
-
-std::int64_t load_training_state(const SafeTensors& checkpoint, const std::string& path,
-                                 train::AdamW& opt) {
-  const auto& meta = checkpoint.metadata();
-  QKV_CHECK(meta.count("step"), path << ": not a qkv training checkpoint (no step metadata)");
-  // The step is the checkpoint's own text: std::stoll would throw std::invalid_argument
-  // (or accept "12abc"); all of it must be a step count.
-  const std::string& text = meta.at("step");
-  std::int64_t step = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), step);
-  QKV_CHECK(ec == std::errc() && end == text.data() + text.size() && step >= 0,
-            path << ": metadata \"step\" must be a step count >= 0, got \"" << text << "\"");
-  std::vector<std::pair<std::string, Tensor>> moments;
-  for (const auto& name : checkpoint.names())
-    if (name.starts_with("optimizer.")) moments.emplace_back(name.substr(10), checkpoint.get(name));
-  opt.load_state(moments, step);
-  return step;
 }
 
 }  // namespace qkv::models::detail

@@ -1,7 +1,7 @@
 // What every model loader checks of a checkpoint beyond names and shapes: that the weights
-// it reads are finite, and which of the file's tensors it did not read; and the training
-// checkpoint the training loops write and resume from. Internal to src/models (bert.cpp,
-// gpt2.cpp, seq2seq.cpp) and the applications under apps/ (their training loops).
+// it reads are finite, and which of the file's tensors it did not read. Internal to
+// src/models (bert.cpp, gpt2.cpp, seq2seq.cpp) and the applications under apps/ (their
+// model loaders). The training checkpoint is the training loop's (src/train/checkpoint.h).
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,6 @@
 #include "io/json_config.h"
 #include "qkv/safetensors.h"
 #include "qkv/tensor.h"
-#include "qkv/train.h"
 
 namespace qkv::models::detail {
 
@@ -46,17 +45,5 @@ std::vector<std::string> unused_tensors(const SafeTensors& tensors,
                                         const std::function<bool(const std::string&)>& ignored,
                                         const std::vector<Blocks>& blocks,
                                         const std::string& label);
-
-// A training checkpoint: one safetensors file with the parameters under their names, the
-// AdamW moments as "optimizer.<name>.exp_avg" / "optimizer.<name>.exp_avg_sq", and
-// `metadata` with "step" added.
-void save_training_checkpoint(const std::string& path, const nn::ParameterList& parameters,
-                              const train::AdamW& opt, std::int64_t step,
-                              std::map<std::string, std::string> metadata);
-
-// The step of an opened training checkpoint (its metadata "step", all of it a count >= 0;
-// else qkv::Error naming `path`), with its AdamW moments loaded into `opt`.
-std::int64_t load_training_state(const SafeTensors& checkpoint, const std::string& path,
-                                 train::AdamW& opt);
 
 }  // namespace qkv::models::detail

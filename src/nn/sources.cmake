@@ -16,5 +16,4 @@ list(APPEND QKV_SOURCES
   src/nn/decoder_layer.cpp
   src/nn/transformer.cpp
   src/nn/vector_attention.cpp
-  src/nn/train.cpp
 )

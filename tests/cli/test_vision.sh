@@ -189,8 +189,8 @@ usage_fails "--model" train vision --data "$DATA" --model mf
 usage_fails "--steps" train vision --data "$DATA" --steps 10
 usage_fails "--patch-size" train dates --patch-size 4
 usage_fails "--model" train recommender --data "$DATA" --model vit
-fails "different model configuration" train vision --data "$DATA" --out "$TMP/m" --epochs 3 --resume --dim 32 --layers 1 --heads 2 --mlp-dim 32 --patch-size 7 --quiet
-fails "different model configuration" train vision --data "$DATA" --out "$TMP/m" --epochs 3 --resume --shifted-patches "${TINY[@]}"
+fails "was written by a run with other options (config" train vision --data "$DATA" --out "$TMP/m" --epochs 3 --resume --dim 32 --layers 1 --heads 2 --mlp-dim 32 --patch-size 7 --quiet
+fails "was written by a run with other options (config" train vision --data "$DATA" --out "$TMP/m" --epochs 3 --resume --shifted-patches "${TINY[@]}"
 
 echo "test_vision: $checks checks, $failures failures"
 [[ $failures -eq 0 ]]

@@ -27,7 +27,7 @@ ENGINE_HEADERS = {"attention.h", "cpu.h", "cuda.h", "dtype.h", "error.h", "memor
 ENGINE, LIBRARY, APPLICATION, FRONT = 0, 1, 2, 3
 LAYER_NAMES = {ENGINE: "the engine", LIBRARY: "the library", APPLICATION: "an application",
                FRONT: "an application's front end or test"}
-LIBRARY_DIRS = {"io", "text", "viz", "nn", "distributed", "models"}
+LIBRARY_DIRS = {"io", "text", "viz", "nn", "distributed", "train", "models"}
 # Headers of other projects a layer must not include: the engine needs OpenMP (and CUDA) only;
 # zlib and libpng belong to the applications.
 FORBIDDEN_SYSTEM = {

@@ -11,7 +11,6 @@ list(APPEND QKV_UNIT_TESTS
   nn/test_feed_forward.cpp
   nn/test_transformer.cpp
   nn/test_vector_attention.cpp
-  nn/test_train.cpp
   nn/test_dtypes.cpp  # f64 refused by every entry point
   nn/test_parallel_regions.cpp  # every region of the library, attention's included
 )

@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -34,6 +35,7 @@
 #include "recommender/recommender.h"
 #include "qkv/threads.h"
 #include "qkv/tokenizer.h"
+#include "qkv/trainer.h"
 #include "vision/vision.h"
 
 namespace qkv::cli {
@@ -48,17 +50,8 @@ int launched_ranks() {
   return 1;
 }
 
-// A data-parallel run's gradient sums (rank 0's view), in --json and in the text output;
-// nothing for a single process.
-void add_reductions(nlohmann::ordered_json& j, const distributed::ReductionTotals& r) {
-  if (r.ranks <= 1) return;
-  j["ranks"] = r.ranks;
-  j["reduce_wait_s"] = r.wait_s;
-  j["reduce_progress_s"] = r.progress_s;
-  j["reduce_pack_s"] = r.pack_s;
-  j["reductions_started_early"] = r.started_early;
-  j["reductions"] = r.total;
-}
+// A data-parallel run's gradient sums (rank 0's view) in the text output (--json has them
+// from the loop); nothing for a single process.
 void print_reductions(std::ostream& out, const distributed::ReductionTotals& r) {
   if (r.ranks <= 1) return;
   out << format("gradient sums over %d ranks (rank 0): %lld of %lld reductions started during the backward; "
@@ -118,39 +111,6 @@ std::string clock_time(double seconds) {
                    : format("%lld:%02lld", s / 60, s % 60);
 }
 
-// "step 40/100 ████······ loss 1.2345<extra>  lr 1.00e-03  5000 tok/s  0:10 elapsed, ETA 0:15"
-std::string progress_line(std::int64_t step, std::int64_t total, double loss, const std::string& extra,
-                          double lr, double tokens_per_s, double elapsed_s, const char* unit = "tok/s") {
-  constexpr int kWidth = 24;
-  const int filled = static_cast<int>(kWidth * step / std::max<std::int64_t>(total, 1));
-  std::string bar;
-  for (int i = 0; i < kWidth; ++i) bar += i < filled ? "█" : "·";
-  const double eta =
-      step > 0 ? elapsed_s / static_cast<double>(step) * static_cast<double>(total - step) : 0.0;
-  return format("step %lld/%lld %s loss %.4f%s  lr %.2e  %.0f %s  %s elapsed, ETA %s",
-                static_cast<long long>(step), static_cast<long long>(total), bar.c_str(), loss,
-                extra.c_str(), lr, tokens_per_s, unit, clock_time(elapsed_s).c_str(),
-                clock_time(eta).c_str());
-}
-
-std::string progress_line(const models::TrainingProgress& p) {
-  return progress_line(p.step, p.total, p.loss, format("  acc %5.1f%%", 100.0 * p.token_accuracy),
-                       p.lr, p.tokens_per_s, p.elapsed_s);
-}
-
-std::string progress_line(const models::LmProgress& p) {
-  return progress_line(p.step, p.total, p.loss,
-                       p.val_loss >= 0 ? format("  held-out %.4f", p.val_loss) : std::string(),
-                       p.lr, p.tokens_per_s, p.elapsed_s);
-}
-
-std::string progress_line(const vision::VisionProgress& p) {
-  return progress_line(p.step, p.total, p.loss,
-                       format("  acc %5.1f%%  epoch %lld", 100.0 * p.accuracy, static_cast<long long>(p.epoch)) +
-                           (p.epoch_end ? format("  validation %.2f%%", 100.0 * p.validation_accuracy) : std::string()),
-                       p.lr, p.images_per_s, p.elapsed_s, "img/s");
-}
-
 // The options only some tasks take (besides --out, --json and --quiet, which all take);
 // another task's is an error.
 const std::vector<std::string> kDatesOnly = {"--label-smoothing", "--eval-size"};
@@ -176,23 +136,31 @@ void refuse_options_of(const std::vector<std::string>& others, const TrainOption
       throw UsageError(option, "does not apply to 'qkv train " + o.task + "'");
 }
 
-// The progress callback of a training loop: on a terminal one line redrawn after every
-// step (a step for which `keep` is true ends its line, so it stays on screen); elsewhere
-// (a log) a line every total/20 steps, at the end, and at every `keep` step.
-template <class Progress>
-std::function<void(const Progress&)> progress_printer(
-    bool quiet, bool tty, std::int64_t total,
-    std::function<bool(const Progress&)> keep = [](const Progress&) { return false; }) {
-  const std::int64_t every = std::max<std::int64_t>(1, total / 20);
-  return [=](const Progress& p) {
-    if (quiet) return;
-    if (tty) {
-      std::cerr << "\r\033[K" << progress_line(p) << std::flush;
-      if (keep(p)) std::cerr << '\n';
-    } else if (p.step % every == 0 || p.step == p.total || keep(p)) {
-      std::cerr << progress_line(p) << '\n';
+// The one progress printer (train::progress_printer) on stderr, or nothing with --quiet,
+// --json or on a rank other than 0.
+train::ProgressCallback progress_for(bool quiet) {
+  if (quiet) return {};
+  return train::progress_printer(std::cerr, isatty(STDERR_FILENO) != 0);
+}
+
+// What every task says when its loop stopped early: the step, the checkpoint, how to go on.
+// 130 = 128 + SIGINT, as shells report an interrupted command: Ctrl-C and --stop-at alike.
+int stopped(std::ostream& out, const train::LoopResult& r, const TrainOptions& o) {
+  if (!o.quiet && isatty(STDERR_FILENO) != 0) std::cerr << '\n';  // after the progress line
+  // The command again without --stop-at (it would stop at once) and with --resume.
+  std::istringstream words(o.command_line);
+  std::string again, word;
+  for (bool skip = false; words >> word;) {
+    if (skip || word == "--stop-at" || word.starts_with("--stop-at=")) {
+      skip = !skip && word == "--stop-at";
+      continue;
     }
-  };
+    again += (again.empty() ? "" : " ") + word;
+  }
+  out << (g_interrupted.load() ? "interrupted at step " : "stopped at step ") << r.steps << " of " << r.total
+      << "; checkpoint saved to " << r.checkpoint << "\ncontinue with: " << again << (o.resume ? "" : " --resume")
+      << "\n";
+  return 130;
 }
 
 bool given(const TrainOptions& o, const std::string& option) {
@@ -335,46 +303,21 @@ int run_train_lm(const TrainOptions& o, std::ostream& out, const distributed::Co
       << "\n"
       << "(Ctrl-C saves a checkpoint and the model; continue with --resume)\n";
   out.flush();
-  const bool tty = isatty(STDERR_FILENO) != 0;
   const models::LmTrainingResult r = with_interrupt([&] {
-    // Each held-out loss stays on screen (its own line).
-    return models::train_lm(t, progress_printer<models::LmProgress>(o.quiet || (comm && comm->rank() != 0), tty, t.steps,
-                                                 [](const auto& p) { return p.val_loss >= 0; }),
-                            &g_interrupted);
+    return models::train_lm(t, progress_for(o.quiet || o.json || (comm && comm->rank() != 0)), &g_interrupted);
   });
-  if (tty && !o.quiet) std::cerr << '\n';
-  const std::string resume_hint = "continue with: " + o.command_line +
-                                  (o.resume ? std::string() : std::string(" --resume")) + "\n";
-  if (r.interrupted) {
-    const bool asked = !g_interrupted.load();  // --stop-at, not Ctrl-C
-    out << (asked ? "stopped at step " : "interrupted at step ") << r.steps << " of " << t.steps
-        << "; checkpoint saved to " << r.checkpoint << " and the model to " << t.out_dir << "\n"
-        << resume_hint;
-    if (!asked) return 130;  // 128 + SIGINT, as shells report an interrupted command
-  }
   if (o.json) {
-    nlohmann::ordered_json j;
-    j["steps"] = r.steps;
-    j["seconds"] = r.seconds;
-    j["tokens_per_s"] = r.tokens_per_s;
-    j["loss"] = r.final_loss;
-    if (r.val_loss >= 0) j["heldout_loss"] = r.val_loss; else j["heldout_loss"] = nullptr;
-    j["parameters"] = r.num_parameters;
-    j["vocab_size"] = r.vocab_size;
-    j["train_tokens"] = r.train_tokens;
-    j["out"] = t.out_dir;
-    add_reductions(j, r.reductions);
-    out << j.dump() << '\n';
-    return 0;
+    out << r.to_json(t) << '\n';
+    return r.interrupted ? 130 : 0;
   }
-  if (r.interrupted) return 0;
+  if (r.interrupted) return stopped(out, r, o);
   print_reductions(out, r.reductions);
   out << format("done: %lld steps in %s (%.0f tokens/s), %lld parameters, vocabulary %lld; "
                 "the training text is %lld tokens\n",
-                static_cast<long long>(r.steps), clock_time(r.seconds).c_str(), r.tokens_per_s,
+                static_cast<long long>(r.steps), clock_time(r.seconds).c_str(), r.items_per_s(),
                 static_cast<long long>(r.num_parameters), static_cast<long long>(r.vocab_size),
                 static_cast<long long>(r.train_tokens))
-      << format("training loss %.4f", r.final_loss)
+      << format("training loss %.4f", r.loss)
       << (r.val_loss >= 0 ? format(", held-out loss %.4f (whole windows; qkv score measures "
                                    "bits per byte)", r.val_loss)
                           : std::string())
@@ -389,11 +332,11 @@ std::string metrics_line(const char* name, const recommender::RankingMetrics& m)
                 m.hr10_catalogue, m.ndcg10_catalogue, m.hr10_all, m.ndcg10_all);
 }
 
-int run_train_recommender(const TrainOptions& o, std::ostream& out) {
+int run_train_recommender(const TrainOptions& o, std::ostream& out, const distributed::Communicator* comm) {
   refuse_options_of(kDatesOnly, o);
   refuse_options_of(kTokenizerOnly, o);
   refuse_options_of(kLmOnly, o);
-  refuse_options_of({"--text", "--vocab-size", "--steps", "--resume", "--checkpoint-every", "--stop-at"}, o);
+  refuse_options_of({"--text", "--vocab-size", "--steps"}, o);
   refuse_options_of(kVisionOnly, o);
   if (given(o, "--model") && o.model != "mf" && o.model != "sasrec")
     throw UsageError("--model", "'qkv train recommender' trains mf or sasrec, got " + quote_value(o.model));
@@ -413,7 +356,8 @@ int run_train_recommender(const TrainOptions& o, std::ostream& out) {
   {
     Inputs inputs;
     add_input(inputs, "--data", t.data);
-    check_output_dir("--out", t.out_dir, {"config.json", "model.safetensors", "users.csv", "movies.csv", "history.csv"},
+    check_output_dir("--out", t.out_dir,
+                     {"config.json", "model.safetensors", "users.csv", "movies.csv", "history.csv", "checkpoint.safetensors"},
                      inputs);
   }
   const bool mf = o.model == "mf";
@@ -455,31 +399,19 @@ int run_train_recommender(const TrainOptions& o, std::ostream& out) {
                       static_cast<long long>(t.sasrec.batch), t.sasrec.lr))
       << "; " << epochs << " epochs, " << num_threads() << " threads\n";
   out.flush();
-  const bool tty = isatty(STDERR_FILENO) != 0;
-  const auto on_epoch = [&](const std::string& what, const recommender::EpochProgress& p) {
-    if (o.quiet) return;
-    const std::string line = format("%s epoch %lld/%lld loss %.4f", what.c_str(), static_cast<long long>(p.epoch),
-                                    static_cast<long long>(p.total), p.loss) +
-                             (p.validation >= 0 ? format("  validation %s %.4f%s", what == "sasrec" ? "HR@10" : "RMSE",
-                                                         p.validation, p.best ? " (best)" : "")
-                                                : std::string()) +
-                             "  " + clock_time(p.elapsed_s) + " elapsed";
-    const bool keep = p.epoch == p.total;
-    if (tty) std::cerr << "\r\033[K" << line << (keep ? "\n" : "") << std::flush;
-    else if (keep || p.epoch % std::max<std::int64_t>(1, p.total / 10) == 0) std::cerr << line << '\n';
-  };
-  recommender::RecommenderReport r;
-  try {
-    r = with_interrupt([&] { return recommender::train_recommender(t, on_epoch, &g_interrupted); });
-  } catch (const qkv::Error&) {
-    if (!g_interrupted.load()) throw;
-    out << "interrupted; nothing written (a recommender trains in minutes: run it again)\n";
-    return 130;
-  }
+  t.resume = o.resume;
+  t.checkpoint_every = o.checkpoint_every;
+  t.stop_at = o.stop_at;
+  t.communicator = comm;
+  const recommender::RecommenderReport r = with_interrupt([&] {
+    return recommender::train_recommender(t, progress_for(o.quiet || o.json || (comm && comm->rank() != 0)),
+                                          &g_interrupted);
+  });
   if (o.json) {
     out << r.to_json() << '\n';
-    return 0;
+    return r.interrupted() ? 130 : 0;
   }
+  if (r.interrupted()) return stopped(out, r.training, o);
   out << r.ratings << " ratings by " << r.users << " users of " << r.movies << " movies\n"
       << r.split << "\n";
   if (mf)
@@ -498,7 +430,7 @@ int run_train_recommender(const TrainOptions& o, std::ostream& out) {
   return 0;
 }
 
-int run_train_vision(const TrainOptions& o, std::ostream& out) {
+int run_train_vision(const TrainOptions& o, std::ostream& out, const distributed::Communicator* comm) {
   refuse_options_of(kDatesOnly, o);
   refuse_options_of(kTokenizerOnly, o);
   refuse_options_of(kLmOnly, o);
@@ -612,22 +544,18 @@ int run_train_vision(const TrainOptions& o, std::ostream& out) {
                   patch_dropout_text.c_str(), num_threads());
   }
   out.flush();
-  const std::int64_t total = vision::steps_per_epoch(train_images, t.batch) * t.epochs;
-  const auto printer = progress_printer<vision::VisionProgress>(
-      o.quiet || o.json, isatty(STDERR_FILENO) != 0, total, [](const vision::VisionProgress& p) { return p.epoch_end; });
-  const vision::VisionTrainingResult r =
-      with_interrupt([&] { return vision::train_vision(t, data, printer, &g_interrupted); });
+  t.communicator = comm;
+  const vision::VisionTrainingResult r = with_interrupt([&] {
+    return vision::train_vision(t, data, progress_for(o.quiet || o.json || (comm && comm->rank() != 0)),
+                                &g_interrupted);
+  });
   if (o.json) {
     out << r.to_json() << '\n';
     return r.interrupted ? 130 : 0;
   }
-  if (r.interrupted) {
-    out << format("stopped at step %lld; checkpoint %s (continue with --resume)\n", static_cast<long long>(r.steps),
-                  r.checkpoint.c_str());
-    return 130;
-  }
+  if (r.interrupted) return stopped(out, r, o);
   out << format("%lld steps in %s (%.0f images/s); best validation accuracy %.2f%% at epoch %lld\n",
-                static_cast<long long>(r.steps), clock_time(r.seconds).c_str(), r.images_per_s,
+                static_cast<long long>(r.steps), clock_time(r.seconds).c_str(), r.items_per_s(),
                 100.0 * r.validation_accuracy[static_cast<std::size_t>(r.best_epoch - 1)],
                 static_cast<long long>(r.best_epoch))
       << format("test accuracy %.2f%% (10,000 images, the best epoch's weights)\n", 100.0 * r.test_accuracy)
@@ -647,8 +575,14 @@ int run_train(const TrainOptions& o, std::ostream& out) {
     DataParallel parallel("train lm");
     return parallel.run(out, [&](std::ostream& say) { return run_train_lm(o, say, parallel.comm()); });
   }
-  if (o.task == "recommender") return run_train_recommender(o, out);
-  if (o.task == "vision") return run_train_vision(o, out);
+  if (o.task == "recommender") {
+    DataParallel parallel("train recommender");
+    return parallel.run(out, [&](std::ostream& say) { return run_train_recommender(o, say, parallel.comm()); });
+  }
+  if (o.task == "vision") {
+    DataParallel parallel("train vision");
+    return parallel.run(out, [&](std::ostream& say) { return run_train_vision(o, say, parallel.comm()); });
+  }
   if (o.task != "dates")
     throw UsageError("TASK", "the tasks are 'dates', 'tokenizer', 'lm', 'recommender' and 'vision', got " +
                                  quote_value(o.task));
@@ -690,37 +624,17 @@ int run_train_dates(const TrainOptions& o, std::ostream& out, const distributed:
       << "(Ctrl-C saves a checkpoint; continue with --resume)\n";
   out.flush();
 
-  const bool tty = isatty(STDERR_FILENO) != 0;
   const models::DateTrainingResult r = with_interrupt([&] {
-    return models::train_dates(
-        t, progress_printer<models::TrainingProgress>(o.quiet || (comm && comm->rank() != 0), tty, t.steps),
-        &g_interrupted);
+    return models::train_dates(t, progress_for(o.quiet || o.json || (comm && comm->rank() != 0)), &g_interrupted);
   });
-  if (tty && !o.quiet) std::cerr << '\n';
-
-  if (r.interrupted) {
-    const bool asked = !g_interrupted.load();  // --stop-at, not Ctrl-C
-    out << (asked ? "stopped at step " : "interrupted at step ") << r.steps << " of " << t.steps << "; checkpoint saved to "
-        << r.checkpoint << "\ncontinue with: qkv train dates --out " << o.out << " --steps "
-        << t.steps << " --seed " << t.seed << " --resume\n";
-    return asked ? 0 : 130;  // 130 = 128 + SIGINT, as shells report an interrupted command
-  }
   if (o.json) {
-    nlohmann::ordered_json j;
-    j["steps"] = r.steps;
-    j["seconds"] = r.seconds;
-    j["tokens_per_s"] = r.tokens_per_s;
-    j["exact_match"] = r.exact_match;
-    j["held_out"] = t.eval_size;
-    j["parameters"] = r.num_parameters;
-    j["out"] = o.out;
-    add_reductions(j, r.reductions);
-    out << j.dump() << '\n';
-    return 0;
+    out << r.to_json(t) << '\n';
+    return r.interrupted ? 130 : 0;
   }
+  if (r.interrupted) return stopped(out, r, o);
   print_reductions(out, r.reductions);
   out << format("done: %lld steps in %s (%.0f tokens/s), %lld parameters\n",
-                static_cast<long long>(r.steps), clock_time(r.seconds).c_str(), r.tokens_per_s,
+                static_cast<long long>(r.steps), clock_time(r.seconds).c_str(), r.items_per_s(),
                 static_cast<long long>(r.num_parameters))
       << format("held-out exact match: %.2f%% of %lld dates never seen in training\n",
                 100.0 * r.exact_match, static_cast<long long>(t.eval_size))

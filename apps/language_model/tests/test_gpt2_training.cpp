@@ -206,7 +206,7 @@ TEST(Gpt2Training, ResumedRunEqualsUninterruptedRun) {
   models::LmTrainingOptions straight = options("straight");
   std::vector<double> losses;
   const models::LmTrainingResult r =
-      models::train_lm(straight, [&](const models::LmProgress& p) { losses.push_back(p.loss); });
+      models::train_lm(straight, [&](const train::Progress& p) { losses.push_back(p.loss); });
   EXPECT_EQ(r.steps, 8);
   EXPECT_FALSE(r.interrupted);
   EXPECT_GT(r.val_loss, 0);
@@ -231,7 +231,7 @@ TEST(Gpt2Training, ResumedRunEqualsUninterruptedRun) {
   models::LmTrainingOptions other = options("resumed");
   other.resume = true;
   other.model.n_embd = 16;
-  expect_error([&] { models::train_lm(other, {}); }, "was trained with another config");
+  expect_error([&] { models::train_lm(other, {}); }, "was written by a run with other options (config");
 }
 
 TEST(Gpt2Training, BadInputIsNamed) {

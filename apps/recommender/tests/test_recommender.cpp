@@ -212,12 +212,12 @@ TEST(MatrixFactorisation, BeatsTheBiasesOnPlantedFactors) {
   o.lr = 1e-2;
   o.l2 = 0.01;
   std::vector<double> validation;
-  const rec::MfModel m = rec::train_mf(fit, val, 120, 80, o, [&](const rec::EpochProgress& p) {
-    validation.push_back(p.validation);
-  });
+  const rec::MfModel m = rec::train_mf(fit, val, 120, 80, o, [&](const qkv::train::Progress& p) {
+    if (p.evaluated) validation.push_back(p.score);
+  }).model;
   rec::MfOptions biases = o;
   biases.dim = 0;
-  const rec::MfModel b = rec::train_mf(fit, val, 120, 80, biases);
+  const rec::MfModel b = rec::train_mf(fit, val, 120, 80, biases).model;
   const double mean_rmse = rec::rmse_constant(m.mean, test);
   EXPECT_LT(rec::rmse(m, test), 0.7 * mean_rmse);
   EXPECT_LT(rec::rmse(m, test), 0.7 * rec::rmse(b, test));

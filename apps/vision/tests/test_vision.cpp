@@ -288,7 +288,7 @@ TEST(Vision, TrainingLearnsAndResumesBitForBit) {
   vision::VisionTrainingOptions other = tiny_options(dir.file("b"));
   other.resume = true;
   other.vit.dim = 8;
-  expect_error([&] { vision::train_vision(other, data, nullptr); }, "different model configuration");
+  expect_error([&] { vision::train_vision(other, data, nullptr); }, "was written by a run with other options (config '...");
 }
 
 // Patch dropout: each step's kept patches are drawn from the batch's seed, so a resumed run
@@ -477,7 +477,7 @@ TEST(Vision, PointModelTrainsResumesAndLoads) {
   // A ViT cannot resume a point model's checkpoint.
   vision::VisionTrainingOptions vit = tiny_options(dir.file("b"));
   vit.resume = true;
-  expect_error([&] { vision::train_vision(vit, data, nullptr); }, "different model configuration");
+  expect_error([&] { vision::train_vision(vit, data, nullptr); }, "is a checkpoint of 'qkv train point', not of 'qkv train vit'");
 
   const vision::Classifier c = vision::Classifier::load(dir.file("a"));
   EXPECT_EQ(c.model(), "point");
