@@ -41,7 +41,7 @@ PY
   # --stop-at stops with a checkpoint; --resume continues from its step.
   m="$TMP/resumed"
   run train dates --steps 6 --batch 8 --out "$m" --stop-at 3 --quiet
-  expect_status 0 "--stop-at"
+  expect_status 130 "--stop-at"
   expect_in out "stopped at step 3 of 6; checkpoint saved" "--stop-at message"
   run train dates --steps 6 --batch 8 --out "$m" --eval-size 20 --resume --json --quiet
   expect_status 0 "resume"
@@ -224,7 +224,7 @@ PY
 
   # --stop-at, then --resume to the end, equals the straight run above.
   run train lm --text "$text" --heldout "$heldout" "${small[@]}" --steps 6 --eval-every 3 --out "$TMP/lm2" --stop-at 2 --quiet
-  expect_status 0 "train lm --stop-at"
+  expect_status 130 "train lm --stop-at"
   expect_in out "stopped at step 2 of 6" "--stop-at message"
   run train lm --text "$text" --heldout "$heldout" "${small[@]}" --steps 6 --eval-every 3 --out "$TMP/lm2" --resume --json --quiet
   expect_status 0 "train lm --resume"

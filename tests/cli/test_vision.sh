@@ -189,7 +189,7 @@ usage_fails "--model" train vision --data "$DATA" --model mf
 usage_fails "--steps" train vision --data "$DATA" --steps 10
 usage_fails "--patch-size" train dates --patch-size 4
 usage_fails "--model" train recommender --data "$DATA" --model vit
-fails "was written by a run with other options (config" train vision --data "$DATA" --out "$TMP/m" --epochs 3 --resume --dim 32 --layers 1 --heads 2 --mlp-dim 32 --patch-size 7 --quiet
+fails "was written by a run with other options (batch" train vision --data "$DATA" --out "$TMP/m" --epochs 3 --resume --dim 32 --layers 1 --heads 2 --mlp-dim 32 --patch-size 7 --quiet
 fails "was written by a run with other options (config" train vision --data "$DATA" --out "$TMP/m" --epochs 3 --resume --shifted-patches "${TINY[@]}"
 
 echo "test_vision: $checks checks, $failures failures"

@@ -36,7 +36,8 @@ def mf(data, tmp_path_factory):
     out = tmp_path_factory.mktemp("mf") / "model"
     seen = []
     report = rec.train(str(data), out, model="mf", epochs=4, dim=4, progress=seen.append)
-    assert [p["epoch"] for p in seen if p["model"] == "mf"] == [1, 2, 3, 4]
+    assert [p["epoch"] for p in seen if p["epoch_end"]] == [1, 2, 3, 4]
+    assert {p["task"] for p in seen} == {"mf"} and all(p["metric"] == "validation RMSE" for p in seen if p["epoch_end"])
     assert report["model"] == "mf" and report["users"] == 30 and report["movies"] == 25
     for key in ("rmse_global_mean", "rmse_biases", "rmse_mf"):
         assert 0 < report[key] < 5

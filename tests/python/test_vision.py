@@ -32,8 +32,12 @@ vision = qkv.vision
 TINY = dict(dim=16, layers=1, heads=2, mlp_dim=32, patch_size=7, batch=50, lr=3e-3, train_limit=200,
             checkpoint_every=0)
 EPOCHS, STEPS = 2, 8
-RESULT_KEYS = {"steps", "interrupted", "seconds", "images_per_s", "validation_accuracy", "best_epoch",
-               "test_accuracy", "num_parameters", "checkpoint", "out"}
+# The fields of every qkv training result (the training loop's), then the task's.
+LOOP_KEYS = {"task", "steps", "interrupted", "stopped_early", "seconds", "items_per_s", "unit", "loss", "evaluations",
+             "metric", "best_step", "best_score", "checkpoint"}
+PROGRESS_KEYS = {"task", "step", "total", "epoch", "epochs", "epoch_end", "loss", "accuracy", "epoch_loss", "lr",
+                 "items_per_s", "unit", "elapsed_s", "metric", "score", "best"}
+RESULT_KEYS = LOOP_KEYS | {"validation_accuracy", "best_epoch", "test_accuracy", "num_parameters", "out"}
 
 
 def idx_bytes(a):
@@ -107,7 +111,7 @@ def test_train_result_progress_and_files(trained, data):
     acc = result["validation_accuracy"]
     assert len(acc) == EPOCHS and all(0 <= a <= 1 for a in acc)
     assert result["best_epoch"] == 1 + int(np.argmax(acc))  # the first of equals, as `>` keeps it
-    assert 0 <= result["test_accuracy"] <= 1 and result["seconds"] > 0 and result["images_per_s"] > 0
+    assert 0 <= result["test_accuracy"] <= 1 and result["seconds"] > 0 and result["items_per_s"] > 0
     # num_parameters: the sizes of the model's tensors, counted from _vit_initial of its config
     c = vision.Classifier(out)
     assert result["num_parameters"] == sum(a.size for a in _qkv._vit_initial(c.config, 0).values())
@@ -119,8 +123,11 @@ def test_train_result_progress_and_files(trained, data):
     assert all(p["total"] == STEPS for p in seen)
     assert [p["epoch"] for p in seen] == [1] * 4 + [2] * 4
     assert [p["epoch_end"] for p in seen] == [False, False, False, True] * 2
-    assert [p["validation_accuracy"] for p in seen if p["epoch_end"]] == acc
-    assert all(p["validation_accuracy"] is None for p in seen if not p["epoch_end"])
+    assert [p["score"] for p in seen if p["epoch_end"]] == acc
+    assert all(p["metric"] == "validation accuracy" for p in seen if p["epoch_end"])
+    assert all(p["score"] is None and p["metric"] is None for p in seen if not p["epoch_end"])
+    # the keys of every training loop's progress
+    assert all(set(p) == PROGRESS_KEYS for p in seen)
     assert all(np.isfinite(p["loss"]) and 0 <= p["accuracy"] <= 1 and p["lr"] > 0 for p in seen)
     # the model directory records the run
     assert c.report["validation_accuracy"] == acc and c.report["steps"] == STEPS

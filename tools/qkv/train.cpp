@@ -295,7 +295,8 @@ int run_train_lm(const TrainOptions& o, std::ostream& out, const distributed::Co
                      tokenizer);
   }
 
-  out << "training a GPT-2 language model on " << t.text << ": " << t.model.n_layer
+  if (!o.json)  // --json prints one JSON object and nothing else
+    out << "training a GPT-2 language model on " << t.text << ": " << t.model.n_layer
       << " blocks, E " << t.model.n_embd << ", " << t.model.n_head << " heads, context "
       << t.model.n_positions << "; " << t.steps << " steps of " << t.batch << " windows, "
       << num_threads() << " threads"
@@ -614,7 +615,8 @@ int run_train_dates(const TrainOptions& o, std::ostream& out, const distributed:
   t.eval_size = o.eval_size;
   t.command = o.command_line;
 
-  out << "training the date translator: " << t.model.num_encoder_layers << "+"
+  if (!o.json)  // --json prints one JSON object and nothing else
+    out << "training the date translator: " << t.model.num_encoder_layers << "+"
       << t.model.num_decoder_layers << " layers, d_model " << t.model.d_model << ", "
       << t.model.nhead << " heads, feed-forward " << t.model.dim_feedforward << ", vocabulary "
       << t.model.vocab_size << "; " << t.steps << " steps of " << t.batch << " pairs, "

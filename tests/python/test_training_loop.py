@@ -1,0 +1,99 @@
+"""The one training loop from Python, for every model qkv trains (dates, lm, mf, sasrec, vit,
+point): the same progress dict after every step, the same result fields, Ctrl-C stopping
+after a checkpoint with KeyboardInterrupt, resume=True ending where the straight run ends
+(bit for bit), stop_at returning an interrupted result."""
+import json
+import os
+import signal
+import struct
+import sys
+
+import pytest
+
+import qkv
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "cli"))
+import tiny_data  # noqa: E402
+
+PROGRESS_KEYS = {"task", "step", "total", "epoch", "epochs", "epoch_end", "loss", "accuracy", "epoch_loss", "lr",
+                 "items_per_s", "unit", "elapsed_s", "metric", "score", "best"}
+LOOP_KEYS = {"task", "steps", "interrupted", "stopped_early", "seconds", "items_per_s", "unit", "loss", "evaluations",
+             "metric", "best_step", "best_score", "checkpoint"}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("loop_data")
+    tiny_data.ratings(str(d / "ratings.csv"), 60, 90)
+    (d / "images").mkdir()
+    tiny_data.images(str(d / "images"), 5300, 40)
+    return d
+
+
+def trainer(task, data):
+    """task -> train(out, **run options) calling that task's Python entry with tiny settings."""
+    readme = os.path.join(HERE, "..", "..", "README.md")
+    if task == "dates":
+        return lambda out, **kw: qkv.train_dates(out, steps=8, batch=8, eval_size=10, checkpoint_every=3, **kw)
+    if task == "lm":
+        return lambda out, **kw: qkv.train_lm(readme, out, vocab_size=300, n_layer=1, n_embd=32, n_head=2, context=32,
+                                              steps=8, batch=4, eval_every=3, checkpoint_every=3, **kw)
+    if task == "mf":
+        return lambda out, **kw: qkv.recommender.train(str(data / "ratings.csv"), out, model="mf", epochs=3, dim=4,
+                                                       batch=32, **kw)
+    if task == "sasrec":
+        return lambda out, **kw: qkv.recommender.train(str(data / "ratings.csv"), out, model="sasrec", epochs=3, dim=8,
+                                                       max_len=10, batch=8, eval_every=1, **kw)
+    tiny = dict(vit=dict(dim=16, layers=1, heads=2, mlp_dim=32, patch_size=7),
+                point=dict(dim=8, layers=1, points=16, neighbors=4))[task]
+    return lambda out, **kw: qkv.vision.train(str(data / "images"), out, model=task, epochs=2, batch=50, **tiny, **kw)
+
+
+def tensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    return {k: raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in header.items()
+            if k != "__metadata__"}
+
+
+@pytest.mark.parametrize("task", ["dates", "lm", "mf", "sasrec", "vit", "point"])
+def test_progress_ctrl_c_resume_and_stop_at(task, data, tmp_path):
+    train = trainer(task, data)
+    seen = []
+    straight = train(tmp_path / "straight", progress=seen.append)
+    assert LOOP_KEYS <= set(straight) and straight["task"] == task and straight["interrupted"] is False
+    assert [p["step"] for p in seen] == list(range(1, straight["steps"] + 1))
+    assert all(set(p) == PROGRESS_KEYS and p["task"] == task and p["total"] == straight["steps"] for p in seen)
+    assert [[p["step"], p["score"]] for p in seen if p["metric"] is not None] == straight["evaluations"]
+
+    # Ctrl-C from inside the callback at step 3: a checkpoint at step 3, KeyboardInterrupt.
+    def ctrl_c_at_3(info):
+        if info["step"] == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    stopped = tmp_path / "stopped"
+    with pytest.raises(KeyboardInterrupt):
+        train(stopped, progress=ctrl_c_at_3)
+    assert (stopped / "checkpoint.safetensors").is_file()
+    resumed_steps = []
+    resumed = train(stopped, resume=True, progress=lambda p: resumed_steps.append(p["step"]))
+    assert resumed_steps == list(range(4, straight["steps"] + 1))
+    assert resumed["steps"] == straight["steps"] and resumed["evaluations"] == straight["evaluations"]
+    assert tensors(stopped / "model.safetensors") == tensors(tmp_path / "straight" / "model.safetensors")
+
+    # stop_at: a checkpoint, an interrupted result, no exception.
+    s = train(tmp_path / "at", stop_at=2)
+    assert s["interrupted"] is True and s["steps"] == 2 and (tmp_path / "at" / "checkpoint.safetensors").is_file()
+
+
+def test_resume_of_another_run_names_the_option(tmp_path):
+    qkv.train_dates(tmp_path, steps=4, batch=4, eval_size=10, stop_at=2)
+    with pytest.raises(ValueError, match=r"was written by a run with other options \(batch '4' there, '8' now\)"):
+        qkv.train_dates(tmp_path, steps=4, batch=8, eval_size=10, resume=True)
+    with pytest.raises(ValueError, match="is finished"):
+        qkv.train_dates(tmp_path, steps=4, batch=4, eval_size=10)  # a run to the end, then
+        qkv.train_dates(tmp_path, steps=4, batch=4, eval_size=10, resume=True)
+    with pytest.raises(TypeError, match="progress must be callable"):
+        qkv.train_dates(tmp_path, steps=4, progress=3)
