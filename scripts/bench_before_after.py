@@ -21,8 +21,8 @@ and the report gives every round, the medians and after/before (below 1: faster 
              decode steps (ms per step).
   training   build/bench/qkv_bench_training --json (the date translator's encoder–decoder,
              its default batch): the median step time of --train-steps steps.
-  tasks      `qkv train` of each other task, small, timed whole (reading the data, the steps,
-             writing the model): lm (5 steps on the first 200 KB of the State of the Union
+  tasks      `qkv train` of each task, small, timed whole (reading the data, the steps,
+             writing the model): dates (30 steps of 64 pairs, 100 held-out dates), lm (5 steps on the first 200 KB of the State of the Union
              text with models/sotu-gpt's tokenizer), recommender mf and sasrec (1 epoch of
              the first 20,000 MovieLens ratings), vision vit and point (1 epoch of 5,500
              Fashion-MNIST training images, of which 5,000 validate; 1,000 test images).
@@ -140,6 +140,7 @@ def training_rounds(builds, args):
 
 
 TASKS = [  # (name, qkv train arguments; {small} and {out} filled in)
+    ("train dates 30 steps", "dates --steps 30 --batch 64 --eval-size 100 --out {out}"),
     ("train lm 5 steps", "lm --text {small}/sotu.txt --tokenizer {root}/models/sotu-gpt --steps 5 "
                          "--batch 8 --context 128 --layers 2 --embd 128 --heads 4 --eval-every 0 --out {out}"),
     ("train recommender mf 1 epoch", "recommender --model mf --data {small}/ratings.csv --epochs 1 --out {out}"),

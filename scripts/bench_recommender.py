@@ -275,7 +275,7 @@ def summarise(args, seeds, runs, ceiling, mf):
             popularity = r["popularity"]
             s = r["train_seconds"] / r["train_steps"]
             q_steps.append(s)
-            losses = [p.get("loss") for p in q["progress"] if "loss" in p]
+            losses = [p["epoch_loss"] for p in q["progress"] if p.get("epoch_end")]
             row["qkv"] = {"test": r["trained"], "best_epoch": r["best_epoch"], "steps": r["train_steps"],
                           "seconds_per_step": s, "train_seconds": r["train_seconds"],
                           "gflops": q["flops"] / r["train_seconds"] / 1e9,

@@ -127,7 +127,7 @@ def child_train(args):
         print(json.dumps({"progress": info}), flush=True)
         if info["epoch_end"]:
             log(f"  qkv epoch {info['epoch']}: loss {info['loss']:.4f}, validation accuracy "
-                f"{info['validation_accuracy']:.4f}, {info['images_per_s']:.0f} images/s (whole run)")
+                f"{info['score']:.4f}, {info['items_per_s']:.0f} images/s (whole run)")
 
     result = qkv.vision.train(args.data, args.out, **kwargs, progress=progress)
     print(json.dumps({"result": result}), flush=True)
@@ -473,7 +473,7 @@ def main():
                     images = [min(args.batch, n - s * args.batch) for s in range(per_epoch)]
                     weights["qkv"] = checkpoint_weights(os.path.join(out, "checkpoint.safetensors"), names)
                     row["qkv"] = {"losses": [p["loss"] for p in progress], "step_seconds": seconds, "images": images,
-                                  "validation_accuracy": progress[-1]["validation_accuracy"], "ceiling": sample}
+                                  "validation_accuracy": progress[-1]["score"], "ceiling": sample}
                     q_result = result
                 elif twin is not None:
                     t = twin.epoch(e)

@@ -21,6 +21,7 @@
 #include "qkv/threads.h"
 #include "qkv/tokenizer.h"
 #include "qkv/train.h"
+#include "qkv/trainer.h"
 #include "qkv/use_lite.h"
 #include "qkv/version.h"
 #include "qkv/viz.h"

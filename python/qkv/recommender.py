@@ -79,7 +79,7 @@ def train(data, out, model="mf", epochs=None, dim=None, batch=None, lr=None, l2=
     "epoch", "epochs", "loss", "epoch_loss" at an epoch end, "metric" ("validation RMSE",
     "validation HR@10"), "score" and "best" after an evaluation, ...); an exception it
     raises, or Ctrl-C (KeyboardInterrupt), stops training after a checkpoint
-    (out/checkpoint.safetensors, every checkpoint_every steps and at every epoch end too) and
+    (out/checkpoint.safetensors; also every checkpoint_every steps when that is > 0) and
     propagates; continue with resume=True. stop_at > 0 stops after that step the same way
     and returns the report with "interrupted": True.
 

@@ -217,15 +217,19 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
     the same model options); stop_at > 0 stops after that step as an interruption does.
     bf16 writes the weights in bf16.
 
-    progress(info) is called after every step with {"step", "total", "epoch", "loss",
-    "accuracy" (of the step's batch), "lr", "images_per_s", "elapsed_s", "epoch_end",
-    "validation_accuracy" (at an epoch's end, else None)}. An exception it raises, or
-    Ctrl-C, stops training after a checkpoint and propagates (resume=True continues).
+    progress(info) is called after every step with the training loop's progress, the dict
+    of every qkv train(): {"task", "step", "total", "epoch", "epochs", "epoch_end", "loss",
+    "accuracy" (of the step's batch), "epoch_loss", "lr", "items_per_s" (images), "unit",
+    "elapsed_s", "metric" ("validation accuracy" at an epoch's end, else None), "score",
+    "best"}. An exception it raises, or Ctrl-C (KeyboardInterrupt), stops training after a
+    checkpoint and propagates (resume=True continues).
 
-    -> the result, the keys of `qkv train vision --json`: {"steps" (done, including
-    those before a resume), "interrupted" (stop_at), "seconds", "images_per_s",
-    "validation_accuracy" (per epoch), "best_epoch" (1-based), "test_accuracy" (of the
-    best epoch's weights; absent when interrupted), "num_parameters", "checkpoint", "out"}.
+    -> the result, the keys of `qkv train vision --json`: the loop's ("task", "steps" (done,
+    including those before a resume), "interrupted" (stop_at), "stopped_early", "seconds",
+    "items_per_s", "unit", "loss", "evaluations", "metric", "best_step", "best_score",
+    "checkpoint"), then "validation_accuracy" (per epoch), "best_epoch" (1-based),
+    "num_parameters", "out" and "test_accuracy" (of the best epoch's weights; absent when
+    interrupted).
     """
     fn = "vision.train"
     data = _path(data, fn, "data")

@@ -31,9 +31,9 @@ case $TASK in
   mf|sasrec)
     "$PYTHON" "$HERE/tiny_data.py" ratings "$TMP/ratings.csv" 60 90
     if [[ $TASK == mf ]]; then
-      BASE=(train recommender --data "$TMP/ratings.csv" --dim 4 --batch 32 --quiet) SHORT=(--epochs 3) LONG=(--epochs 1500) K=3
+      BASE=(train recommender --data "$TMP/ratings.csv" --dim 4 --batch 32 --checkpoint-every 20 --quiet) SHORT=(--epochs 3) LONG=(--epochs 1500) K=3
     else
-      BASE=(train recommender --data "$TMP/ratings.csv" --model sasrec --dim 8 --max-len 10 --batch 8 --eval-every 1 --quiet)
+      BASE=(train recommender --data "$TMP/ratings.csv" --model sasrec --dim 8 --max-len 10 --batch 8 --eval-every 1 --checkpoint-every 20 --quiet)
       SHORT=(--epochs 3) LONG=(--epochs 400) K=3
     fi ;;
   vit|point)

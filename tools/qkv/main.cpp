@@ -390,12 +390,16 @@ int run(int argc, char** argv) {
   train->add_option("--out", tr.out, "Output directory: model.safetensors, config.json, "
                     "checkpoint.safetensors (dates); vocab.json, merges.txt (tokenizer)")
       ->capture_default_str();
-  train->add_flag("--resume", tr.resume, "Continue from OUT/checkpoint.safetensors");
-  train->add_option("--checkpoint-every", tr.checkpoint_every, "Steps between checkpoints (0 = at the end only)")
+  train->add_flag("--resume", tr.resume, "Continue from OUT/checkpoint.safetensors, bit for bit as the run "
+                  "that was not stopped (every task but tokenizer). Refused, naming why: a checkpoint of "
+                  "another task, of a run with other options (each option that differs named), damaged, "
+                  "or of a finished run");
+  train->add_option("--checkpoint-every", tr.checkpoint_every, "Steps between checkpoints (0 = when the run "
+                    "ends only); vision also writes one at every epoch end")
       ->capture_default_str()
       ->check(integer_in(0, kMaxSteps));
-  train->add_option("--stop-at", tr.stop_at, "Stop after this step with a checkpoint, as Ctrl-C "
-                    "does (continue with --resume)")
+  train->add_option("--stop-at", tr.stop_at, "Stop after this step with a checkpoint and exit 130, as "
+                    "Ctrl-C does (continue with --resume)")
       ->check(integer_in(1, kMaxSteps));
   train->add_option("--eval-size", tr.eval_size, "Held-out dates scored at the end")
       ->capture_default_str()
