@@ -202,6 +202,7 @@ void register_recommender(py::module_& m) {
         if (d.contains("resume")) o.resume = d["resume"].cast<bool>();
         integer("checkpoint_every", o.checkpoint_every);
         integer("stop_at", o.stop_at);
+        integer("patience", mf ? o.mf.patience : o.sasrec.patience);
         qkv_python::ProgressRelay relay(progress);
         rec::RecommenderReport r;
         try {

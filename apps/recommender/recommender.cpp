@@ -420,6 +420,7 @@ MfTraining train_mf(const std::vector<Rating>& fit, const std::vector<Rating>& v
   loop.metric = "validation RMSE";
   loop.higher_is_better = false;
   loop.keep_best = true;
+  loop.patience = o.patience;
   loop.adam.weight_decay = 0.0;  // L2 is in the loss
   loop.lr = {o.lr, 0, 1.0};      // constant
   // No checkpoint at every epoch end: an epoch is a tenth of a second on MovieLens and a
@@ -594,6 +595,7 @@ SasRecTraining train_sasrec(const Split& split, const SasRecOptions& o, const tr
   loop.eval_at_end = true;
   loop.metric = "validation HR@10";
   loop.keep_best = true;
+  loop.patience = o.patience;
   loop.adam.beta2 = 0.98;  // the paper's Adam: β = (0.9, 0.98)
   loop.adam.weight_decay = o.weight_decay;
   loop.lr = {o.lr, 0, 1.0};  // constant

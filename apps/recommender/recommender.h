@@ -118,6 +118,7 @@ struct MfOptions {
   double lr = 5e-3;
   double l2 = 0.1;        // λ: loss = mean (r̂ − r)² + λ·(b_u² + b_i² + |p_u|² + |q_i|²)
   std::uint64_t seed = 0;
+  std::int64_t patience = 0;  // > 0: stop after this many epochs without a lower validation RMSE
   train::RunOptions run;  // checkpoint, resume, stop_at, ranks (none: the baselines, the folds)
 };
 
@@ -159,6 +160,7 @@ struct SasRecOptions {
   double weight_decay = 0.0;
   std::int64_t eval_every = 5;  // epochs between validation HR@10
   std::uint64_t seed = 0;
+  std::int64_t patience = 0;    // > 0: stop after this many evaluations without a higher HR@10
   train::RunOptions run;        // checkpoint, resume, stop_at, ranks
 };
 

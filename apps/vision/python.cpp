@@ -282,6 +282,7 @@ std::pair<std::string, vision::VisionTrainingOptions> training_options(const py:
     else if (k == "train_limit") o.train_limit = int_option(value, what, 0, kMaxSteps);
     else if (k == "resume") o.resume = bool_option(value, what);
     else if (k == "stop_at") o.stop_at = int_option(value, what, 0, kMaxSteps);
+    else if (k == "patience") o.patience = int_option(value, what, 0, kMaxSteps);
     else if (k == "checkpoint_every") o.checkpoint_every = int_option(value, what, 0, kMaxSteps);
     else if (k == "bf16") o.bf16 = bool_option(value, what);
     else if (k == "model") continue;
@@ -300,7 +301,7 @@ std::pair<std::string, vision::VisionTrainingOptions> training_options(const py:
     else
       throw qkv::Error("vision train: unknown option '" + k +
                        "'; expected data, out_dir, command, model, epochs, batch, lr, label_smoothing, seed, "
-                       "train_limit, resume, stop_at, checkpoint_every, bf16, dim, layers, heads, mlp_dim, "
+                       "train_limit, resume, stop_at, patience, checkpoint_every, bf16, dim, layers, heads, mlp_dim, "
                        "patch_size, learned_positions, shifted_patches, erase, patch_dropout, patch_dropout_epochs, points, neighbors");
   }
   QKV_CHECK(!data.empty(), "vision train: 'data', the Fashion-MNIST directory, is required");
@@ -488,6 +489,7 @@ void register_vision(py::module_& m) {
         d["train_limit"] = o.train_limit;
         d["checkpoint_every"] = o.checkpoint_every;
         d["stop_at"] = o.stop_at;
+        d["patience"] = o.patience;
         d["resume"] = o.resume;
         d["bf16"] = o.bf16;
         d["pad"] = o.augment.pad;

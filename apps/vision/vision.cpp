@@ -532,6 +532,7 @@ VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionM
   loop.eval_every = 1;
   loop.metric = "validation accuracy";
   loop.keep_best = true;
+  loop.patience = o.patience;
   loop.adam.weight_decay = o.weight_decay;
   loop.adam.beta2 = 0.999;
   loop.clip_norm = o.clip_norm;

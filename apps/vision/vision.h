@@ -180,6 +180,7 @@ struct VisionTrainingOptions {
   std::int64_t patch_dropout_epochs = 0;
   std::uint64_t seed = 0;       // weights, order, augmentation
   std::int64_t train_limit = 0; // > 0: train on the first N training images only (tests)
+  std::int64_t patience = 0;    // > 0: stop after this many epochs without a better validation accuracy
   std::string out_dir;          // model.safetensors, config.json, checkpoint.safetensors
   bool resume = false;          // continue from out_dir/checkpoint.safetensors
   std::int64_t checkpoint_every = 500;  // steps; 0 = at epoch ends and on interruption only

@@ -68,7 +68,7 @@ def split_ratings(path):
 
 def train(data, out, model="mf", epochs=None, dim=None, batch=None, lr=None, l2=None,
           layers=2, heads=1, max_len=200, eval_every=5, weight_decay=0.0, seed=0,
-          resume=False, checkpoint_every=0, stop_at=0, progress=None):
+          resume=False, checkpoint_every=0, stop_at=0, patience=0, progress=None):
     """Trains a recommender as `qkv train recommender` does and writes the model directory
     `out` (config.json, model.safetensors, users.csv, movies.csv, history.csv).
 
@@ -81,7 +81,9 @@ def train(data, out, model="mf", epochs=None, dim=None, batch=None, lr=None, l2=
     raises, or Ctrl-C (KeyboardInterrupt), stops training after a checkpoint
     (out/checkpoint.safetensors; also every checkpoint_every steps when that is > 0) and
     propagates; continue with resume=True. stop_at > 0 stops after that step the same way
-    and returns the report with "interrupted": True.
+    and returns the report with "interrupted": True. patience > 0 stops early after that many
+    evaluations (mf: epochs; sasrec: every eval_every epochs) without a better validation
+    score ("stopped_early": True); the best epoch's weights are the model either way.
 
     -> the report: the loop's fields ("task", "steps", "interrupted", "seconds",
     "evaluations", "best_step", "checkpoint", ...), then {"model", "split", "users", "movies", "ratings", ("rmse_global_mean",
@@ -121,6 +123,7 @@ def train(data, out, model="mf", epochs=None, dim=None, batch=None, lr=None, l2=
     options["resume"] = _bool(resume, fn, "resume")
     options["checkpoint_every"] = _ranged(checkpoint_every, fn, "checkpoint_every", 0, 100_000_000)
     options["stop_at"] = _ranged(stop_at, fn, "stop_at", 0, 100_000_000)
+    options["patience"] = _ranged(patience, fn, "patience", 0, 100_000_000)
     if progress is not None and not callable(progress):
         raise TypeError(f"{fn}: progress must be callable or None, got {_describe(progress)}")
     return json.loads(_qkv._recommender_train(options, progress))

@@ -188,7 +188,7 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
           patch_dropout=_DEFAULTS["patch_dropout"], patch_dropout_epochs=_DEFAULTS["patch_dropout_epochs"],
           points=_DEFAULTS["point"]["points"],
           neighbors=_DEFAULTS["point"]["neighbors"],
-          seed=0, train_limit=0, resume=False, stop_at=0,
+          seed=0, train_limit=0, resume=False, stop_at=0, patience=0,
           checkpoint_every=_DEFAULTS["checkpoint_every"], bf16=False, progress=None):
     """Trains a Vision Transformer (model="vit") or a Point Transformer (model="point") on
     the Fashion-MNIST directory `data` as `qkv train vision` does, and writes the model
@@ -214,7 +214,8 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
     augmentation. train_limit > 0 trains on the first train_limit images only.
     A checkpoint is written every checkpoint_every steps (0: at epoch ends only), at every
     epoch end and when training stops; resume=True continues from out's checkpoint (with
-    the same model options); stop_at > 0 stops after that step as an interruption does.
+    the same model options); stop_at > 0 stops after that step as an interruption does;
+    patience > 0 stops early after that many epochs without a better validation accuracy.
     bf16 writes the weights in bf16.
 
     progress(info) is called after every step with the training loop's progress, the dict
@@ -252,6 +253,7 @@ def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["b
         "train_limit": _ranged(train_limit, fn, "train_limit", 0, 1 << 40),
         "resume": _bool(resume, fn, "resume"),
         "stop_at": _ranged(stop_at, fn, "stop_at", 0, 1 << 40),
+        "patience": _ranged(patience, fn, "patience", 0, 1 << 40),
         "checkpoint_every": _ranged(checkpoint_every, fn, "checkpoint_every", 0, 1 << 40),
         "bf16": _bool(bf16, fn, "bf16"),
     }

@@ -255,7 +255,7 @@ LoopResult fit(Task& task, const LoopOptions& o, const ProgressCallback& on_prog
   result.seconds = since(t0);
   write_checkpoint(step);
   // The best evaluation's weights are the run's result (the checkpoint keeps the last ones).
-  if (o.keep_best && result.best >= 0 && !result.interrupted)
+  if (o.keep_best && result.best >= 0 && !result.interrupted && best_weights.size() == params.size())
     for (std::size_t i = 0; i < params.size(); ++i) params[i].second->copy_from(best_weights[i]);
   return result;
 }

@@ -105,4 +105,19 @@ run "${other[@]}" --stop-at 1 --out "$TMP/other"
 cp "$TMP/other/checkpoint.safetensors" "$TMP/stopped2/checkpoint.safetensors"
 expect_failure "is a checkpoint of 'qkv train $other_task', not of 'qkv train $TASK'" "${BASE[@]}" "${SHORT[@]}" --out "$TMP/stopped2" --resume
 
+# --patience (the tasks that keep their best evaluation's weights): a long run stops early
+# after that many evaluations without a better one, and says so.
+if [[ $TASK == mf || $TASK == sasrec || $TASK == vit ]]; then
+  run "${BASE[@]}" "${LONG[@]}" --patience 2 --out "$TMP/patient" --json
+  expect_status 0 "$TASK --patience 2"
+  if "$PYTHON" - "$TMP/out" <<'PY'; then pass; else fail "$TASK --patience 2: $(head -c 600 "$TMP/out")"; fi
+import json, sys
+j = json.loads(open(sys.argv[1]).read())
+e = j["evaluations"]
+assert j["stopped_early"] is True and j["steps"] == e[-1][0], j["steps"]
+# the last two evaluations were no better than the best, which came just before them
+assert [x[0] for x in e[-3:]] and j["best_step"] == e[-3][0], (j["best_step"], e[-4:])
+PY
+fi
+
 finish "train_loop_$TASK"

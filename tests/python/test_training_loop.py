@@ -97,3 +97,13 @@ def test_resume_of_another_run_names_the_option(tmp_path):
         qkv.train_dates(tmp_path, steps=4, batch=4, eval_size=10, resume=True)
     with pytest.raises(TypeError, match="progress must be callable"):
         qkv.train_dates(tmp_path, steps=4, progress=3)
+
+
+def test_patience_stops_early_with_the_best_weights(data, tmp_path):
+    r = qkv.recommender.train(str(data / "ratings.csv"), tmp_path / "m", model="mf", epochs=1000, dim=4, batch=32,
+                              patience=3)
+    e = r["evaluations"]
+    assert r["stopped_early"] is True and r["steps"] == e[-1][0] and len(e) < 1000
+    assert r["best_step"] == e[-4][0] and r["best_score"] == min(x[1] for x in e)
+    with pytest.raises(ValueError, match="patience"):
+        qkv.recommender.train(str(data / "ratings.csv"), tmp_path / "n", patience=-1)

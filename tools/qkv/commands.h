@@ -198,6 +198,7 @@ struct TrainOptions {
   std::int64_t dim = 0;              // 0 = the model's default
   double l2 = -1;                    // mf: λ; < 0 = the default
   std::int64_t max_len = 200;        // sasrec
+  std::int64_t patience = 0;         // recommender, vision: early stop after N evaluations without a better one
   // train vision (--data is the Fashion-MNIST directory; --model vit or point; --epochs,
   // --dim, --layers, --heads, --batch, --lr, --label-smoothing, --seed, --out, --resume,
   // --checkpoint-every, --stop-at are shared and take vision/vision.h's defaults unless given)

@@ -439,6 +439,10 @@ int run(int argc, char** argv) {
   train->add_option("--eval-every", tr.eval_every, "lm: steps between held-out losses (0 = at "
                     "the end only); recommender sasrec: epochs between validation HR@10 (default " +
                     std::to_string(sasrec_defaults.eval_every) + ")")->capture_default_str()->check(integer_in(0, kMaxSteps));
+  train->add_option("--patience", tr.patience, "recommender, vision: stop early after this many "
+                    "evaluations (epochs; sasrec: every --eval-every epochs) without a better validation "
+                    "score; the best weights are the model written (0 = never)")
+      ->capture_default_str()->check(integer_in(0, kMaxSteps));
   train->add_option("--model", tr.model, "recommender: mf (matrix factorisation) or sasrec "
                     "(self-attention over each user's history); vision: vit (a Vision Transformer) or point "
                     "(a Point Transformer over points sampled from the inked pixels)")

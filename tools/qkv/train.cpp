@@ -121,7 +121,7 @@ const std::vector<std::string> kLmOnly = {"--data-dir", "--heldout", "--tokenize
                                           "--embd", "--context", "--warmup"};
 const std::vector<std::string> kLmOrRecommender = {"--data", "--layers", "--heads", "--eval-every"};
 const std::vector<std::string> kRecommenderOnly = {"--l2", "--max-len"};
-const std::vector<std::string> kRecommenderOrVision = {"--model", "--epochs", "--dim"};
+const std::vector<std::string> kRecommenderOrVision = {"--model", "--epochs", "--dim", "--patience"};
 const std::vector<std::string> kVisionOnly = {"--patch-size", "--mlp-dim", "--train-limit", "--bf16", "--positions",
                                               "--points", "--neighbors", "--erase", "--patch-dropout",
                                               "--patch-dropout-epochs"};
@@ -372,6 +372,7 @@ int run_train_recommender(const TrainOptions& o, std::ostream& out, const distri
     if (given(o, "--batch")) t.mf.batch = o.batch;
     if (given(o, "--lr")) t.mf.lr = o.lr;
     if (given(o, "--l2")) t.mf.l2 = o.l2;
+    t.mf.patience = o.patience;
     t.mf.seed = o.seed;
   } else {
     models::SasRecConfig& c = t.sasrec.model;
@@ -387,6 +388,7 @@ int run_train_recommender(const TrainOptions& o, std::ostream& out, const distri
     if (given(o, "--batch")) t.sasrec.batch = o.batch;
     if (given(o, "--lr")) t.sasrec.lr = o.lr;
     if (given(o, "--eval-every")) t.sasrec.eval_every = std::max<std::int64_t>(1, o.eval_every);
+    t.sasrec.patience = o.patience;
     t.sasrec.seed = o.seed;
   }
   const std::int64_t epochs = mf ? t.mf.epochs : t.sasrec.epochs;
@@ -500,6 +502,7 @@ int run_train_vision(const TrainOptions& o, std::ostream& out, const distributed
   if (given(o, "--label-smoothing")) t.label_smoothing = o.label_smoothing;
   t.seed = o.seed;
   t.train_limit = o.train_limit;
+  t.patience = o.patience;
   t.out_dir = given(o, "--out") ? o.out : "vision-model";
   t.resume = o.resume;
   t.checkpoint_every = o.checkpoint_every;
