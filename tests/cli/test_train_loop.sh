@@ -24,27 +24,27 @@ source "$HERE/lib.sh"
 # signal sent after its first checkpoint arrives in the middle); K: a step inside SHORT.
 case $TASK in
   dates) BASE=(train dates --batch 8 --eval-size 10 --checkpoint-every 3 --quiet)
-         SHORT=(--steps 8) LONG=(--steps 300) K=5 ;;
+         SHORT=(--steps 8) LONG=(--steps 60) K=5 ;;
   lm) BASE=(train lm --text "$HERE/../../README.md" --vocab-size 300 --context 32 --layers 1 --embd 32 --heads 2
             --batch 4 --eval-every 3 --checkpoint-every 3 --quiet)
-      SHORT=(--steps 8) LONG=(--steps 1500) K=5 ;;
+      SHORT=(--steps 8) LONG=(--steps 400) K=5 ;;
   mf|sasrec)
     "$PYTHON" "$HERE/tiny_data.py" ratings "$TMP/ratings.csv" 60 90
     if [[ $TASK == mf ]]; then
-      BASE=(train recommender --data "$TMP/ratings.csv" --dim 4 --batch 32 --checkpoint-every 20 --quiet) SHORT=(--epochs 3) LONG=(--epochs 1500) K=3
+      BASE=(train recommender --data "$TMP/ratings.csv" --dim 4 --batch 32 --checkpoint-every 20 --quiet) SHORT=(--epochs 3) LONG=(--epochs 150) K=3
     else
       BASE=(train recommender --data "$TMP/ratings.csv" --model sasrec --dim 8 --max-len 10 --batch 8 --eval-every 1 --checkpoint-every 20 --quiet)
-      SHORT=(--epochs 3) LONG=(--epochs 400) K=3
+      SHORT=(--epochs 3) LONG=(--epochs 150) K=3
     fi ;;
   vit|point)
     mkdir -p "$TMP/images"
     "$PYTHON" "$HERE/tiny_data.py" images "$TMP/images" 5300 40
     if [[ $TASK == vit ]]; then
       BASE=(train vision --data "$TMP/images" --batch 50 --dim 16 --layers 1 --heads 2 --mlp-dim 32 --patch-size 7 --quiet)
-      SHORT=(--epochs 2) LONG=(--epochs 80) K=5
+      SHORT=(--epochs 2) LONG=(--epochs 30) K=5
     else
       BASE=(train vision --data "$TMP/images" --model point --batch 50 --dim 8 --layers 1 --points 16 --neighbors 4 --quiet)
-      SHORT=(--epochs 2) LONG=(--epochs 20) K=5
+      SHORT=(--epochs 2) LONG=(--epochs 6) K=5
     fi ;;
   *) echo "unknown task $TASK" >&2; exit 2 ;;
 esac
