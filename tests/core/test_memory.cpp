@@ -149,6 +149,14 @@ TEST_F(StorageCache, ThreadsNeverShareABlock) {
 // for that read forever. On a loaded 2-core machine 15 of 100 runs failed so until the
 // fork handler finished those reads first (0 of 100 since).
 TEST_F(StorageCache, AChildForkedWhileAnotherThreadUsesItCanAllocate) {
+#if defined(__SANITIZE_ADDRESS__)
+  // GCC 12's AddressSanitizer runtime (libasan.so.8) intercepts vfork but not fork, so it does
+  // not hold its allocator's locks across a fork (LLVM's runtime does since release 15): a
+  // child forked while the other thread is inside malloc can wait for that lock forever, in
+  // the runtime, before qkv's handlers matter (seen once in the sanitized shard of a
+  // fresh-clone make test, the unsanitized test passing). The unsanitized unit tests run it.
+  GTEST_SKIP() << "AddressSanitizer's allocator locks are not held across fork in this runtime";
+#endif
   std::atomic<bool> stop{false};
   std::thread churn([&stop] {
     while (!stop.load(std::memory_order_relaxed)) {
