@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "qkv/error.h"
 #include "qkv/nn.h"
 #include "qkv/tensor.h"
 #include "qkv/trainer.h"
@@ -98,6 +99,22 @@ class ProgressRelay {
     return [this](const qkv::train::Progress& p) { (*this)([&] { return progress_dict(p); }); };
   }
   const std::atomic<bool>* stop() const { return &stop_; }
+  // A training run from Python: train(callback(), stop()) with the GIL released; then what
+  // the callback or Ctrl-C raised (the loop stopped for it, after a checkpoint) is raised,
+  // else train's result returned. A qkv::Error thrown after the relay raised gives way to
+  // the relay's exception, the cause.
+  template <class Train>
+  auto run(Train&& train) {
+    std::optional<decltype(train(callback(), stop()))> result;
+    try {
+      py::gil_scoped_release release;
+      result.emplace(train(callback(), stop()));
+    } catch (const qkv::Error&) {
+      if (!raised()) throw;
+    }
+    rethrow();
+    return std::move(*result);
+  }
   bool raised() const { return raised_.has_value(); }
   void rethrow() {
     if (raised_) throw std::move(*raised_);

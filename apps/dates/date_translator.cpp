@@ -181,8 +181,7 @@ std::string DateTrainingResult::to_json(const DateTrainingOptions& o) const {
   }
   fields["parameters"] = num_parameters;
   fields["out"] = o.out_dir;
-  const std::string t = fields.dump();
-  return "{" + json_fields() + "," + t.substr(1);
+  return LoopResult::to_json(fields.dump());
 }
 
 namespace {

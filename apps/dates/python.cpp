@@ -38,13 +38,9 @@ void register_dates(py::module_& m) {
         if (d.contains("seed")) o.seed = d["seed"].cast<std::uint64_t>();
         if (d.contains("resume")) o.resume = d["resume"].cast<bool>();
         qkv_python::ProgressRelay relay(progress);
-        models::DateTrainingResult r;
-        {
-          py::gil_scoped_release release;
-          r = models::train_dates(o, relay.callback(), relay.stop());
-        }
-        relay.rethrow();  // the callback's exception or KeyboardInterrupt (a checkpoint was written)
-        return r.to_json(o);
+        return relay.run([&](const auto& on_progress, const auto* stop) {
+          return models::train_dates(o, on_progress, stop);
+        }).to_json(o);
       },
       py::arg("options"), py::arg("progress") = py::none());
   // The date translator's vocabulary and decoding (dates/dates.h).

@@ -270,8 +270,7 @@ std::string LmTrainingResult::to_json(const LmTrainingOptions& o) const {
   fields["vocab_size"] = vocab_size;
   fields["train_tokens"] = train_tokens;
   fields["out"] = o.out_dir;
-  const std::string t = fields.dump();
-  return "{" + json_fields() + "," + t.substr(1);
+  return LoopResult::to_json(fields.dump());
 }
 
 TextScore score_text(const Gpt2Model& model, const BpeTokenizer& tokenizer, std::string_view text,

@@ -52,13 +52,9 @@ void register_language_model(py::module_& m) {
         // Between steps the relay runs Python's signal handlers, so Ctrl-C stops the run
         // after a checkpoint and raises KeyboardInterrupt.
         qkv_python::ProgressRelay relay(progress);
-        models::LmTrainingResult r;
-        {
-          py::gil_scoped_release release;
-          r = models::train_lm(o, relay.callback(), relay.stop());
-        }
-        relay.rethrow();  // the callback's exception or KeyboardInterrupt (a checkpoint was written)
-        return r.to_json(o);
+        return relay.run([&](const auto& on_progress, const auto* stop) {
+          return models::train_lm(o, on_progress, stop);
+        }).to_json(o);
       },
       py::arg("options"), py::arg("progress"));
   m.def("_lm_batch_offsets", &models::lm_batch_offsets, py::arg("seed"), py::arg("step"),

@@ -204,15 +204,9 @@ void register_recommender(py::module_& m) {
         integer("stop_at", o.stop_at);
         integer("patience", mf ? o.mf.patience : o.sasrec.patience);
         qkv_python::ProgressRelay relay(progress);
-        rec::RecommenderReport r;
-        try {
-          py::gil_scoped_release release;
-          r = rec::train_recommender(o, relay.callback(), relay.stop());
-        } catch (const qkv::Error&) {
-          if (!relay.raised()) throw;  // else the loop stopped for the relay's exception
-        }
-        relay.rethrow();
-        return r.to_json();
+        return relay.run([&](const auto& on_progress, const auto* stop) {
+          return rec::train_recommender(o, on_progress, stop);
+        }).to_json();
       },
       py::arg("options"), py::arg("progress") = py::none());
 

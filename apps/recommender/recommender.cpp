@@ -836,8 +836,7 @@ std::string RecommenderReport::to_json() const {
   j["train_seconds"] = train_seconds;
   j["train_steps"] = train_steps;
   j["num_parameters"] = num_parameters;
-  const std::string t = j.dump();
-  return "{" + training.json_fields() + "," + t.substr(1);
+  return training.to_json(j.dump());
 }
 
 RecommenderReport train_recommender(const RecommenderOptions& o,

@@ -581,16 +581,9 @@ void register_vision(py::module_& m) {
         QKV_CHECK_TYPE(progress.is_none() || PyCallable_Check(progress.ptr()),
                        "vision train: progress must be callable or None, got " << type_name(progress));
         qkv_python::ProgressRelay relay(progress);
-        vision::VisionTrainingResult r;
-        try {
-          py::gil_scoped_release release;
-          const vision::FashionMnist data = vision::load_fashion_mnist(data_dir);
-          r = vision::train_vision(o, data, relay.callback(), relay.stop());
-        } catch (const qkv::Error&) {
-          if (!relay.raised()) throw;  // else the loop stopped for the relay's exception
-        }
-        relay.rethrow();  // the callback's exception or KeyboardInterrupt (a checkpoint was written)
-        return r.to_json();
+        return relay.run([&](const auto& on_progress, const auto* stop) {
+          return vision::train_vision(o, vision::load_fashion_mnist(data_dir), on_progress, stop);
+        }).to_json();
       },
       py::arg("options"), py::arg("progress") = py::none(),
       "vision::train_vision on the Fashion-MNIST directory options['data'] -> the result as JSON "

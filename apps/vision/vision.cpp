@@ -429,8 +429,7 @@ std::string VisionTrainingResult::to_json() const {
   j["num_parameters"] = num_parameters;
   j["out"] = out_dir;
   if (!interrupted) j["test_accuracy"] = test_accuracy;
-  const std::string t = j.dump();
-  return "{" + json_fields() + "," + t.substr(1);
+  return LoopResult::to_json(j.dump());
 }
 
 namespace {

@@ -40,6 +40,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -194,11 +195,12 @@ struct LoopResult {
   std::int64_t best = -1;            // index into evaluations of the best, -1 = none
   std::string checkpoint;            // written, "" = none
   distributed::ReductionTotals reductions;
-  // The fields every `qkv train --json` and every Python train() result has, as a JSON object's
-  // members (without braces): task, steps, interrupted, stopped_early, seconds, items_per_s,
-  // unit, loss, evaluations [[step, score]...], metric, best_step, best_score, checkpoint (and
-  // ranks and the reductions' totals when data-parallel).
-  std::string json_fields() const;
+  // One JSON object: the fields every `qkv train --json` and every Python train() result has
+  // (task, steps, interrupted, stopped_early, seconds, items_per_s, unit, loss, evaluations
+  // [[step, score]...], metric, best_step, best_score, checkpoint, and ranks and the
+  // reductions' totals when data-parallel), then the members of `task_fields`, a JSON object
+  // of the task's own fields, in their order.
+  std::string to_json(std::string_view task_fields = "{}") const;
 };
 
 // Runs (or resumes) the loop to options.steps; see the top of this file. `stop` is read once

@@ -31,7 +31,7 @@ import warnings
 
 import numpy as np
 
-from . import (_bool, _choice, _describe, _float, _int, _int_list, _is_bool, _is_torch, _qkv,
+from . import (_bool, _choice, _describe, _float, _int, _int_list, _is_bool, _is_torch, _qkv, _ranged,
                _text, _torch_module, _torch_values)
 
 __all__ = ["load_model", "BertModel", "GPT2Model", "UseLiteModel", "SearchIndex", "search",
@@ -622,16 +622,11 @@ def train_dates(out, steps=1500, batch=128, lr=1e-3, label_smoothing=0.0, seed=0
     out = _path(out, fn, "out")
     options = {"out_dir": out, "resume": _bool(resume, fn, "resume"), "lr": _float(lr, fn, "lr"),
                "label_smoothing": _float(label_smoothing, fn, "label_smoothing")}
-    limits = {"steps": (1, 100_000_000), "batch": (1, 65536), "seed": (0, 1 << 64),
-              "eval_size": (0, 14557), "checkpoint_every": (0, 100_000_000), "stop_at": (0, 100_000_000)}
-    values = {"steps": steps, "batch": batch, "seed": seed, "eval_size": eval_size,
-              "checkpoint_every": checkpoint_every, "stop_at": stop_at}
-    for name, value in values.items():
-        value = _int(value, fn, name)
-        low, high = limits[name]
-        if not low <= value < high:
-            raise ValueError(f"{fn}: {name} must be in [{low}, {high - 1}], got {value}")
-        options[name] = value
+    for name, value, low, high in (("steps", steps, 1, 100_000_000 - 1), ("batch", batch, 1, 65535),
+                                    ("seed", seed, 0, (1 << 64) - 1), ("eval_size", eval_size, 0, 14556),
+                                    ("checkpoint_every", checkpoint_every, 0, 100_000_000 - 1),
+                                    ("stop_at", stop_at, 0, 100_000_000 - 1)):
+        options[name] = _ranged(value, fn, name, low, high)
     if not (options["lr"] > 0 and math.isfinite(options["lr"])):
         raise ValueError(f"{fn}: lr must be a finite number > 0, got {lr}")
     if not 0 <= options["label_smoothing"] < 1:

@@ -17,13 +17,18 @@ constexpr const char* kMarker = "qkv_checkpoint";
 // Two values of one identity key for a message: whole when short, else each around the
 // first place they differ (a model's configuration: ...,"dim":16,"heads"... / ...,"dim":8,...).
 std::pair<std::string, std::string> briefs(const std::string& a, const std::string& b) {
-  if (a.size() <= 60 && b.size() <= 60) return {"'" + a + "'", "'" + b + "'"};
+  const bool whole = a.size() <= 60 && b.size() <= 60;
   std::size_t at = 0;
   while (at < a.size() && at < b.size() && a[at] == b[at]) ++at;
-  const std::size_t from = at > 24 ? at - 24 : 0;
+  const std::size_t from = whole || at <= 24 ? 0 : at - 24;
   const auto cut = [&](const std::string& v) {
-    const std::string part = v.substr(std::min(from, v.size()), 48);
-    return "'" + std::string(from > 0 ? "..." : "") + part + (from + part.size() < v.size() ? "..." : "") + "'";
+    const std::string part = whole ? v : v.substr(std::min(from, v.size()), 48);
+    std::string quoted = "'";
+    if (from > 0) quoted += "...";
+    quoted += part;
+    if (from + part.size() < v.size()) quoted += "...";
+    quoted += '\'';
+    return quoted;
   };
   return {cut(a), cut(b)};
 }
@@ -37,6 +42,12 @@ std::int64_t count_of(const std::string& text, const std::string& path, const ch
 }
 
 }  // namespace
+
+nlohmann::json evaluations_json(const std::vector<Evaluation>& evaluations) {
+  nlohmann::json e = nlohmann::json::array();
+  for (const Evaluation& x : evaluations) e.push_back({x.step, x.score});
+  return e;
+}
 
 void write_checkpoint_file(const std::string& path, const std::string& task,
                            const std::map<std::string, std::string>& identity,
@@ -52,9 +63,7 @@ void write_checkpoint_file(const std::string& path, const std::string& task,
   meta[kMarker] = "training";
   meta["task"] = task;
   meta["step"] = std::to_string(ck.step);
-  nlohmann::json e = nlohmann::json::array();
-  for (const Evaluation& x : ck.evaluations) e.push_back({x.step, x.score});
-  meta["evaluations"] = e.dump();
+  meta["evaluations"] = evaluations_json(ck.evaluations).dump();
   for (const auto& [key, value] : identity) meta["run." + key] = value;
   save_safetensors(path, tensors, meta);
 }

@@ -14,12 +14,17 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "qkv/nn.h"
 #include "qkv/tensor.h"
 #include "qkv/train.h"
 #include "qkv/trainer.h"
 
 namespace qkv::train {
+
+// [[step, score], ...]: the evaluations as the checkpoint's metadata and the result's JSON hold them.
+nlohmann::json evaluations_json(const std::vector<Evaluation>& evaluations);
 
 struct TrainingCheckpoint {
   std::int64_t step = 0;

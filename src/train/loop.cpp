@@ -260,7 +260,7 @@ LoopResult fit(Task& task, const LoopOptions& o, const ProgressCallback& on_prog
   return result;
 }
 
-std::string LoopResult::json_fields() const {
+std::string LoopResult::to_json(std::string_view task_fields) const {
   nlohmann::ordered_json j;
   j["task"] = task;
   j["steps"] = steps;
@@ -270,9 +270,7 @@ std::string LoopResult::json_fields() const {
   j["items_per_s"] = items_per_s();
   j["unit"] = unit;
   j["loss"] = loss;
-  nlohmann::json e = nlohmann::json::array();
-  for (const Evaluation& x : evaluations) e.push_back({x.step, x.score});
-  j["evaluations"] = e;
+  j["evaluations"] = evaluations_json(evaluations);
   if (evaluations.empty()) j["metric"] = nullptr; else j["metric"] = metric;
   if (best >= 0) {
     j["best_step"] = evaluations[static_cast<std::size_t>(best)].step;
@@ -290,8 +288,10 @@ std::string LoopResult::json_fields() const {
     j["reductions_started_early"] = reductions.started_early;
     j["reductions"] = reductions.total;
   }
-  const std::string s = j.dump();
-  return s.substr(1, s.size() - 2);
+  const auto own = io::parse_json<nlohmann::ordered_json>(task_fields, "train: the task's result fields");
+  QKV_CHECK(own.is_object(), "train: the task's result fields must be a JSON object");
+  for (const auto& [key, value] : own.items()) j[key] = value;
+  return j.dump();
 }
 
 }  // namespace qkv::train
