@@ -565,6 +565,8 @@ struct SasRecTask : train::Task {
     const auto targets =
         static_cast<double>(std::count_if(b.positives.begin(), b.positives.end(), [](std::int64_t t) { return t != 0; }));
     ctx.weigh(targets);
+    // A rank's share of a short last batch may be empty: no loss, no gradient.
+    if (targets == 0) return {};
     const double loss = models::sasrec_loss(o.model, w, b, &grads);
     return {.loss = loss, .count = targets, .items = static_cast<double>(b.B)};
   }

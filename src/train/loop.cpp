@@ -186,7 +186,8 @@ LoopResult fit(Task& task, const LoopOptions& o, const ProgressCallback& on_prog
     if (comm) {
       QKV_CHECK(weighed, what << ": the task did not weigh step " << step << " (StepContext::weigh)");
       result.reductions.add(reducer->finish());
-      r.loss = all_count > 0 ? comm->sum(r.loss * r.count) / all_count : 0.0;
+      // A rank whose share of a short last batch is empty adds nothing (its mean is 0 / 0).
+      r.loss = all_count > 0 ? comm->sum(r.count > 0 ? r.loss * r.count : 0.0) / all_count : 0.0;
       if (r.correct >= 0) r.correct = comm->sum(r.correct);
       r.items = comm->sum(r.items);
       r.count = all_count;

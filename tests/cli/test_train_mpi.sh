@@ -73,6 +73,24 @@ for spec in "mf|0|train recommender --data $TMP/ratings.csv --dim 4 --batch 33 -
     --tensor 1e-2 --key-bias "$width" >"$TMP/same" 2>&1; then pass; else fail "$task: 2 ranks vs 1 process: $(cat "$TMP/same")"; fi
 done
 
+# A short last batch that leaves rank 1 no rows (1,320 fitted ratings in batches of 1,319;
+# 60 users in batches of 59): that rank weighs nothing and adds nothing to the loss.
+for spec in "mf|0|train recommender --data $TMP/ratings.csv --dim 4 --batch 1319 --epochs 2" \
+            "sasrec|8|train recommender --data $TMP/ratings.csv --model sasrec --dim 8 --max-len 10 --batch 59 --epochs 2 --eval-every 1"; do
+  IFS='|' read -r task width args <<<"$spec"
+  read -r -a argv <<<"$args"
+  QKV_COMMAND=("$QKV")
+  run "${argv[@]}" --quiet --out "$TMP/single_short_$task"
+  expect_status 0 "single-process $task, a last batch of one"
+  QKV_COMMAND=("${MPI[@]}" -np 2 "$QKV")
+  run "${argv[@]}" --quiet --json --out "$TMP/parallel_short_$task"
+  expect_status 0 "mpirun -np 2 $task, a last batch of one"
+  if "$PYTHON" -c 'import json, math, sys; j = json.loads(open(sys.argv[1]).read()); sys.exit(not (isinstance(j["loss"], float) and math.isfinite(j["loss"])))' \
+    "$TMP/out"; then pass; else fail "mpirun -np 2 $task, a last batch of one: the loss: $(head -c 400 "$TMP/out")"; fi
+  if "$PYTHON" "$HERE/same_weights.py" "$TMP/single_short_$task/model.safetensors" "$TMP/parallel_short_$task/model.safetensors" \
+    --close --tensor 1e-2 --key-bias "$width" >"$TMP/same" 2>&1; then pass; else fail "$task, a last batch of one: $(cat "$TMP/same")"; fi
+done
+
 # The language model the same way (tests/distributed compares its weights): one JSON line
 # from rank 0, which says how the gradient sums went.
 QKV_COMMAND=("${MPI[@]}" -np 2 "$QKV")
