@@ -50,8 +50,8 @@ def child_train(args):
     import qkv
     qkv.set_num_threads(args.threads)
     config = json.load(open(os.path.join(args.model, "config.json")))
-    result = qkv.train_lm(args.text, args.out, tokenizer=args.model, n_layer=config["n_layer"],
-                          n_embd=config["n_embd"], n_head=config["n_head"],
+    result = qkv.train_lm(args.text, args.out, tokenizer=args.model, layers=config["n_layer"],
+                          embd=config["n_embd"], heads=config["n_head"],
                           context=config["n_positions"], steps=args.steps, batch=args.batch,
                           lr=args.lr, warmup=args.warmup, seed=args.seed, eval_every=0,
                           checkpoint_every=0,

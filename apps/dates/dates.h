@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "qkv/distributed.h"
+#include "qkv/options.h"
 #include "qkv/rng.h"
 #include "qkv/seq2seq.h"
 #include "qkv/trainer.h"
@@ -199,6 +200,11 @@ struct DateTrainingResult : train::LoopResult {
 // (train::fit, task "dates"). Unless stopped early, the model is then scored on eval_size
 // held-out dates and written as out_dir/model.safetensors + config.json. on_progress is
 // called after every step (rank 0 only).
+// The options of `qkv train dates` and qkv.train("dates"), declared once (qkv/options.h):
+// steps, batch, lr, label_smoothing, seed, eval_size, and the run's out, resume,
+// checkpoint_every, stop_at. out defaults to "dates-model".
+const options::OptionSet<DateTrainingOptions>& date_training_options();
+
 DateTrainingResult train_dates(const DateTrainingOptions& options,
                                const train::ProgressCallback& on_progress = {},
                                const std::atomic<bool>* stop = nullptr);

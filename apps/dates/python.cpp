@@ -1,4 +1,4 @@
-// The date translator for Python: its training (qkv.train_dates, through the one training
+// The date translator for Python: its training (qkv.train("dates"), through the one training
 // loop), its vocabulary and checked decoding (dates/dates.h) and the embedded model
 // (qkv.translate_dates). The model itself is qkv/seq2seq.h's _Seq2Seq
 // (python/bindings_train.cpp).
@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "bindings_options.h"
 #include "bindings_training.h"
 #include "dates/dates.h"
 #include "qkv/seq2seq.h"
@@ -17,32 +18,11 @@ namespace py = pybind11;
 namespace models = qkv::models;
 
 void register_dates(py::module_& m) {
-  // models::train_dates with the options qkv.train_dates checked -> the result as JSON (the
-  // keys of `qkv train dates --json`). progress(info) after every step (progress_dict).
-  m.def(
-      "_train_dates",
-      [](const py::dict& d, const py::object& progress) {
-        models::DateTrainingOptions o;
-        const auto integer = [&](const char* key, std::int64_t& field) {
-          if (d.contains(key)) field = d[key].cast<std::int64_t>();
-        };
-        o.out_dir = d["out_dir"].cast<std::string>();
-        if (d.contains("command")) o.command = d["command"].cast<std::string>();
-        integer("steps", o.steps);
-        integer("batch", o.batch);
-        integer("checkpoint_every", o.checkpoint_every);
-        integer("stop_at", o.stop_at);
-        integer("eval_size", o.eval_size);
-        if (d.contains("lr")) o.peak_lr = d["lr"].cast<double>();
-        if (d.contains("label_smoothing")) o.label_smoothing = d["label_smoothing"].cast<double>();
-        if (d.contains("seed")) o.seed = d["seed"].cast<std::uint64_t>();
-        if (d.contains("resume")) o.resume = d["resume"].cast<bool>();
-        qkv_python::ProgressRelay relay(progress);
-        return relay.run([&](const auto& on_progress, const auto* stop) {
-          return models::train_dates(o, on_progress, stop);
-        }).to_json(o);
-      },
-      py::arg("options"), py::arg("progress") = py::none());
+  // qkv.train("dates"), from the task's one option declaration.
+  qkv_python::def_training(m, models::date_training_options(),
+                           [](const models::DateTrainingOptions& o, const auto& on_progress, const auto* stop) {
+                             return models::train_dates(o, on_progress, stop).to_json(o);
+                           });
   // The date translator's vocabulary and decoding (dates/dates.h).
   m.def("_dates_encode", [](const std::string& text) {
     return qkv::dates::Vocabulary::dates().encode(text);

@@ -336,3 +336,28 @@ TextScore score_text(const Gpt2Model& model, const BpeTokenizer& tokenizer, std:
 }
 
 }  // namespace qkv::models
+
+namespace qkv::models {
+
+TokenizerTrainingResult train_tokenizer(const TokenizerTrainingOptions& o) {
+  const std::string text = io::read_text(o.text, "text");
+  const auto start = std::chrono::steady_clock::now();
+  const BpeVocabulary vocab = train_bpe(text, {.vocab_size = o.vocab_size, .min_frequency = o.min_frequency});
+  TokenizerTrainingResult r;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  vocab.save(o.out_dir);
+  r.bytes = static_cast<std::int64_t>(text.size());
+  r.vocab_size = static_cast<std::int64_t>(vocab.tokens.size());
+  r.merges = static_cast<std::int64_t>(vocab.merges.size());
+  r.tokens = static_cast<std::int64_t>(vocab.tokenizer().encode(text).size());
+  r.out_dir = o.out_dir;
+  return r;
+}
+
+std::string TokenizerTrainingResult::to_json() const {
+  const nlohmann::ordered_json j = {{"bytes", bytes},   {"vocab_size", vocab_size}, {"merges", merges},
+                                    {"tokens", tokens}, {"seconds", seconds},       {"out", out_dir}};
+  return j.dump();
+}
+
+}  // namespace qkv::models

@@ -24,6 +24,7 @@
 
 #include "qkv/distributed.h"
 #include "qkv/gpt2.h"
+#include "qkv/options.h"
 #include "qkv/tokenizer.h"
 #include "qkv/trainer.h"
 
@@ -36,6 +37,11 @@ Gpt2Config lm_model_config();
 
 struct LmTrainingOptions {
   std::string text;                // training text (a file; its lines joined by "\n")
+  // A known corpus instead of text and heldout: "sotu" or "brown", the files
+  // data_dir/NAME-train.txt and data_dir/NAME-heldout.txt (scripts/fetch_data.sh NAME
+  // DIR writes them). lm_training_options()'s check fills text and heldout from them.
+  std::string corpus;
+  std::string data_dir = "data";
   std::string heldout;             // held-out text for the validation loss; "" = none
   std::string tokenizer;           // vocab.json + merges.txt to use; "" = train one on `text`
   std::int64_t vocab_size = 8192;  // of the tokenizer trained when `tokenizer` is ""
@@ -85,6 +91,11 @@ struct LmTrainingResult : train::LoopResult {
 // (train::fit, task "lm"; the held-out loss is its evaluation). on_progress is called after
 // every step. Throws qkv::Error for a text that is empty, binary or not UTF-8, or
 // shorter than one window of context + 1 tokens, and for options out of range.
+// The options of `qkv train lm` and qkv.train("lm"), declared once (qkv/options.h). Its
+// check refuses heads not dividing embd, a corpus with text or heldout, no text at all, and
+// a corpus whose files are missing (naming the script that writes them).
+const options::OptionSet<LmTrainingOptions>& lm_training_options();
+
 LmTrainingResult train_lm(const LmTrainingOptions& options,
                           const train::ProgressCallback& on_progress = {},
                           const std::atomic<bool>* stop = nullptr);
@@ -116,5 +127,24 @@ struct TextScore {
 // after the first window (Hugging Face's perplexity recipe).
 TextScore score_text(const Gpt2Model& model, const BpeTokenizer& tokenizer, std::string_view text,
                      std::int64_t stride = 0);
+
+// qkv train tokenizer: a byte-level BPE vocabulary (qkv::train_bpe) learned from a text,
+// written as vocab.json and merges.txt in out_dir.
+struct TokenizerTrainingOptions {
+  std::string text;                 // the training text ("-": standard input), UTF-8
+  std::string out_dir = "tokenizer";
+  std::int64_t vocab_size = 8192;   // 256 bytes + merges + <|endoftext|>
+  std::int64_t min_frequency = 2;   // stop when no pair of symbols occurs this often
+};
+struct TokenizerTrainingResult {
+  std::int64_t bytes = 0, vocab_size = 0, merges = 0;
+  std::int64_t tokens = 0;          // the text's, under the new vocabulary
+  double seconds = 0.0;
+  std::string out_dir;
+  std::string to_json() const;      // `qkv train tokenizer --json`'s object
+};
+const options::OptionSet<TokenizerTrainingOptions>& tokenizer_training_options();
+// Refuses binary data and text that is not UTF-8, naming the line (io::read_text).
+TokenizerTrainingResult train_tokenizer(const TokenizerTrainingOptions& options);
 
 }  // namespace qkv::models

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bindings_options.h"
 #include "bindings_training.h"
 #include "qkv/error.h"
 #include "recommender/recommender.h"
@@ -170,45 +171,12 @@ void register_recommender(py::module_& m) {
       },
       py::arg("path"));
 
-  m.def(
-      "_recommender_train",
-      [](const py::dict& d, const py::object& progress) {
-        rec::RecommenderOptions o;
-        auto str = [&](const char* key, std::string& field) {
-          if (d.contains(key) && !d[key].is_none()) field = d[key].cast<std::string>();
-        };
-        auto integer = [&](const char* key, std::int64_t& field) {
-          if (d.contains(key) && !d[key].is_none()) field = d[key].cast<std::int64_t>();
-        };
-        auto number = [&](const char* key, double& field) {
-          if (d.contains(key) && !d[key].is_none()) field = d[key].cast<double>();
-        };
-        str("data", o.data);
-        str("out_dir", o.out_dir);
-        str("model", o.model);
-        str("command", o.command);
-        const bool mf = o.model == "mf";
-        integer("epochs", mf ? o.mf.epochs : o.sasrec.epochs);
-        integer("batch", mf ? o.mf.batch : o.sasrec.batch);
-        number("lr", mf ? o.mf.lr : o.sasrec.lr);
-        integer("dim", mf ? o.mf.dim : o.sasrec.model.dim);
-        number("l2", o.mf.l2);
-        integer("layers", o.sasrec.model.layers);
-        integer("heads", o.sasrec.model.heads);
-        integer("max_len", o.sasrec.model.max_len);
-        integer("eval_every", o.sasrec.eval_every);
-        number("weight_decay", o.sasrec.weight_decay);
-        if (d.contains("seed")) o.mf.seed = o.sasrec.seed = d["seed"].cast<std::uint64_t>();
-        if (d.contains("resume")) o.resume = d["resume"].cast<bool>();
-        integer("checkpoint_every", o.checkpoint_every);
-        integer("stop_at", o.stop_at);
-        integer("patience", mf ? o.mf.patience : o.sasrec.patience);
-        qkv_python::ProgressRelay relay(progress);
-        return relay.run([&](const auto& on_progress, const auto* stop) {
-          return rec::train_recommender(o, on_progress, stop);
-        }).to_json();
-      },
-      py::arg("options"), py::arg("progress") = py::none());
+  // qkv.train("mf") and qkv.train("sasrec"), from the tasks' one option declaration.
+  for (const auto* set : {&rec::mf_training_options(), &rec::sasrec_training_options()})
+    qkv_python::def_training(m, *set,
+                             [](const rec::RecommenderOptions& o, const auto& on_progress, const auto* stop) {
+                               return rec::train_recommender(o, on_progress, stop).to_json();
+                             });
 
   m.def(
       "_mf_cross_validation",

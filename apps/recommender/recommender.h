@@ -278,6 +278,12 @@ struct RecommenderReport {
 //                     attends over (the evaluations read the data's split instead)
 // When stopped (stop, stop_at), the checkpoint is written and nothing else: the report says
 // interrupted() and holds only the split and the training run.
+// The options of `qkv train mf` / `qkv train sasrec` and qkv.train("mf") / ("sasrec"),
+// declared once (qkv/options.h); model is fixed by the set. data may name a directory
+// holding ratings.csv: the check replaces it with the file's path.
+const options::OptionSet<RecommenderOptions>& mf_training_options();
+const options::OptionSet<RecommenderOptions>& sasrec_training_options();
+
 RecommenderReport train_recommender(const RecommenderOptions& options,
                                     const train::ProgressCallback& on_progress = {},
                                     const std::atomic<bool>* stop = nullptr);

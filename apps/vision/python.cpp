@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "bindings_arrays.h"
+#include "bindings_options.h"
 #include "bindings_training.h"
 #include "qkv/error.h"
 #include "vision/vision.h"
@@ -203,109 +204,6 @@ py::dict config_dict(const models::VitConfig& c) {
   d["learned_positions"] = c.learned_positions;
   d["shifted_patches"] = c.shifted_patches;
   return d;
-}
-
-// An int option (int or NumPy integer; not bool) in [low, high]; `what` names it.
-long long int_option(const py::handle& value, const std::string& what, long long low, long long high) {
-  QKV_CHECK_TYPE(PyIndex_Check(value.ptr()) && !PyBool_Check(value.ptr()),
-                 what << " must be an int, got " << type_name(value));
-  const py::object n = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
-  if (!n) throw py::error_already_set();
-  int overflow = 0;
-  const long long v = PyLong_AsLongLongAndOverflow(n.ptr(), &overflow);
-  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
-  QKV_CHECK(overflow == 0 && v >= low && v <= high,
-            what << " must be in [" << low << ", " << high << "], got " << static_cast<std::string>(py::str(n)));
-  return v;
-}
-
-// A seed: an int in [0, 2^64).
-std::uint64_t seed_option(const py::handle& value, const std::string& what) {
-  QKV_CHECK_TYPE(PyIndex_Check(value.ptr()) && !PyBool_Check(value.ptr()),
-                 what << " must be an int, got " << type_name(value));
-  const py::object n = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
-  if (!n) throw py::error_already_set();
-  const unsigned long long v = PyLong_AsUnsignedLongLong(n.ptr());
-  if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
-    PyErr_Clear();  // negative or >= 2^64
-    throw qkv::Error(what + " must be in [0, 2^64), got " + static_cast<std::string>(py::str(n)));
-  }
-  return v;
-}
-
-bool bool_option(const py::handle& value, const std::string& what) {
-  QKV_CHECK_TYPE(PyBool_Check(value.ptr()) || py::isinstance(value, py::module_::import("numpy").attr("bool_")),
-                 what << " must be a bool, got " << type_name(value));
-  return value.cast<bool>();
-}
-
-double float_option(const py::handle& value, const std::string& what) {
-  QKV_CHECK_TYPE(PyFloat_Check(value.ptr()) || (PyIndex_Check(value.ptr()) && !PyBool_Check(value.ptr())) ||
-                     py::isinstance(value, py::module_::import("numpy").attr("floating")),
-                 what << " must be a float, got " << type_name(value));
-  const double v = PyFloat_AsDouble(value.ptr());  // float, int (exact to 2^53) or NumPy's floats
-  if (v == -1.0 && PyErr_Occurred()) throw py::error_already_set();
-  return v;
-}
-
-std::string str_option(const py::handle& value, const std::string& what) {
-  QKV_CHECK_TYPE(py::isinstance<py::str>(value), what << " must be a str, got " << type_name(value));
-  return value.cast<std::string>();
-}
-
-constexpr long long kMaxSteps = 1LL << 40;
-
-// _vision_train's options dict -> (the Fashion-MNIST directory, the options). A missing or
-// None key takes VisionTrainingOptions' default; an unknown key is an error.
-std::pair<std::string, vision::VisionTrainingOptions> training_options(const py::dict& d) {
-  vision::VisionTrainingOptions o;
-  std::string data;
-  models::VitConfig& c = o.vit;
-  models::PointTransformerConfig& pc = o.point;
-  // "model" first: dim and layers are the chosen model's.
-  if (d.contains("model") && !d["model"].is_none()) o.model = str_option(d["model"], "vision train: model");
-  QKV_CHECK(o.model == "vit" || o.model == "point", "vision train: model must be 'vit' or 'point', got '" << o.model << "'");
-  const bool vit = o.model == "vit";
-  for (const auto& [key, value] : d) {
-    QKV_CHECK_TYPE(py::isinstance<py::str>(key), "vision train: option names must be str, got " << type_name(key));
-    const std::string k = key.cast<std::string>();
-    const std::string what = "vision train: " + k;
-    if (value.is_none()) continue;
-    if (k == "data") data = str_option(value, what);
-    else if (k == "out_dir") o.out_dir = str_option(value, what);
-    else if (k == "command") o.command = str_option(value, what);
-    else if (k == "epochs") o.epochs = int_option(value, what, 1, 100000);
-    else if (k == "batch") o.batch = int_option(value, what, 1, 1 << 20);
-    else if (k == "lr") o.peak_lr = float_option(value, what);
-    else if (k == "label_smoothing") o.label_smoothing = float_option(value, what);
-    else if (k == "seed") o.seed = seed_option(value, what);
-    else if (k == "train_limit") o.train_limit = int_option(value, what, 0, kMaxSteps);
-    else if (k == "resume") o.resume = bool_option(value, what);
-    else if (k == "stop_at") o.stop_at = int_option(value, what, 0, kMaxSteps);
-    else if (k == "patience") o.patience = int_option(value, what, 0, kMaxSteps);
-    else if (k == "checkpoint_every") o.checkpoint_every = int_option(value, what, 0, kMaxSteps);
-    else if (k == "bf16") o.bf16 = bool_option(value, what);
-    else if (k == "model") continue;
-    else if (k == "dim") (vit ? c.dim : pc.dim) = int_option(value, what, 1, 4096);
-    else if (k == "layers") (vit ? c.layers : pc.blocks) = int_option(value, what, 0, 64);
-    else if (k == "points") pc.points = int_option(value, what, 1, 4096);
-    else if (k == "neighbors") pc.neighbors = int_option(value, what, 1, 4096);
-    else if (k == "heads") c.heads = int_option(value, what, 1, 256);
-    else if (k == "mlp_dim") c.mlp_dim = int_option(value, what, 1, 16384);
-    else if (k == "patch_size") (vit ? c.patch_size : pc.patch_size) = int_option(value, what, 1, 28);
-    else if (k == "learned_positions") c.learned_positions = bool_option(value, what);
-    else if (k == "shifted_patches") c.shifted_patches = bool_option(value, what);
-    else if (k == "erase") o.augment.erase = float_option(value, what);
-    else if (k == "patch_dropout") o.patch_dropout = float_option(value, what);
-    else if (k == "patch_dropout_epochs") o.patch_dropout_epochs = int_option(value, what, 0, 100000);
-    else
-      throw qkv::Error("vision train: unknown option '" + k +
-                       "'; expected data, out_dir, command, model, epochs, batch, lr, label_smoothing, seed, "
-                       "train_limit, resume, stop_at, patience, checkpoint_every, bf16, dim, layers, heads, mlp_dim, "
-                       "patch_size, learned_positions, shifted_patches, erase, patch_dropout, patch_dropout_epochs, points, neighbors");
-  }
-  QKV_CHECK(!data.empty(), "vision train: 'data', the Fashion-MNIST directory, is required");
-  return {data, o};
 }
 
 vision::Augmentation augmentation(std::int64_t pad, bool flip, double erase) {
@@ -574,20 +472,13 @@ void register_vision(py::module_& m) {
            "patch dropout's (B, K) int64 patch indices for batch (epoch, step), as training draws them; "
            "None when every patch is kept.");
 
-  m.def(
-      "_vision_train",
-      [](const py::dict& options, const py::object& progress) {
-        auto [data_dir, o] = training_options(options);
-        QKV_CHECK_TYPE(progress.is_none() || PyCallable_Check(progress.ptr()),
-                       "vision train: progress must be callable or None, got " << type_name(progress));
-        qkv_python::ProgressRelay relay(progress);
-        return relay.run([&](const auto& on_progress, const auto* stop) {
-          return vision::train_vision(o, vision::load_fashion_mnist(data_dir), on_progress, stop);
-        }).to_json();
-      },
-      py::arg("options"), py::arg("progress") = py::none(),
-      "vision::train_vision on the Fashion-MNIST directory options['data'] -> the result as JSON "
-      "(the keys of `qkv train vision --json`). progress(info) is called after every step.");
+  // qkv.train("vit") and qkv.train("point"), from the tasks' one option declaration.
+  for (const auto* set : {&vision::vit_training_options(), &vision::point_training_options()})
+    qkv_python::def_training(m, *set,
+                             [](const vision::VisionTrainingOptions& o, const auto& on_progress, const auto* stop) {
+                               return vision::train_vision(o, vision::load_fashion_mnist(o.data), on_progress, stop)
+                                   .to_json();
+                             });
 
   py::class_<vision::Classifier>(m, "_VisionClassifier")
       .def(py::init([](const std::string& dir) {

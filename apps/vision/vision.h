@@ -159,6 +159,7 @@ struct VisionNetwork {
 };
 
 struct VisionTrainingOptions {
+  std::string data;                     // the Fashion-MNIST directory (load_fashion_mnist)
   std::string model = "vit";            // "vit" or "point" (VisionNetwork)
   models::VitConfig vit;
   models::PointTransformerConfig point;
@@ -213,6 +214,11 @@ struct VisionTrainingResult : train::LoopResult {
 // the one training loop (train::fit, task "vit" or "point"), an evaluation per epoch, the
 // best kept. Data-parallel over the ranks of `communicator` when it has more than one: every
 // rank augments the whole batch (the draws are by position in it) and trains on its rows.
+// The options of `qkv train vit` / `qkv train point` and qkv.train("vit") / ("point"),
+// declared once (qkv/options.h); model is fixed by the set ("vit" or "point").
+const options::OptionSet<VisionTrainingOptions>& vit_training_options();
+const options::OptionSet<VisionTrainingOptions>& point_training_options();
+
 VisionTrainingResult train_vision(const VisionTrainingOptions& options, const FashionMnist& data,
                                   const train::ProgressCallback& on_progress = {},
                                   const std::atomic<bool>* stop = nullptr);

@@ -46,6 +46,7 @@
 
 #include "qkv/distributed.h"
 #include "qkv/nn.h"
+#include "qkv/options.h"
 #include "qkv/train.h"
 
 namespace qkv::train {
@@ -211,5 +212,23 @@ LoopResult fit(Task& task, const LoopOptions& options, const ProgressCallback& o
 
 // The run identity's text of a value, as the loop writes it (doubles to 17 digits).
 std::string identity_value(double v);
+
+
+// Declares, in a task's option set (qkv/options.h), the options every training run takes:
+// out (the directory), resume, checkpoint_every, stop_at, from the fields of those names
+// that every task's options struct has.
+template <class T>
+void declare_run_options(options::OptionSet<T>& set, const std::string& writes) {
+  set.path("out", &T::out_dir, "Output directory: " + writes + ", checkpoint.safetensors");
+  set.flag("resume", &T::resume,
+           "Continue from OUT/checkpoint.safetensors, bit for bit as the run that was not stopped. "
+           "Refused, naming why: a checkpoint of another task, of a run with other options (each "
+           "option that differs named), damaged, or of a finished run");
+  set.integer("checkpoint_every", &T::checkpoint_every, 0, options::kMaxSteps,
+              "Steps between checkpoints (0 = when the run ends or stops only)");
+  set.integer("stop_at", &T::stop_at, 0, options::kMaxSteps,
+              "Stop after this step with a checkpoint, as Ctrl-C does (the CLI exits 130; continue "
+              "with --resume); 0 = never");
+}
 
 }  // namespace qkv::train

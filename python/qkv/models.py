@@ -548,93 +548,21 @@ def load_model(directory, weights="f32"):
     return cls.load(directory)
 
 
-def train_lm(text, out, heldout=None, tokenizer=None, vocab_size=8192, n_layer=4, n_embd=256,
-             n_head=4, context=256, steps=2000, batch=16, lr=1e-3, warmup=100, seed=0,
-             resume=False, checkpoint_every=500, stop_at=0, eval_every=250, progress=None):
-    """Trains a GPT-2 language model on the text file `text`, as `qkv train lm` does, into
-    the directory `out`: a Hugging Face GPT-2 directory (config.json, model.safetensors,
-    vocab.json, merges.txt; qkv.load_model reads it) with checkpoint.safetensors beside it.
-
-    heldout: a text file whose loss is measured every eval_every steps; tokenizer: a
-    directory with vocab.json + merges.txt (default: a byte-level BPE of vocab_size tokens
-    trained on `text`). context is n_positions, the tokens of each of the `batch` training
-    windows. lr: the peak of a linear warm-up over `warmup` steps and a cosine to lr/10.
-    progress(info) is called after every step with the training loop's progress (the
-    same dict for every model qkv trains: "step", "total", "loss", "lr", "items_per_s",
-    "unit", "elapsed_s", and "metric" = "held-out loss", "score", "best" after a held-out
-    evaluation); an exception it raises, or Ctrl-C (KeyboardInterrupt), stops training after a
-    checkpoint and propagates (continue with resume=True). stop_at > 0 stops after that step
-    with a checkpoint and returns with "interrupted": True.
-
-    -> the fields of every qkv training result ("task", "steps", "interrupted", "seconds",
-    "items_per_s", "loss", "evaluations", "best_step", "best_score", "checkpoint", ...) and
-    "heldout_loss", "parameters", "vocab_size", "train_tokens", "out": `qkv train lm --json`'s.
-    """
-    fn = "train_lm"
-    text = _path(text, fn, "text")
-    out = _path(out, fn, "out")
-    options = {"text": text, "out_dir": out, "resume": bool(resume),
-               "heldout": None if heldout is None else _path(heldout, fn, "heldout"),
-               "tokenizer": None if tokenizer is None else _path(tokenizer, fn, "tokenizer"),
-               "lr": _float(lr, fn, "lr")}
-    limits = {"vocab_size": (257, 1 << 31), "n_layer": (1, 64), "n_embd": (8, 8192),
-              "n_head": (1, 256), "context": (2, 8192), "steps": (1, 100_000_000),
-              "batch": (1, 65536), "warmup": (0, 100_000_000), "seed": (0, 1 << 64),
-              "checkpoint_every": (0, 100_000_000), "stop_at": (0, 100_000_000),
-              "eval_every": (0, 100_000_000)}
-    values = {"vocab_size": vocab_size, "n_layer": n_layer, "n_embd": n_embd, "n_head": n_head,
-              "context": context, "steps": steps, "batch": batch, "warmup": warmup,
-              "seed": seed, "checkpoint_every": checkpoint_every, "stop_at": stop_at,
-              "eval_every": eval_every}
-    for name, value in values.items():
-        value = _int(value, fn, name)
-        low, high = limits[name]
-        if not low <= value < high:
-            raise ValueError(f"{fn}: {name} must be in [{low}, {high - 1}], got {value}")
-        options[name] = value
-    if options["n_embd"] % options["n_head"]:
-        raise ValueError(f"{fn}: n_head = {n_head} must divide n_embd = {n_embd}")
-    if not (options["lr"] > 0 and math.isfinite(options["lr"])):
-        raise ValueError(f"{fn}: lr must be a finite number > 0, got {lr}")
-    if progress is not None and not callable(progress):
-        raise TypeError(f"{fn}: progress must be callable or None, got {_describe(progress)}")
-    options["n_positions"] = options.pop("context")
-    options["warmup_steps"] = options.pop("warmup")
-    options["command"] = f"qkv.train_lm({text!r}, {out!r}, ...)"
-    return json.loads(_qkv._train_lm(options, progress))
+def train_lm(text, out, **options):
+    """qkv.train("lm", text=text, out=out, **options): a GPT-2 language model trained on
+    the text file `text` into the Hugging Face GPT-2 directory `out` (config.json,
+    model.safetensors, vocab.json, merges.txt; qkv.load_model reads it), with
+    checkpoint.safetensors beside them. The options are `qkv train lm`'s (see qkv.train);
+    n_layer, n_embd and n_head are now layers, embd and heads."""
+    from .training import train
+    return train("lm", text=text, out=out, **options)
 
 
-def train_dates(out, steps=1500, batch=128, lr=1e-3, label_smoothing=0.0, seed=0, eval_size=10000,
-                resume=False, checkpoint_every=500, stop_at=0, progress=None):
-    """Trains the date translator as `qkv train dates` does, into the directory `out`
-    (model.safetensors, config.json; checkpoint.safetensors beside them): `steps` steps of
-    `batch` generated pairs, AdamW at a peak rate `lr` (warm-up, then a cosine), scored at
-    the end on eval_size held-out calendar dates. progress(info) is called after every step
-    with the training loop's progress (see train_lm); an exception it raises, or Ctrl-C
-    (KeyboardInterrupt), stops after a checkpoint and propagates (continue with resume=True);
-    stop_at > 0 stops after that step with a checkpoint and returns with "interrupted": True.
-
-    -> `qkv train dates --json`'s fields: the loop's ("task", "steps", "interrupted",
-    "seconds", "items_per_s", "loss", "checkpoint", ...) and "exact_match", "held_out",
-    "parameters", "out".
-    """
-    fn = "train_dates"
-    out = _path(out, fn, "out")
-    options = {"out_dir": out, "resume": _bool(resume, fn, "resume"), "lr": _float(lr, fn, "lr"),
-               "label_smoothing": _float(label_smoothing, fn, "label_smoothing")}
-    for name, value, low, high in (("steps", steps, 1, 100_000_000 - 1), ("batch", batch, 1, 65535),
-                                    ("seed", seed, 0, (1 << 64) - 1), ("eval_size", eval_size, 0, 14556),
-                                    ("checkpoint_every", checkpoint_every, 0, 100_000_000 - 1),
-                                    ("stop_at", stop_at, 0, 100_000_000 - 1)):
-        options[name] = _ranged(value, fn, name, low, high)
-    if not (options["lr"] > 0 and math.isfinite(options["lr"])):
-        raise ValueError(f"{fn}: lr must be a finite number > 0, got {lr}")
-    if not 0 <= options["label_smoothing"] < 1:
-        raise ValueError(f"{fn}: label_smoothing must be in [0, 1), got {label_smoothing}")
-    if progress is not None and not callable(progress):
-        raise TypeError(f"{fn}: progress must be callable or None, got {_describe(progress)}")
-    options["command"] = f"qkv.train_dates({out!r}, steps={options['steps']}, batch={options['batch']}, ...)"
-    return json.loads(_qkv._train_dates(options, progress))
+def train_dates(out, **options):
+    """qkv.train("dates", out=out, **options): the date translator trained as `qkv train
+    dates` trains it (see qkv.train)."""
+    from .training import train
+    return train("dates", out=out, **options)
 
 
 def translate_dates(dates, model=None):

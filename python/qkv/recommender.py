@@ -1,4 +1,4 @@
-"""qkv.recommender — movie recommendation on ratings, as `qkv train recommender` and
+"""qkv.recommender — movie recommendation on ratings, as `qkv train mf` and
 `qkv recommend` do it, with NumPy arrays in and out.
 
     import qkv.recommender as rec
@@ -66,67 +66,24 @@ def split_ratings(path):
     return _qkv._split_ratings(_ratings_csv(path, "split_ratings"))
 
 
-def train(data, out, model="mf", epochs=None, dim=None, batch=None, lr=None, l2=None,
-          layers=2, heads=1, max_len=200, eval_every=5, weight_decay=0.0, seed=0,
-          resume=False, checkpoint_every=0, stop_at=0, patience=0, progress=None):
-    """Trains a recommender as `qkv train recommender` does and writes the model directory
-    `out` (config.json, model.safetensors, users.csv, movies.csv, history.csv).
-
-    model: "mf" (matrix factorisation: defaults dim 32, epochs 40, batch 256, lr 2e-3,
-    l2 0.05) or "sasrec" (self-attention over each user's history: dim 50, epochs 200,
-    batch 128, lr 1e-3, layers, heads, max_len). progress(info) is called after every
-    step with the training loop's progress (the dict of every qkv train(): "step", "total",
-    "epoch", "epochs", "loss", "epoch_loss" at an epoch end, "metric" ("validation RMSE",
-    "validation HR@10"), "score" and "best" after an evaluation, ...); an exception it
-    raises, or Ctrl-C (KeyboardInterrupt), stops training after a checkpoint
-    (out/checkpoint.safetensors; also every checkpoint_every steps when that is > 0) and
-    propagates; continue with resume=True. stop_at > 0 stops after that step the same way
-    and returns the report with "interrupted": True. patience > 0 stops early after that many
-    evaluations (mf: epochs; sasrec: every eval_every epochs) without a better validation
-    score ("stopped_early": True); the best epoch's weights are the model either way.
+def train(data, out, model="mf", **options):
+    """qkv.train(model, data=data, out=out, **options): a recommender ("mf", matrix
+    factorisation, or "sasrec", self-attention over each user's history) trained as `qkv
+    train mf` / `qkv train sasrec` trains it, writing the model directory `out`
+    (config.json, model.safetensors, users.csv, movies.csv, history.csv). Each model takes
+    only its own options, the CLI's (qkv.train_options("mf") lists them).
 
     -> the report: the loop's fields ("task", "steps", "interrupted", "seconds",
-    "evaluations", "best_step", "checkpoint", ...), then {"model", "split", "users", "movies", "ratings", ("rmse_global_mean",
-    "rmse_biases", "rmse_mf" for mf), "popularity", "trained" (ranking metrics: "hr10",
-    "ndcg10", "hr10_catalogue", "ndcg10_catalogue", "hr10_all", "ndcg10_all", "users"),
-    "best_epoch", "validation", "train_seconds", "train_steps", "num_parameters"}.
+    "evaluations", "best_step", "checkpoint", ...), then {"model", "split", "users", "movies",
+    "ratings", ("rmse_global_mean", "rmse_biases", "rmse_mf" for mf), "popularity",
+    "trained" (ranking metrics: "hr10", "ndcg10", "hr10_catalogue", "ndcg10_catalogue",
+    "hr10_all", "ndcg10_all", "users"), "best_epoch", "validation", "train_seconds",
+    "train_steps", "num_parameters"}.
     """
-    fn = "recommender.train"
-    csv = _ratings_csv(data, fn)
-    out = _path(out, fn, "out")
+    from .training import train as train_task
     if model not in ("mf", "sasrec"):
-        raise ValueError(f"{fn}: model must be 'mf' or 'sasrec', got {model!r}")
-    options = {"data": csv, "out_dir": out, "model": model,
-               "command": f"qkv.recommender.train({csv!r}, {out!r}, model={model!r})"}
-    if epochs is not None:
-        options["epochs"] = _ranged(epochs, fn, "epochs", 1, 100_000)
-    if dim is not None:
-        options["dim"] = _ranged(dim, fn, "dim", 0 if model == "mf" else 1, 4096)
-    if batch is not None:
-        options["batch"] = _ranged(batch, fn, "batch", 1, 1 << 20)
-    for name, value in (("lr", lr), ("l2", l2), ("weight_decay", weight_decay)):
-        if value is None:
-            continue
-        value = _float(value, fn, name)
-        if not (math.isfinite(value) and (value > 0 if name == "lr" else value >= 0)):
-            raise ValueError(f"{fn}: {name} must be a finite number {'> 0' if name == 'lr' else '>= 0'}, "
-                             f"got {value}")
-        options[name] = value
-    if model == "sasrec":
-        options["layers"] = _ranged(layers, fn, "layers", 0, 64)
-        options["heads"] = _ranged(heads, fn, "heads", 1, 256)
-        options["max_len"] = _ranged(max_len, fn, "max_len", 1, 4096)
-        options["eval_every"] = _ranged(eval_every, fn, "eval_every", 1, 100_000)
-        if options.get("dim", 50) % options["heads"]:
-            raise ValueError(f"{fn}: heads = {heads} must divide dim = {options.get('dim', 50)}")
-    options["seed"] = _ranged(seed, fn, "seed", 0, (1 << 64) - 1)
-    options["resume"] = _bool(resume, fn, "resume")
-    options["checkpoint_every"] = _ranged(checkpoint_every, fn, "checkpoint_every", 0, 100_000_000)
-    options["stop_at"] = _ranged(stop_at, fn, "stop_at", 0, 100_000_000)
-    options["patience"] = _ranged(patience, fn, "patience", 0, 100_000_000)
-    if progress is not None and not callable(progress):
-        raise TypeError(f"{fn}: progress must be callable or None, got {_describe(progress)}")
-    return json.loads(_qkv._recommender_train(options, progress))
+        raise ValueError(f"recommender.train: model must be 'mf' or 'sasrec', got {model!r}")
+    return train_task(model, data=data, out=out, **options)
 
 
 def mf_cross_validation(data, folds=5, dim=32, epochs=40, batch=256, lr=2e-3, l2=0.05, seed=0):
@@ -140,7 +97,7 @@ def mf_cross_validation(data, folds=5, dim=32, epochs=40, batch=256, lr=2e-3, l2
 
 
 class Recommender:
-    """A model directory of `qkv train recommender` / train(). Users and movies are named by
+    """A model directory of `qkv train mf` / train(). Users and movies are named by
     their ids (userId, movieId) everywhere; arrays are aligned with movie_ids."""
 
     def __init__(self, directory):

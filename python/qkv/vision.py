@@ -1,5 +1,5 @@
 """qkv.vision — image classification on Fashion-MNIST with a Vision Transformer or a Point
-Transformer, as `qkv train vision` and `qkv classify` do it, with NumPy arrays in and out.
+Transformer, as `qkv train vit` and `qkv classify` do it, with NumPy arrays in and out.
 
     import qkv.vision as vision
     result = vision.train("data", "vit-model", epochs=20)      # the Fashion-MNIST directory
@@ -181,142 +181,28 @@ def training_batch(images, labels, seed, epoch, step, batch=_DEFAULTS["batch"], 
     return TrainingBatches(images, labels, batch, seed, pad, flip, erase).get(epoch, step)
 
 
-def train(data, out, model="vit", epochs=_DEFAULTS["epochs"], batch=_DEFAULTS["batch"], lr=_DEFAULTS["lr"],
-          label_smoothing=_DEFAULTS["label_smoothing"], dim=None, layers=None,
-          heads=_DEFAULTS["heads"], mlp_dim=_DEFAULTS["mlp_dim"], patch_size=None,
-          positions="learned", shifted_patches=False, erase=_DEFAULTS["erase"],
-          patch_dropout=_DEFAULTS["patch_dropout"], patch_dropout_epochs=_DEFAULTS["patch_dropout_epochs"],
-          points=_DEFAULTS["point"]["points"],
-          neighbors=_DEFAULTS["point"]["neighbors"],
-          seed=0, train_limit=0, resume=False, stop_at=0, patience=0,
-          checkpoint_every=_DEFAULTS["checkpoint_every"], bf16=False, progress=None):
-    """Trains a Vision Transformer (model="vit") or a Point Transformer (model="point") on
-    the Fashion-MNIST directory `data` as `qkv train vision` does, and writes the model
-    directory `out` (config.json, model.safetensors: the weights of the epoch of best
-    validation accuracy; checkpoint.safetensors).
+def train(data, out, model="vit", **options):
+    """qkv.train(model, data=data, out=out, **options): a Vision Transformer (model="vit")
+    or a Point Transformer (model="point") trained on the Fashion-MNIST directory `data` as
+    `qkv train vit` / `qkv train point` trains it, writing the model directory `out`
+    (config.json, model.safetensors: the weights of the epoch of best validation accuracy;
+    checkpoint.safetensors). Each model takes only its own options, the CLI's
+    (qkv.train_options("vit") lists them, with their ranges and defaults).
 
-    The ViT: patch_size × patch_size patches ((28 / patch_size)² tokens + the class
-    token), `layers` pre-norm encoder blocks (default 6) of width `dim` (default 128) with
-    `heads` heads (dividing dim) and a feed-forward of mlp_dim, positions "learned" or
-    "sincos" (fixed; dim a multiple of 4), shifted_patches=True for Shifted Patch
-    Tokenization (each patch read with its place in four copies of the image shifted
-    diagonally by half a patch, normalised, then embedded; patch_size >= 2), erase in
-    [0, 1] the probability of Random Erasing per training image (vit only), patch_dropout
-    in [0, 1) the fraction of its patches each training image drops, a random subset per
-    image and step, the blocks running on the rest (vit only; validation and test see
-    every patch), in the first patch_dropout_epochs epochs only when that is > 0. The point
-    model: `points` points sampled from each image's inked pixels, each carrying the
-    patch_size × patch_size window of intensities around it (odd, default 7), `layers`
-    blocks (default 2) of width `dim` (default 32) of vector attention over each point's
-    `neighbors` nearest points. patch_size=None: the model's default (vit 4, point 7).
-    Training: AdamW, a warm-up of one epoch then a cosine decay from `lr`, label smoothing,
-    the augmentation of TrainingBatches. seed fixes the weights, the order and the
-    augmentation. train_limit > 0 trains on the first train_limit images only.
-    A checkpoint is written every checkpoint_every steps (0: at epoch ends only), at every
-    epoch end and when training stops; resume=True continues from out's checkpoint (with
-    the same model options); stop_at > 0 stops after that step as an interruption does;
-    patience > 0 stops early after that many epochs without a better validation accuracy.
-    bf16 writes the weights in bf16.
-
-    progress(info) is called after every step with the training loop's progress, the dict
-    of every qkv train(): {"task", "step", "total", "epoch", "epochs", "epoch_end", "loss",
-    "accuracy" (of the step's batch), "epoch_loss", "lr", "items_per_s" (images), "unit",
-    "elapsed_s", "metric" ("validation accuracy" at an epoch's end, else None), "score",
-    "best"}. An exception it raises, or Ctrl-C (KeyboardInterrupt), stops training after a
-    checkpoint and propagates (resume=True continues).
-
-    -> the result, the keys of `qkv train vision --json`: the loop's ("task", "steps" (done,
-    including those before a resume), "interrupted" (stop_at), "stopped_early", "seconds",
-    "items_per_s", "unit", "loss", "evaluations", "metric", "best_step", "best_score",
-    "checkpoint"), then "validation_accuracy" (per epoch), "best_epoch" (1-based),
-    "num_parameters", "out" and "test_accuracy" (of the best epoch's weights; absent when
-    interrupted).
+    -> the result, the keys of `qkv train vit --json`: the loop's ("task", "steps",
+    "interrupted", "stopped_early", "seconds", "items_per_s", "unit", "loss",
+    "evaluations", "metric", "best_step", "best_score", "checkpoint"), then
+    "validation_accuracy" (per epoch), "best_epoch" (1-based), "num_parameters", "out" and
+    "test_accuracy" (of the best epoch's weights; absent when interrupted).
     """
-    fn = "vision.train"
-    data = _path(data, fn, "data")
-    out = _path(out, fn, "out")
+    from .training import train as train_task
     if model not in ("vit", "point"):
-        raise ValueError(f"{fn}: model must be 'vit' or 'point', got {model!r}")
-    if positions not in ("learned", "sincos"):
-        raise ValueError(f"{fn}: positions must be 'learned' or 'sincos', got {positions!r}")
-    shape = _DEFAULTS if model == "vit" else _DEFAULTS["point"]
-    dim = shape["dim"] if dim is None else dim
-    patch_size = shape["patch_size"] if patch_size is None else patch_size
-    layers = (shape["layers"] if model == "vit" else shape["blocks"]) if layers is None else layers
-    options = {
-        "data": data, "out_dir": out, "model": model,
-        "epochs": _ranged(epochs, fn, "epochs", 1, 100_000),
-        "batch": _ranged(batch, fn, "batch", 1, 1 << 20),
-        "dim": _ranged(dim, fn, "dim", 1, 4096),
-        "layers": _ranged(layers, fn, "layers", 0, 64),
-        "seed": _ranged(seed, fn, "seed", 0, _SEED_LIMIT),
-        "train_limit": _ranged(train_limit, fn, "train_limit", 0, 1 << 40),
-        "resume": _bool(resume, fn, "resume"),
-        "stop_at": _ranged(stop_at, fn, "stop_at", 0, 1 << 40),
-        "patience": _ranged(patience, fn, "patience", 0, 1 << 40),
-        "checkpoint_every": _ranged(checkpoint_every, fn, "checkpoint_every", 0, 1 << 40),
-        "bf16": _bool(bf16, fn, "bf16"),
-    }
-    lr = _float(lr, fn, "lr")
-    if not (math.isfinite(lr) and lr > 0):
-        raise ValueError(f"{fn}: lr must be a finite number > 0, got {lr}")
-    label_smoothing = _float(label_smoothing, fn, "label_smoothing")
-    if not 0 <= label_smoothing < 1:
-        raise ValueError(f"{fn}: label_smoothing must be in [0, 1), got {label_smoothing}")
-    options.update(lr=lr, label_smoothing=label_smoothing)
-    erase = _probability(erase, fn, "erase")
-    if model != "vit" and erase > 0:
-        raise ValueError(f"{fn}: erase applies to model='vit' only (an erased rectangle would be ink to the "
-                         f"point model), got erase={erase}")
-    patch_dropout = _float(patch_dropout, fn, "patch_dropout")
-    if not 0 <= patch_dropout < 1:
-        raise ValueError(f"{fn}: patch_dropout must be in [0, 1), got {patch_dropout}")
-    patch_dropout_epochs = _ranged(patch_dropout_epochs, fn, "patch_dropout_epochs", 0, options["epochs"])
-    if patch_dropout_epochs > 0 and patch_dropout == 0:
-        raise ValueError(f"{fn}: patch_dropout_epochs={patch_dropout_epochs} given without patch_dropout "
-                         "(it is 0)")
-    if model != "vit" and patch_dropout > 0:
-        raise ValueError(f"{fn}: patch_dropout applies to model='vit' only (the point model has no patches), "
-                         f"got patch_dropout={patch_dropout}")
-    if model == "vit":
-        options.update(heads=_ranged(heads, fn, "heads", 1, 256),
-                       mlp_dim=_ranged(mlp_dim, fn, "mlp_dim", 1, 16384),
-                       patch_size=_ranged(patch_size, fn, "patch_size", 1, 28),
-                       learned_positions=positions == "learned",
-                       shifted_patches=_bool(shifted_patches, fn, "shifted_patches"), erase=erase,
-                       patch_dropout=patch_dropout, patch_dropout_epochs=patch_dropout_epochs)
-        if options["shifted_patches"] and options["patch_size"] < 2:
-            raise ValueError(f"{fn}: shifted_patches needs patch_size >= 2, got {patch_size}")
-        if 28 % options["patch_size"]:
-            raise ValueError(f"{fn}: patch_size must divide 28 (the images' side), got {patch_size}")
-        if options["dim"] % options["heads"]:
-            raise ValueError(f"{fn}: heads = {heads} must divide dim = {dim}")
-        if positions == "sincos" and options["dim"] % 4:
-            raise ValueError(f"{fn}: positions='sincos' needs dim a multiple of 4, got {dim}")
-        shape_text = (f"heads={options['heads']}, mlp_dim={options['mlp_dim']}, patch_size={options['patch_size']}, "
-                      f"positions={positions!r}, shifted_patches={options['shifted_patches']}, erase={erase!r}, "
-                      f"patch_dropout={patch_dropout!r}, patch_dropout_epochs={patch_dropout_epochs}")
-    else:
-        options.update(points=_ranged(points, fn, "points", 1, 4096),
-                       neighbors=_ranged(neighbors, fn, "neighbors", 1, 4096),
-                       patch_size=_ranged(patch_size, fn, "patch_size", 1, 15))
-        if options["neighbors"] > options["points"]:
-            raise ValueError(f"{fn}: neighbors = {neighbors} exceeds points = {points}")
-        if options["patch_size"] % 2 == 0:
-            raise ValueError(f"{fn}: the point model's patch_size must be odd (a window centred on each point), "
-                             f"got {patch_size}")
-        shape_text = (f"points={options['points']}, neighbors={options['neighbors']}, "
-                      f"patch_size={options['patch_size']}")
-    if progress is not None and not callable(progress):
-        raise TypeError(f"{fn}: progress must be callable or None, got {_describe(progress)}")
-    options["command"] = (f"qkv.vision.train({data!r}, {out!r}, model={model!r}, epochs={options['epochs']}, "
-                          f"batch={options['batch']}, lr={lr!r}, dim={options['dim']}, layers={options['layers']}, "
-                          f"{shape_text}, seed={options['seed']})")
-    return json.loads(_qkv._vision_train(options, progress))
+        raise ValueError(f"vision.train: model must be 'vit' or 'point', got {model!r}")
+    return train_task(model, data=data, out=out, **options)
 
 
 class Classifier:
-    """A model directory of `qkv train vision` / train().
+    """A model directory of `qkv train vit` / train().
 
     model: "vit" or "point"; config: the architecture (a ViT's {"image_size", "channels",
     "patch_size", "dim", "layers", "heads", "mlp_dim", "classes", "learned_positions",

@@ -2,7 +2,7 @@
 # checkpoint and configuration formats every model reads, the one file writer, and user text.
 # The applications' data readers (CSV, IDX, PNG) live with their applications under apps/.
 list(APPEND QKV_SOURCES src/io/safetensors.cpp src/io/json_config.cpp src/io/read_file.cpp src/io/files.cpp)
-list(APPEND QKV_SOURCES src/io/text_input.cpp)
+list(APPEND QKV_SOURCES src/io/text_input.cpp src/io/options.cpp)
 # Bounded JSON parsing: every JSON text read goes through io::parse_json (json_bounded.h).
 list(APPEND QKV_SOURCES src/io/json_bounded.cpp)
 # ICU checks that the lines of text inputs are UTF-8 (text_input.cpp).

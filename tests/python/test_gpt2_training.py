@@ -34,7 +34,7 @@ def trained(tmp_path_factory):
     text.write_text(TEXT)
     out = root / "model"
     losses = []
-    result = qkv.train_lm(text, out, vocab_size=300, n_layer=2, n_embd=16, n_head=2, context=12,
+    result = qkv.train_lm(text, out, vocab_size=300, layers=2, embd=16, heads=2, context=12,
                           steps=6, batch=3, warmup=2, eval_every=0, seed=4,
                           progress=lambda info: losses.append(info["loss"]))
     return {"root": root, "text": str(text), "out": str(out), "result": result, "losses": losses}
@@ -113,10 +113,10 @@ def test_progress_exception_stops_after_a_checkpoint(trained, tmp_path):
 
     out = tmp_path / "stopped"
     with pytest.raises(RuntimeError, match="enough"):
-        qkv.train_lm(trained["text"], out, vocab_size=300, n_layer=1, n_embd=8, n_head=2,
+        qkv.train_lm(trained["text"], out, vocab_size=300, layers=1, embd=8, heads=2,
                      context=8, steps=5, batch=2, eval_every=0, progress=stop)
     assert (out / "checkpoint.safetensors").exists()
-    r = qkv.train_lm(trained["text"], out, vocab_size=300, n_layer=1, n_embd=8, n_head=2,
+    r = qkv.train_lm(trained["text"], out, vocab_size=300, layers=1, embd=8, heads=2,
                      context=8, steps=5, batch=2, eval_every=0, resume=True)
     assert r["steps"] == 5 and not r["interrupted"]
     assert isinstance(qkv.load_model(out), qkv.GPT2Model)
@@ -124,7 +124,8 @@ def test_progress_exception_stops_after_a_checkpoint(trained, tmp_path):
 
 @pytest.mark.parametrize("kwargs, error, match", [
     ({"vocab_size": 100}, ValueError, "vocab_size"),
-    ({"n_head": 3}, ValueError, "divide"),
+    ({"heads": 3}, ValueError, "divide"),
+    ({"n_head": 4}, TypeError, "n_head is now heads"),
     ({"lr": float("nan")}, ValueError, "lr"),
     ({"steps": 0}, ValueError, "steps"),
     ({"progress": 5}, TypeError, "progress"),
@@ -143,7 +144,7 @@ def test_bad_files_are_named(tmp_path):
     short = tmp_path / "short.txt"
     short.write_text("Hi.")
     with pytest.raises(ValueError, match="one training window"):
-        qkv.train_lm(short, tmp_path / "m", vocab_size=260, context=16, n_embd=8, n_head=2)
+        qkv.train_lm(short, tmp_path / "m", vocab_size=260, context=16, embd=8, heads=2)
     binary = tmp_path / "binary.txt"
     binary.write_bytes(b"ab\0cd\n")
     with pytest.raises(ValueError):

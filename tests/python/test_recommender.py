@@ -97,7 +97,7 @@ def test_errors_name_what_was_wrong(mf, data, tmp_path):
         mf.attention(1)
     with pytest.raises(ValueError, match="model must be 'mf' or 'sasrec'"):
         rec.train(str(data), tmp_path / "x", model="svd")
-    with pytest.raises(ValueError, match="heads = 3 must divide dim = 50"):
+    with pytest.raises(ValueError, match="train sasrec: heads: 3 must divide --dim 50"):
         rec.train(str(data), tmp_path / "x", model="sasrec", heads=3)
     bad = tmp_path / "bad.csv"
     bad.write_text("userId,movieId,rating,timestamp\n1,2,3,4\n1,3,9,5\n")

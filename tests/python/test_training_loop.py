@@ -37,7 +37,7 @@ def trainer(task, data):
     if task == "dates":
         return lambda out, **kw: qkv.train_dates(out, steps=8, batch=8, eval_size=10, checkpoint_every=3, **kw)
     if task == "lm":
-        return lambda out, **kw: qkv.train_lm(readme, out, vocab_size=300, n_layer=1, n_embd=32, n_head=2, context=32,
+        return lambda out, **kw: qkv.train_lm(readme, out, vocab_size=300, layers=1, embd=32, heads=2, context=32,
                                               steps=8, batch=4, eval_every=3, checkpoint_every=3, **kw)
     if task == "mf":
         return lambda out, **kw: qkv.recommender.train(str(data / "ratings.csv"), out, model="mf", epochs=3, dim=4,

@@ -1,5 +1,5 @@
 """qkv.vision from Python: train, classify, predict_proba and rollout with NumPy arrays in and
-out, each against an independent witness — the qkv CLI (`qkv train vision --json`, `qkv
+out, each against an independent witness — the qkv CLI (`qkv train vit --json`, `qkv
 classify --json` and its --html page's rollout) on the same directory, the arrays that were
 written into the IDX files, and a NumPy re-implementation of the batches' normalisation and
 augmentation — and bad input as ValueError / TypeError naming what was wrong.
@@ -132,18 +132,18 @@ def test_train_result_progress_and_files(trained, data):
     # the model directory records the run
     assert c.report["validation_accuracy"] == acc and c.report["steps"] == STEPS
     assert c.report["test_accuracy"] == result["test_accuracy"]
-    assert c.report["trained_with"].startswith("qkv.vision.train(")
+    assert c.report["trained_with"].startswith("qkv.train('vit'")
     assert c.config == dict(image_size=28, channels=1, patch_size=7, dim=16, layers=1, heads=2, mlp_dim=32,
                             classes=10, learned_positions=True, shifted_patches=False)
     assert c.class_names == list(vision.CLASSES) and len(c.class_names) == 10
 
 
 def test_train_equals_the_cli(trained, data, tmp_path):
-    """The same options through `qkv train vision --json` train the same model: Python's
+    """The same options through `qkv train vit --json` train the same model: Python's
     option names reach the same fields (a wrong lr, width or seed would move every number)."""
     out, result, _ = trained
     cli = tmp_path / "cli"
-    line = run_qkv("train", "vision", "--data", data["dir"], "--out", cli, "--epochs", EPOCHS, "--dim", 16,
+    line = run_qkv("train", "vit", "--data", data["dir"], "--out", cli, "--epochs", EPOCHS, "--dim", 16,
                    "--layers", 1, "--heads", 2, "--mlp-dim", 32, "--patch-size", 7, "--batch", 50, "--lr", 3e-3,
                    "--train-limit", 200, "--checkpoint-every", 0, "--json", "--quiet")
     j = json.loads(line)
@@ -164,7 +164,7 @@ def test_patch_dropout_trains_as_the_cli_option_does(trained, data, tmp_path):
     py = tmp_path / "py"
     vision.train(data["dir"], py, epochs=EPOCHS, patch_dropout=0.5, patch_dropout_epochs=1, **TINY)
     cli = tmp_path / "cli"
-    run_qkv("train", "vision", "--data", data["dir"], "--out", cli, "--epochs", EPOCHS, "--dim", 16,
+    run_qkv("train", "vit", "--data", data["dir"], "--out", cli, "--epochs", EPOCHS, "--dim", 16,
             "--layers", 1, "--heads", 2, "--mlp-dim", 32, "--patch-size", 7, "--batch", 50, "--lr", 3e-3,
             "--train-limit", 200, "--checkpoint-every", 0, "--patch-dropout", 0.5, "--patch-dropout-epochs", 1,
             "--json", "--quiet")
@@ -174,18 +174,18 @@ def test_patch_dropout_trains_as_the_cli_option_does(trained, data, tmp_path):
     assert np.abs(dropped - vision.Classifier(out).predict_proba(test)).max() > 1e-3
     report = vision.Classifier(py).report
     assert report["patch_dropout"] == 0.5 and report["patch_dropout_epochs"] == 1
-    fn = "vision.train"
-    with pytest.raises(ValueError, match=rf"{fn}: patch_dropout must be in \[0, 1\), got 1.0"):
+    fn = "train vit"
+    with pytest.raises(ValueError, match=rf"{fn}: patch_dropout: must be a finite number in \[0, 1\), got 1"):
         vision.train(data["dir"], tmp_path / "x", patch_dropout=1.0)
-    with pytest.raises(ValueError, match=rf"{fn}: patch_dropout must be in \[0, 1\), got nan"):
+    with pytest.raises(ValueError, match=rf"{fn}: patch_dropout: must be a finite number in \[0, 1\), got nan"):
         vision.train(data["dir"], tmp_path / "x", patch_dropout=float("nan"))
-    with pytest.raises(TypeError, match=f"{fn}: patch_dropout must be a float"):
+    with pytest.raises(TypeError, match=f"{fn}: patch_dropout: must be a float"):
         vision.train(data["dir"], tmp_path / "x", patch_dropout="0.5")
-    with pytest.raises(ValueError, match=rf"{fn}: patch_dropout_epochs must be in \[0, 2\], got 3"):
+    with pytest.raises(ValueError, match=rf"{fn}: patch_dropout_epochs: 3 exceeds --epochs 2"):
         vision.train(data["dir"], tmp_path / "x", epochs=2, patch_dropout=0.5, patch_dropout_epochs=3)
-    with pytest.raises(ValueError, match=rf"{fn}: patch_dropout_epochs=1 given without patch_dropout"):
+    with pytest.raises(ValueError, match=rf"{fn}: patch_dropout_epochs: given without --patch-dropout"):
         vision.train(data["dir"], tmp_path / "x", epochs=2, patch_dropout_epochs=1)
-    with pytest.raises(ValueError, match="patch_dropout applies to model='vit' only"):
+    with pytest.raises(TypeError, match="train point: unknown option patch_dropout"):  # vit's
         vision.train(data["dir"], tmp_path / "x", model="point", patch_dropout=0.25)
 
 
@@ -395,7 +395,7 @@ def test_training_batch_erasing_sets_one_rectangle_to_the_mean_pixel(data):
         vision.TrainingBatches(pixels, labels, erase=1.5)
     with pytest.raises(TypeError, match="TrainingBatches: erase must be a float"):
         vision.TrainingBatches(pixels, labels, erase="0.5")
-    with pytest.raises(ValueError, match="erase applies to model='vit' only"):
+    with pytest.raises(TypeError, match="train point: unknown option erase"):  # vit's
         vision.train(data["dir"], "unused", model="point", erase=0.25)
 
 
@@ -463,12 +463,12 @@ def test_errors_name_what_was_wrong(trained, data, tmp_path):
         c._c.rollout(pixels[0], 0)
     with pytest.raises(ValueError, match="rollout: image 60 outside"):
         c._c.rollout(pixels, 60)
-    with pytest.raises(TypeError, match="vision train: epochs must be an int, got str"):
-        _qkv._vision_train({"data": str(d), "out_dir": str(tmp_path / "x"), "epochs": "3"})
-    with pytest.raises(ValueError, match="vision train: unknown option 'epoch'"):
-        _qkv._vision_train({"data": str(d), "out_dir": str(tmp_path / "x"), "epoch": 3})
-    with pytest.raises(ValueError, match=r"vision train: seed must be in \[0, 2\^64\), got -1"):
-        _qkv._vision_train({"data": str(d), "out_dir": str(tmp_path / "x"), "seed": -1})
+    with pytest.raises(TypeError, match="train vit: epochs: must be an int, got str"):
+        vision.train(d, tmp_path / "x", epochs="3")
+    with pytest.raises(TypeError, match=r"train vit: unknown option epoch \(did you mean epochs\?\)"):
+        vision.train(d, tmp_path / "x", epoch=3)
+    with pytest.raises(ValueError, match=r"train vit: seed: must be an integer in \[0, 2\^64\), got -1"):
+        vision.train(d, tmp_path / "x", seed=-1)
     with pytest.raises(TypeError, match="training batches: labels: expected an integer dtype"):
         _qkv._vision_training_batch(pixels, labels.astype(np.float64), 0, 0, 0, 8)
     # model directories
@@ -485,18 +485,18 @@ def test_errors_name_what_was_wrong(trained, data, tmp_path):
     with pytest.raises(ValueError, match="is not a directory"):
         vision.train(tmp_path / "nowhere", tmp_path / "x", **TINY)
     for kwargs, error, message in (
-            (dict(epochs=0), ValueError, r"epochs must be in \[1, 100000\], got 0"),
-            (dict(epochs=2.0), TypeError, "epochs must be an int, got float"),
-            (dict(patch_size=5), ValueError, r"patch_size must divide 28 \(the images' side\), got 5"),
-            (dict(heads=3), ValueError, "heads = 3 must divide dim = 16"),
-            (dict(dim=18, heads=2, positions="sincos"), ValueError, "needs dim a multiple of 4, got 18"),
-            (dict(positions="rope"), ValueError, "positions must be 'learned' or 'sincos', got 'rope'"),
-            (dict(shifted_patches="yes"), TypeError, "shifted_patches must be a bool"),
-            (dict(patch_size=1, shifted_patches=True), ValueError, "shifted_patches needs patch_size >= 2, got 1"),
-            (dict(lr=float("nan")), ValueError, "lr must be a finite number > 0"),
-            (dict(label_smoothing=1.0), ValueError, r"label_smoothing must be in \[0, 1\)"),
-            (dict(resume=1), TypeError, "resume must be a bool"),
-            (dict(progress=3), TypeError, "progress must be callable or None, got int"),
+            (dict(epochs=0), ValueError, r"train vit: epochs: must be an integer in \[1, 100000\], got 0"),
+            (dict(epochs=2.0), TypeError, "train vit: epochs: must be an int, got float"),
+            (dict(patch_size=5), ValueError, r"train vit: patch_size: must divide 28 \(the images' side\), got 5"),
+            (dict(heads=3), ValueError, "train vit: heads: 3 must divide --dim 16"),
+            (dict(dim=18, heads=2, positions="sincos"), ValueError, "train vit: positions: sincos needs --dim a multiple of 4"),
+            (dict(positions="rope"), ValueError, "train vit: positions: must be one of learned, sincos, got 'rope'"),
+            (dict(shifted_patches="yes"), TypeError, "train vit: shifted_patches: must be a bool"),
+            (dict(patch_size=1, shifted_patches=True), ValueError, r"train vit: shifted_patches: needs --patch-size >= 2"),
+            (dict(lr=float("nan")), ValueError, r"train vit: lr: must be a finite number in \[1e-07, 1\], got nan"),
+            (dict(label_smoothing=1.0), ValueError, r"train vit: label_smoothing: must be a finite number in \[0, 1\)"),
+            (dict(resume=1), TypeError, "train vit: resume: must be a bool"),
+            (dict(progress=3), TypeError, "train vit: progress must be callable or None, got int"),
     ):
         with pytest.raises(error, match=message):
             vision.train(d, tmp_path / "x", **{**TINY, **kwargs})
@@ -537,8 +537,8 @@ def test_point_model_trains_equals_the_cli_and_shows_its_points(data, tmp_path):
     assert c.config == dict(points=48, patch_size=7, neighbors=6, dim=16, blocks=1, pos_mlp_hidden=16,
                             attn_mlp_hidden_mult=1, head_hidden=64, classes=10)
     assert result["num_parameters"] == sum(a.size for a in _qkv._pt_initial(c.config, 0).values())
-    assert c.report["trained_with"].startswith("qkv.vision.train(") and "model='point'" in c.report["trained_with"]
-    line = run_qkv("train", "vision", "--model", "point", "--data", data["dir"], "--out", tmp_path / "cli",
+    assert c.report["trained_with"].startswith("qkv.train('point'")
+    line = run_qkv("train", "point", "--data", data["dir"], "--out", tmp_path / "cli",
                    "--epochs", EPOCHS, "--dim", 16, "--layers", 1, "--points", 48, "--neighbors", 6, "--batch", 50,
                    "--lr", 1e-2, "--train-limit", 200, "--checkpoint-every", 0, "--json", "--quiet")
     j = json.loads(line)
@@ -562,9 +562,9 @@ def test_point_model_trains_equals_the_cli_and_shows_its_points(data, tmp_path):
     np.testing.assert_allclose(v["received"], received, atol=1e-6)
     with pytest.raises(ValueError, match="rollout is the ViT's"):
         c.rollout(test[0])
-    with pytest.raises(ValueError, match="neighbors = 9 exceeds points = 8"):
+    with pytest.raises(ValueError, match="train point: neighbors: 9 exceeds --points 8"):
         vision.train(data["dir"], tmp_path / "x", model="point", points=8, neighbors=9)
-    with pytest.raises(ValueError, match="patch_size must be odd"):
+    with pytest.raises(ValueError, match="train point: patch_size: point needs an odd side"):
         vision.train(data["dir"], tmp_path / "x", model="point", patch_size=4)
     with pytest.raises(ValueError, match="model must be 'vit' or 'point'"):
         vision.train(data["dir"], tmp_path / "x", model="cnn")

@@ -7,11 +7,18 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <ostream>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "qkv/options.h"
+
+namespace CLI {
+class App;
+}
 
 namespace qkv::cli {
 
@@ -157,66 +164,30 @@ struct GenerateOptions {
 };
 int run_generate(const GenerateOptions& options, std::ostream& out);
 
-// qkv train (the date translator)
-struct TrainOptions {
-  std::string task;                  // "dates", "tokenizer" or "lm"
-  std::int64_t steps = 1500;
-  std::int64_t batch = 128;
-  double lr = 1e-3;                  // peak learning rate
-  double label_smoothing = 0.0;
-  std::uint64_t seed = 0;
-  std::string out = "dates-model";   // model.safetensors, config.json, checkpoint.safetensors
-  bool resume = false;
-  std::int64_t checkpoint_every = 500;
-  std::int64_t stop_at = 0;          // stop after this step with a checkpoint; 0 = never
-  std::int64_t eval_size = 10000;
+// qkv train <task> (train.cpp): one subcommand per task, its options from the task's one
+// declaration (qkv/options.h), --json and --quiet for all.
+struct TrainFlags {
   bool json = false;
-  bool quiet = false;                // no progress bar
-  std::string command_line;          // recorded in the weights' metadata
-  // train tokenizer (byte-level BPE; --out, --json and --quiet are shared)
-  std::string text;                  // the training text ("-": standard input)
-  std::int64_t vocab_size = 8192;    // 256 bytes + merges + <|endoftext|>
-  std::int64_t min_frequency = 2;
-  // train lm (a GPT-2 on a text; --text, --vocab-size, --steps, --batch, --lr, --seed,
-  // --out, --resume, --checkpoint-every, --stop-at are shared; --batch, --steps and --out
-  // take the lm defaults of language_model/language_model.h unless given)
-  std::string data;                  // "sotu" or "brown": DATA_DIR/NAME-train.txt and NAME-heldout.txt
-  std::string data_dir = "data";
-  std::string heldout;               // held-out text for the validation loss
-  std::string tokenizer;             // vocab.json + merges.txt; default: train one on --text
-  std::int64_t layers = 4;
-  std::int64_t embd = 256;
-  std::int64_t heads = 4;
-  std::int64_t context = 256;
-  std::int64_t warmup = 100;
-  std::int64_t eval_every = 250;
-  // train recommender (--data is a ratings CSV or a directory holding ratings.csv; --batch,
-  // --lr, --seed, --layers, --heads, --eval-every, --out are shared and take the
-  // recommender's defaults of recommender/recommender.h unless given)
-  std::string model = "mf";          // "mf" | "sasrec"
-  std::int64_t epochs = 0;           // 0 = the model's default
-  std::int64_t dim = 0;              // 0 = the model's default
-  double l2 = -1;                    // mf: λ; < 0 = the default
-  std::int64_t max_len = 200;        // sasrec
-  std::int64_t patience = 0;         // recommender, vision: early stop after N evaluations without a better one
-  // train vision (--data is the Fashion-MNIST directory; --model vit or point; --epochs,
-  // --dim, --layers, --heads, --batch, --lr, --label-smoothing, --seed, --out, --resume,
-  // --checkpoint-every, --stop-at are shared and take vision/vision.h's defaults unless given)
-  std::int64_t patch_size = 4;       // vit
-  std::int64_t mlp_dim = 256;        // vit
-  std::int64_t points = 128;         // point: N per image
-  std::int64_t neighbors = 8;        // point: K
-  std::int64_t train_limit = 0;      // > 0: the first N training images only
-  bool bf16 = false;                 // write the weights in bf16
-  std::string positions = "learned"; // or "sincos"
-  bool shifted_patches = false;      // vit: Shifted Patch Tokenization
-  double erase = 0.0;                // vit: Random Erasing probability
-  double patch_dropout = 0.0;        // vit: the fraction of patches each training image drops
-  std::int64_t patch_dropout_epochs = 0;  // vit: drop patches in the first N epochs only (0: all)
-  std::vector<std::string> given;    // the options on the command line, to refuse the
-                                     // other task's ("--steps" for tokenizer, say)
+  bool quiet = false;          // no progress bar
+  std::string command_line;    // recorded in the weights' metadata; "continue with" repeats it
 };
-int run_train(const TrainOptions& options, std::ostream& out);
+class TrainTask {
+ public:
+  explicit TrainTask(CLI::App* app);
+  virtual ~TrainTask() = default;
+  CLI::App* app() const { return app_; }
+  // After CLI11 parsed this subcommand: its options checked and set, then the training.
+  int run_parsed(std::ostream& out, const std::string& command_line);
+  virtual const std::vector<options::Spec>& specs() const = 0;
+
+ protected:
+  virtual int run(std::ostream& out) = 0;
+  void add_flags();
+  CLI::App* app_;
+  TrainFlags flags_;
+};
+// Adds dates, tokenizer, lm, mf, sasrec, vit and point under `train`.
+std::vector<std::unique_ptr<TrainTask>> add_train_tasks(CLI::App* train);
 
 // qkv score: loss, perplexity and bits per byte of a text under a GPT-2 directory
 struct ScoreOptions {

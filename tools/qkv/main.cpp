@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "options_cli.h"
 #include "print.h"
 #include "qkv/qkv.h"
 #include "recommender/recommender.h"
@@ -28,78 +29,50 @@ namespace {
 
 // Validators run on the option's text before CLI11 converts it, so they also catch
 // "abc", "1.5", "", "nan" and values beyond the type's range, with a message of our own
-// that states the allowed range, as --help does.
+// that states the allowed range, as --help does: each is a declared option's parser
+// (qkv/options.h), the one the train tasks' options use.
 
 // A range of integers as messages write it: the type's own limits as powers of two
 // ("[1, 2^31)"), which say where the limit comes from, others as the largest value allowed.
 std::string integer_range(std::int64_t min, std::int64_t max) {
-  std::string upper = std::to_string(max) + "]";
-  if (max == std::numeric_limits<std::int64_t>::max()) upper = "2^63)";
-  if (max == std::numeric_limits<int>::max()) upper = "2^31)";
-  return "[" + std::to_string(min) + ", " + upper;
+  options::Spec s;
+  s.type = options::Type::integer;
+  s.min = min;
+  s.max = max;
+  return s.range_text().substr(std::string("an integer in ").size());
 }
 
 CLI::Validator integer_in(std::int64_t min, std::int64_t max) {
-  const std::string range = integer_range(min, max);
-  return CLI::Validator(
-      [min, max, range](std::string& text) -> std::string {
-        std::int64_t value = 0;
-        const char* end = text.data() + text.size();
-        const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-        if (ec != std::errc() || ptr != end || text.empty() || value < min || value > max)
-          return "must be an integer in " + range + ", got " + quote_value(text);
-        return {};
-      },
-      "in " + range, "integer_in");
+  options::Spec s;
+  s.type = options::Type::integer;
+  s.min = min;
+  s.max = max;
+  return validator_of(s, "in " + integer_range(min, max));
 }
 
 CLI::Validator seed_integer() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        std::uint64_t value = 0;
-        const char* end = text.data() + text.size();
-        const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-        if (ec != std::errc() || ptr != end || text.empty())
-          return "must be an integer in [0, 2^64), got " + quote_value(text);
-        return {};
-      },
-      "in [0, 2^64)", "seed");
+  options::Spec s;
+  s.type = options::Type::seed;
+  return validator_of(s, "in [0, 2^64)");
 }
 
 // A finite number in a range whose ends may be open. NaN and ±inf are refused by name:
 // every comparison with NaN is false, so a plain range check lets it through.
 CLI::Validator number_in(double min, double max, bool min_open, bool max_open) {
-  const std::string range =
-      std::isinf(max) ? (min_open ? "> " : ">= ") + format("%g", min)
-                      : (min_open ? "in (" : "in [") + format("%g, %g", min, max) +
-                            (max_open ? ")" : "]");
-  return CLI::Validator(
-      [=](std::string& text) -> std::string {
-        std::string_view digits = text;
-        if (digits.starts_with('+')) digits.remove_prefix(1);
-        double value = 0;
-        const char* end = digits.data() + digits.size();
-        const auto [ptr, ec] = std::from_chars(digits.data(), end, value);
-        const bool number = ec == std::errc() && ptr == end && !digits.empty();
-        if (number && std::isfinite(value) && (min_open ? value > min : value >= min) &&
-            (max_open ? value < max : value <= max))
-          return {};
-        return "must be a finite number " + range + ", got " + quote_value(text);
-      },
-      range, "number_in");
+  options::Spec s;
+  s.type = options::Type::number;
+  s.low = min;
+  s.high = max;
+  s.low_open = min_open;
+  s.high_open = max_open;
+  return validator_of(s, s.range_text().substr(std::string("a finite number ").size()));
 }
 
 CLI::Validator one_of(std::vector<std::string> choices) {
-  std::string list;
-  for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
-  return CLI::Validator(
-      [choices, list](std::string& text) -> std::string {
-        for (const auto& c : choices) {
-          if (text == c) return {};
-        }
-        return "must be one of " + list + ", got " + quote_value(text);
-      },
-      "{" + list + "}", "one_of");
+  options::Spec s;
+  s.type = options::Type::choice;
+  s.choices = std::move(choices);
+  return validator_of(s, "{" + s.range_text().substr(std::string("one of ").size()) + "}");
 }
 
 const auto kPositive = integer_in(1, std::numeric_limits<std::int64_t>::max());
@@ -139,10 +112,15 @@ void check_environment() {
   qkv::fast_kernel_isa();
 }
 
-// "qkv bench" when the error arose inside the bench subcommand, else "qkv".
+// "qkv bench" when the error arose inside the bench subcommand ("qkv train lm" inside a
+// train task), else "qkv".
 std::string command_name(const CLI::App& app) {
-  const auto subcommands = app.get_subcommands();
-  return subcommands.empty() ? "qkv" : "qkv " + subcommands.front()->get_name();
+  std::string name = "qkv";
+  for (const CLI::App* c = &app; !c->get_subcommands().empty();) {
+    c = c->get_subcommands().front();
+    name += " " + c->get_name();
+  }
+  return name;
 }
 
 int usage_error(const CLI::App& app, const std::string& message) {
@@ -362,164 +340,17 @@ int run(int argc, char** argv) {
       ->check(one_of({"f32", "bf16"}));
   generate->footer("Example: qkv generate --model gpt2/ --prompt \"Hello\" --max-new-tokens 20");
 
-  // Training and the date translator.
-  TrainOptions tr;
-  const recommender::MfOptions mf_defaults;
-  const recommender::SasRecOptions sasrec_defaults;
-  const vision::VisionTrainingOptions vision_defaults;
+  // Training: qkv train <task>, one subcommand per task (train.cpp).
   CLI::App* train = app.add_subcommand(
-      "train", "Train the date translator from scratch (the embedded model's recipe), a "
-               "byte-level BPE tokenizer on a text, a GPT-2 language model on a text, a "
-               "movie recommender on ratings, or an image classifier on Fashion-MNIST");
-  train->add_option("task", tr.task, "What to train: dates, tokenizer, lm, recommender or vision")->required();
-  train->add_option("--steps", tr.steps, "Optimizer steps")
-      ->capture_default_str()
-      ->check(integer_in(1, kMaxSteps));
-  train->add_option("--batch", tr.batch, "Pairs per step")
-      ->capture_default_str()
-      ->check(integer_in(1, 65536));
-  train->add_option("--lr", tr.lr, "Peak learning rate (warm-up, then cosine)")
-      ->capture_default_str()
-      ->check(number_in(1e-7, 1.0, false, false));
-  train->add_option("--label-smoothing", tr.label_smoothing, "Label smoothing")
-      ->capture_default_str()
-      ->check(number_in(0.0, 1.0, false, true));
-  train->add_option("--seed", tr.seed, "Seed of the weights and of the training pairs")
-      ->capture_default_str()
-      ->check(kSeed);
-  train->add_option("--out", tr.out, "Output directory: model.safetensors, config.json, "
-                    "checkpoint.safetensors (dates); vocab.json, merges.txt (tokenizer)")
-      ->capture_default_str();
-  train->add_flag("--resume", tr.resume, "Continue from OUT/checkpoint.safetensors, bit for bit as the run "
-                  "that was not stopped (every task but tokenizer). Refused, naming why: a checkpoint of "
-                  "another task, of a run with other options (each option that differs named), damaged, "
-                  "or of a finished run");
-  train->add_option("--checkpoint-every", tr.checkpoint_every, "Steps between checkpoints (0 = when the run "
-                    "ends only); vision also writes one at every epoch end")
-      ->capture_default_str()
-      ->check(integer_in(0, kMaxSteps));
-  train->add_option("--stop-at", tr.stop_at, "Stop after this step with a checkpoint and exit 130, as "
-                    "Ctrl-C does (continue with --resume)")
-      ->check(integer_in(1, kMaxSteps));
-  train->add_option("--eval-size", tr.eval_size, "Held-out dates scored at the end")
-      ->capture_default_str()
-      ->check(integer_in(1, 14000));
-  train->add_option("--text", tr.text, "tokenizer: the training text, UTF-8 ('-': standard input)");
-  train->add_option("--vocab-size", tr.vocab_size, "tokenizer: tokens in all: the 256 bytes, the "
-                    "merges and <|endoftext|>")
-      ->capture_default_str()
-      ->check(integer_in(258, std::numeric_limits<std::int32_t>::max()));
-  train->add_option("--min-frequency", tr.min_frequency, "tokenizer: stop when no pair of "
-                    "symbols occurs this often")
-      ->capture_default_str()
-      ->check(kPositive);
-  train->add_option("--data", tr.data, "lm: a known corpus instead of --text: sotu or brown "
-                    "(DATA_DIR/NAME-train.txt, held out DATA_DIR/NAME-heldout.txt; "
-                    "scripts/fetch_data.sh NAME DATA_DIR writes them); recommender: the ratings, "
-                    "a CSV or a directory holding ratings.csv (scripts/fetch_data.sh movielens DIR); "
-                    "vision: the Fashion-MNIST directory (scripts/fetch_data.sh fashion-mnist DIR)");
-  train->add_option("--data-dir", tr.data_dir, "lm: where --data's files are")->capture_default_str();
-  train->add_option("--heldout", tr.heldout, "lm: held-out text for the validation loss");
-  train->add_option("--tokenizer", tr.tokenizer, "lm: directory with vocab.json + merges.txt "
-                    "(default: train a BPE tokenizer of --vocab-size on the training text)");
-  train->add_option("--layers", tr.layers, "lm, recommender sasrec (default " +
-                    std::to_string(sasrec_defaults.model.layers) + "), vision (default " +
-                    std::to_string(vision_defaults.vit.layers) + "): transformer blocks")
-      ->capture_default_str()->check(integer_in(1, 64));
-  train->add_option("--embd", tr.embd, "lm: model width E")
-      ->capture_default_str()->check(integer_in(8, 8192));
-  train->add_option("--heads", tr.heads, "lm, recommender sasrec (default " +
-                    std::to_string(sasrec_defaults.model.heads) + "), vision (default " +
-                    std::to_string(vision_defaults.vit.heads) + "): attention heads (must divide --embd, --dim)")
-      ->capture_default_str()->check(integer_in(1, 256));
-  train->add_option("--context", tr.context, "lm: tokens per training window (n_positions)")
-      ->capture_default_str()->check(integer_in(2, 8192));
-  train->add_option("--warmup", tr.warmup, "lm: linear warm-up steps")
-      ->capture_default_str()->check(integer_in(0, kMaxSteps));
-  train->add_option("--eval-every", tr.eval_every, "lm: steps between held-out losses (0 = at "
-                    "the end only); recommender sasrec: epochs between validation HR@10 (default " +
-                    std::to_string(sasrec_defaults.eval_every) + ")")->capture_default_str()->check(integer_in(0, kMaxSteps));
-  train->add_option("--patience", tr.patience, "recommender, vision: stop early after this many "
-                    "evaluations (epochs; sasrec: every --eval-every epochs) without a better validation "
-                    "score; the best weights are the model written (0 = never)")
-      ->capture_default_str()->check(integer_in(0, kMaxSteps));
-  train->add_option("--model", tr.model, "recommender: mf (matrix factorisation) or sasrec "
-                    "(self-attention over each user's history); vision: vit (a Vision Transformer) or point "
-                    "(a Point Transformer over points sampled from the inked pixels)")
-      ->capture_default_str()->check(one_of({"mf", "sasrec", "vit", "point"}));
-  train->add_option("--epochs", tr.epochs, "recommender, vision: passes over the data (default: mf " +
-                    std::to_string(mf_defaults.epochs) + ", sasrec " + std::to_string(sasrec_defaults.epochs) +
-                    ", vit " + std::to_string(vision_defaults.epochs) +
-                    "; the epoch with the best validation is kept)")->check(integer_in(1, 100000));
-  train->add_option("--dim", tr.dim, "recommender, vision: embedding width (default: mf " +
-                    std::to_string(mf_defaults.dim) + ", sasrec " + std::to_string(sasrec_defaults.model.dim) +
-                    ", vit " + std::to_string(vision_defaults.vit.dim) + ", point " +
-                    std::to_string(vision_defaults.point.dim) + "; mf 0 = biases only)")->check(integer_in(0, 4096));
-  train->add_option("--l2", tr.l2, "recommender mf: L2 weight λ (default " + format("%g", mf_defaults.l2) + ")")
-      ->check(number_in(0.0, 100.0, false, false));
-  train->add_option("--max-len", tr.max_len, "recommender sasrec: history positions")
-      ->capture_default_str()->check(integer_in(1, 4096));
-  train->add_option("--patch-size", tr.patch_size,
-                    "vision: vit: patch side P (28 / P patches per side; default " +
-                        std::to_string(vision_defaults.vit.patch_size) +
-                        ", 49 patches + the class token); point: the side S of the square of pixels each "
-                        "point carries, odd (default " + std::to_string(vision_defaults.point.patch_size) + ")")
-      ->check(integer_in(1, 28));
-  train->add_option("--mlp-dim", tr.mlp_dim, "vision vit: the blocks' feed-forward width")
-      ->capture_default_str()->check(integer_in(1, 16384));
-  train->add_option("--positions", tr.positions, "vision vit: learned positions or the fixed 2-D sine-cosine table")
-      ->capture_default_str()->check(one_of({"learned", "sincos"}));
-  train->add_flag("--shifted-patches", tr.shifted_patches,
-                  "vision vit: Shifted Patch Tokenization (each patch read with its place in four "
-                  "diagonally shifted copies of the image, normalised, then embedded)");
-  train->add_option("--erase", tr.erase, "vision vit: Random Erasing probability (each training image, after its "
-                    "crop and flip, gets a rectangle of 2-40% of its area set to the mean pixel with this "
-                    "probability)")
-      ->capture_default_str()->check(number_in(0.0, 1.0, false, false));
-  train->add_option("--patch-dropout", tr.patch_dropout,
-                    "vision vit: the fraction of its patches each training image drops (a random subset "
-                    "per image and step; the blocks run on the rest, so a step costs less); "
-                    "validation and classify see every patch")
-      ->capture_default_str()->check(number_in(0.0, 1.0, false, true));
-  train->add_option("--patch-dropout-epochs", tr.patch_dropout_epochs,
-                    "vision vit: drop patches in the first N epochs only, then train on every patch "
-                    "(0: in every epoch; needs --patch-dropout)")
-      ->capture_default_str()->check(integer_in(0, 100000));
-  train->add_option("--points", tr.points, "vision point: points sampled per image")
-      ->capture_default_str()->check(integer_in(1, 4096));
-  train->add_option("--neighbors", tr.neighbors, "vision point: K, the nearest points each attends to")
-      ->capture_default_str()->check(integer_in(1, 4096));
-  train->add_option("--train-limit", tr.train_limit, "vision: train on the first N training images only "
-                    "(0 = all 55,000)")
-      ->capture_default_str()->check(integer_in(0, 1000000));
-  train->add_flag("--bf16", tr.bf16, "vision: write the weights in bf16 (half the size)");
-  train->add_flag("--json", tr.json, "Print the result as one JSON object");
-  train->add_flag("--quiet", tr.quiet, "No progress bar");
-  train->footer("Examples: qkv train dates --steps 1500 --out dates-model --seed 0\n"
-                "          mpirun -np 2 --bind-to none qkv train dates --steps 1500 --out dates-model\n"
-                "dates and lm under mpirun (qkv built with MPI): data-parallel, each rank its share of "
-                "every --batch,\ngradients summed across the ranks during the backward; rank 0 prints "
-                "and writes the files.\n"
-                "          qkv train tokenizer --text speeches.txt --vocab-size 8192 --out sotu-bpe\n"
-                "          scripts/fetch_data.sh sotu data && qkv train lm --data sotu --steps 2000 "
-                "--out sotu-gpt\n"
-                "lm defaults: --steps 2000 --batch 16 --lr 1e-3 --out lm-model; the model is a "
-                "GPT-2 directory\n(config.json, model.safetensors, vocab.json, merges.txt) that "
-                "qkv generate and qkv score read.\n"
-                "          scripts/fetch_data.sh movielens data && qkv train recommender --data data "
-                "--model sasrec --out sasrec-model\n"
-                "recommender defaults: --model mf --batch " + std::to_string(mf_defaults.batch) + " (sasrec " +
-                std::to_string(sasrec_defaults.batch) + ") --lr " + format("%g", mf_defaults.lr) + " (sasrec " +
-                format("%g", sasrec_defaults.lr) + ") "
-                "--out recommender-model;\nevery user's ratings split by time (last 20% test, "
-                "10% of the rest validation; printed).\n"
-                "          scripts/fetch_data.sh fashion-mnist data && qkv train vision --data data --out vit-model\n"
-                "          qkv train vision --data data --model point --dim 48 --lr 3e-3 --out point-model\n"
-                "vision defaults: --model vit --epochs " + std::to_string(vision_defaults.epochs) + " --batch " +
-                std::to_string(vision_defaults.batch) + " --lr " + format("%g", vision_defaults.peak_lr) +
-                " --label-smoothing " + format("%g", vision_defaults.label_smoothing) +
-                " --out vision-model;\ntraining on the first 55,000 training images, validation (which picks "
-                "the epoch kept) on the last 5,000,\nthe test set scored once at the end.");
+      "train", "Train a model: the date translator (dates), a byte-level BPE tokenizer, a GPT-2 "
+               "language model (lm), a movie recommender (mf, sasrec) or an image classifier (vit, point)");
+  train->require_subcommand(0, 1);
+  train->footer("Run 'qkv train <task> --help' for the options of a task.");
+  const std::vector<std::unique_ptr<TrainTask>> train_tasks = add_train_tasks(train);
+  // The spellings before each task was its own subcommand: refused, naming the new one.
+  CLI::App* train_recommender = train->add_subcommand("recommender", "")->group("");
+  CLI::App* train_vision = train->add_subcommand("vision", "")->group("");
+  for (CLI::App* old : {train_recommender, train_vision}) old->allow_extras()->prefix_command();
 
   ClassifyOptions cl;
   CLI::App* classify = app.add_subcommand(
@@ -636,11 +467,33 @@ int run(int argc, char** argv) {
     return usage_error(app, e.what());
   }
 
+  for (CLI::App* old : {train_recommender, train_vision}) {
+    if (!old->parsed()) continue;
+    // The task the old --model named (mf and vit were the defaults).
+    const std::vector<std::string> rest = old->remaining();
+    std::string model = old == train_recommender ? "mf" : "vit";
+    for (std::size_t i = 0; i + 1 < rest.size(); ++i)
+      if (rest[i] == "--model") model = rest[i + 1];
+    return usage_error(app, "'qkv train " + old->get_name() + "' is now 'qkv train " + model +
+                                "' (" + (old == train_recommender ? "mf or sasrec" : "vit or point") +
+                                ", without --model)");
+  }
+
   const std::vector<std::string> extras = app.remaining(true);
   if (!extras.empty()) {
     const std::string& first = extras.front();
+    for (const auto& task : train_tasks) {
+      if (!task->app()->parsed() || !first.starts_with("--")) continue;
+      std::string name = first.substr(2, first.find('=') == std::string::npos ? std::string::npos : first.find('=') - 2);
+      for (char& c : name)
+        if (c == '-') c = '_';
+      return usage_error(app, options::unknown_option_message(task->specs(), name, true));
+    }
     if (first.size() > 1 && first[0] == '-')
       return usage_error(app, "unknown option " + quote_value(first));
+    if (train->parsed() && app.get_subcommands().front()->get_subcommands().empty())
+      return usage_error(app, quote_value(first) + " is not a task; the tasks are dates, tokenizer, lm, mf, "
+                                                   "sasrec, vit and point");
     if (app.get_subcommands().empty()) {
       return usage_error(app, quote_value(first) +
                                   " is not a command; the commands are version, "
@@ -687,12 +540,11 @@ int run(int argc, char** argv) {
     if (generate->parsed()) return run_generate(g, std::cout);
     // Dispatch: train, translate.
     if (train->parsed()) {
-      tr.command_line = "qkv";  // argv[0] would record where the binary happened to be
-      for (int i = 1; i < argc; ++i) tr.command_line += " " + std::string(argv[i]);
-      for (const CLI::Option* option : train->get_options())
-        if (option->count() > 0 && !option->get_lnames().empty())
-          tr.given.push_back("--" + option->get_lnames().front());
-      return run_train(tr, std::cout);
+      std::string command_line = "qkv";  // argv[0] would record where the binary happened to be
+      for (int i = 1; i < argc; ++i) command_line += " " + std::string(argv[i]);
+      for (const auto& task : train_tasks)
+        if (task->app()->parsed()) return task->run_parsed(std::cout, command_line);
+      throw UsageError("TASK", "name what to train: qkv train dates, tokenizer, lm, mf, sasrec, vit or point");
     }
     if (score->parsed()) return run_score(sc, std::cout);
     if (classify->parsed()) return run_classify(cl, std::cout);

@@ -1,0 +1,97 @@
+// The recommenders' training options, declared once for the CLI and Python: one set per
+// model (mf, sasrec), each with only its own options.
+#include <filesystem>
+
+#include "recommender/recommender.h"
+
+namespace qkv::recommender {
+namespace {
+
+using T = RecommenderOptions;
+
+options::OptionSet<T> make_set(const std::string& model, const std::string& about) {
+  return options::OptionSet<T>("train " + model, about, [model] {
+    T t;
+    t.model = model;
+    t.out_dir = "recommender-model";
+    return t;
+  });
+}
+
+// What both models take first: the ratings, and the check that finds them.
+void declare_data(options::OptionSet<T>& s) {
+  s.path("data", &T::data,
+         "The ratings: a CSV (userId,movieId,rating,timestamp) or a directory holding ratings.csv "
+         "(scripts/fetch_data.sh movielens DIR writes one)")
+      .required = true;
+  s.check([](T& t) {
+    if (t.data.empty())
+      throw options::OptionError("data", "'" + std::string("train ") + t.model +
+                                             "' needs the ratings: a CSV or a directory holding ratings.csv "
+                                             "(scripts/fetch_data.sh movielens DIR writes one)");
+    std::error_code ec;  // a path the file system refuses (too long, say) reads as absent here
+    const bool is_dir = std::filesystem::is_directory(t.data, ec);
+    const std::string file = is_dir ? t.data + "/ratings.csv" : t.data;
+    if (!std::filesystem::exists(file, ec))
+      throw Error("train " + t.model + ": " + file + " does not exist; write it with: scripts/fetch_data.sh movielens " +
+                  (is_dir ? t.data : std::string("DIR")));
+    t.data = file;
+  });
+}
+
+const char* kPatience =
+    "Stop early after this many evaluations without a better validation score; the best weights are the "
+    "model written (0 = never)";
+
+}  // namespace
+
+const options::OptionSet<T>& mf_training_options() {
+  static const options::OptionSet<T> set = [] {
+    auto s = make_set("mf", "Train matrix factorisation (biases + user and movie embeddings) on movie ratings");
+    declare_data(s);
+    s.integer("epochs", [](T& t) -> auto& { return t.mf.epochs; }, 1, 100000,
+              "Passes over the ratings (the epoch of best validation RMSE is kept)");
+    s.integer("dim", [](T& t) -> auto& { return t.mf.dim; }, 0, 4096, "Embedding width (0 = biases only)");
+    s.integer("batch", [](T& t) -> auto& { return t.mf.batch; }, 1, 65536, "Ratings per step");
+    s.number("lr", [](T& t) -> auto& { return t.mf.lr; }, 1e-7, false, 1.0, false, "Learning rate (AdamW)");
+    s.number("l2", [](T& t) -> auto& { return t.mf.l2; }, 0.0, false, 100.0, false,
+             "L2 weight λ on the biases and embeddings of each rating");
+    s.seed("seed", [](T& t) -> auto& { return t.mf.seed; }, "Seed of the weights and the order");
+    s.integer("patience", [](T& t) -> auto& { return t.mf.patience; }, 0, options::kMaxSteps, kPatience);
+    train::declare_run_options(s, "config.json, model.safetensors, users.csv, movies.csv, history.csv");
+    return s;
+  }();
+  return set;
+}
+
+const options::OptionSet<T>& sasrec_training_options() {
+  static const options::OptionSet<T> set = [] {
+    auto s = make_set("sasrec", "Train SASRec (causal self-attention over each user's history) on movie ratings");
+    declare_data(s);
+    s.integer("epochs", [](T& t) -> auto& { return t.sasrec.epochs; }, 1, 100000,
+              "Passes over the users (the evaluation of best validation HR@10 is kept)");
+    s.integer("dim", [](T& t) -> auto& { return t.sasrec.model.dim; }, 1, 4096, "Embedding width d");
+    s.integer("layers", [](T& t) -> auto& { return t.sasrec.model.layers; }, 1, 64, "Transformer blocks");
+    s.integer("heads", [](T& t) -> auto& { return t.sasrec.model.heads; }, 1, 256, "Attention heads (must divide --dim)");
+    s.integer("max_len", [](T& t) -> auto& { return t.sasrec.model.max_len; }, 1, 4096,
+              "History positions (longer histories keep their last max_len movies)");
+    s.integer("batch", [](T& t) -> auto& { return t.sasrec.batch; }, 1, 65536, "Users per step");
+    s.number("lr", [](T& t) -> auto& { return t.sasrec.lr; }, 1e-7, false, 1.0, false, "Learning rate (AdamW)");
+    s.number("weight_decay", [](T& t) -> auto& { return t.sasrec.weight_decay; }, 0.0, false, options::kInf, false,
+             "AdamW's decoupled weight decay");
+    s.integer("eval_every", [](T& t) -> auto& { return t.sasrec.eval_every; }, 1, 100000,
+              "Epochs between validation HR@10");
+    s.seed("seed", [](T& t) -> auto& { return t.sasrec.seed; }, "Seed of the weights, the order and the negatives");
+    s.integer("patience", [](T& t) -> auto& { return t.sasrec.patience; }, 0, options::kMaxSteps, kPatience);
+    train::declare_run_options(s, "config.json, model.safetensors, users.csv, movies.csv, history.csv");
+    s.check([](T& t) {
+      if (t.sasrec.model.dim % t.sasrec.model.heads != 0)
+        throw options::OptionError("heads", std::to_string(t.sasrec.model.heads) + " must divide --dim " +
+                                                std::to_string(t.sasrec.model.dim));
+    });
+    return s;
+  }();
+  return set;
+}
+
+}  // namespace qkv::recommender
