@@ -21,6 +21,7 @@
 
 #include "../src/core/budget.h"
 #include "bindings_common.h"
+#include "bindings_options.h"
 #include "qkv/bert.h"
 #include "qkv/error.h"
 #include "qkv/gpt2.h"
@@ -236,15 +237,10 @@ void register_models(py::module_& m) {
           py::arg("ids"), "(L, V) logits of every position, as a _Tensor. Releases the GIL.")
       .def(
           "generate",
-          [](const models::Gpt2Model& model, const std::vector<std::int64_t>& prompt,
-             std::int64_t max_new_tokens, double temperature, std::int64_t top_k, double top_p,
-             std::uint64_t seed, std::optional<std::int64_t> eos_id) {
-            models::SamplingOptions s;
-            s.max_new_tokens = max_new_tokens;
-            s.temperature = temperature;
-            s.top_k = top_k;
-            s.top_p = top_p;
-            s.seed = seed;
+          [](const models::Gpt2Model& model, const std::vector<std::int64_t>& prompt, const py::dict& options,
+             std::optional<std::int64_t> eos_id) {
+            // The options of `qkv generate`, from the one declaration (models::sampling_options).
+            models::SamplingOptions s = qkv_python::options_from(models::sampling_options(), options);
             s.eos_id = eos_id;
             models::validate(s);
             plan_gpt2_generate(model);
@@ -253,9 +249,9 @@ void register_models(py::module_& m) {
               return models::generate(model, prompt, s);
             });
           },
-          py::arg("prompt"), py::arg("max_new_tokens"), py::arg("temperature"), py::arg("top_k"),
-          py::arg("top_p"), py::arg("seed"), py::arg("eos_id"),
+          py::arg("prompt"), py::arg("options"), py::arg("eos_id"),
           "The generated ids (prompt excluded), stopping after eos_id. Releases the GIL.");
+  qkv_python::def_options(m, models::sampling_options());
 
   // ---- The Universal Sentence Encoder lite and semantic search ------------------------
   py::class_<models::UseLiteModel, std::shared_ptr<models::UseLiteModel>>(

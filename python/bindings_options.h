@@ -150,6 +150,14 @@ inline py::list specs_list(const std::vector<options::Spec>& specs) {
   return out;
 }
 
+// Publishes a declaration for qkv.options(command): the module's _option_sets[command] =
+// specs_list(set).
+template <class T>
+void def_options(py::module_& m, const options::OptionSet<T>& set) {
+  if (!py::hasattr(m, "_option_sets")) m.attr("_option_sets") = py::dict();
+  m.attr("_option_sets")[py::str(set.command())] = specs_list(set.specs());
+}
+
 // Registers the training task of `set` ("train lm" -> "lm") for qkv.train: the module's
 // _train_tasks[task] = (run(options, progress, command) -> result JSON, specs). `run(T,
 // on_progress, stop)` trains with the GIL released and returns the result's JSON text.
@@ -166,7 +174,8 @@ void def_training(py::module_& m, const options::OptionSet<T>& set, Run run) {
         return relay.run([&](const auto& on_progress, const auto* stop) { return run(o, on_progress, stop); });
       },
       py::arg("options"), py::arg("progress") = py::none(), py::arg("command") = "");
-  m.attr("_train_tasks")[py::str(task)] = py::make_tuple(train, specs_list(set.specs()), set.about());
+  m.attr("_train_tasks")[py::str(task)] = py::make_tuple(train, set.about());
+  def_options(m, set);
 }
 
 }  // namespace qkv_python

@@ -35,6 +35,7 @@
 
 #include "qkv/files.h"
 #include "qkv/nn.h"
+#include "qkv/options.h"
 #include "qkv/rng.h"
 #include "qkv/safetensors.h"
 #include "qkv/tensor.h"
@@ -192,6 +193,9 @@ struct SamplingOptions {
 // Throws naming the option: temperature < 0 or not finite, top_k < 0, top_p not in (0, 1],
 // max_new_tokens < 0.
 void validate(const SamplingOptions& options);
+// The sampling options of `qkv generate` and GPT2Model.generate, declared once
+// (qkv/options.h): max_new_tokens, temperature, top_k, top_p, seed (eos_id is the model's).
+const options::OptionSet<SamplingOptions>& sampling_options();
 
 // One token from logits (V), Hugging Face's order: logits / temperature, then top-k, then
 // top-p, then a draw from the renormalised distribution with one rng.uniform(). Greedy

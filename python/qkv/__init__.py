@@ -75,7 +75,7 @@ __all__ = [
     "load_model",
     "translate_dates",
     "train",
-    "train_options",
+    "options",
     "train_lm",
     "train_dates",
     "BertModel",
@@ -855,5 +855,5 @@ def self_attention_raw(x, scale=1.0):
 from .nn import MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer, Transformer  # noqa: E402
 from .models import (load_model, translate_dates, train_lm, train_dates, BertModel, GPT2Model,  # noqa: E402
                      UseLiteModel, SearchIndex, search, Tokenizer)
-from .training import train, train_options  # noqa: E402
+from .training import train, options  # noqa: E402
 from . import recommender, vision  # noqa: E402,F401

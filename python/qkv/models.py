@@ -331,16 +331,18 @@ class GPT2Model(_Model):
             return self.tokenizer.eos_id
         return self.config["eos_token_id"]
 
-    def generate(self, prompt, max_new_tokens=20, temperature=0.0, top_k=0, top_p=1.0,
-                 seed=None, eos_token_id=None):
+    def generate(self, prompt, seed=None, eos_token_id=None, **options):
         """Up to max_new_tokens ids after prompt (a str, encoded with self.tokenizer, or a
         1-d sequence of ids), as a list of ints, prompt excluded.
 
-        temperature 0 = greedy (top_k/top_p ignored); else Hugging Face's order:
-        temperature, top-k (0 = off), top-p (nucleus). seed: int for reproducible sampling
-        (None draws one from Python's random module). Generation stops after the
-        end-of-text id (included): eos_token_id, else the tokenizer's "<|endoftext|>",
-        else config.json's eos_token_id; pass eos_token_id=False never to stop early.
+        options are `qkv generate`'s, from the same declaration (qkv.options("generate")
+        lists them): max_new_tokens (default 20), temperature (0 = greedy; top_k/top_p
+        ignored), top_k (0 = off), top_p (1 = off), in Hugging Face's order: temperature,
+        top-k, top-p (nucleus). seed: int for reproducible sampling (None draws one from
+        Python's random module when sampling, as Hugging Face's generate does not fix one).
+        Generation stops after the end-of-text id (included): eos_token_id, else the
+        tokenizer's "<|endoftext|>", else config.json's eos_token_id; pass eos_token_id=False
+        never to stop early.
         """
         fn = "GPT2Model.generate"
         if isinstance(prompt, str):
@@ -351,22 +353,12 @@ class GPT2Model(_Model):
             ids = self.tokenizer.encode(prompt)
         else:
             ids = _int_list(prompt, fn, "prompt")
-        max_new_tokens = _int(max_new_tokens, fn, "max_new_tokens")
-        temperature = _float(temperature, fn, "temperature")
-        top_k = _int(top_k, fn, "top_k")
-        top_p = _float(top_p, fn, "top_p")
-        for name, value in (("max_new_tokens", max_new_tokens), ("top_k", top_k)):
-            if not -(1 << 63) <= value < 1 << 63:
-                raise ValueError(f"{fn}: {name} must fit in int64, got {value}")
         if seed is None:
-            seed = random.getrandbits(64) if temperature else 0
-        seed = _int(seed, fn, "seed")
-        if not 0 <= seed < (1 << 64):
-            raise ValueError(f"{fn}: seed must be in [0, 2**64), got {seed}")
+            seed = random.getrandbits(64) if options.get("temperature") else 0
         eos = self._eos(eos_token_id)
         if eos is not None and not -(1 << 63) <= eos < 1 << 63:
             raise ValueError(f"{fn}: eos_token_id must fit in int64, got {eos}")
-        return self._impl.generate(ids, max_new_tokens, temperature, top_k, top_p, seed, eos)
+        return self._impl.generate(ids, dict(options, seed=seed), eos)
 
     def score(self, text, stride=None):
         """Loss, perplexity and bits per byte of text under the model, as `qkv score`:

@@ -71,7 +71,7 @@ def train(data, out, model="mf", **options):
     factorisation, or "sasrec", self-attention over each user's history) trained as `qkv
     train mf` / `qkv train sasrec` trains it, writing the model directory `out`
     (config.json, model.safetensors, users.csv, movies.csv, history.csv). Each model takes
-    only its own options, the CLI's (qkv.train_options("mf") lists them).
+    only its own options, the CLI's (qkv.options("train mf") lists them).
 
     -> the report: the loop's fields ("task", "steps", "interrupted", "seconds",
     "evaluations", "best_step", "checkpoint", ...), then {"model", "split", "users", "movies",

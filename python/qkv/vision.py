@@ -187,7 +187,7 @@ def train(data, out, model="vit", **options):
     `qkv train vit` / `qkv train point` trains it, writing the model directory `out`
     (config.json, model.safetensors: the weights of the epoch of best validation accuracy;
     checkpoint.safetensors). Each model takes only its own options, the CLI's
-    (qkv.train_options("vit") lists them, with their ranges and defaults).
+    (qkv.options("train vit") lists them, with their ranges and defaults).
 
     -> the result, the keys of `qkv train vit --json`: the loop's ("task", "steps",
     "interrupted", "stopped_early", "seconds", "items_per_s", "unit", "loss",

@@ -383,6 +383,21 @@ void validate(const SamplingOptions& o) {
   QKV_CHECK(o.top_p > 0 && o.top_p <= 1, "top_p must be in (0, 1], got " << o.top_p);
 }
 
+const options::OptionSet<SamplingOptions>& sampling_options() {
+  using T = SamplingOptions;
+  static const options::OptionSet<T> set = [] {
+    options::OptionSet<T> s("generate", "Generate text with a GPT-2 checkpoint");
+    s.integer("max_new_tokens", &T::max_new_tokens, 0, options::kMaxInt,
+              "Tokens to generate at most (with the prompt's, at most the model's n_positions)");
+    s.number("temperature", &T::temperature, 0.0, false, options::kInf, false, "Sampling temperature (0 = greedy)");
+    s.integer("top_k", &T::top_k, 0, options::kMaxInt, "Sample among the K most likely tokens (0 = off)");
+    s.number("top_p", &T::top_p, 0.0, true, 1.0, false, "Nucleus sampling mass (1 = off)");
+    s.seed("seed", &T::seed, "Seed of the sampler");
+    return s;
+  }();
+  return set;
+}
+
 std::int64_t sample_token(std::span<const float> logits, const SamplingOptions& o, Rng& rng) {
   const auto V = static_cast<std::int64_t>(logits.size());
   QKV_CHECK(V >= 1, "sample_token: logits are empty");

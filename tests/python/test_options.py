@@ -4,6 +4,8 @@ qkv.train(task, **options). These tests hold the two against each other — the 
 defaults and ranges, and the same values refused at the edges of every range — and check
 that Python refuses what it should with the right exception."""
 
+import json
+import pathlib
 import re
 import subprocess
 
@@ -12,18 +14,21 @@ import pytest
 import qkv
 from test_vision import qkv_binary
 
+MODELS = pathlib.Path(__file__).resolve().parents[2] / "models"
 TASKS = ("dates", "tokenizer", "lm", "mf", "sasrec", "vit", "point")
-# The CLI's own flags of every train task, declared by the CLI, not by the task.
-CLI_ONLY = {"help", "json", "quiet"}
+# Every declared command, and the options the CLI adds to it itself (not declared: the
+# output's form, the model directory and prompt a Python method has as its object).
+COMMANDS = {**{f"train {t}": {"help", "json", "quiet"} for t in TASKS},
+            "generate": {"help", "model", "prompt", "json", "html", "weights"}}
 
 
 def cli(*args):
     return subprocess.run([qkv_binary(), *map(str, args)], capture_output=True, text=True, timeout=60)
 
 
-def cli_help(task):
-    """--help's options of `qkv train <task>`: name -> (type, default or None, help text)."""
-    r = cli("train", task, "--help")
+def cli_help(command):
+    """--help's options of `qkv <command>`: name -> (type, default or None, help text)."""
+    r = cli(*command.split(), "--help")
     assert r.returncode == 0, r.stderr
     options = {}
     # "  --patch-size INT=4          Patch side ... (an integer in [1, 28])"; continuation
@@ -42,21 +47,22 @@ def cli_help(task):
 
 
 def test_tasks_are_the_cli_subcommands():
-    assert qkv.training.TASKS == TASKS or set(qkv.training.TASKS) == set(TASKS)
+    assert set(qkv.training.TASKS) == set(TASKS)
     out = cli("train", "--help").stdout
     for task in TASKS:
         assert re.search(rf"^  {task}\s", out, re.M), f"qkv train --help does not list {task}"
 
 
-@pytest.mark.parametrize("task", TASKS)
-def test_cli_and_python_share_names_defaults_and_ranges(task):
-    specs = {s["name"]: s for s in qkv.train_options(task)}
-    shown = cli_help(task)
-    cli_names = set(shown) - CLI_ONLY
+@pytest.mark.parametrize("command", COMMANDS)
+def test_cli_and_python_share_names_defaults_and_ranges(command):
+    specs = {s["name"]: s for s in qkv.options(command)}
+    shown = cli_help(command)
+    cli_names = set(shown) - COMMANDS[command]
     assert cli_names == {n for n, s in specs.items() if s["cli"]}, \
-        f"train {task}: --help lists {sorted(cli_names)}, the declaration {sorted(specs)}"
+        f"{command}: --help lists {sorted(cli_names)}, the declaration {sorted(specs)}"
+    task = command
     for name, (type_name, default, help_text) in shown.items():
-        if name in CLI_ONLY:
+        if name in COMMANDS[command]:
             continue
         s = specs[name]
         assert help_text.startswith(s["help"].split(" (")[0][:40]), (task, name, help_text)
@@ -90,7 +96,7 @@ def test_both_front_ends_refuse_the_same_values(task):
     """Every value just outside a declared range is refused by the CLI (status 2, the option
     named as --name) and by Python (ValueError naming name), before any work is done."""
     checked = 0
-    for spec in qkv.train_options(task):
+    for spec in qkv.options(f"train {task}"):
         for value in edges(spec):
             name = spec["name"]
             r = cli("train", task, "--" + name.replace("_", "-"), repr(value) if isinstance(value, float) else value,
@@ -129,6 +135,24 @@ def test_both_front_ends_refuse_the_same_values(task):
 def test_python_refuses(task, options, exception, message):
     with pytest.raises(exception, match=message):
         qkv.train(task, out="/nonexistent/never", **options)
+
+
+def test_generate_takes_the_declared_options(tmp_path):
+    """GPT2Model.generate's keywords are `qkv generate`'s, checked by the same declaration."""
+    model = qkv.load_model(MODELS / "sotu-gpt")
+    with pytest.raises(ValueError, match=r"generate: top_p: must be a finite number in \(0, 1\], got 1.5"):
+        model.generate("the", top_p=1.5)
+    with pytest.raises(TypeError, match=r"generate: unknown option top_pp \(did you mean top_p\?\)"):
+        model.generate("the", top_pp=0.5)
+    with pytest.raises(TypeError, match=r"generate: max_new_tokens: must be an int, got float"):
+        model.generate("the", max_new_tokens=2.0)
+    r = cli("generate", "--model", MODELS / "sotu-gpt", "--prompt", "the", "--top-p", "1.5")
+    assert r.returncode == 2 and "--top-p: must be a finite number in (0, 1], got '1.5'" in r.stderr, r.stderr
+    ids = model.generate("the nation", max_new_tokens=5, temperature=0.8, top_k=20, seed=7)
+    r = cli("generate", "--model", MODELS / "sotu-gpt", "--prompt", "the nation", "--max-new-tokens", 5,
+            "--temperature", 0.8, "--top-k", 20, "--seed", 7, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["ids"] == ids
 
 
 def test_python_task_and_progress_are_checked():

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "qkv/gpt2.h"
 #include "qkv/options.h"
 
 namespace CLI {
@@ -153,11 +154,7 @@ int run_tokenize(const TokenizeOptions& options, std::ostream& out);
 struct GenerateOptions {
   std::string model;                 // directory: config.json, *.safetensors, tokenizer
   std::string prompt;
-  std::int64_t max_new_tokens = 20;
-  double temperature = 0.0;          // 0 = greedy
-  std::int64_t top_k = 0;            // 0 = off
-  double top_p = 1.0;                // 1 = off
-  std::uint64_t seed = 0;
+  models::SamplingOptions sampling;  // max_new_tokens, temperature (0 = greedy), top_k, top_p, seed
   bool json = false;
   std::string html;  // attention page of prompt + continuation to write; empty = none
   std::string weights = "f32";  // the products' weights: "f32" (exact) or "bf16"

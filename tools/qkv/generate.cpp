@@ -50,21 +50,16 @@ int run_generate(const GenerateOptions& options, std::ostream& out) {
   const std::int64_t room = model.config.n_positions - prompt_length;
   // A prompt longer than the context is the library's error (exit 1); a continuation that
   // would not fit after it is this option's.
-  if (room >= 0 && options.max_new_tokens > room)
+  if (room >= 0 && options.sampling.max_new_tokens > room)
     throw UsageError("--max-new-tokens",
                      format("must be in [0, %lld] for this model and prompt (n_positions %lld "
                             "minus the prompt's %lld tokens), got %lld",
                             static_cast<long long>(room),
                             static_cast<long long>(model.config.n_positions),
                             static_cast<long long>(prompt_length),
-                            static_cast<long long>(options.max_new_tokens)));
+                            static_cast<long long>(options.sampling.max_new_tokens)));
 
-  qkv::models::SamplingOptions s;
-  s.max_new_tokens = options.max_new_tokens;
-  s.temperature = options.temperature;
-  s.top_k = options.top_k;
-  s.top_p = options.top_p;
-  s.seed = options.seed;
+  qkv::models::SamplingOptions s = options.sampling;
   s.eos_id = bpe->eos_id();
   if (!s.eos_id) s.eos_id = model.config.eos_token_id;
 

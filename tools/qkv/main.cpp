@@ -56,18 +56,6 @@ CLI::Validator seed_integer() {
   return validator_of(s, "in [0, 2^64)");
 }
 
-// A finite number in a range whose ends may be open. NaN and ±inf are refused by name:
-// every comparison with NaN is false, so a plain range check lets it through.
-CLI::Validator number_in(double min, double max, bool min_open, bool max_open) {
-  options::Spec s;
-  s.type = options::Type::number;
-  s.low = min;
-  s.high = max;
-  s.low_open = min_open;
-  s.high_open = max_open;
-  return validator_of(s, s.range_text().substr(std::string("a finite number ").size()));
-}
-
 CLI::Validator one_of(std::vector<std::string> choices) {
   options::Spec s;
   s.type = options::Type::choice;
@@ -309,19 +297,8 @@ int run(int argc, char** argv) {
   generate->add_option("--model", g.model, "Model directory (config.json, model.safetensors, "
                        "vocab.json + merges.txt or tokenizer.json)")->required();
   generate->add_option("--prompt", g.prompt, "Text to continue")->required();
-  generate->add_option("--max-new-tokens", g.max_new_tokens,
-                       "Tokens to generate at most (with the prompt's, at most the model's "
-                       "n_positions)")
-      ->capture_default_str()
-      ->check(kNonNegative);
-  generate->add_option("--temperature", g.temperature, "Sampling temperature (0 = greedy)")
-      ->capture_default_str()
-      ->check(number_in(0, std::numeric_limits<double>::infinity(), false, false));
-  generate->add_option("--top-k", g.top_k, "Sample among the K most likely tokens (0 = off)")
-      ->check(kNonNegative);
-  generate->add_option("--top-p", g.top_p, "Nucleus sampling mass (1 = off)")
-      ->check(number_in(0, 1, true, false));
-  generate->add_option("--seed", g.seed, "Seed of the sampler")->capture_default_str()->check(kSeed);
+  // The sampling options, declared once with GPT2Model.generate's (models::sampling_options).
+  const CliOptions<models::SamplingOptions> sampling(generate, models::sampling_options());
   generate->add_flag("--json", g.json,
                      "Print {\"prompt_ids\": [...], \"ids\": [...], \"text\": \"...\"}: ids are "
                      "the generated continuation only (ending with <|endoftext|> when it "
@@ -537,7 +514,10 @@ int run(int argc, char** argv) {
       return run_tokenize(to, std::cout);
     }
     // Dispatch: generate.
-    if (generate->parsed()) return run_generate(g, std::cout);
+    if (generate->parsed()) {
+      g.sampling = sampling.parse();
+      return run_generate(g, std::cout);
+    }
     // Dispatch: train, translate.
     if (train->parsed()) {
       std::string command_line = "qkv";  // argv[0] would record where the binary happened to be
