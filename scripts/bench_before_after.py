@@ -23,8 +23,8 @@ and the report gives every round, the medians and after/before (below 1: faster 
              its default batch): the median step time of --train-steps steps.
   tasks      `qkv train` of each task, small, timed whole (reading the data, the steps,
              writing the model): dates (30 steps of 64 pairs, 100 held-out dates), lm (5 steps on the first 200 KB of the State of the Union
-             text with models/sotu-gpt's tokenizer), recommender mf and sasrec (1 epoch of
-             the first 20,000 MovieLens ratings), vision vit and point (1 epoch of 5,500
+             text with models/sotu-gpt's tokenizer), mf and sasrec (1 epoch of
+             the first 20,000 MovieLens ratings), vit and point (1 epoch of 5,500
              Fashion-MNIST training images, of which 5,000 validate; 1,000 test images).
              --data DIR names where scripts/fetch_data.sh wrote sotu, movielens and
              fashion-mnist (DIR/sotu-train.txt, DIR/movielens/ratings.csv,
@@ -143,14 +143,27 @@ TASKS = [  # (name, qkv train arguments; {small} and {out} filled in)
     ("train dates 30 steps", "dates --steps 30 --batch 64 --eval-size 100 --out {out}"),
     ("train lm 5 steps", "lm --text {small}/sotu.txt --tokenizer {root}/models/sotu-gpt --steps 5 "
                          "--batch 8 --context 128 --layers 2 --embd 128 --heads 4 --eval-every 0 --out {out}"),
-    ("train recommender mf 1 epoch", "recommender --model mf --data {small}/ratings.csv --epochs 1 --out {out}"),
-    ("train recommender sasrec 1 epoch", "recommender --model sasrec --data {small}/ratings.csv --epochs 1 "
-                                         "--max-len 50 --out {out}"),
-    ("train vision vit 1 epoch", "vision --model vit --data {small}/fashion-mnist --epochs 1 --dim 32 "
-                                 "--layers 2 --mlp-dim 64 --out {out}"),
-    ("train vision point 1 epoch", "vision --model point --data {small}/fashion-mnist --epochs 1 --dim 16 "
-                                   "--out {out}"),
+    ("train mf 1 epoch", "mf --data {small}/ratings.csv --epochs 1 --out {out}"),
+    ("train sasrec 1 epoch", "sasrec --data {small}/ratings.csv --epochs 1 --max-len 50 --out {out}"),
+    ("train vit 1 epoch", "vit --data {small}/fashion-mnist --epochs 1 --dim 32 --layers 2 --mlp-dim 64 "
+                          "--out {out}"),
+    ("train point 1 epoch", "point --data {small}/fashion-mnist --epochs 1 --dim 16 --out {out}"),
 ]
+# A build from before `qkv train` took one subcommand per task spells mf and sasrec as
+# `train recommender --model M`, vit and point as `train vision --model M`.
+OLD_SPELLING = {"mf": "recommender --model mf", "sasrec": "recommender --model sasrec",
+                "vit": "vision --model vit", "point": "vision --model point"}
+
+
+def train_arguments(qkv, arguments, known={}):
+    """The `qkv train` arguments (a list) for the build `qkv`: TASKS' spelling, or the old one
+    where that build does not know `qkv train mf`."""
+    if qkv not in known:
+        known[qkv] = subprocess.run([qkv, "train", "mf", "--help"], capture_output=True).returncode == 0
+    task, rest = arguments.split(" ", 1)
+    if not known[qkv] and task in OLD_SPELLING:
+        arguments = OLD_SPELLING[task] + " " + rest
+    return arguments.split()
 
 
 def small_data(data):
@@ -198,7 +211,8 @@ def task_rounds(builds, args):
             for r in range(args.rounds):
                 for which in in_turn(r):
                     out = os.path.join(tmp, f"{which}-{r}")
-                    cmd = [builds[which]["qkv"], "train", *arguments.format(small=small, root=root, out=out).split()]
+                    cmd = [builds[which]["qkv"], "train",
+                           *train_arguments(builds[which]["qkv"], arguments.format(small=small, root=root, out=out))]
                     start = time.perf_counter()
                     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
                     ms = (time.perf_counter() - start) * 1e3

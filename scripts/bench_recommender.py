@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""`qkv train recommender --model sasrec` beside its torch 1.13 twin on the same batches,
+"""`qkv train sasrec` beside its torch 1.13 twin on the same batches,
 and matrix factorisation beside its baselines, on MovieLens (dslabs' 100,004 ratings).
 
 Run with Debian's Python (it builds build/'s _qkv and qkv_ceilings when missing):

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""`qkv train vision` (a Vision Transformer on Fashion-MNIST) beside its torch 1.13 twin on
+"""`qkv train vit` (a Vision Transformer on Fashion-MNIST) beside its torch 1.13 twin on
 the same batches, and `qkv classify` beside the twin's forward.
 
 Run with Debian's Python (it builds build/'s _qkv and qkv_ceilings when missing):
@@ -372,11 +372,11 @@ def main():
                             help=f"default {FULL[name]} (--quick {QUICK[name]})")
     parser.add_argument("--positions", choices=("learned", "sincos"), default="learned")
     parser.add_argument("--shifted-patches", action="store_true",
-                        help="Shifted Patch Tokenization (qkv train vision --shifted-patches)")
+                        help="Shifted Patch Tokenization (qkv train vit --shifted-patches)")
     parser.add_argument("--erase", type=float, default=0.0,
-                        help="Random Erasing probability (qkv train vision --erase; the twin gets the same batches)")
+                        help="Random Erasing probability (qkv train vit --erase; the twin gets the same batches)")
     parser.add_argument("--patch-dropout", type=float, default=0.0,
-                        help="the fraction of patches each training image drops, in [0, 1) (qkv train vision "
+                        help="the fraction of patches each training image drops, in [0, 1) (qkv train vit "
                         "--patch-dropout; the twin keeps the same patches)")
     parser.add_argument("--patch-dropout-epochs", type=int, default=0,
                         help="patch dropout in the first N epochs only (default 0: in every epoch)")

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A recipe study for qkv's Fashion-MNIST ViT, on a GPU with torch 2.x: which change to the
-training recipe of `qkv train vision --shifted-patches` buys validation accuracy, and how
+training recipe of `qkv train vit --shifted-patches` buys validation accuracy, and how
 many epochs reach a given accuracy. Each variant trains the model of include/qkv/vit.h
 (the Shifted-Patch ViT: 49 patches + class token, 6 pre-norm blocks, d 128, 4 heads, mlp
 256) with qkv's recipe (55,000 training images, the last 5,000 validate; batch 128; AdamW

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""SASRec in torch 1.13: the twin of qkv's (include/qkv/sasrec.h, `qkv train recommender
---model sasrec`), for scripts/bench_recommender.py and tests/python/test_sasrec.py.
+"""SASRec in torch 1.13: the twin of qkv's (include/qkv/sasrec.h, `qkv train
+sasrec`), for scripts/bench_recommender.py and tests/python/test_sasrec.py.
 
   make_sasrec_class()          TorchSasRec, an nn.Module under qkv's parameter names
                                (item_emb.weight, pos_emb.weight, blocks.N.<torch's

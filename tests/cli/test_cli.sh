@@ -95,6 +95,67 @@ test_help() {
   run
   expect_status 1 "no command"
   expect_in out "explain" "no command prints the usage"
+
+  # qkv train: one subcommand per task, each --help listing that task's options only (an
+  # option line starts with the option), their defaults, and what --batch counts.
+  run train --help
+  expect_status 0 "train --help"
+  for task in dates tokenizer lm mf sasrec vit point; do
+    expect_in out "^ +$task +[A-Z]" "train --help lists the task '$task' with a description"
+  done
+  expect_not_in out "^ +(recommender|vision)\b" "train --help lists no old task"
+  expect_not_in out "^ +--[a-z]" "train --help lists no training option (each task has its own)"
+  train_help() {  # train_help TASK "OPTIONS IT LISTS" "OPTIONS IT DOES NOT" REGEX...
+    local task=$1 has=$2 lacks=$3 option pattern
+    shift 3
+    run train "$task" --help
+    expect_status 0 "train $task --help"
+    expect_in out "^Usage: qkv train $task " "train $task --help names the command"
+    for option in $has --out --json --quiet; do
+      expect_in out "^ +$option\b" "train $task --help lists $option"
+    done
+    for option in $lacks --model --help-all; do
+      expect_not_in out "^ +$option\b" "train $task --help does not list $option (not an option of $task)"
+    done
+    for pattern in "$@"; do
+      expect_in out "$pattern" "train $task --help: '$pattern'"
+    done
+  }
+  local loop="--resume --checkpoint-every --stop-at"
+  train_help dates "--steps --batch --lr --label-smoothing --seed --eval-size $loop" \
+    "--data --text --epochs --dim --layers --patch-size --l2 --vocab-size" \
+    "^ +--out PATH=dates-model " "^ +--batch INT=128 +Pairs per step" "^ +--steps INT=1500 " \
+    "^ +--checkpoint-every INT=500 " "^ +--stop-at INT=0 .*0 = never"
+  train_help tokenizer "--text --vocab-size --min-frequency" \
+    "--steps --batch --data --resume --checkpoint-every --stop-at --layers --heldout" \
+    "^ +--text TEXT REQUIRED" "^ +--out PATH=tokenizer " "^ +--vocab-size INT=8192 "
+  train_help lm "--text --heldout --data --data-dir --tokenizer --vocab-size --layers --embd --heads --context \
+    --steps --batch --lr --warmup --eval-every --seed $loop" \
+    "--patch-size --l2 --epochs --dim --min-frequency --eval-size --max-len --points --bf16" \
+    "^ +--out PATH=lm-model " "^ +--batch INT=16 +Windows per step" "^ +--heads INT=4 .*must divide --embd" \
+    "^ +--checkpoint-every INT=500 " "^ +--stop-at INT=0 .*0 = never" "^ +--data CHOICE .*one of sotu, brown"
+  train_help mf "--data --epochs --dim --batch --lr --l2 --seed --patience $loop" \
+    "--steps --layers --heads --max-len --eval-every --weight-decay --text --patch-size --points" \
+    "^ +--data PATH REQUIRED" "^ +--out PATH=recommender-model" "^ +--batch INT=256 +Ratings per step" \
+    "^ +--epochs INT=30 " "^ +--dim INT=64 .*0 = biases only" "^ +--checkpoint-every INT=0 " \
+    "^ +--stop-at INT=0 .*0 = never"
+  train_help sasrec "--data --epochs --dim --layers --heads --max-len --batch --lr --weight-decay --eval-every \
+    --seed --patience $loop" \
+    "--steps --l2 --text --patch-size --points --mlp-dim" \
+    "^ +--data PATH REQUIRED" "^ +--out PATH=recommender-model" "^ +--batch INT=128 +Users per step" \
+    "^ +--epochs INT=200 " "^ +--heads INT=1 .*must divide --dim" "^ +--checkpoint-every INT=0 "
+  train_help vit "--data --epochs --batch --lr --label-smoothing --seed --train-limit --patience --bf16 $loop \
+    --dim --layers --heads --patch-size --mlp-dim --positions --shifted-patches --erase --patch-dropout \
+    --patch-dropout-epochs" \
+    "--steps --points --neighbors --l2 --max-len --text --embd" \
+    "^ +--data PATH REQUIRED" "^ +--out PATH=vision-model " "^ +--batch INT=128 +Images per step" \
+    "^ +--patch-size INT=4 " "^ +--dim INT=128 " "^ +--positions CHOICE=learned .*one of learned, sincos" \
+    "^ +--checkpoint-every INT=500 "
+  train_help point "--data --epochs --batch --lr --label-smoothing --seed --train-limit --patience --bf16 $loop \
+    --dim --layers --points --neighbors --patch-size" \
+    "--steps --heads --mlp-dim --positions --shifted-patches --erase --patch-dropout --l2 --max-len --text" \
+    "^ +--data PATH REQUIRED" "^ +--out PATH=vision-model " "^ +--batch INT=128 +Images per step" \
+    "^ +--patch-size INT=7 " "^ +--dim INT=32 " "^ +--points INT=128 "
 }
 
 test_version() {

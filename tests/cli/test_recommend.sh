@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end tests of `qkv train recommender` and `qkv recommend`.
+# End-to-end tests of `qkv train mf`, `qkv train sasrec` and `qkv recommend`.
 #   tests/cli/test_recommend.sh PATH/TO/qkv
 # On a small synthetic ratings CSV written here (40 users, 30 movies, ~640 ratings; titles
 # with commas and doubled quotes, one title on two movies of different years, one title and
@@ -60,7 +60,7 @@ RATINGS=$(($(wc -l <"$DATA") - 1))
 check_model_dir() {  # check_model_dir DIR KIND
   local d=$1 f
   for f in config.json model.safetensors movies.csv history.csv; do
-    if [[ -s "$d/$f" ]]; then pass; else fail "train recommender $2 did not write $f"; fi
+    if [[ -s "$d/$f" ]]; then pass; else fail "train $2 did not write $f"; fi
   done
   expect_in out "^$RATINGS ratings by 40 users of 30 movies$" "$2: the data line"
   expect_in out "^split per user by time .* — [0-9]+ fit, [0-9]+ validation, [0-9]+ test ratings of 40 users$" \
@@ -99,9 +99,9 @@ PY
 
 MF="$TMP/mf"
 SR="$TMP/sasrec"
-run train recommender --data "$DATA" --model mf --epochs 3 --out "$MF" --quiet
-expect_status 0 "train recommender mf"
-no_crash "train recommender mf"
+run train mf --data "$DATA" --epochs 3 --out "$MF" --quiet
+expect_status 0 "train mf"
+no_crash "train mf"
 expect_in out "^training matrix factorisation on $DATA: dim [0-9]+" "mf: the first line"
 expect_in out "^test RMSE: global mean [0-9.]+, user \+ movie biases [0-9.]+, matrix factorisation [0-9.]+" \
   "mf: the RMSE line"
@@ -111,8 +111,8 @@ check_model_dir "$MF" mf
 
 # --data DIR reads DIR/ratings.csv; --json is one object.
 mkdir -p "$TMP/datadir" && cp "$DATA" "$TMP/datadir/ratings.csv"
-run train recommender --data "$TMP/datadir" --epochs 3 --out "$TMP/mf-json" --json --quiet
-expect_status 0 "train recommender mf --json (data directory)"
+run train mf --data "$TMP/datadir" --epochs 3 --out "$TMP/mf-json" --json --quiet
+expect_status 0 "train mf --json (data directory)"
 "$PYTHON" - "$TMP/out" "$RATINGS" <<'PY' && pass || fail "train mf --json: $(head -c 600 "$TMP/out")"
 import json, sys
 lines = open(sys.argv[1]).read().splitlines()
@@ -125,9 +125,9 @@ assert 0 <= j["trained"]["hr10"] <= 1 and j["trained"]["users"] == 40, j["traine
 assert 1 <= j["best_epoch"] <= 3 and j["split"].startswith("split per user by time"), j
 PY
 
-run train recommender --data "$DATA" --model sasrec --epochs 2 --dim 8 --max-len 20 --eval-every 1 --out "$SR" --quiet
-expect_status 0 "train recommender sasrec"
-no_crash "train recommender sasrec"
+run train sasrec --data "$DATA" --epochs 2 --dim 8 --max-len 20 --eval-every 1 --out "$SR" --quiet
+expect_status 0 "train sasrec"
+no_crash "train sasrec"
 expect_in out "^training SASRec on $DATA: 2 blocks, dim 8, 1 heads, max_len 20" "sasrec: the first line"
 expect_in out "^best validation HR@10 at epoch [12];" "sasrec: the validation line"
 expect_in out "^  sasrec +[0-9.]+ " "sasrec: the ranking line"
@@ -136,9 +136,9 @@ check_model_dir "$SR" sasrec
 if "$PYTHON" -c 'import json, sys; c = json.load(open(sys.argv[1])); sys.exit(not (c["dim"] == 8 and c["max_len"] == 20))' \
     "$SR/config.json"; then pass; else fail "sasrec config.json: $(head -c 300 "$SR/config.json")"; fi
 
-run train recommender --data "$DATA" --model sasrec --epochs 2 --dim 8 --max-len 20 --eval-every 1 \
+run train sasrec --data "$DATA" --epochs 2 --dim 8 --max-len 20 --eval-every 1 \
   --out "$TMP/sasrec-json" --json --quiet
-expect_status 0 "train recommender sasrec --json"
+expect_status 0 "train sasrec --json"
 "$PYTHON" - "$TMP/out" <<'PY' && pass || fail "train sasrec --json: $(head -c 600 "$TMP/out")"
 import json, sys
 lines = open(sys.argv[1]).read().splitlines()
@@ -339,7 +339,7 @@ bad_csv() {  # bad_csv NAME LINE [REST]: REST = also the good lines after it
   } >"$TMP/$1.csv"
 }
 train_fails() {  # train_fails NEEDLE NAME: training on $TMP/NAME.csv fails naming NEEDLE
-  fails "$1" train recommender --data "$TMP/$2.csv" --epochs 1 --out "$NEVER" --quiet
+  fails "$1" train mf --data "$TMP/$2.csv" --epochs 1 --out "$NEVER" --quiet
 }
 bad_csv unclosed '8,"Film 08,1988,Drama,2,4,1000200000'
 train_fails "$TMP/unclosed.csv line 7: a quoted field is never closed" unclosed
@@ -369,12 +369,31 @@ PY
 train_fails "$TMP/notime.csv line 1: the header has no 'timestamp' column" notime
 mkdir -p "$TMP/nodata"
 fails "$TMP/nodata/ratings.csv does not exist; write it with: scripts/fetch_data.sh movielens $TMP/nodata" \
-  train recommender --data "$TMP/nodata" --out "$NEVER"
-fails "$TMP/missing.csv does not exist" train recommender --data "$TMP/missing.csv" --out "$NEVER"
-usage_fails "--data: 'qkv train recommender' needs the ratings" train recommender --out "$NEVER"
-usage_fails "--model: must be one of mf, sasrec, vit, point, got 'foo'" train recommender --data "$DATA" --model foo --out "$NEVER"
-usage_fails "--heads: 3 must divide --dim 8" train recommender --data "$DATA" --model sasrec --dim 8 --heads 3 --out "$NEVER"
-usage_fails "--steps: does not apply" train recommender --data "$DATA" --steps 3 --out "$NEVER"
+  train mf --data "$TMP/nodata" --out "$NEVER"
+fails "$TMP/missing.csv does not exist" train mf --data "$TMP/missing.csv" --out "$NEVER"
+usage_fails "--data is required" train mf --out "$NEVER"
+usage_fails "--data is required" train sasrec --out "$NEVER"
+usage_fails "--heads: 3 must divide --dim 8" train sasrec --data "$DATA" --dim 8 --heads 3 --out "$NEVER"
+# One subcommand per model: --model is gone, and the other model's options are unknown.
+usage_fails "unknown option --model; the options are --data, --epochs, --dim, --batch, --lr, --l2," \
+  train mf --data "$DATA" --model sasrec --out "$NEVER"
+usage_fails "unknown option --model; the options are --data, --epochs, --dim, --layers, --heads, --max-len," \
+  train sasrec --data "$DATA" --model mf --out "$NEVER"
+usage_fails "unknown option --steps; the options are --data" train mf --data "$DATA" --steps 3 --out "$NEVER"
+usage_fails "unknown option --max-len; the options are --data" train mf --data "$DATA" --max-len 10 --out "$NEVER"
+usage_fails "unknown option --heads; the options are --data" train mf --data "$DATA" --heads 2 --out "$NEVER"
+usage_fails "unknown option --l2" train sasrec --data "$DATA" --l2 0.1 --out "$NEVER"
+usage_fails "unknown option --patch-size; the options are --data" train sasrec --data "$DATA" --patch-size 4 --out "$NEVER"
+usage_fails "unknown option --max-lem (did you mean --max-len?)" train sasrec --data "$DATA" --max-lem 10 --out "$NEVER"
+# The old spelling names the new one.
+usage_fails "'qkv train recommender' is now 'qkv train mf'" train recommender --data "$DATA" --out "$NEVER"
+usage_fails "'qkv train recommender' is now 'qkv train sasrec'" train recommender --data "$DATA" --model sasrec --out "$NEVER"
+# Ranges: the value as given.
+usage_fails "--batch: must be an integer in [1, 65536], got '0'" train mf --data "$DATA" --batch 0 --out "$NEVER"
+usage_fails "--dim: must be an integer in [0, 4096], got '-1'" train mf --data "$DATA" --dim -1 --out "$NEVER"
+usage_fails "--dim: must be an integer in [1, 4096], got '0'" train sasrec --data "$DATA" --dim 0 --out "$NEVER"
+usage_fails "--epochs: must be an integer in [1, 100000], got '0'" train sasrec --data "$DATA" --epochs 0 --out "$NEVER"
+usage_fails "--l2: must be a finite number in [0, 100], got" train mf --data "$DATA" --l2 nan --out "$NEVER"
 if [[ ! -e "$NEVER" ]]; then pass; else fail "a failed training wrote $NEVER"; fi
 
 finish recommend

@@ -78,9 +78,36 @@ PY
   expect_status 0 "resume after SIGINT"
   expect_in out "\"steps\":$((at + 2))" "resume after SIGINT reaches its steps"
 
-  expect_usage_error "the tasks are 'dates', 'tokenizer', 'lm', 'recommender' and 'vision'" train poems
-  expect_usage_error "--steps" train dates --steps 0
-  expect_usage_error "--batch" train dates --batch x
+  # One subcommand per task: no task, an unknown one, and the old spellings (train
+  # recommender / vision [--model ...]) are usage errors naming what to type instead.
+  local tasks="the tasks are dates, tokenizer, lm, mf, sasrec, vit and point"
+  expect_usage_error "$tasks" train poems
+  expect_usage_error "$tasks" train foo --steps 3
+  expect_usage_error "qkv train dates, tokenizer, lm, mf, sasrec, vit or point" train
+  expect_usage_error "'qkv train recommender' is now 'qkv train mf'" train recommender --data "$TMP/x.csv"
+  expect_usage_error "'qkv train recommender' is now 'qkv train mf'" train recommender --model mf --data "$TMP/x.csv"
+  expect_usage_error "'qkv train recommender' is now 'qkv train sasrec'" train recommender --model sasrec --data "$TMP/x.csv"
+  expect_usage_error "'qkv train recommender' is now 'qkv train sasrec'" train recommender --data "$TMP/x.csv" --epochs 2 --model sasrec
+  expect_usage_error "'qkv train vision' is now 'qkv train vit'" train vision --data "$TMP/images"
+  expect_usage_error "'qkv train vision' is now 'qkv train point'" train vision --model point --data "$TMP/images"
+  expect_usage_error "'qkv train vision' is now 'qkv train point'" train vision --data "$TMP/images" --points 16 --model point
+  if [[ ! -e "$TMP/x.csv" && ! -e recommender-model && ! -e vision-model ]]; then pass; else
+    fail "an old spelling wrote something"
+  fi
+  # --model is no option of any task now; another task's option is an unknown one.
+  expect_usage_error "unknown option --model; the options are --steps, --batch" train dates --model mf
+  expect_usage_error "unknown option --data; the options are --steps" train dates --data "$TMP/x.csv"
+  expect_usage_error "unknown option --stepz (did you mean --steps?)" train dates --stepz 3
+  # Values out of range name the range and the value as given.
+  expect_usage_error "--steps: must be an integer in [1, 100000000], got '0'" train dates --steps 0
+  expect_usage_error "--batch: must be an integer in [1, 65536], got 'x'" train dates --batch x
+  expect_usage_error "--batch: must be an integer in [1, 65536], got '0'" train dates --batch 0
+  expect_usage_error "--stop-at: must be an integer in [0, 100000000], got '-1'" train dates --stop-at -1
+  expect_usage_error "--lr: must be a finite number in [1e-07, 1]" train dates --lr 2
+  # --stop-at 0 is the default: never stop (the run ends with its model, exit 0).
+  run train dates --steps 2 --batch 8 --eval-size 10 --stop-at 0 --out "$TMP/stop0" --quiet
+  expect_status 0 "train dates --stop-at 0 (never)"
+  [[ -s $TMP/stop0/model.safetensors ]] && pass || fail "--stop-at 0 did not write the model"
   expect_failure "no checkpoint" train dates --steps 3 --out "$TMP/empty" --resume
 }
 
@@ -176,9 +203,14 @@ PY
   printf 'ab\xff\n' >"$TMP/latin1.txt"
   expect_failure "UTF-8" train tokenizer --text "$TMP/latin1.txt" --out "$TMP/x"
   expect_usage_error "--vocab-size" train tokenizer --text "$text" --vocab-size 257
-  expect_usage_error "needs the training text" train tokenizer --out "$TMP/x"
-  expect_usage_error "--steps: does not apply" train tokenizer --text "$text" --steps 3
-  expect_usage_error "--text: does not apply" train dates --text "$text"
+  expect_usage_error "--text is required" train tokenizer --out "$TMP/x"
+  expect_usage_error "--text: 1 required TEXT missing" train tokenizer --text
+  expect_usage_error "unknown option --steps; the options are --text, --out, --vocab-size, --min-frequency" \
+    train tokenizer --text "$text" --steps 3
+  expect_usage_error "unknown option --resume; the options are --text" train tokenizer --text "$text" --resume
+  expect_usage_error "unknown option --text; the options are --steps" train dates --text "$text"
+  expect_usage_error "--min-frequency: must be an integer in [1, 2^63), got '0'" \
+    train tokenizer --text "$text" --min-frequency 0
 }
 
 test_lm() {
@@ -275,9 +307,15 @@ PY
   expect_usage_error "needs a training text" train lm --out "$TMP/x"
   expect_usage_error "--heads: 3 must divide --embd 16" train lm --text "$text" --embd 16 --heads 3
   expect_usage_error "--vocab-size" train lm --text "$text" --vocab-size 200
-  expect_usage_error "--min-frequency: does not apply" train lm --text "$text" --min-frequency 3
-  expect_usage_error "--layers: does not apply" train dates --layers 2
-  expect_usage_error "--context: does not apply" train tokenizer --text "$text" --context 8
+  expect_usage_error "unknown option --min-frequency; the options are --text, --heldout" \
+    train lm --text "$text" --min-frequency 3
+  expect_usage_error "unknown option --epochs; the options are --text" train lm --text "$text" --epochs 3
+  expect_usage_error "unknown option --patch-size; the options are --text" train lm --text "$text" --patch-size 4
+  expect_usage_error "unknown option --embed (did you mean --embd?)" train lm --text "$text" --embed 16
+  expect_usage_error "unknown option --layers; the options are --steps" train dates --layers 2
+  expect_usage_error "unknown option --context; the options are --text" train tokenizer --text "$text" --context 8
+  expect_usage_error "--batch: must be an integer in [1, 65536], got '0'" train lm --text "$text" --batch 0
+  expect_usage_error "--context: must be an integer in [2, 8192], got '1'" train lm --text "$text" --context 1
   expect_failure "no checkpoint" train lm --text "$text" --out "$TMP/fresh" --resume
   expect_usage_error "--stride" score --model "$m" --file "$heldout" --stride 16
   expect_failure "is empty" score --model "$m" --file "$TMP/empty.txt"

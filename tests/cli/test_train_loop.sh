@@ -31,19 +31,19 @@ case $TASK in
   mf|sasrec)
     "$PYTHON" "$HERE/tiny_data.py" ratings "$TMP/ratings.csv" 60 90
     if [[ $TASK == mf ]]; then
-      BASE=(train recommender --data "$TMP/ratings.csv" --dim 4 --batch 32 --checkpoint-every 20 --quiet) SHORT=(--epochs 3) LONG=(--epochs 150) K=3
+      BASE=(train mf --data "$TMP/ratings.csv" --dim 4 --batch 32 --checkpoint-every 20 --quiet) SHORT=(--epochs 3) LONG=(--epochs 150) K=3
     else
-      BASE=(train recommender --data "$TMP/ratings.csv" --model sasrec --dim 8 --max-len 10 --batch 8 --eval-every 1 --checkpoint-every 20 --quiet)
+      BASE=(train sasrec --data "$TMP/ratings.csv" --dim 8 --max-len 10 --batch 8 --eval-every 1 --checkpoint-every 20 --quiet)
       SHORT=(--epochs 3) LONG=(--epochs 150) K=3
     fi ;;
   vit|point)
     mkdir -p "$TMP/images"
     "$PYTHON" "$HERE/tiny_data.py" images "$TMP/images" 5300 40
     if [[ $TASK == vit ]]; then
-      BASE=(train vision --data "$TMP/images" --batch 50 --dim 16 --layers 1 --heads 2 --mlp-dim 32 --patch-size 7 --quiet)
+      BASE=(train vit --data "$TMP/images" --batch 50 --dim 16 --layers 1 --heads 2 --mlp-dim 32 --patch-size 7 --quiet)
       SHORT=(--epochs 2) LONG=(--epochs 30) K=5
     else
-      BASE=(train vision --data "$TMP/images" --model point --batch 50 --dim 8 --layers 1 --points 16 --neighbors 4 --quiet)
+      BASE=(train point --data "$TMP/images" --batch 50 --dim 8 --layers 1 --points 16 --neighbors 4 --quiet)
       SHORT=(--epochs 2) LONG=(--epochs 6) K=5
     fi ;;
   *) echo "unknown task $TASK" >&2; exit 2 ;;
@@ -104,6 +104,25 @@ else other=(train dates --batch 2 --steps 3 --quiet) other_task=dates; fi
 run "${other[@]}" --stop-at 1 --out "$TMP/other"
 cp "$TMP/other/checkpoint.safetensors" "$TMP/stopped2/checkpoint.safetensors"
 expect_failure "is a checkpoint of 'qkv train $other_task', not of 'qkv train $TASK'" "${BASE[@]}" "${SHORT[@]}" --out "$TMP/stopped2" --resume
+# The sibling model (once the same command with another --model, now its own subcommand)
+# writes the same files: its checkpoint is refused naming both subcommands.
+case $TASK in
+  mf) sibling=(train sasrec --data "$TMP/ratings.csv" --dim 8 --max-len 10 --batch 8 --epochs 3 --quiet) sibling_task=sasrec ;;
+  sasrec) sibling=(train mf --data "$TMP/ratings.csv" --dim 4 --batch 32 --epochs 3 --quiet) sibling_task=mf ;;
+  vit) sibling=(train point --data "$TMP/images" --batch 50 --dim 8 --layers 1 --points 16 --neighbors 4 --epochs 2 --quiet)
+       sibling_task=point ;;
+  point) sibling=(train vit --data "$TMP/images" --batch 50 --dim 16 --layers 1 --heads 2 --mlp-dim 32 --patch-size 7
+                  --epochs 2 --quiet) sibling_task=vit ;;
+  *) sibling=() ;;
+esac
+if [[ ${#sibling[@]} -gt 0 ]]; then
+  run "${sibling[@]}" --stop-at 1 --out "$TMP/sibling"
+  expect_status 130 "$TASK: the sibling $sibling_task --stop-at 1"
+  expect_in out "continue with: qkv train $sibling_task .*--resume" "$TASK: the sibling's stop names its subcommand"
+  cp "$TMP/sibling/checkpoint.safetensors" "$TMP/stopped2/checkpoint.safetensors"
+  expect_failure "is a checkpoint of 'qkv train $sibling_task', not of 'qkv train $TASK'" \
+    "${BASE[@]}" "${SHORT[@]}" --out "$TMP/stopped2" --resume
+fi
 
 # --patience (the tasks that keep their best evaluation's weights): a long run stops early
 # after that many evaluations without a better one, and says so.

@@ -55,10 +55,10 @@ if "$PYTHON" "$HERE/same_weights.py" "$TMP/single/model.safetensors" "$TMP/paral
 "$PYTHON" "$HERE/tiny_data.py" ratings "$TMP/ratings.csv" 60 90
 mkdir -p "$TMP/images"
 "$PYTHON" "$HERE/tiny_data.py" images "$TMP/images" 5300 40
-for spec in "mf|0|train recommender --data $TMP/ratings.csv --dim 4 --batch 33 --epochs 3" \
-            "sasrec|8|train recommender --data $TMP/ratings.csv --model sasrec --dim 8 --max-len 10 --batch 7 --epochs 3 --eval-every 1" \
-            "vit|16|train vision --data $TMP/images --batch 49 --dim 16 --layers 1 --heads 2 --mlp-dim 32 --patch-size 7 --epochs 2" \
-            "point|0|train vision --data $TMP/images --model point --batch 99 --dim 8 --layers 1 --points 16 --neighbors 4 --epochs 1"; do
+for spec in "mf|0|train mf --data $TMP/ratings.csv --dim 4 --batch 33 --epochs 3" \
+            "sasrec|8|train sasrec --data $TMP/ratings.csv --dim 8 --max-len 10 --batch 7 --epochs 3 --eval-every 1" \
+            "vit|16|train vit --data $TMP/images --batch 49 --dim 16 --layers 1 --heads 2 --mlp-dim 32 --patch-size 7 --epochs 2" \
+            "point|0|train point --data $TMP/images --batch 99 --dim 8 --layers 1 --points 16 --neighbors 4 --epochs 1"; do
   IFS='|' read -r task width args <<<"$spec"  # width: of the attention's in_proj_bias
   read -r -a argv <<<"$args"
   QKV_COMMAND=("$QKV")
@@ -75,8 +75,8 @@ done
 
 # A short last batch that leaves rank 1 no rows (1,320 fitted ratings in batches of 1,319;
 # 60 users in batches of 59): that rank weighs nothing and adds nothing to the loss.
-for spec in "mf|0|train recommender --data $TMP/ratings.csv --dim 4 --batch 1319 --epochs 2" \
-            "sasrec|8|train recommender --data $TMP/ratings.csv --model sasrec --dim 8 --max-len 10 --batch 59 --epochs 2 --eval-every 1"; do
+for spec in "mf|0|train mf --data $TMP/ratings.csv --dim 4 --batch 1319 --epochs 2" \
+            "sasrec|8|train sasrec --data $TMP/ratings.csv --dim 8 --max-len 10 --batch 59 --epochs 2 --eval-every 1"; do
   IFS='|' read -r task width args <<<"$spec"
   read -r -a argv <<<"$args"
   QKV_COMMAND=("$QKV")

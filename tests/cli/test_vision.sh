@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end tests of `qkv train vision` and `qkv classify`.
+# End-to-end tests of `qkv train vit`, `qkv train point` and `qkv classify`.
 #   tests/cli/test_vision.sh PATH/TO/qkv
 # On a synthetic data directory in fetch_data.sh fashion-mnist's layout, written here
 # (gzipped IDX: 5,300 training images, the last 5,000 of them validation, and 60 test images of 28x28 whose class k is a bright row band
@@ -71,21 +71,21 @@ PY
 TINY=(--dim 16 --layers 1 --heads 2 --mlp-dim 32 --patch-size 7 --batch 50 --lr 3e-3 --checkpoint-every 0 --quiet)
 
 # --- train, interrupt, resume -----------------------------------------------------------
-run train vision --data "$DATA" --out "$TMP/m" --epochs 3 --stop-at 8 "${TINY[@]}"
-expect_status 130 "train vision --stop-at"
+run train vit --data "$DATA" --out "$TMP/m" --epochs 3 --stop-at 8 "${TINY[@]}"
+expect_status 130 "train vit --stop-at"
 expect_in out "stopped at step 8" "stop message"
 [[ -f $TMP/m/checkpoint.safetensors && ! -f $TMP/m/model.safetensors ]] && pass || fail "a stopped run leaves a checkpoint and no model"
-run train vision --data "$DATA" --out "$TMP/m" --epochs 3 --resume "${TINY[@]}"
-expect_status 0 "train vision --resume"
+run train vit --data "$DATA" --out "$TMP/m" --epochs 3 --resume "${TINY[@]}"
+expect_status 0 "train vit --resume"
 expect_in out "best validation accuracy" "the summary"
 expect_in out "test accuracy" "the test accuracy"
 [[ -f $TMP/m/model.safetensors && -f $TMP/m/config.json ]] && pass || fail "the model directory"
 grep -q '"model_type": "qkv-vision"' "$TMP/m/config.json" && pass || fail "config.json model_type"
-run train vision --data "$DATA" --out "$TMP/j" --epochs 1 --json --bf16 "${TINY[@]}"
-expect_status 0 "train vision --json"
+run train vit --data "$DATA" --out "$TMP/j" --epochs 1 --json --bf16 "${TINY[@]}"
+expect_status 0 "train vit --json"
 "$PYTHON" -c "import json,sys; j=json.loads(open(sys.argv[1]).read()); assert j['steps']==6 and 0<=j['test_accuracy']<=1 and len(j['validation_accuracy'])==1, j" "$TMP/out" && pass || fail "train --json: $(cat "$TMP/out")"
-run train vision --data "$DATA" --out "$TMP/s" --epochs 1 --shifted-patches --patch-dropout 0.5 --patch-dropout-epochs 1 "${TINY[@]}"
-expect_status 0 "train vision --shifted-patches --patch-dropout"
+run train vit --data "$DATA" --out "$TMP/s" --epochs 1 --shifted-patches --patch-dropout 0.5 --patch-dropout-epochs 1 "${TINY[@]}"
+expect_status 0 "train vit --shifted-patches --patch-dropout"
 grep -q '"shifted_patches": true' "$TMP/s/config.json" && pass || fail "config.json records shifted patches"
 grep -q '"patch_dropout": 0.5' "$TMP/s/config.json" && grep -q '"patch_dropout_epochs": 1' "$TMP/s/config.json" \
   && pass || fail "config.json's report records patch dropout"
@@ -133,9 +133,9 @@ for im in d["images"]:
 PY
 
 # --- the point model ----------------------------------------------------------------------
-run train vision --model point --data "$DATA" --out "$TMP/p" --epochs 2 --points 48 --neighbors 6 --dim 16 --layers 1 \
+run train point --data "$DATA" --out "$TMP/p" --epochs 2 --points 48 --neighbors 6 --dim 16 --layers 1 \
     --batch 50 --lr 1e-2 --checkpoint-every 0 --quiet
-expect_status 0 "train vision --model point"
+expect_status 0 "train point"
 expect_in out "training a Point Transformer on 300 Fashion-MNIST images" "the point model's header"
 grep -q '"model": "point"' "$TMP/p/config.json" && pass || fail "config.json model point"
 POINT_ACC=$(grep -oE "test accuracy [0-9.]+%" "$TMP/out" | grep -oE "[0-9.]+%")
@@ -155,19 +155,26 @@ for im in d["images"]:
     assert all(abs(r - 1) < 1e-4 for r in rows), rows
     assert all(0 <= x <= 27 for x in im["points"])
 PY
-usage_fails "--points" train vision --data "$DATA" --points 64
-usage_fails "--patch-size" train vision --data "$DATA" --model point --patch-size 4
-usage_fails "--shifted-patches" train vision --data "$DATA" --model point --shifted-patches
-usage_fails "--erase" train vision --data "$DATA" --model point --erase 0.25
-usage_fails "--erase" train vision --data "$DATA" --erase 1.5
-usage_fails "--patch-dropout" train vision --data "$DATA" --model point --patch-dropout 0.25
-usage_fails "--patch-dropout" train vision --data "$DATA" --patch-dropout 1
-usage_fails "--patch-dropout" train vision --data "$DATA" --patch-dropout nan
-usage_fails "--patch-dropout-epochs" train vision --data "$DATA" --epochs 3 --patch-dropout 0.5 --patch-dropout-epochs 4
-usage_fails "--patch-dropout-epochs" train vision --data "$DATA" --model point --patch-dropout-epochs 1
-usage_fails "given without --patch-dropout" train vision --data "$DATA" --epochs 3 --patch-dropout-epochs 2
-usage_fails "--shifted-patches" train vision --data "$DATA" --patch-size 1 --shifted-patches
-usage_fails "--neighbors" train vision --data "$DATA" --model point --points 8 --neighbors 9
+# The other model's options are unknown options of each subcommand.
+usage_fails "unknown option --points; the options are --data" train vit --data "$DATA" --points 64
+usage_fails "unknown option --neighbors; the options are --data" train vit --data "$DATA" --neighbors 4
+usage_fails "--patch-size: point needs an odd side <= 15" train point --data "$DATA" --patch-size 4
+usage_fails "--patch-size: point needs an odd side <= 15" train point --data "$DATA" --patch-size 17
+usage_fails "unknown option --shifted-patches; the options are --data" train point --data "$DATA" --shifted-patches
+usage_fails "unknown option --erase; the options are --data" train point --data "$DATA" --erase 0.25
+usage_fails "unknown option --mlp-dim; the options are --data" train point --data "$DATA" --mlp-dim 32
+usage_fails "unknown option --heads; the options are --data" train point --data "$DATA" --heads 2
+usage_fails "unknown option --positions; the options are --data" train point --data "$DATA" --positions sincos
+usage_fails "--erase: must be a finite number in [0, 1], got" train vit --data "$DATA" --erase 1.5
+usage_fails "unknown option --patch-dropout; the options are --data" train point --data "$DATA" --patch-dropout 0.25
+usage_fails "--patch-dropout: must be a finite number in [0, 1), got" train vit --data "$DATA" --patch-dropout 1
+usage_fails "--patch-dropout" train vit --data "$DATA" --patch-dropout nan
+usage_fails "--patch-dropout-epochs" train vit --data "$DATA" --epochs 3 --patch-dropout 0.5 --patch-dropout-epochs 4
+usage_fails "unknown option --patch-dropout-epochs; the options are --data" \
+  train point --data "$DATA" --patch-dropout-epochs 1
+usage_fails "given without --patch-dropout" train vit --data "$DATA" --epochs 3 --patch-dropout-epochs 2
+usage_fails "--shifted-patches" train vit --data "$DATA" --patch-size 1 --shifted-patches
+usage_fails "--neighbors" train point --data "$DATA" --points 8 --neighbors 9
 
 # --- bad input --------------------------------------------------------------------------
 fails "images are 14x14, the model takes 28x28" classify --model "$TMP/m" --images "$TMP/small.pgm"
@@ -181,16 +188,27 @@ mkdir -p "$TMP/other" && echo '{"model_type": "qkv-recommender"}' > "$TMP/other/
 fails "not a qkv image classifier" classify --model "$TMP/other" --images "$TMP/one.pgm"
 usage_fails "--images" classify --model "$TMP/m"
 usage_fails "--images" classify --model "$TMP/m" --images ""
-fails "not a directory" train vision --data "$TMP/nowhere" --out "$TMP/x" "${TINY[@]}"
-usage_fails "--data" train vision --out "$TMP/x"
-usage_fails "--patch-size" train vision --data "$DATA" --patch-size 5
-usage_fails "--heads" train vision --data "$DATA" --dim 30 --heads 4
-usage_fails "--model" train vision --data "$DATA" --model mf
-usage_fails "--steps" train vision --data "$DATA" --steps 10
-usage_fails "--patch-size" train dates --patch-size 4
-usage_fails "--model" train recommender --data "$DATA" --model vit
-fails "was written by a run with other options (batch" train vision --data "$DATA" --out "$TMP/m" --epochs 3 --resume --dim 32 --layers 1 --heads 2 --mlp-dim 32 --patch-size 7 --quiet
-fails "was written by a run with other options (config" train vision --data "$DATA" --out "$TMP/m" --epochs 3 --resume --shifted-patches "${TINY[@]}"
+fails "not a directory" train vit --data "$TMP/nowhere" --out "$TMP/x" "${TINY[@]}"
+usage_fails "--data" train vit --out "$TMP/x"
+usage_fails "--patch-size" train vit --data "$DATA" --patch-size 5
+usage_fails "--heads" train vit --data "$DATA" --dim 30 --heads 4
+usage_fails "--batch: must be an integer in [1, 65536], got '0'" train vit --data "$DATA" --batch 0
+usage_fails "--positions: must be one of learned, sincos, got 'foo'" train vit --data "$DATA" --positions foo
+# One subcommand per model: --model is gone; another task's options are unknown.
+usage_fails "unknown option --model; the options are --data" train vit --data "$DATA" --model point
+usage_fails "unknown option --model; the options are --data" train point --data "$DATA" --model vit
+usage_fails "unknown option --steps; the options are --data" train vit --data "$DATA" --steps 10
+usage_fails "unknown option --patch-size; the options are --steps" train dates --patch-size 4
+usage_fails "unknown option --model; the options are --data" train mf --data "$DATA" --model vit
+usage_fails "unknown option --shifted-patches; the options are --data" train mf --data "$DATA" --shifted-patches
+usage_fails "unknown option --patch-sise (did you mean --patch-size?)" train vit --data "$DATA" --patch-sise 7
+# The old spelling names the new one.
+usage_fails "'qkv train vision' is now 'qkv train vit'" train vision --data "$DATA" --out "$TMP/x"
+usage_fails "'qkv train vision' is now 'qkv train vit'" train vision --data "$DATA" --model vit --out "$TMP/x"
+usage_fails "'qkv train vision' is now 'qkv train point'" train vision --data "$DATA" --model point --out "$TMP/x"
+[[ ! -e $TMP/x ]] && pass || fail "a refused training wrote $TMP/x"
+fails "was written by a run with other options (batch" train vit --data "$DATA" --out "$TMP/m" --epochs 3 --resume --dim 32 --layers 1 --heads 2 --mlp-dim 32 --patch-size 7 --quiet
+fails "was written by a run with other options (config" train vit --data "$DATA" --out "$TMP/m" --epochs 3 --resume --shifted-patches "${TINY[@]}"
 
 echo "test_vision: $checks checks, $failures failures"
 [[ $failures -eq 0 ]]

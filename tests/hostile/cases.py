@@ -5,7 +5,8 @@ Each Case is a command line (the qkv tool, or any program: a Python entry point 
 Every case runs under a time limit (`seconds`, 10 unless a case needs more) and a memory
 limit (prlimit --as), and must never end by a signal or a timeout. Beyond that, `expect` says:
 
-  "usage"    exit 2, one line on stderr ("qkv <command>: ...") naming `names` if given
+  "usage"    exit 2, one line on stderr ("qkv <command>: ...", or "qkv train <task>: ...")
+             naming `names` if given
   "failure"  exit 1, stderr "qkv: error: ..."
   "error"    exit 1 or 2 with a message, as above
   "ok"       exit 0 (stdout equal to `stdout` if given)
@@ -248,7 +249,7 @@ def make_fixtures(tmp, qkv):
     fx["bert_bin_only"] = _model_dir(tmp, "bert_bin_only", b, ["config.json", "vocab.txt"])
     w("bert_bin_only/pytorch_model.bin", b"PK\x03\x04 a torch zip archive")
 
-    # The recommender (qkv train recommender, qkv recommend): a small ratings CSV, an mf and
+    # The recommender (qkv train mf / sasrec, qkv recommend): a small ratings CSV, an mf and
     # a sasrec model trained from it (well under a second each), and damaged copies.
     titles = ["Toy Story", "Heat", "Casino", "Sabrina", "Se7en, The", "Fargo", "Babe",
               "Clueless", "Braveheart", "Apollo 13", "Jumanji", "Balto", "Nixon", "Othello",
@@ -293,10 +294,10 @@ def make_fixtures(tmp, qkv):
     env = dict(os.environ, QKV_NUM_THREADS="2")
     fx["rec_mf"] = os.path.join(tmp, "rec_mf")
     fx["rec_sasrec"] = os.path.join(tmp, "rec_sasrec")
-    for d, args in ((fx["rec_mf"], ["--model", "mf", "--epochs", "1", "--dim", "4"]),
-                    (fx["rec_sasrec"], ["--model", "sasrec", "--epochs", "1", "--dim", "8",
+    for d, args in ((fx["rec_mf"], ["mf", "--epochs", "1", "--dim", "4"]),
+                    (fx["rec_sasrec"], ["sasrec", "--epochs", "1", "--dim", "8",
                                         "--heads", "2", "--max-len", "10", "--eval-every", "1"])):
-        subprocess.run([qkv, "train", "recommender", "--data", fx["ratings"], *args, "--quiet",
+        subprocess.run([qkv, "train", *args, "--data", fx["ratings"], "--quiet",
                         "--out", d], check=True, stdout=subprocess.DEVNULL, env=env)
     rec_files = ["config.json", "model.safetensors", "movies.csv", "history.csv"]
 
@@ -334,7 +335,7 @@ def make_fixtures(tmp, qkv):
     fx["rec_mf_users_short"] = _model_dir(tmp, "rec_mf_users_short", fx["rec_mf"], rec_files,
                                           config_json=edit_config(user_ids=[1, 2]))
     fx["pairs"] = w("pairs.csv", b"userId,movieId\n1,2\n20,15\n")
-    # Image classification (qkv train vision, qkv classify): a Fashion-MNIST-shaped
+    # Image classification (qkv train vit / point, qkv classify): a Fashion-MNIST-shaped
     # directory of gzipped IDX files (5,010 training images, the last 5,000 validation;
     # 10 test images), a tiny ViT trained on it in well under a second, damaged copies.
     import gzip
@@ -353,7 +354,7 @@ def make_fixtures(tmp, qkv):
     fx["vit_images"] = os.path.join(fx["vit_data"], "t10k-images-idx3-ubyte.gz")
     fx["vit_labels"] = os.path.join(fx["vit_data"], "t10k-labels-idx1-ubyte.gz")
     fx["vit"] = os.path.join(tmp, "vit")
-    subprocess.run([qkv, "train", "vision", "--data", fx["vit_data"], "--epochs", "1", "--dim", "8",
+    subprocess.run([qkv, "train", "vit", "--data", fx["vit_data"], "--epochs", "1", "--dim", "8",
                     "--layers", "1", "--heads", "2", "--mlp-dim", "8", "--patch-size", "7", "--quiet",
                     "--out", fx["vit"]], check=True, stdout=subprocess.DEVNULL, env=env)
     fx["vit_trunc_half"] = _model_dir(tmp, "vit_trunc_half", fx["vit"], ["config.json"])
@@ -369,7 +370,7 @@ def make_fixtures(tmp, qkv):
         fx["vit_" + name] = d
     # A tiny point model on the same data, and config.json edits it must refuse.
     fx["point"] = os.path.join(tmp, "point")
-    subprocess.run([qkv, "train", "vision", "--model", "point", "--data", fx["vit_data"], "--epochs", "1", "--dim", "8",
+    subprocess.run([qkv, "train", "point", "--data", fx["vit_data"], "--epochs", "1", "--dim", "8",
                     "--layers", "1", "--points", "16", "--neighbors", "4", "--quiet", "--out", fx["point"]],
                    check=True, stdout=subprocess.DEVNULL, env=env)
     config = json.load(open(os.path.join(fx["point"], "config.json")))
@@ -578,55 +579,77 @@ def _generated():
                           expect="any" if label in ("blank lines", "control characters")
                           else "error"))
     cases += _value_cases("score", _without(score, "--model"), "--model", MODEL_PATHS, "error")
-    # train recommender: 200 ratings; a value that is valid here trains in well under a
-    # second (no INT_TEXTS value is a valid --epochs, --batch, --layers, --heads or --max-len,
+    # train mf and train sasrec: 200 ratings; a value that is valid here trains in well under
+    # a second (no INT_TEXTS value is a valid --epochs, --batch, --layers, --heads or --max-len,
     # so none of the hostile values runs long; --dim 0 is mf's biases-only model).
     rec_train = {
-        "mf": qkv("train", "recommender", "--data", "{ratings}", "--model", "mf", "--epochs",
-                  "1", "--dim", "4", "--quiet", "--out", "{tmp}/rec-{case}"),
-        "sasrec": qkv("train", "recommender", "--data", "{ratings}", "--model", "sasrec",
-                      "--epochs", "1", "--dim", "8", "--heads", "2", "--max-len", "10",
-                      "--eval-every", "1", "--quiet", "--out", "{tmp}/rec-{case}")}
-    common = (("--epochs", 1, 100000, False), ("--dim", 0, 4096, False),
-              ("--batch", 1, 65536, False), ("--lr", 1e-7, 1, True),
-              ("--seed", 0, 2**64 - 1, False))
-    only = {"mf": (("--l2", 0, 100, True),),
-            "sasrec": (("--layers", 1, 64, False), ("--heads", 1, 256, False),
-                       ("--max-len", 1, 4096, False), ("--eval-every", 0, 10**8, False))}
+        "mf": qkv("train", "mf", "--data", "{ratings}", "--epochs", "1", "--dim", "4", "--quiet",
+                  "--out", "{tmp}/rec-{case}"),
+        "sasrec": qkv("train", "sasrec", "--data", "{ratings}", "--epochs", "1", "--dim", "8",
+                      "--heads", "2", "--max-len", "10", "--eval-every", "1", "--quiet",
+                      "--out", "{tmp}/rec-{case}")}
+    common = (("--epochs", 1, 100000, False), ("--batch", 1, 65536, False),
+              ("--lr", 1e-7, 1, True), ("--seed", 0, 2**64 - 1, False),
+              ("--patience", 0, 10**8, False), ("--checkpoint-every", 0, 10**8, False),
+              ("--stop-at", 0, 10**8, False))
+    only = {"mf": (("--dim", 0, 4096, False), ("--l2", 0, 100, True)),
+            "sasrec": (("--dim", 1, 4096, False), ("--layers", 1, 64, False),
+                       ("--heads", 1, 256, False), ("--max-len", 1, 4096, False),
+                       ("--eval-every", 1, 100000, False), ("--weight-decay", 0, 1e308, True))}
     for model, base in rec_train.items():
         for option, lo, hi, is_float in common + only[model]:
             expect = _in_range(lo, hi, is_float)
-            if model == "sasrec" and option == "--dim":  # sasrec needs a width >= 1
-                expect = lambda t, e=expect: "usage" if t == "0" else e(t)
-            cases += _value_cases(f"train recommender {model}", _without(base, option), option,
+            if model == "sasrec" and option in ("--dim", "--heads"):  # --heads must divide --dim 8
+                expect = lambda t, e=expect, o=option: (
+                    "usage" if e(t) == "usage" or (8 % int(t) if o == "--heads" else int(t) % 2) else e(t))
+            cases += _value_cases(f"train {model}", _without(base, option), option,
                                   FLOAT_TEXTS if is_float else INT_TEXTS, expect)
+        # --model is no option now (one subcommand per model): whatever its value, an unknown
+        # option; so is an option of the other model, of vision or of lm.
+        cases += _value_cases(f"train {model}", base, "--model", TEXTS, "usage")
+        for option, value in ({"mf": "--max-len", "sasrec": "--l2"}[model], "1"), ("--patch-size", "7"), \
+                             ("--steps", "1"), ("--text", "{lm_text}"):
+            cases.append(Case(f"train {model} {option} of another task", base + [option, value],
+                              expect="usage", names=f"unknown option {option}"))
+    # The old spellings: a usage error naming the new subcommand, whatever --model says.
+    for model in ("mf", "sasrec"):
+        cases.append(Case(f"train recommender --model {model}",
+                          qkv("train", "recommender", "--data", "{ratings}", "--model", model,
+                              "--epochs", "1", "--out", "{tmp}/rec-{case}"),
+                          expect="usage", names=f"is now 'qkv train {model}'"))
+    cases.append(Case("train recommender without --model",
+                      qkv("train", "recommender", "--data", "{ratings}", "--out", "{tmp}/rec-{case}"),
+                      expect="usage", names="is now 'qkv train mf'"))
+    cases += _value_cases("train recommender", qkv("train", "recommender", "--data", "{ratings}"), "--model",
+                          TEXTS, "usage", names=False)
     rec = rec_train["mf"]
     # Whatever --data names that is not a ratings CSV (or a directory holding one) is refused.
-    for label, path in READ_PATHS.items():
-        cases.append(Case(f"train recommender --data {label}",
-                          _without(rec, "--data") + ["--data", path], expect="error"))
+    for model, base in rec_train.items():
+        for label, path in READ_PATHS.items():
+            cases.append(Case(f"train {model} --data {label}",
+                              _without(base, "--data") + ["--data", path], expect="error"))
     for name in ("rating_6", "rating_nan", "rating_empty", "user_huge", "repeated",
                  "unclosed_quote", "extra_field", "no_timestamp", "title_differs",
                  "header_only"):
-        cases.append(Case(f"train recommender --data ratings {name}",
+        cases.append(Case(f"train mf --data ratings {name}",
                           _without(rec, "--data") + ["--data", "{ratings_" + name + "}"],
                           expect="failure"))
     # One rating in all: a model with nothing to validate or test on, or a refusal.
     for model, base in rec_train.items():
-        cases.append(Case(f"train recommender {model} --data one rating",
+        cases.append(Case(f"train {model} --data one rating",
                           _without(base, "--data") + ["--data", "{ratings_one_rating}"],
                           expect="any"))
-    cases.append(Case("train recommender --data a directory with ratings.csv",
-                      _without(rec, "--data") + ["--data", "{ratings_dir}"], expect="ok"))
-    cases += _value_cases("train recommender", _without(rec, "--model"), "--model", TEXTS,
-                          "usage")
+        cases.append(Case(f"train {model} --data a directory with ratings.csv",
+                          _without(base, "--data") + ["--data", "{ratings_dir}"], expect="ok"))
+        cases.append(Case(f"train {model} without --data", _without(base, "--data"),
+                          expect="usage", names="--data is required"))
     # --out is a directory to create ("missing parent" is left out: creating {missing}
     # would change what the other cases' "missing" paths test; a new one of its own is made).
-    cases += _value_cases("train recommender", _without(rec, "--out"), "--out",
+    cases += _value_cases("train mf", _without(rec, "--out"), "--out",
                           {k: v for k, v in WRITE_PATHS.items()
                            if k not in ("directory", "missing parent")},
                           lambda t: "error" if t == "" else "any")
-    cases.append(Case("train recommender --out new parents",
+    cases.append(Case("train mf --out new parents",
                       _without(rec, "--out") + ["--out", "{tmp}/rec-{case}/x/y"], expect="ok"))
     # recommend: --user is a userId of the model (1 to 20 here), --top a count in [1, 100000].
     user = qkv("recommend", "--model", "{rec_mf}", "--user", "1")
@@ -707,25 +730,54 @@ def _generated():
               "point_patch_even", "point_patch_huge", "point_patch_absent"):
         cases.append(Case(f"classify damaged {d}", _without(point, "--model") + ["--model", "{" + d + "}"],
                           expect="failure"))
-    # train vision: --data names a Fashion-MNIST directory; anything else is refused.
-    vision = qkv("train", "vision", "--data", "{vit_data}", "--epochs", "1", "--dim", "8", "--layers", "1",
+    # train vit and train point: --data names a Fashion-MNIST directory; anything else is refused.
+    vision = qkv("train", "vit", "--data", "{vit_data}", "--epochs", "1", "--dim", "8", "--layers", "1",
                  "--heads", "2", "--mlp-dim", "8", "--patch-size", "7", "--quiet", "--out", "{tmp}/vit-{case}")
-    cases.append(Case("train vision ok", vision, expect="ok"))
-    for label, path in READ_PATHS.items():
-        cases.append(Case(f"train vision --data {label}", _without(vision, "--data") + ["--data", path],
-                          expect="error"))
-    cases += _value_cases("train vision", _without(vision, "--model"), "--model", TEXTS, "usage")
-    cases += _value_cases("train vision", _without(vision, "--patch-size"), "--patch-size", INT_TEXTS,
-                          lambda t: "usage" if _in_range(1, 28)(t) == "usage" or 28 % int(t) else "any")
-    point_train = qkv("train", "vision", "--model", "point", "--data", "{vit_data}", "--dim", "8", "--layers", "1",
+    point_train = qkv("train", "point", "--data", "{vit_data}", "--dim", "8", "--layers", "1",
                       "--neighbors", "1", "--points", "16", "--epochs", "1", "--quiet", "--out", "{tmp}/point-{case}")
-    cases.append(Case("train vision point ok", point_train, expect="ok"))
+    cases.append(Case("train vit ok", vision, expect="ok"))
+    cases.append(Case("train point ok", point_train, expect="ok"))
+    for model, base in (("vit", vision), ("point", point_train)):
+        for label, path in READ_PATHS.items():
+            cases.append(Case(f"train {model} --data {label}", _without(base, "--data") + ["--data", path],
+                              expect="error"))
+        cases.append(Case(f"train {model} without --data", _without(base, "--data"),
+                          expect="usage", names="--data is required"))
+        # --model is no option now (one subcommand per model): an unknown option, whatever
+        # its value; so is an option of the other model or of another task.
+        cases += _value_cases(f"train {model}", base, "--model", TEXTS, "usage")
+        for option, value in ({"vit": "--points", "point": "--mlp-dim"}[model], "8"), ("--steps", "1"), \
+                             ({"vit": "--neighbors", "point": "--shifted-patches"}[model], None), ("--l2", "0.1"):
+            cases.append(Case(f"train {model} {option} of another task",
+                              base + [option] + ([value] if value else []),
+                              expect="usage", names=f"unknown option {option}"))
+        for option, lo, hi, is_float in (("--epochs", 1, 100000, False), ("--batch", 1, 65536, False),
+                                         ("--lr", 1e-7, 1, True), ("--label-smoothing", 0, 0.999999, True),
+                                         ("--train-limit", 0, 1000000, False), ("--patience", 0, 10**8, False)):
+            cases += _value_cases(f"train {model}", _without(base, option), option,
+                                  FLOAT_TEXTS if is_float else INT_TEXTS, _in_range(lo, hi, is_float))
+    cases += _value_cases("train vit", _without(vision, "--patch-size"), "--patch-size", INT_TEXTS,
+                          lambda t: "usage" if _in_range(1, 28)(t) == "usage" or 28 % int(t) else "any")
+    cases += _value_cases("train vit", vision, "--positions", TEXTS, "usage")
+    for option in ("--erase", "--patch-dropout"):
+        cases += _value_cases("train vit", vision, option, FLOAT_TEXTS,
+                              _in_range(0, 1 if option == "--erase" else 0.999999, True))
     for option in ("--points", "--neighbors"):
-        cases += _value_cases("train vision point", _without(point_train, option), option, INT_TEXTS,
+        cases += _value_cases("train point", _without(point_train, option), option, INT_TEXTS,
                               _in_range(1, 16 if option == "--neighbors" else 4096))
     for side in ("4", "17"):  # even, or past the largest window
-        cases.append(Case(f"train vision point --patch-size {side}", point_train + ["--patch-size", side],
+        cases.append(Case(f"train point --patch-size {side}", point_train + ["--patch-size", side],
                           expect="usage", names="--patch-size"))
+    # The old spelling: a usage error naming the new subcommand.
+    for model in ("vit", "point"):
+        cases.append(Case(f"train vision --model {model}",
+                          qkv("train", "vision", "--data", "{vit_data}", "--model", model, "--out", "{tmp}/vit-{case}"),
+                          expect="usage", names=f"is now 'qkv train {model}'"))
+    cases.append(Case("train vision without --model",
+                      qkv("train", "vision", "--data", "{vit_data}", "--out", "{tmp}/vit-{case}"),
+                      expect="usage", names="is now 'qkv train vit'"))
+    cases += _value_cases("train vision", qkv("train", "vision", "--data", "{vit_data}"), "--model",
+                          TEXTS, "usage", names=False)
     # train: a value that is valid here still runs one step only (--stop-at 1).
     train = qkv("train", "dates", "--batch", "2", "--eval-size", "2", "--steps", "2",
                 "--stop-at", "1", "--quiet", "--out", "{tmp}/out-{case}")
@@ -735,13 +787,23 @@ def _generated():
                                      ("--label-smoothing", 0, 0.999999, True),
                                      ("--seed", 0, 2**64 - 1, False),
                                      ("--checkpoint-every", 0, 10**8, False),
-                                     ("--stop-at", 1, 10**8, False),
+                                     ("--stop-at", 0, 10**8, False),
                                      ("--eval-size", 1, 14000, False)):
         cases += _value_cases("train", _without(train, option), option,
                               FLOAT_TEXTS if is_float else INT_TEXTS, _in_range(lo, hi, is_float))
     for label, text in TEXTS.items():
         cases.append(Case(f"train task {label}", qkv("train", text, "--steps", "1"),
                           expect="usage"))
+    cases.append(Case("train no task", qkv("train"), expect="usage",
+                      names="qkv train dates, tokenizer, lm, mf, sasrec, vit or point"))
+    cases.append(Case("train task foo", qkv("train", "foo"), expect="usage",
+                      names="the tasks are dates, tokenizer, lm, mf, sasrec, vit and point"))
+    for task in ("dates", "tokenizer", "lm", "mf", "sasrec", "vit", "point"):
+        cases.append(Case(f"train {task} --help", qkv("train", task, "--help"), expect="ok",
+                          stdout_re=rf"^[^\n]*\nUsage: qkv train {task} \[OPTIONS\]\n"))
+    # An option of another task is an unknown option of this one.
+    cases.append(Case("train dates --text of another task", qkv("train", "dates", "--text", "{lm_text}"),
+                      expect="usage", names="unknown option --text"))
     # --out is a directory to create: "" is refused, most of these paths fail, a few work.
     # Not "missing parent": creating {missing}/x/y would make {missing} exist for every case
     # after it (the fixtures are shared); a fresh nested path stands in for it.
@@ -864,7 +926,7 @@ def _rows():
              no_stderr=r"\[0, 2\^31\), got 2147483647", row=7),
         # 8: a number that is not one names its own option.
         Case("row 8 train --lr nan", qkv("train", "dates", "--lr", "nan"), expect="usage", row=8,
-             stderr=r"^qkv train: --lr: must be a finite number in \[1e-07, 1\], got 'nan'"),
+             stderr=r"^qkv train dates: --lr: must be a finite number in \[1e-07, 1\], got 'nan'"),
         Case("row 8 train --label-smoothing nan",
              qkv("train", "dates", "--label-smoothing", "nan"), expect="usage",
              names="--label-smoothing", row=8),
@@ -875,8 +937,8 @@ def _rows():
         Case("row 10 train --steps 10^9", qkv("train", "dates", "--steps", "1000000000"),
              expect="usage", row=10,
              stderr=r"--steps: must be an integer in \[1, 100000000\], got '1000000000'"),
-        Case("row 10 train --help states the limit", qkv("train", "--help"), expect="ok",
-             stdout_re=r"--steps INT:in \[1, 100000000\]", row=10),
+        Case("row 10 train --help states the limit", qkv("train", "dates", "--help"), expect="ok",
+             stdout_re=r"--steps INT=1500 .*\(an integer in \[1, 100000000\]\)", row=10),
         Case("row 10 bench --repeats 2^31",
              qkv("bench", "--batch", "1", "--heads", "1", "--seq", "1", "--dim", "1",
                  "--repeats", "2147483648"),

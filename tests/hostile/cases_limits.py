@@ -77,9 +77,9 @@ def cases():
     # does not grow with the users (2 M users made 23.7 MiB, over the 16 MiB that loading a
     # config allows: a model exit 0 that recommend refused). The model loads and recommends
     # for the last user.
-    c.append(Case("row 11 train recommender of 60000 users: config.json stays small",
+    c.append(Case("row 11 train mf of 60000 users: config.json stays small",
                   ["set -e; d={tmp}/limits_rec_60000; rm -rf $d; "
-                   "{qkv} train recommender --data {ratings_60000_users} --model mf --epochs 1 "
+                   "{qkv} train mf --data {ratings_60000_users} --epochs 1 "
                    "--dim 0 --quiet --out $d >/dev/null; "
                    "size=$(stat -c %s $d/config.json); "
                    "[ $size -lt 16384 ] || { echo \"config.json is $size bytes\" >&2; exit 98; }; "
@@ -90,8 +90,8 @@ def cases():
 
     # Row 12: std::bad_alloc never reaches the user as "qkv: error: std::bad_alloc": the
     # message says the command ran out of memory.
-    c.append(Case("row 12 train recommender of 300000 users under a 300 MB address space",
-                  qkv("train", "recommender", "--data", "{ratings_many_users}", "--model", "mf",
+    c.append(Case("row 12 train mf of 300000 users under a 300 MB address space",
+                  qkv("train", "mf", "--data", "{ratings_many_users}",
                       "--epochs", "1", "--quiet", "--out", "{tmp}/limits_rec_out"),
                   expect="failure", stderr=r"out of memory", no_stderr=r"error: std::bad_alloc\s*$",
                   memory=300_000_000, row=12, issue=48, seconds=30))

@@ -29,7 +29,7 @@ def fixtures(tmp, fx):
     with open(fx["ratings_twins"], "w", encoding="utf-8") as f:
         f.write(header + "".join(lines))
     fx["rec_twins"] = os.path.join(tmp, "rec_twins")
-    subprocess.run([fx["qkv"], "train", "recommender", "--data", fx["ratings_twins"], "--model", "mf",
+    subprocess.run([fx["qkv"], "train", "mf", "--data", fx["ratings_twins"],
                     "--epochs", "1", "--dim", "4", "--quiet", "--out", fx["rec_twins"]],
                    check=True, stdout=subprocess.DEVNULL, env=env)
     fx["ratings_5p"] = os.path.join(tmp, "ratings_5p.csv")
@@ -171,8 +171,8 @@ def cases():
 
     # Row 21: the value as given in messages; no control character of data or paths reaches
     # the terminal in normal output.
-    out.append(Case("row 21 train recommender rating 5.0000001 shown as given",
-                    qkv("train", "recommender", "--data", "{ratings_5p}", "--model", "mf", "--epochs", "1",
+    out.append(Case("row 21 train mf rating 5.0000001 shown as given",
+                    qkv("train", "mf", "--data", "{ratings_5p}", "--epochs", "1",
                         "--quiet", "--out", "{tmp}/rec_5p"),
                     expect="failure", stderr=r"line 5: rating 5\.0000001 is outside \[0\.5, 5\]",
                     row=21, issue=48))

@@ -64,8 +64,8 @@ def check(case, status, out, err):
             problems.append("no message on stderr")
         elif ours and status == 1 and not any(x.startswith("qkv: error: ") for x in lines):
             problems.append("no line of stderr starts 'qkv: error: '")
-        elif ours and status == 2 and not any(re.match(r"qkv( [a-z]+)?: ", x) for x in lines):
-            problems.append("no line of stderr starts 'qkv <command>: '")
+        elif ours and status == 2 and not any(re.match(r"qkv( [a-z]+){0,2}: ", x) for x in lines):
+            problems.append("no line of stderr starts 'qkv <command> [<subcommand>]: '")
     want = case.expect
     if want == "usage":
         if status != 2:
