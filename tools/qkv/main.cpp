@@ -277,8 +277,8 @@ int run(int argc, char** argv) {
   run_cmd->add_option("--token", ro.token,
                       "List, for every layer and head (and group), the keys this token attends to "
                       "most: a token of the input, or a word matching a token without its marks "
-                      "(GPT-2's Ġ, WordPiece's ##, SentencePiece's ▁); T@N picks its N-th occurrence "
-                      "(from 1; default the first)");
+                      "(GPT-2's Ġ, WordPiece's ##, SentencePiece's ▁), an exact match first; T@N picks "
+                      "the N-th token (from 1) that is T or T without its marks");
   run_cmd->add_option("--top", ro.top, "Keys listed per head by --token (those of weight > 0)")
       ->capture_default_str()
       ->check(integer_in(1, 1 << 20));

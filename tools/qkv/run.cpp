@@ -186,31 +186,37 @@ std::string without_marks(std::string t) {
   return t;
 }
 
-// The positions in `tokens` that --token's name matches: exactly first, else without marks.
-std::vector<std::int64_t> matches(const std::vector<std::string>& tokens, const std::string& name) {
-  std::vector<std::int64_t> exact, loose;
+// The positions in `tokens` that --token's name matches. every = false: the exact matches,
+// else (none) those without marks; every = true (T@N): both, in order, so that "the@2"
+// is the second "the" of "the cat and the dog" (GPT-2: "the", then "Ġthe").
+std::vector<std::int64_t> matches(const std::vector<std::string>& tokens, const std::string& name,
+                                  bool every = false) {
+  std::vector<std::int64_t> exact, loose, both;
   for (std::size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] == name) exact.push_back(static_cast<std::int64_t>(i));
-    else if (without_marks(tokens[i]) == name) loose.push_back(static_cast<std::int64_t>(i));
+    const bool is = tokens[i] == name, like = without_marks(tokens[i]) == name;
+    if (is) exact.push_back(static_cast<std::int64_t>(i));
+    else if (like) loose.push_back(static_cast<std::int64_t>(i));
+    if (is || like) both.push_back(static_cast<std::int64_t>(i));
   }
+  if (every) return both;
   return exact.empty() ? loose : exact;
 }
 
-// --token T or T@N (N-th occurrence from 1): the name and occurrence. T@N is read as such
-// only when "T@N" itself is no token of the input.
+// --token T or T@N (N-th occurrence from 1): the name and occurrence (0: T without @N).
+// T@N is read as such only when "T@N" itself is no token of the input.
 struct TokenChoice {
   std::string name;
-  std::int64_t occurrence = 1;
+  std::int64_t occurrence = 0;
 };
 
 TokenChoice parse_token(const std::string& token, const models::ModelAttention& a) {
   const std::size_t at = token.rfind('@');
-  if (at == std::string::npos || at == 0 || at + 1 == token.size()) return {token, 1};
+  if (at == std::string::npos || at == 0 || at + 1 == token.size()) return {token, 0};
   for (const auto& g : a.view.groups)
-    if (!matches(g.query_tokens, token).empty()) return {token, 1};
+    if (!matches(g.query_tokens, token).empty()) return {token, 0};
   std::int64_t n = 0;
   for (std::size_t i = at + 1; i < token.size(); ++i) {
-    if (token[i] < '0' || token[i] > '9' || n > (1 << 20)) return {token, 1};
+    if (token[i] < '0' || token[i] > '9' || n > (1 << 20)) return {token, 0};
     n = n * 10 + (token[i] - '0');
   }
   if (n < 1) throw UsageError("--token", "T@N counts occurrences from 1, got " + quote_value(token));
@@ -228,9 +234,10 @@ std::string token_list(const std::vector<std::string>& tokens) {
 
 // One group's query position for the choice, or -1 when the token is not among its queries.
 std::int64_t query_position(const viz::AttentionGroup& g, const TokenChoice& c) {
-  const std::vector<std::int64_t> m = matches(g.query_tokens, c.name);
-  if (static_cast<std::int64_t>(m.size()) < c.occurrence) return -1;
-  return m[static_cast<std::size_t>(c.occurrence - 1)];
+  const std::vector<std::int64_t> m = matches(g.query_tokens, c.name, c.occurrence > 0);
+  const std::int64_t n = std::max<std::int64_t>(c.occurrence, 1);
+  if (static_cast<std::int64_t>(m.size()) < n) return -1;
+  return m[static_cast<std::size_t>(n - 1)];
 }
 
 struct Key {
@@ -271,7 +278,7 @@ int show_token(const RunOptions& o, const models::Model& model, const models::Mo
   for (const auto& g : a.view.groups) found = found || query_position(g, choice) >= 0;
   if (!found) {
     std::string message = quote_value(o.token) + " is not a token of the input";
-    if (choice.occurrence > 1) message = quote_value(choice.name) + " does not occur " +
+    if (choice.occurrence > 0) message = quote_value(choice.name) + " does not occur " +
                                          std::to_string(choice.occurrence) + " times in the input";
     message += "; its tokens: " + token_list(a.tokens);
     for (const auto& g : a.view.groups)
