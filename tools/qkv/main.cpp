@@ -155,7 +155,7 @@ int usage_error(const CLI::App& app, const std::string& message) {
 
 // Options that name a file or directory. Given as "", each would read as not given (no
 // page written, the embedded model), so "" is refused instead.
-const std::vector<std::string> kPathOptions = {"--model", "--file", "--output", "--html", "--svg",
+const std::vector<std::string> kPathOptions = {"--model", "--file", "--output", "--html", "--svg", "--image",
                                                "--out", "--corpus", "--index",
                                                "--heldout", "--tokenizer", "--data-dir", "--predict",
                                                "--images", "--labels"};
