@@ -7,7 +7,7 @@
 #   QKV_APPS_UNIT_TESTS      GoogleTest sources (tests/)
 # An application includes the library's headers and its own ("dates/dates.h"), never another
 # application's; tests/layers/check_layers.py holds every file to that.
-set(QKV_APPS_SOURCES)
+set(QKV_APPS_SOURCES apps/model_types.cpp)  # every application's model types, registered
 set(QKV_APPS_LIBRARIES)
 set(QKV_APPS_CLI_SOURCES)
 set(QKV_APPS_PYTHON_SOURCES)

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "interruptible.h"
+#include "model_types.h"
 #include "qkv/qkv.h"
 
 namespace py = pybind11;
@@ -349,6 +350,7 @@ PYBIND11_MODULE(_qkv, m) {
     if (bytes) qkv::set_memory_limit(*bytes); else qkv::reset_memory_limit();
   }, py::arg("nbytes"));
   m.def("_default_memory_limit", &qkv::default_memory_limit);
+  qkv::apps::register_model_types();  // the registry's application types (qkv.load_model)
   register_nn(m);
   register_models(m);
   register_train(m);

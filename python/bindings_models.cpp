@@ -25,6 +25,7 @@
 #include "qkv/bert.h"
 #include "qkv/error.h"
 #include "qkv/gpt2.h"
+#include "qkv/model_registry.h"
 #include "qkv/tokenizer.h"
 #include "qkv/use_lite.h"
 
@@ -155,6 +156,13 @@ void plan_use_lite_embed(const models::UseLiteModel& model, std::int64_t sentenc
 }  // namespace
 
 void register_models(py::module_& m) {
+  // ---- The model registry (qkv/model_registry.h): the types qkv.load_model accepts are
+  // the C++ registry's, so Python and `qkv run` cannot disagree about them.
+  m.def("_model_types", [] { return models::model_types(); },
+        "The registered model types (config.json's model_type), sorted.");
+  m.def("_model_type", [](const std::string& dir) { return models::model_type_of(dir); }, py::arg("dir"),
+        "config.json's model_type in dir; qkv::Error (ValueError) for a type the registry does not know, "
+        "listing those it does.");
   // ---- BERT -------------------------------------------------------------------------
   py::class_<models::BertModel, std::shared_ptr<models::BertModel>>(
       m, "_BertModel", "qkv::models::BertModel (use qkv.load_model / qkv.BertModel).")
@@ -235,6 +243,24 @@ void register_models(py::module_& m) {
                 [&] { return model.forward_full(ids); });
           },
           py::arg("ids"), "(L, V) logits of every position, as a _Tensor. Releases the GIL.")
+      .def(
+          "forward_full_attentions",
+          [](const models::Gpt2Model& model, const std::vector<std::int64_t>& ids) {
+            std::vector<qkv::Tensor> attentions;  // n_layer × (1, H, L, L)
+            qkv::Tensor logits;
+            {
+              py::gil_scoped_release release;
+              logits = naming_allocations("GPT2Model forward of " + std::to_string(ids.size()) + " ids",
+                                          [&] { return model.forward_full(ids, &attentions); });
+            }
+            py::list layers;
+            for (const qkv::Tensor& a : attentions) layers.append(py::cast(a));
+            return py::make_tuple(logits, layers);
+          },
+          py::arg("ids"),
+          "((L, V) logits, per layer the causal self-attention probabilities (1, H, L, L)), as "
+          "_Tensors: forward_full with its attentions (what qkv generate --html and qkv run show). "
+          "Releases the GIL.")
       .def(
           "generate",
           [](const models::Gpt2Model& model, const std::vector<std::int64_t>& prompt, const py::dict& options,

@@ -21,70 +21,9 @@
 namespace qkv::cli {
 namespace {
 
-// The display tokens of ids (the space as "␣", so a label is never blank).
-std::vector<std::string> tokens_of(const std::vector<std::int64_t>& ids) {
-  const dates::Vocabulary& vocab = dates::Vocabulary::dates();
-  std::vector<std::string> out;
-  for (auto id : ids) {
-    const std::string t = vocab.token(id);
-    out.push_back(t == " " ? "␣" : t);
-  }
-  return out;
-}
-
-// One input's attention: the batch of one source and the decoded target, run once more
-// with teacher forcing so every probability is the one behind each output character.
-struct Explained {
-  std::vector<std::string> source_tokens;  // S
-  std::vector<std::string> target_in;      // T: <s> + output characters
-  std::vector<std::string> target_out;     // T: output characters + </s>
-  models::Seq2SeqAttention attention;
-};
-
-Explained explain(const models::Seq2Seq& model, const std::string& input, const std::string& output) {
-  const dates::Vocabulary& vocab = dates::Vocabulary::dates();
-  Explained e;
-  models::Seq2SeqBatch b;
-  b.batch = 1;
-  b.src = vocab.encode(input);
-  b.src_len = static_cast<std::int64_t>(b.src.size());
-  b.src_lengths = {b.src_len};
-  std::vector<std::int64_t> out_ids = vocab.encode(output);
-  b.tgt_in = {dates::Vocabulary::bos};
-  b.tgt_in.insert(b.tgt_in.end(), out_ids.begin(), out_ids.end());
-  b.tgt_len = static_cast<std::int64_t>(b.tgt_in.size());
-  std::vector<std::int64_t> target_out = out_ids;
-  target_out.push_back(dates::Vocabulary::eos);
-  model.forward(b, &e.attention);
-  e.source_tokens = tokens_of(b.src);
-  e.target_in = tokens_of(b.tgt_in);
-  e.target_out = tokens_of(target_out);
-  return e;
-}
-
-// (1, H, Lq, Lk) -> (H, Lq, Lk)
-std::vector<Tensor> drop_batch(const std::vector<Tensor>& layers) {
-  std::vector<Tensor> out;
-  for (const auto& t : layers) out.push_back(t.select(0, 0));
-  return out;
-}
-
-viz::AttentionView view_of(const Explained& e, const std::string& input, const std::string& output,
-                           const std::string& title) {
-  viz::AttentionView v;
-  v.title = title;
-  v.subtitle = input + "  →  " + output;
-  v.groups.push_back({"encoder self-attention", e.source_tokens, e.source_tokens,
-                      drop_batch(e.attention.encoder_self)});
-  v.groups.push_back({"decoder masked self-attention", e.target_in, e.target_in,
-                      drop_batch(e.attention.decoder_self)});
-  v.groups.push_back({"cross-attention", e.target_in, e.source_tokens, drop_batch(e.attention.cross)});
-  return v;
-}
-
 // The cross-attention of one layer, one head or the mean over heads, as a Matrix
 // (output characters × input characters).
-Matrix cross_matrix(const Explained& e, std::int64_t layer, std::int64_t head) {
+Matrix cross_matrix(const models::DateAttention& e, std::int64_t layer, std::int64_t head) {
   const Tensor& p = e.attention.cross[static_cast<std::size_t>(layer)];  // (1, H, T, S)
   const std::int64_t H = p.size(1), T = p.size(2), S = p.size(3);
   Matrix m(T, S);
@@ -197,7 +136,7 @@ int run_translate(const TranslateOptions& o, std::ostream& out) {
       if (o.json) out << json_line(input, t, o.raw) << '\n';
       else if (!o.show && shown) out << t.output << (t.ok() ? "" : "  (guess, refused)") << '\n';
       if (!o.show || !shown) continue;
-      const Explained e = explain(model, input, t.output);
+      const models::DateAttention e = models::date_attention(model, input, t.output);
       out << (inputs ? "\n" : "") << input << "  →  " << t.output
           << (t.ok() ? "" : "  (guess, refused)") << '\n';
       out << "cross-attention, decoder layer " << layer << " (of 0-" << layers - 1 << "), "
@@ -222,8 +161,8 @@ int run_translate(const TranslateOptions& o, std::ostream& out) {
               << " was refused (--raw shows the model's guess)\n";
   } else if (pages) {
     const std::string output = t.output + (t.ok() ? "" : " (guess, refused)");
-    const Explained e = explain(model, first->text, t.output);
-    const viz::AttentionView v = view_of(e, first->text, output, title);
+    const models::DateAttention e = models::date_attention(model, first->text, t.output);
+    const viz::AttentionView v = models::date_attention_view(e, first->text, output, title);
     if (!o.html.empty()) {
       viz::write_file(o.html, viz::render_html(v));
       (o.json ? std::cerr : out) << "wrote " << printable(o.html) << " (every layer and head of \""

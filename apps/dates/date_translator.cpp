@@ -294,4 +294,60 @@ double evaluate_dates(const Seq2Seq& model, const std::vector<dates::Pair>& pair
   return static_cast<double>(correct) / static_cast<double>(pairs.size());
 }
 
+namespace {
+
+// The display tokens of ids (the space as "␣", so a label is never blank).
+std::vector<std::string> display_tokens(const std::vector<std::int64_t>& ids) {
+  const dates::Vocabulary& vocab = dates::Vocabulary::dates();
+  std::vector<std::string> out;
+  for (auto id : ids) {
+    const std::string t = vocab.token(id);
+    out.push_back(t == " " ? "␣" : t);
+  }
+  return out;
+}
+
+// (1, H, Lq, Lk) -> (H, Lq, Lk)
+std::vector<Tensor> drop_batch(const std::vector<Tensor>& layers) {
+  std::vector<Tensor> out;
+  for (const auto& t : layers) out.push_back(t.select(0, 0));
+  return out;
+}
+
+}  // namespace
+
+DateAttention date_attention(const Seq2Seq& model, const std::string& input, const std::string& output) {
+  const dates::Vocabulary& vocab = dates::Vocabulary::dates();
+  DateAttention e;
+  Seq2SeqBatch b;
+  b.batch = 1;
+  b.src = vocab.encode(input);
+  b.src_len = static_cast<std::int64_t>(b.src.size());
+  b.src_lengths = {b.src_len};
+  std::vector<std::int64_t> out_ids = vocab.encode(output);
+  b.tgt_in = {dates::Vocabulary::bos};
+  b.tgt_in.insert(b.tgt_in.end(), out_ids.begin(), out_ids.end());
+  b.tgt_len = static_cast<std::int64_t>(b.tgt_in.size());
+  std::vector<std::int64_t> target_out = out_ids;
+  target_out.push_back(dates::Vocabulary::eos);
+  model.forward(b, &e.attention);
+  e.source_tokens = display_tokens(b.src);
+  e.target_in = display_tokens(b.tgt_in);
+  e.target_out = display_tokens(target_out);
+  return e;
+}
+
+viz::AttentionView date_attention_view(const DateAttention& e, const std::string& input,
+                                       const std::string& output, const std::string& title) {
+  viz::AttentionView v;
+  v.title = title;
+  v.subtitle = input + "  →  " + output;
+  v.groups.push_back({"encoder self-attention", e.source_tokens, e.source_tokens,
+                      drop_batch(e.attention.encoder_self)});
+  v.groups.push_back({"decoder masked self-attention", e.target_in, e.target_in,
+                      drop_batch(e.attention.decoder_self)});
+  v.groups.push_back({"cross-attention", e.target_in, e.source_tokens, drop_batch(e.attention.cross)});
+  return v;
+}
+
 }  // namespace qkv::models

@@ -35,6 +35,7 @@
 #include "qkv/rng.h"
 #include "qkv/seq2seq.h"
 #include "qkv/trainer.h"
+#include "qkv/viz.h"
 
 namespace qkv::dates {
 
@@ -239,8 +240,29 @@ struct DateTranslation {
 std::vector<DateTranslation> translate_dates_checked(const Seq2Seq& model,
                                                      const std::vector<std::string>& inputs);
 
+// One input's attention: the source and a target (the model's answer), run once more with
+// teacher forcing so every probability is the one behind each output character. Tokens are
+// display tokens (the space as "␣", so a label is never blank).
+struct DateAttention {
+  std::vector<std::string> source_tokens;  // S: the input's characters
+  std::vector<std::string> target_in;      // T: <s> + output characters (the decoder's queries)
+  std::vector<std::string> target_out;     // T: output characters + </s> (what each query predicts)
+  Seq2SeqAttention attention;              // (1, H, Lq, Lk) per layer
+};
+DateAttention date_attention(const Seq2Seq& model, const std::string& input, const std::string& output);
+// Its three groups for qkv::viz: encoder self-attention, decoder masked self-attention and
+// cross-attention, every layer (H, Lq, Lk); subtitle "input  →  output".
+viz::AttentionView date_attention_view(const DateAttention& attention, const std::string& input,
+                                       const std::string& output, const std::string& title);
+
 // Exact-match accuracy of translate_dates on pairs; `outputs` receives the translations.
 double evaluate_dates(const Seq2Seq& model, const std::vector<dates::Pair>& pairs,
                       std::vector<std::string>* outputs = nullptr);
 
 }  // namespace qkv::models
+
+namespace qkv::dates {
+// Registers "qkv-seq2seq" (apps/dates/model_type.cpp) in the model registry; called by
+// qkv::apps::register_model_types().
+void register_date_model_type();
+}  // namespace qkv::dates

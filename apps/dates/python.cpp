@@ -36,4 +36,20 @@ void register_dates(py::module_& m) {
     return out;
   });
   m.def("_embedded_date_model", [] { return models::embedded_date_model(); });
+  // One date's attention with the model's answer (models::date_attention, what qkv run and
+  // qkv translate --html show): (answer, problem, source tokens, target tokens (<s> +
+  // answer), encoder self, decoder self, cross), each a list of per-layer (1, H, Lq, Lk).
+  m.def("_date_attention", [](const models::Seq2Seq& s, const std::string& text) {
+    const models::DateTranslation t = models::translate_dates_checked(s, {text}).front();
+    if (t.output.empty()) throw qkv::Error(t.problem);
+    const models::DateAttention e = models::date_attention(s, text, t.output);
+    const auto layers = [](const std::vector<qkv::Tensor>& v) {
+      py::list out;
+      for (const qkv::Tensor& a : v) out.append(qkv_python::to_numpy(a));
+      return out;
+    };
+    return py::make_tuple(t.output, t.problem, e.source_tokens, e.target_in,
+                          layers(e.attention.encoder_self), layers(e.attention.decoder_self),
+                          layers(e.attention.cross));
+  });
 }

@@ -168,12 +168,7 @@ int run_recommend(const RecommendOptions& o, std::ostream& out) {
   std::optional<recommender::HistoryAttention> attention;
   if (o.show || !o.html.empty()) attention = r.attention(user);
   if (!o.html.empty()) {
-    viz::AttentionGroup group;
-    group.name = "SASRec self-attention over user " + std::to_string(o.user) + "'s history";
-    for (const std::int64_t m : attention->history)
-      group.query_tokens.push_back(recommender::movie_label(r.movies()[static_cast<std::size_t>(m)]));
-    group.key_tokens = group.query_tokens;
-    group.layers = attention->layers;
+    viz::AttentionGroup group = recommender::history_attention_group(r, o.user, *attention);
     viz::AttentionView view;
     view.title = o.model;
     view.subtitle = "user " + std::to_string(o.user) + ": the last row scores the next movie" +

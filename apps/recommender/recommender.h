@@ -32,6 +32,7 @@
 #include "qkv/sasrec.h"
 #include "qkv/tensor.h"
 #include "qkv/trainer.h"
+#include "qkv/viz.h"
 
 namespace qkv::recommender {
 
@@ -354,5 +355,14 @@ class Recommender {
   models::SasRecConfig sasrec_config_;
   models::SasRecWeights sasrec_;
 };
+
+// The group qkv::viz shows for a HistoryAttention of the user with id `user_id`: the
+// history's movies (movie_label) as queries and keys, every block's (heads, T, T).
+viz::AttentionGroup history_attention_group(const Recommender& model, std::int64_t user_id,
+                                            const HistoryAttention& attention);
+
+// Registers "qkv-recommender" (apps/recommender/model_type.cpp) in the model registry;
+// called by qkv::apps::register_model_types().
+void register_recommender_model_type();
 
 }  // namespace qkv::recommender

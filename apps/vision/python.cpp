@@ -535,6 +535,22 @@ void register_vision(py::module_& m) {
           py::arg("images"), py::arg("i"),
           "Image i's attention rollout over its patches, float32 (grid, grid), row-major as the patches.")
       .def(
+          "attention",
+          [](const vision::Classifier& c, const py::handle& pixels, std::int64_t i) {
+            const vision::Images im = images_from(pixels, "attention: images");
+            vision::Classifier::Attention a;
+            {
+              py::gil_scoped_release release;
+              a = c.attention(im, i);
+            }
+            py::list layers;
+            for (const qkv::Tensor& t : a.layers) layers.append(to_numpy(t));
+            return py::make_tuple(a.tokens, layers);
+          },
+          py::arg("images"), py::arg("i"),
+          "Image i's attention in every block (Classifier::attention): (tokens, per block float32 "
+          "(H, L, L)); ViT: [CLS] and the patches, point model: H = 1 over the points.")
+      .def(
           "point_view",
           [](const vision::Classifier& c, const py::handle& pixels, std::int64_t i) {
             const vision::Images im = images_from(pixels, "point_view: images");

@@ -648,6 +648,27 @@ Images mirrored(const Images& images) {
   return out;
 }
 
+// A block's vector attention of image 0 as (N, K) weights: the softmax over the K
+// neighbours of each channel (a.logits (1, N, K, C)), averaged over the C channels, so
+// each point's K weights sum to 1.
+std::vector<float> neighbor_weights(const nn::VectorAttention::Record& a, std::int64_t N) {
+  const std::int64_t K = a.K, C = a.logits.size(3);
+  std::vector<float> weight(static_cast<std::size_t>(N * K), 0.0f);
+  const Tensor logits = a.logits.contiguous();
+  const float* l = logits.data_as<float>();
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t c = 0; c < C; ++c) {
+      float mx = -INFINITY;
+      for (std::int64_t k = 0; k < K; ++k) mx = std::max(mx, l[(n * K + k) * C + c]);
+      double sum = 0.0;
+      for (std::int64_t k = 0; k < K; ++k) sum += std::exp(static_cast<double>(l[(n * K + k) * C + c] - mx));
+      for (std::int64_t k = 0; k < K; ++k)
+        weight[static_cast<std::size_t>(n * K + k)] += static_cast<float>(
+            std::exp(static_cast<double>(l[(n * K + k) * C + c] - mx)) / sum / static_cast<double>(C));
+    }
+  return weight;
+}
+
 void check_image_size(const Images& images, std::int64_t size, const char* fn) {
   QKV_CHECK(images.height == size && images.width == size,
             fn << ": the model takes " << size << "x" << size << " images, got " << images.height << "x"
@@ -697,29 +718,50 @@ Classifier::PointView Classifier::point_view(const Images& images, std::int64_t 
       v.points.push_back(all[static_cast<std::size_t>(n * F + f)]);
   if (record.blocks.empty()) return v;  // no attention to show
   const nn::VectorAttention::Record& a = record.blocks.back().attn;
-  const std::int64_t K = a.K, C = a.logits.size(3);
+  const std::int64_t K = a.K;
   v.neighbors = K;
   v.neighbor.assign(a.idx.begin(), a.idx.begin() + N * K);
-  v.weight.assign(static_cast<std::size_t>(N * K), 0.0f);
+  v.weight = neighbor_weights(a, N);
   v.received.assign(static_cast<std::size_t>(N), 0.0f);
-  // The softmax over the K neighbours of each channel (a.logits (1, N, K, C)), averaged
-  // over the channels.
-  const Tensor logits = a.logits.contiguous();
-  const float* l = logits.data_as<float>();
-  for (std::int64_t n = 0; n < N; ++n)
-    for (std::int64_t c = 0; c < C; ++c) {
-      float mx = -INFINITY;
-      for (std::int64_t k = 0; k < K; ++k) mx = std::max(mx, l[(n * K + k) * C + c]);
-      double sum = 0.0;
-      for (std::int64_t k = 0; k < K; ++k) sum += std::exp(static_cast<double>(l[(n * K + k) * C + c] - mx));
-      for (std::int64_t k = 0; k < K; ++k)
-        v.weight[static_cast<std::size_t>(n * K + k)] += static_cast<float>(
-            std::exp(static_cast<double>(l[(n * K + k) * C + c] - mx)) / sum / static_cast<double>(C));
-    }
   for (std::int64_t t = 0; t < N * K; ++t)
     v.received[static_cast<std::size_t>(v.neighbor[static_cast<std::size_t>(t)])] +=
         v.weight[static_cast<std::size_t>(t)] / static_cast<float>(N);
   return v;
+}
+
+Classifier::Attention Classifier::attention(const Images& images, std::int64_t i) const {
+  check_image_size(images, image_size(), "attention");
+  QKV_CHECK(i >= 0 && i < images.count, "attention: image " << i << " outside [0, " << images.count << ")");
+  const std::int64_t index[1] = {i};
+  Attention out;
+  if (net_.model == "vit") {
+    std::vector<Tensor> probs;  // per block (1, heads, 1 + N, 1 + N)
+    net_.vit_weights.forward(to_input(images, index), &probs);
+    for (const Tensor& p : probs) out.layers.push_back(p.select(0, 0).contiguous());
+    const std::int64_t grid = net_.vit.grid();
+    out.tokens.push_back("[CLS]");
+    for (std::int64_t r = 0; r < grid; ++r)
+      for (std::int64_t c = 0; c < grid; ++c)
+        out.tokens.push_back("r" + std::to_string(r) + "c" + std::to_string(c));
+    return out;
+  }
+  const Tensor points = net_.input(images, index);  // (1, N, F)
+  models::PointTransformerWeights::Record record;
+  net_.point_weights.forward(points, &record);
+  const std::int64_t N = points.size(1);
+  for (std::int64_t n = 0; n < N; ++n) out.tokens.push_back("pt" + std::to_string(n));
+  for (const auto& block : record.blocks) {
+    const nn::VectorAttention::Record& a = block.attn;
+    const std::vector<float> w = neighbor_weights(a, N);  // (N, K)
+    std::vector<float> dense(static_cast<std::size_t>(N * N), 0.0f);  // (N, N), zero off the neighbours
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t k = 0; k < a.K; ++k) {
+        const std::int64_t j = a.idx[static_cast<std::size_t>(n * a.K + k)];
+        dense[static_cast<std::size_t>(n * N + j)] += w[static_cast<std::size_t>(n * a.K + k)];
+      }
+    out.layers.push_back(Tensor::from_vector({1, N, N}, dense));  // (H = 1, N, N)
+  }
+  return out;
 }
 
 }  // namespace qkv::vision

@@ -266,6 +266,17 @@ class Classifier {
   };
   PointView point_view(const Images& images, std::int64_t i) const;
 
+  // Image i's attention in every block, as qkv::viz shows it. ViT: per block the
+  // probabilities (heads, 1 + N, 1 + N) over the tokens "[CLS]", then the patches
+  // "r0c0", "r0c1", ... (row-major). Point model: per block (1, N, N), row n point n's
+  // weights over its K neighbours (as PointView's, the per-channel softmax averaged over
+  // the channels), zero elsewhere, over the tokens "pt0" ... "pt{N-1}". Every row sums to 1.
+  struct Attention {
+    std::vector<std::string> tokens;  // L
+    std::vector<Tensor> layers;       // per block (H, L, L)
+  };
+  Attention attention(const Images& images, std::int64_t i) const;
+
   const VisionNetwork& network() const { return net_; }
   const std::string& model() const { return net_.model; }  // "vit" or "point"
   std::int64_t image_size() const { return net_.image_size(); }
@@ -279,5 +290,9 @@ class Classifier {
   float mean_ = kPixelMean, std_ = kPixelStd;
   std::string report_json_ = "{}";
 };
+
+// Registers "qkv-vision" (apps/vision/model_type.cpp) in the model registry; called by
+// qkv::apps::register_model_types().
+void register_vision_model_type();
 
 }  // namespace qkv::vision

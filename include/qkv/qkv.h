@@ -10,6 +10,7 @@
 #include "qkv/files.h"
 #include "qkv/gpt2.h"
 #include "qkv/memory.h"
+#include "qkv/model_registry.h"
 #include "qkv/nn.h"
 #include "qkv/point_transformer.h"
 #include "qkv/rng.h"

@@ -80,6 +80,7 @@ __all__ = [
     "train_dates",
     "BertModel",
     "GPT2Model",
+    "DateTranslator",
     "UseLiteModel",
     "SearchIndex",
     "search",
@@ -854,6 +855,6 @@ def self_attention_raw(x, scale=1.0):
     return _result(out, c, False)
 from .nn import MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer, Transformer  # noqa: E402
 from .models import (load_model, translate_dates, train_lm, train_dates, BertModel, GPT2Model,  # noqa: E402
-                     UseLiteModel, SearchIndex, search, Tokenizer)
+                     UseLiteModel, DateTranslator, SearchIndex, search, Tokenizer)
 from .training import train, options  # noqa: E402
 from . import recommender, vision  # noqa: E402,F401

@@ -34,8 +34,8 @@ import numpy as np
 from . import (_bool, _choice, _describe, _float, _int, _int_list, _is_bool, _is_torch, _qkv, _ranged,
                _text, _torch_module, _torch_values)
 
-__all__ = ["load_model", "BertModel", "GPT2Model", "UseLiteModel", "SearchIndex", "search",
-           "Tokenizer"]
+__all__ = ["load_model", "BertModel", "GPT2Model", "UseLiteModel", "DateTranslator", "SearchIndex",
+           "search", "Tokenizer"]
 
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json")
 
@@ -299,26 +299,45 @@ class GPT2Model(_Model):
         _choice(weights, f"{cls.__name__}.load", "weights", ("f32", "bf16"))
         return cls._loaded(cls._native.load(directory, weights), directory)
 
-    def __call__(self, input_ids):
+    def __call__(self, input_ids, output_attentions=False):
         """Logits of every position, no cache, float32.
 
         input_ids 1-d (L) -> (L, V); 2-d (B, L) -> (B, L, V) (each row is run on its own:
         no padding, all rows of length L). torch tensors when input_ids is one.
+
+        output_attentions=True returns {"logits": the above, "attentions": a tuple of
+        per-layer (B, H, L, L) causal self-attention probabilities (B = 1 for 1-d ids)},
+        Hugging Face's shapes (GPT2LMHeadModel(..., output_attentions=True).attentions).
         """
         fn = "GPT2Model"
+        output_attentions = _bool(output_attentions, fn, "output_attentions")
         was_1d = (input_ids.dim() if _is_torch(input_ids) else np.ndim(input_ids)) == 1
         ids, torch_out = _ids_2d(input_ids, fn, "input_ids")
         # The whole call's memory is planned first (MemoryError naming the total, nothing
         # allocated), and the rows are copied into one output, not stacked from a list.
         self._impl.plan_forward(ids.shape[0], ids.shape[1])
-        out = None
+        out, attentions = None, None
         for i, row in enumerate(ids):
-            logits = self._impl.forward_full(row.tolist()).to_array()
+            if output_attentions:
+                logits, layers = self._impl.forward_full_attentions(row.tolist())
+                layers = [a.to_array() for a in layers]  # per layer (1, H, L, L)
+                if attentions is None:
+                    attentions = [np.empty((ids.shape[0],) + a.shape[1:], dtype=a.dtype) for a in layers]
+                for a, layer in zip(attentions, layers):
+                    a[i] = layer[0]
+            else:
+                logits = self._impl.forward_full(row.tolist())
+            logits = logits.to_array()
             if out is None:
                 out = np.empty((ids.shape[0],) + logits.shape, dtype=logits.dtype)
             out[i] = logits
         out = out[0] if was_1d else out
-        return _torch_module().from_numpy(out) if torch_out else out
+        out = _torch_module().from_numpy(out) if torch_out else out
+        if not output_attentions:
+            return out
+        if torch_out:
+            attentions = [_torch_module().from_numpy(a) for a in attentions]
+        return {"logits": out, "attentions": tuple(attentions)}
 
     forward = __call__
 
@@ -496,13 +515,69 @@ def search(model, corpus, query, top=10, index=None, rebuild=False):
     return SearchIndex(model, corpus, index, rebuild).search(query, top)
 
 
-_MODELS = {"bert": BertModel, "gpt2": GPT2Model, "use_lite": UseLiteModel}
+class DateTranslator:
+    """The date translator (model_type "qkv-seq2seq"): qkv's encoder–decoder over the
+    characters of a date, `qkv train dates`' directories and models/dates (the one embedded
+    in qkv). Load with ``qkv.load_model(dir)`` or ``qkv.DateTranslator.load(dir)``;
+    ``DateTranslator.load()`` gives the embedded model.
+    """
+
+    def __init__(self, impl, directory=None):
+        self._impl = impl
+        self.directory = directory
+        self.config = json.loads(impl.config_json())
+
+    @classmethod
+    def load(cls, directory=None):
+        if directory is None:
+            return cls(_qkv._embedded_date_model())
+        fn = "DateTranslator.load"
+        directory = _check_dir(directory, fn)
+        impl, unused = _qkv._Seq2Seq.load_checked(directory)
+        _warn_unused(list(unused), directory, "DateTranslator")
+        return cls(impl, directory)
+
+    def translate(self, dates):
+        """translate_dates(dates, model=self): checked ISO 8601 answers."""
+        return translate_dates(dates, self)
+
+    def __call__(self, text, output_attentions=False):
+        """One date -> {"output": the model's answer (ISO 8601), "problem": "" when it is the
+        date the text names (else why not, as translate_dates refuses it), and with
+        output_attentions the attention behind it, teacher-forced on the answer as
+        `qkv translate --html` shows it: "source_tokens" (S: the text's characters),
+        "target_tokens" (T: <s> and the answer's characters, the decoder's queries),
+        "encoder_attentions" (per layer (1, H, S, S)), "decoder_attentions" ((1, H, T, T),
+        causal) and "cross_attentions" ((1, H, T, S)), as Hugging Face's seq2seq outputs.
+        ValueError for a text the model cannot read (empty, too long, control characters)."""
+        fn = "DateTranslator"
+        _text(text, fn, "text")
+        output_attentions = _bool(output_attentions, fn, "output_attentions")
+        output, problem, source, target, enc, dec, cross = _qkv._date_attention(self._impl, text)
+        out = {"output": output, "problem": problem}
+        if output_attentions:
+            out.update({"source_tokens": list(source), "target_tokens": list(target),
+                        "encoder_attentions": tuple(enc), "decoder_attentions": tuple(dec),
+                        "cross_attentions": tuple(cross)})
+        return out
+
+    def __repr__(self):
+        return f"qkv.DateTranslator({self.directory or 'embedded'!r})"
+
+
+def _model_classes():
+    """model_type -> the Python class of each type of the C++ model registry."""
+    from . import recommender, vision  # imported here: they import this package
+    return {"bert": BertModel, "gpt2": GPT2Model, "use_lite": UseLiteModel,
+            "qkv-seq2seq": DateTranslator, "qkv-recommender": recommender.Recommender,
+            "qkv-vision": vision.Classifier}
 
 
 def load_model(directory, weights="f32"):
-    """A Hugging Face model directory (config.json + model.safetensors [+ tokenizer
-    files]) as a qkv.BertModel, qkv.GPT2Model or qkv.UseLiteModel, chosen by config.json's
-    model_type.
+    """A model directory as the class of config.json's model_type, as qkv's model registry
+    (the one `qkv run` uses) reads it: "bert" (also when absent) qkv.BertModel, "gpt2"
+    qkv.GPT2Model, "use_lite" qkv.UseLiteModel, "qkv-seq2seq" qkv.DateTranslator,
+    "qkv-recommender" qkv.recommender.Recommender, "qkv-vision" qkv.vision.Classifier.
     weights: 'f32', or 'bf16' for GPT-2's products (see GPT2Model.load).
 
     Raises FileNotFoundError for a missing directory or config.json, ValueError for an
@@ -527,17 +602,21 @@ def load_model(directory, weights="f32"):
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError included; RecursionError:
         # nested past Python's recursion limit (the C++ readers refuse more than 64 levels)
         raise ValueError(f"{fn}: malformed JSON in '{config_path}': {e}") from None
-    model_type = config.get("model_type") if isinstance(config, dict) else None
-    cls = _MODELS.get(model_type)
-    if cls is None:
-        raise ValueError(f"{fn}: unsupported model_type {model_type!r} in '{config_path}'; "
-                         f"expected one of {', '.join(repr(k) for k in _MODELS)}")
+    if not isinstance(config, dict):
+        raise ValueError(f"{fn}: '{config_path}' must hold a JSON object")
+    # The C++ model registry decides which types exist (as for `qkv run`): an unknown one is
+    # its ValueError, naming the type and listing the known ones.
+    model_type = _qkv._model_type(directory)
+    cls = _model_classes().get(model_type)
+    if cls is None:  # the registry knows a type this module has no class for: qkv's own bug
+        raise NotImplementedError(f"{fn}: model_type {model_type!r} is registered in qkv's C++ "
+                                  f"model registry but has no Python class")
     if cls is GPT2Model:
         return cls.load(directory, weights)
     if weights != "f32":
         raise ValueError(f"{fn}: weights={weights!r} is supported for GPT-2 only; "
                          f"'{directory}' holds a {model_type} model (use 'f32')")
-    return cls.load(directory)
+    return cls.load(directory) if hasattr(cls, "load") else cls(directory)
 
 
 def train_lm(text, out, **options):
@@ -561,8 +640,8 @@ def translate_dates(dates, model=None):
     """Dates written by people -> ISO 8601 strings, as `qkv translate` does.
 
     dates: a string or a list of strings ("Saturday, 21 November 2026", "21.11.2026",
-    "二〇二六年十一月二十一日", ...). model: a directory written by `qkv train dates`;
-    None uses the date translator embedded in qkv. Returns a string for a string, else a
+    "二〇二六年十一月二十一日", ...). model: a directory written by `qkv train dates` or a
+    qkv.DateTranslator; None uses the date translator embedded in qkv. Returns a string for a string, else a
     list. Every answer is checked against its input as `qkv translate` checks it: one that
     is not a calendar date in 1900..2099, or not the date the input names (its day, month,
     year or weekday disagree: "31 February 2023", "hello", "Monday, 21 November 2026"), is
@@ -583,6 +662,8 @@ def translate_dates(dates, model=None):
         _text(t, fn, "dates" if single else f"dates[{i}]")
     if model is None:
         seq2seq = _qkv._embedded_date_model()
+    elif isinstance(model, DateTranslator):
+        seq2seq = model._impl
     else:
         directory = _check_dir(model, fn)
         seq2seq, unused = _qkv._Seq2Seq.load_checked(directory)

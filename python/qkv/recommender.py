@@ -179,6 +179,29 @@ class Recommender:
         history, layers = self._m.attention(self._user(user, "attention"))
         return self.movie_ids[history], layers
 
+    @classmethod
+    def load(cls, directory):
+        """Recommender(directory), as qkv.load_model names it."""
+        return cls(directory)
+
+    def __call__(self, user, output_attentions=False):
+        """{"scores": float32 (movies,) every movie's score for the user (aligned with
+        movie_ids)}, and with output_attentions (sasrec only: matrix factorisation has no
+        attention, ValueError) "attentions": a tuple of per-block (1, heads, T, T)
+        probabilities over the user's last T history movies (Hugging Face's shapes; the last
+        row scores the next movie) and "attended": their movieIds (T,)."""
+        fn = "Recommender"
+        output_attentions = _bool(output_attentions, fn, "output_attentions")
+        out = {"scores": self.scores(user)}
+        if output_attentions:
+            if self.kind != "sasrec":
+                raise ValueError(f"{fn}: output_attentions needs a sasrec model; this one is "
+                                 f"{self.kind} (matrix factorisation has no attention)")
+            attended, layers = self.attention(user)
+            out["attentions"] = tuple(np.asarray(a)[None] for a in layers)
+            out["attended"] = attended
+        return out
+
     def evaluate(self, data, validation=False):
         """The ranking metrics of this model on the split of `data` (the ratings it was
         trained on)."""

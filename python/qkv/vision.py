@@ -220,6 +220,31 @@ class Classifier:
         self.class_names = list(self._c.class_names)
         self.report = self._c.report
 
+    @classmethod
+    def load(cls, directory):
+        """Classifier(directory), as qkv.load_model names it."""
+        return cls(directory)
+
+    def __call__(self, images, output_attentions=False):
+        """uint8 images (N, H, W), or one (H, W) -> {"probabilities": float32 (N, classes)},
+        and with output_attentions "attentions": a tuple of per-block (N, H, L, L) float32
+        probabilities, Hugging Face's shapes, and "tokens" (L): a ViT's "[CLS]" and its
+        patches "r0c0", "r0c1", ... (row-major), its heads H; a point model's points "pt0",
+        ... with H = 1, row n point n's weights over its K neighbours (zero elsewhere).
+        What `qkv run --image` shows."""
+        fn = "Classifier"
+        output_attentions = _bool(output_attentions, fn, "output_attentions")
+        pixels, _ = _pixels(images, fn)
+        _, _, probs = self._c.classify(pixels, 256, False)
+        out = {"probabilities": probs}
+        if output_attentions:
+            per_image = [self._c.attention(pixels, i) for i in range(pixels.shape[0])]
+            out["tokens"] = list(per_image[0][0]) if per_image else []
+            blocks = len(per_image[0][1]) if per_image else 0
+            out["attentions"] = tuple(np.stack([layers[b] for _, layers in per_image])
+                                      for b in range(blocks))
+        return out
+
     def _predict(self, images, batch, tta, fn):
         pixels, one = _pixels(images, fn)
         labels, scores, probs = self._c.classify(pixels, _ranged(batch, fn, "batch", 1, 65536), _bool(tta, fn, "tta"))

@@ -90,7 +90,10 @@ EOF
   mkdir -p "$TMP/gpt"
   cp "$m"/* "$TMP/gpt/"
   sed -i 's/"model_type": "bert"/"model_type": "gpt2"/' "$TMP/gpt/config.json"
-  expect_failure 'qkv run knows model_type "bert" and "use_lite", config.json has "gpt2"' run --model "$TMP/gpt" --text "x"
+  # The model registry reads it as GPT-2, whose loader names the first tensor it lacks.
+  expect_failure "gpt2: checkpoint is missing tensor 'wte.weight'" run --model "$TMP/gpt" --text "x"
+  sed -i 's/"model_type": "gpt2"/"model_type": "t5"/' "$TMP/gpt/config.json"
+  expect_failure 'unknown model_type "t5"; the known model types are "bert", "gpt2"' run --model "$TMP/gpt" --text "x"
   mkdir -p "$TMP/broken"
   (cd "$HERE/../python" && "$PYTHON" -c "import sys, test_bert as t; t.write_checkpoint(sys.argv[1], drop='encoder.layer.0.output.dense.weight')" "$TMP/broken")
   expect_failure "missing tensor 'encoder.layer.0.output.dense.weight' of shape (32, 64)" \

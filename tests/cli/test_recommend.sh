@@ -396,4 +396,30 @@ usage_fails "--epochs: must be an integer in [1, 100000], got '0'" train sasrec 
 usage_fails "--l2: must be a finite number in [0, 100], got" train mf --data "$DATA" --l2 nan --out "$NEVER"
 if [[ ! -e "$NEVER" ]]; then pass; else fail "a failed training wrote $NEVER"; fi
 
+# qkv run through the model registry: SASRec's attention over a user's history (the keys:
+# its movies), as recommend --show computes it; matrix factorisation has none.
+run run --model "$SR" --user 1 --json
+expect_status 0 "run sasrec --user --json"
+if "$PYTHON" - "$TMP/out" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["model_type"] == "qkv-recommender", j["model_type"]
+g, = j["groups"]
+T = len(j["tokens"])
+assert 1 <= T <= 20 and g["query_tokens"] == g["key_tokens"] == j["tokens"]
+assert len(g["attention"]) == 2                              # 2 blocks
+for layer in g["attention"]:
+    for head in layer:
+        for i, row in enumerate(head):
+            assert abs(sum(row) - 1) < 1e-5 and all(x == 0 for x in row[i + 1:]), (i, row)
+PY
+then pass; else fail "run sasrec --json: $(head -c 300 "$TMP/out")"; fi
+run run --model "$SR" --user 1 --html "$TMP/run-sasrec.html"
+expect_status 0 "run sasrec --html"
+expect_in out "SASRec self-attention over user 1's history, layer 1 of 2" "run sasrec: the heatmap"
+fails "has no attention to show" run --model "$MF" --user 1
+fails "unknown user 999999" run --model "$SR" --user 999999
+usage_fails "--user" run --model "$SR"
+usage_fails "--text: is for text models" run --model "$SR" --text hi
+
 finish recommend

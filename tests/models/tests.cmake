@@ -25,3 +25,9 @@ set_tests_properties(models.use_lite PROPERTIES FIXTURES_REQUIRED use_lite TIMEO
                      ENVIRONMENT "QKV_TEST_USE_DIR=${QKV_TEST_USE_DIR}/model;QKV_TEST_USE_REFERENCE=${QKV_TEST_USE_DIR}/reference.json")
 list(APPEND QKV_UNIT_TESTS models/test_vit.cpp)
 list(APPEND QKV_UNIT_TESTS models/test_point_transformer.cpp)
+
+# The model registry with every type registered (the applications' too): it loads the
+# embedded models under models/, so it is told where the project is (this file only).
+list(APPEND QKV_UNIT_TESTS models/test_model_registry.cpp)
+set_source_files_properties(models/test_model_registry.cpp PROPERTIES
+                            COMPILE_DEFINITIONS QKV_PROJECT_DIR="${PROJECT_SOURCE_DIR}")

@@ -148,20 +148,30 @@ def gelu_new(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def reference_logits(w, ids):
-    """GPT2LMHeadModel's forward over the whole sequence, float64. ids: list -> (L, V)."""
-    w = {k: v.double() for k, v in w.items()}
-    L, D = len(ids), E // HEADS
+def reference_logits(w, ids, heads=HEADS, attentions=None):
+    """GPT2LMHeadModel's forward over the whole sequence, float64. ids: list -> (L, V).
+
+    w: Hugging Face's names (a "transformer." prefix is dropped), Conv1D (in, out) weights;
+    the width and the layer count are read from them, the head count is `heads`.
+    attentions, a list, receives every layer's probabilities (H, L, L)."""
+    w = {k.removeprefix("transformer."): v.double() if torch.is_tensor(v) else torch.from_numpy(v.astype("float64"))
+         for k, v in w.items()}  # torch tensors, or NumPy arrays (read_safetensors')
+    E = w["wte.weight"].shape[1]
+    layers = sum(1 for k in w if k.startswith("h.") and k.endswith(".ln_1.weight"))
+    L, D = len(ids), E // heads
     x = w["wte.weight"][ids] + w["wpe.weight"][:L]
     causal = torch.ones(L, L, dtype=torch.bool).tril()
-    for i in range(LAYERS):
+    for i in range(layers):
         p = f"h.{i}."
         a = torch.nn.functional.layer_norm(x, (E,), w[p + "ln_1.weight"], w[p + "ln_1.bias"], 1e-5)
         qkv = a @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]  # Conv1D: x·W + b
-        q, k, v = (t.view(L, HEADS, D).transpose(0, 1) for t in qkv.split(E, dim=-1))
+        q, k, v = (t.view(L, heads, D).transpose(0, 1) for t in qkv.split(E, dim=-1))
         s = (q @ k.transpose(1, 2)) / math.sqrt(D)
         s = s.masked_fill(~causal, float("-inf"))
-        o = (torch.softmax(s, dim=-1) @ v).transpose(0, 1).reshape(L, E)
+        probs = torch.softmax(s, dim=-1)  # (H, L, L)
+        if attentions is not None:
+            attentions.append(probs)
+        o = (probs @ v).transpose(0, 1).reshape(L, E)
         x = x + o @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
         m = torch.nn.functional.layer_norm(x, (E,), w[p + "ln_2.weight"], w[p + "ln_2.bias"], 1e-5)
         h = gelu_new(m @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])

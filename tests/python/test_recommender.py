@@ -117,7 +117,24 @@ def test_sasrec_attention_and_no_predictions(data, tmp_path):
     assert len(layers) == 2 and layers[0].shape == (2, 6, 6)
     np.testing.assert_allclose(layers[1].sum(axis=-1), 1, rtol=1e-5)
     assert np.all(np.triu(layers[0][0], 1) == 0)  # causal
+    # Through the model registry, with Hugging Face's shapes: per block (1, heads, T, T).
+    loaded = qkv.load_model(out)
+    assert type(loaded) is rec.Recommender and loaded.kind == "sasrec"
+    o = loaded(3, output_attentions=True)
+    np.testing.assert_array_equal(o["attended"], attended)
+    assert len(o["attentions"]) == 2
+    for got, want in zip(o["attentions"], layers):
+        assert got.shape == (1, 2, 6, 6)
+        np.testing.assert_array_equal(got[0], want)
+    np.testing.assert_array_equal(o["scores"], m.scores(3))
+    assert "attentions" not in loaded(3)
     with pytest.raises(ValueError, match="does not predict ratings"):
         m.predict([3], [1])
     # the evaluation of the saved directory reproduces the report
     assert m.evaluate(str(data))["hr10"] == pytest.approx(report["trained"]["hr10"], abs=0)
+
+
+def test_mf_has_no_attentions(mf):
+    assert "scores" in mf(3)
+    with pytest.raises(ValueError, match="matrix factorisation has no attention"):
+        mf(3, output_attentions=True)

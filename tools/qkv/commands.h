@@ -109,14 +109,25 @@ int run_bench_cuda(const BenchOptions& options, std::ostream& out);
 int run_bench_ring(const BenchOptions& options, std::ostream& out);
 
 // qkv run, qkv tokenize (BERT, tokenizers)
+// The model is any type of the model registry (qkv/model_registry.h); its input is the one
+// its attention reads: --text, --image (and --index), or --user.
 struct RunOptions {
   std::string model;   // directory: config.json, model.safetensors (or shards), tokenizer
   std::string text;    // segment A
+  bool has_text = false;
   std::string pair;    // segment B; empty = none
+  std::string image;   // image models: an IDX file or one PNG/PGM image
+  std::int64_t index = 0;
+  bool has_index = false;
+  std::int64_t user = 0;  // SASRec: the user id
+  bool has_user = false;
   std::int64_t layer = -1;  // attention shown; -1 = the last layer
   std::int64_t head = 0;
   std::string output;  // .safetensors to write; empty = none
   std::string html;    // attention page (qkv::viz) to write; empty = none
+  bool json = false;   // one JSON object on stdout
+  std::string token;   // --token T: the keys T attends to most; empty = none
+  std::int64_t top = 5;
 };
 int run_run(const RunOptions& options, std::ostream& out);
 

@@ -19,7 +19,9 @@
 
 #include "commands.h"
 #include "options_cli.h"
+#include "model_types.h"
 #include "print.h"
+#include "qkv/model_registry.h"
 #include "qkv/qkv.h"
 #include "recommender/recommender.h"
 #include "vision/vision.h"
@@ -119,10 +121,17 @@ int usage_error(const CLI::App& app, const std::string& message) {
 
 // Options that name a file or directory. Given as "", each would read as not given (no
 // page written, the embedded model), so "" is refused instead.
-const std::vector<std::string> kPathOptions = {"--model", "--file", "--output", "--html", "--svg",
+const std::vector<std::string> kPathOptions = {"--model", "--file", "--output", "--html", "--svg", "--image",
                                                "--out", "--corpus", "--index",
                                                "--heldout", "--tokenizer", "--data-dir", "--predict",
                                                "--images", "--labels"};
+
+// The model registry's types, for the help: "bert, gpt2, ...".
+std::string join_model_types() {
+  std::string s;
+  for (const std::string& t : qkv::models::model_types()) s += (s.empty() ? "" : ", ") + t;
+  return s;
+}
 
 int run(int argc, char** argv) {
   CLI::App app("qkv: Transformer attention, explained and measured.", "qkv");
@@ -214,29 +223,48 @@ int run(int argc, char** argv) {
   // Model commands (run, tokenize: BERT and tokenizers).
   RunOptions ro;
   CLI::App* run_cmd = app.add_subcommand(
-      "run", "Run a BERT checkpoint or the Universal Sentence Encoder lite on a text and show "
-             "its outputs and attention");
-  run_cmd->add_option("--model", ro.model, "Model directory (config.json, model.safetensors or "
-                      "shards, tokenizer.json or vocab.txt); config.json's model_type picks the "
-                      "model: bert (or none) or use_lite")->required();
-  run_cmd->add_option("--text", ro.text, "Text (segment A)")->required();
+      "run", "Run a model on its input (a text, an image or a user) and show its attention");
+  run_cmd->add_option("--model", ro.model, "Model directory; config.json's model_type picks the "
+                      "model: " + join_model_types() + " (bert when absent)")->required();
+  CLI::Option* ro_text = run_cmd->add_option("--text", ro.text, "Text (bert: segment A; gpt2, use_lite; "
+                                             "qkv-seq2seq: a date, its tokens its characters)");
   run_cmd->add_option("--pair", ro.pair, "Second segment B: [CLS] A [SEP] B [SEP] (BERT)");
+  run_cmd->add_option("--image", ro.image, "qkv-vision: an image file (IDX, PNG or PGM); the tokens are "
+                      "[CLS] and the patches r0c0, r0c1, ... (vit) or the points pt0, pt1, ... (point)");
+  CLI::Option* ro_index = run_cmd->add_option("--index", ro.index, "qkv-vision: the image of --image's file "
+                                              "(0-based)")->check(kNonNegative);
+  CLI::Option* ro_user = run_cmd->add_option("--user", ro.user, "qkv-recommender (sasrec): the userId whose "
+                                             "history is attended over (the tokens: its movies)");
   run_cmd->add_option("--layer", ro.layer, "Layer whose attention is shown (default: the last)")
       ->check(kNonNegative);
   run_cmd->add_option("--head", ro.head, "Head whose attention is shown")
       ->capture_default_str()
       ->check(kNonNegative);
+  run_cmd->add_option("--token", ro.token,
+                      "List, for every layer and head (and group), the keys this token attends to "
+                      "most: a token of the input, or a word matching a token without its marks "
+                      "(GPT-2's Ġ, WordPiece's ##, SentencePiece's ▁), an exact match first; T@N picks "
+                      "the N-th token (from 1) that is T or T without its marks");
+  run_cmd->add_option("--top", ro.top, "Keys listed per head by --token (those of weight > 0)")
+      ->capture_default_str()
+      ->check(integer_in(1, 1 << 20));
+  run_cmd->add_flag("--json", ro.json, "Print one JSON object: model_type, tokens, and every group's "
+                    "attention [layer][head][query][key]; with --token only its listing");
   run_cmd->add_option("--output", ro.output,
-                      "Write input_ids and token_type_ids (B, L) as F32 values (exact below "
-                      "2^24), last_hidden_state (B, L, E), pooler_output (B, E) and "
+                      "bert and use_lite: write input_ids and token_type_ids (B, L) as F32 values "
+                      "(exact below 2^24), last_hidden_state (B, L, E), pooler_output (B, E) and "
                       "attentions.N (B, H, L, L) for every layer N to this .safetensors file "
                       "(use_lite: input_ids, embedding (1, 512), attentions.N)");
   run_cmd->add_option("--html", ro.html,
-                      "Write a self-contained HTML page to explore the attention of every layer "
+                      "Write a self-contained HTML page to explore the attention of every group, layer "
                       "and head (head view, model view, heatmaps; opens offline)");
   run_cmd->footer("Examples: qkv run --model bert-base-uncased/ --text \"the cat sat\" "
                   "--layer 5 --head 3\n"
-                  "          qkv run --model use-lite/ --text \"the cat sat\" --html attention.html");
+                  "          qkv run --model use-lite/ --text \"the cat sat\" --html attention.html\n"
+                  "          qkv run --model models/sotu-gpt --text \"The animal didn't cross the street "
+                  "because it was too tired\" --token it\n"
+                  "          qkv run --model models/fashion-vit --image shoe.png --json\n"
+                  "A matrix factorisation recommender has no attention: qkv run says so (exit 1).");
 
   // Sentence embeddings and semantic search (the Universal Sentence Encoder lite).
   EmbedOptions eo;
@@ -501,7 +529,12 @@ int run(int argc, char** argv) {
       return b.device == "cuda" ? run_bench_cuda(b, std::cout) : run_bench(b, std::cout);
     }
     // Dispatch: run, tokenize.
-    if (run_cmd->parsed()) return run_run(ro, std::cout);
+    if (run_cmd->parsed()) {
+      ro.has_text = ro_text->count() > 0;
+      ro.has_index = ro_index->count() > 0;
+      ro.has_user = ro_user->count() > 0;
+      return run_run(ro, std::cout);
+    }
     if (embed->parsed()) {
       eo.has_file = eo_file->count() > 0;
       return run_embed(eo, std::cout);
@@ -569,6 +602,7 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   qkv::retain_freed_memory();  // every command runs models in a loop (qkv/memory.h)
   try {
+    qkv::apps::register_model_types();  // the model registry's application types (qkv run)
     return qkv::cli::run(argc, argv);
   } catch (const std::bad_alloc&) {  // outside a command (parsing the options)
     std::cout.flush();

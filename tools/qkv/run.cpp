@@ -1,9 +1,13 @@
-// qkv run: a model on one text, dispatched on config.json's model_type —
-//   "bert" (or none): a BERT checkpoint on a text (or pair): the tokens, a summary of the
-//     final hidden states and the pooler;
-//   "use_lite": the Universal Sentence Encoder lite: the tokens and the sentence embedding;
-// then one layer/head's attention as a terminal heatmap; optionally every output to a
-// .safetensors file and every layer's attention to an HTML page (qkv::viz).
+// qkv run: a model of the model registry (qkv/model_registry.h: config.json's model_type)
+// on its input — a text (bert, gpt2, use_lite, qkv-seq2seq), an image (qkv-vision) or a
+// user's history (qkv-recommender, sasrec) — and its attention:
+//   - bert and use_lite in text mode keep their fuller output: the tokens, a summary of the
+//     final hidden states and the pooler (bert) or the sentence embedding (use_lite), one
+//     layer/head as a terminal heatmap, optionally every output to a .safetensors file;
+//   - every other model, and bert/use_lite with --json or --token, through the registry:
+//     the tokens and one layer/head's heatmap, or --json (every group, layer and head), or
+//     --token T (per layer and head the keys T attends to most);
+// and, for every model, --html: every group, layer and head as a qkv::viz page.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -14,11 +18,14 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "commands.h"
 #include "io/json_config.h"
 #include "print.h"
 #include "qkv/bert.h"
 #include "qkv/error.h"
+#include "qkv/model_registry.h"
 #include "qkv/safetensors.h"
 #include "qkv/tokenizer.h"
 #include "qkv/use_lite.h"
@@ -75,19 +82,24 @@ std::int64_t checked_layer(const RunOptions& o, std::int64_t layers, std::int64_
 
 void print_tokens(std::ostream& out, const std::vector<std::string>& tokens,
                   const std::vector<std::int64_t>& ids, const std::vector<std::int64_t>& types) {
-  out << "tokens (" << ids.size() << "):\n";
+  // ids empty: the tokens alone (a model of the registry, whose ids the front end never sees).
+  out << "tokens (" << tokens.size() << "):\n";
   std::string line = "  ";
-  for (std::size_t k = 0; k < ids.size(); ++k) {
-    std::string item = " " + tokens[k] + "/" + std::to_string(ids[k]) +
-                       (!types.empty() && types[k] ? "ᴮ" : "");
+  for (std::size_t k = 0; k < tokens.size(); ++k) {
+    std::string item = " ";
+    item += printable(tokens[k], 40);
+    if (!ids.empty()) item += "/" + std::to_string(ids[k]);
+    if (!types.empty() && types[k]) item += "ᴮ";
     if (display_width(line) + display_width(item) > kMaxWidth) {
       out << line << '\n';
       line = "  ";
     }
     line += item;
   }
-  out << line << "\n   (token/id" << (types.empty() ? "" : "; ᴮ marks segment B, token type 1")
-      << ")\n\n";
+  out << line << '\n';
+  if (!ids.empty())
+    out << "   (token/id" << (types.empty() ? "" : "; ᴮ marks segment B, token type 1") << ")\n";
+  out << '\n';
 }
 
 void write_html(const RunOptions& o, const std::string& title, const std::vector<std::string>& tokens,
@@ -163,6 +175,258 @@ int run_use_lite(const RunOptions& o, std::ostream& out) {
   return 0;
 }
 
+
+// --- Any model of the registry ------------------------------------------------------------
+
+// A token without the marks tokenizers add: GPT-2's byte-level "Ġ" (a leading space),
+// SentencePiece's "▁", WordPiece's "##" continuation, a leading space, the dates' "␣".
+std::string without_marks(std::string t) {
+  for (const std::string mark : {"Ġ", "▁", "##", " "})
+    if (t.size() > mark.size() && t.compare(0, mark.size(), mark) == 0) return t.substr(mark.size());
+  return t;
+}
+
+// The positions in `tokens` that --token's name matches. every = false: the exact matches,
+// else (none) those without marks; every = true (T@N): both, in order, so that "the@2"
+// is the second "the" of "the cat and the dog" (GPT-2: "the", then "Ġthe").
+std::vector<std::int64_t> matches(const std::vector<std::string>& tokens, const std::string& name,
+                                  bool every = false) {
+  std::vector<std::int64_t> exact, loose, both;
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const bool is = tokens[i] == name, like = without_marks(tokens[i]) == name;
+    if (is) exact.push_back(static_cast<std::int64_t>(i));
+    else if (like) loose.push_back(static_cast<std::int64_t>(i));
+    if (is || like) both.push_back(static_cast<std::int64_t>(i));
+  }
+  if (every) return both;
+  return exact.empty() ? loose : exact;
+}
+
+// --token T or T@N (N-th occurrence from 1): the name and occurrence (0: T without @N).
+// T@N is read as such only when "T@N" itself is no token of the input.
+struct TokenChoice {
+  std::string name;
+  std::int64_t occurrence = 0;
+};
+
+TokenChoice parse_token(const std::string& token, const models::ModelAttention& a) {
+  const std::size_t at = token.rfind('@');
+  if (at == std::string::npos || at == 0 || at + 1 == token.size()) return {token, 0};
+  for (const auto& g : a.view.groups)
+    if (!matches(g.query_tokens, token).empty()) return {token, 0};
+  std::int64_t n = 0;
+  for (std::size_t i = at + 1; i < token.size(); ++i) {
+    if (token[i] < '0' || token[i] > '9' || n > (1 << 20)) return {token, 0};
+    n = n * 10 + (token[i] - '0');
+  }
+  if (n < 1) throw UsageError("--token", "T@N counts occurrences from 1, got " + quote_value(token));
+  return {token.substr(0, at), n};
+}
+
+std::string token_list(const std::vector<std::string>& tokens) {
+  std::string s;
+  for (const std::string& t : tokens) {
+    if (!s.empty()) s += ' ';
+    s += quote_value(t, 30);
+  }
+  return s;
+}
+
+// One group's query position for the choice, or -1 when the token is not among its queries.
+std::int64_t query_position(const viz::AttentionGroup& g, const TokenChoice& c) {
+  const std::vector<std::int64_t> m = matches(g.query_tokens, c.name, c.occurrence > 0);
+  const std::int64_t n = std::max<std::int64_t>(c.occurrence, 1);
+  if (static_cast<std::int64_t>(m.size()) < n) return -1;
+  return m[static_cast<std::size_t>(n - 1)];
+}
+
+struct Key {
+  std::int64_t position;
+  double weight;
+};
+
+// Row `query` of head `head` of one layer (H, Lq, Lk): its `top` heaviest keys of weight > 0,
+// heaviest first, ties by position.
+std::vector<Key> top_keys(const Tensor& layer, std::int64_t head, std::int64_t query, std::int64_t top) {
+  std::vector<Key> keys;
+  for (std::int64_t j = 0; j < layer.size(2); ++j) {
+    const double w = layer.get({head, query, j});
+    if (w > 0) keys.push_back({j, w});
+  }
+  std::stable_sort(keys.begin(), keys.end(), [](const Key& x, const Key& y) { return x.weight > y.weight; });
+  if (static_cast<std::int64_t>(keys.size()) > top) keys.resize(static_cast<std::size_t>(top));
+  return keys;
+}
+
+nlohmann::ordered_json header_json(const models::Model& model, const models::ModelAttention& a) {
+  nlohmann::ordered_json j;
+  j["model_type"] = model.model_type();
+  j["description"] = model.description();
+  j["input"] = a.view.subtitle;
+  j["tokens"] = a.tokens;
+  return j;
+}
+
+void print_json(std::ostream& out, const nlohmann::ordered_json& j) {
+  out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+}
+
+int show_token(const RunOptions& o, const models::Model& model, const models::ModelAttention& a,
+               std::ostream& out) {
+  const TokenChoice choice = parse_token(o.token, a);
+  bool found = false;
+  for (const auto& g : a.view.groups) found = found || query_position(g, choice) >= 0;
+  if (!found) {
+    std::string message = quote_value(o.token) + " is not a token of the input";
+    if (choice.occurrence > 0) message = quote_value(choice.name) + " does not occur " +
+                                         std::to_string(choice.occurrence) + " times in the input";
+    message += "; its tokens: " + token_list(a.tokens);
+    for (const auto& g : a.view.groups)
+      if (g.query_tokens != a.tokens) message += "; the queries of the " + g.name + ": " + token_list(g.query_tokens);
+    throw UsageError("--token", message);
+  }
+  nlohmann::ordered_json j = header_json(model, a);
+  j["token"] = o.token;
+  j["top"] = o.top;
+  j["groups"] = nlohmann::ordered_json::array();
+  if (!o.json)
+    out << "model: " << printable(o.model) << " (" << printable(model.description()) << ")\n"
+        << "input: " << printable(a.view.subtitle) << "\n\n";
+  for (const auto& g : a.view.groups) {
+    const std::int64_t q = query_position(g, choice);
+    if (q < 0) continue;
+    nlohmann::ordered_json jg;
+    jg["name"] = g.name;
+    jg["query"] = q;
+    jg["query_token"] = g.query_tokens[static_cast<std::size_t>(q)];
+    jg["layers"] = nlohmann::ordered_json::array();
+    if (!o.json)
+      out << g.name << ": the keys " << quote_value(g.query_tokens[static_cast<std::size_t>(q)])
+          << " (query " << q << ") attends to most, top " << o.top << " per head:\n";
+    for (std::size_t l = 0; l < g.layers.size(); ++l) {
+      const Tensor& layer = g.layers[l];  // (H, Lq, Lk)
+      nlohmann::ordered_json jl;
+      jl["layer"] = l;
+      jl["heads"] = nlohmann::ordered_json::array();
+      for (std::int64_t h = 0; h < layer.size(0); ++h) {
+        const std::vector<Key> keys = top_keys(layer, h, q, o.top);
+        nlohmann::ordered_json jh;
+        jh["head"] = h;
+        jh["keys"] = nlohmann::ordered_json::array();
+        std::string line = format("  layer %zu head %lld:", l, static_cast<long long>(h));
+        for (const Key& k : keys) {
+          const std::string& t = g.key_tokens[static_cast<std::size_t>(k.position)];
+          jh["keys"].push_back({{"position", k.position}, {"token", t}, {"weight", k.weight}});
+          line += "  " + printable(t, 30) + format(" %.3f", k.weight);
+        }
+        jl["heads"].push_back(std::move(jh));
+        if (!o.json) out << line << '\n';
+      }
+      jg["layers"].push_back(std::move(jl));
+    }
+    j["groups"].push_back(std::move(jg));
+    if (!o.json) out << '\n';
+  }
+  if (o.json) print_json(out, j);
+  return 0;
+}
+
+void show_all_json(const models::Model& model, const models::ModelAttention& a, std::ostream& out) {
+  nlohmann::ordered_json j = header_json(model, a);
+  j["groups"] = nlohmann::ordered_json::array();
+  for (const auto& g : a.view.groups) {
+    nlohmann::ordered_json jg;
+    jg["name"] = g.name;
+    jg["query_tokens"] = g.query_tokens;
+    jg["key_tokens"] = g.key_tokens;
+    nlohmann::ordered_json layers = nlohmann::ordered_json::array();  // [layer][head][query][key]
+    for (const Tensor& layer : g.layers) {
+      const Tensor p = layer.to(DType::f32).contiguous();  // (H, Lq, Lk)
+      const float* v = p.data_as<float>();
+      nlohmann::ordered_json heads = nlohmann::ordered_json::array();
+      for (std::int64_t h = 0; h < p.size(0); ++h) {
+        nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+        for (std::int64_t i = 0; i < p.size(1); ++i)
+          rows.push_back(std::vector<float>(v + (h * p.size(1) + i) * p.size(2), v + (h * p.size(1) + i + 1) * p.size(2)));
+        heads.push_back(std::move(rows));
+      }
+      layers.push_back(std::move(heads));
+    }
+    jg["attention"] = std::move(layers);
+    j["groups"].push_back(std::move(jg));
+  }
+  print_json(out, j);
+}
+
+// The first group's --layer/--head as a terminal heatmap (too wide a matrix: a pointer to
+// --token, --json and --html instead).
+void show_heatmap(const RunOptions& o, const models::Model& model, const models::ModelAttention& a,
+                  std::ostream& out) {
+  const viz::AttentionGroup& g = a.view.groups.front();
+  const auto layers = static_cast<std::int64_t>(g.layers.size());
+  const std::int64_t layer = checked_layer(o, layers, layers ? g.layers[0].size(0) : 0);
+  out << "model: " << printable(o.model) << " (" << printable(model.description()) << ")\n"
+      << "input: " << printable(a.view.subtitle) << "\n\n";
+  print_tokens(out, a.tokens, {}, {});
+  for (const auto& other : a.view.groups)
+    if (&other != &g) out << "also: " << other.name << " (" << other.layers.size() << " layers; --json, --token, --html)\n";
+  constexpr std::size_t kMaxColumns = 64;  // wider does not fit a terminal's heatmap
+  if (g.key_tokens.size() > kMaxColumns) {
+    out << "\n" << g.name << ": " << g.key_tokens.size() << " keys, too many for a terminal heatmap; "
+        << "see --token T, --json or --html\n";
+    return;
+  }
+  const Tensor& p = g.layers[static_cast<std::size_t>(layer)];  // (H, Lq, Lk)
+  out << "\n" << g.name << ", layer " << layer << " of " << layers << ", head " << o.head << " of " << p.size(0)
+      << " (rows: queries, columns: keys):\n";
+  print_attention_heatmap(out, head_matrix(p.unsqueeze(0), o.head), g.query_tokens, g.key_tokens);
+}
+
+int run_registered(const RunOptions& o, std::ostream& out) {
+  const std::unique_ptr<models::Model> model = models::load_model(o.model);
+  const models::AttentionInput input = model->attention_input();
+  const std::string type = model->model_type();
+  if (input == models::AttentionInput::none)
+    throw Error("model directory " + quote_value(o.model) + " (" + type + ", " + model->description() +
+                ") has no attention to show");
+  const auto refuse = [&](bool given, const char* option, const char* what) {
+    if (given)
+      throw UsageError(option, std::string("is for ") + what + "; " + o.model + " is " + type + ", whose "
+                               "input is " + models::to_string(input));
+  };
+  refuse(o.has_text && input != models::AttentionInput::text, "--text", "text models");
+  refuse(!o.pair.empty() && type != "bert", "--pair", "bert");
+  refuse(!o.image.empty() && input != models::AttentionInput::image, "--image", "image models (qkv-vision)");
+  refuse(o.has_index && input != models::AttentionInput::image, "--index", "image models (qkv-vision)");
+  refuse(o.has_user && input != models::AttentionInput::user, "--user", "sasrec recommenders");
+  refuse(!o.output.empty(), "--output", "bert and use_lite without --json or --token");
+  models::AttentionRequest r;
+  r.text = o.text;
+  r.pair = o.pair;
+  r.image_path = o.image;
+  r.image_index = o.index;
+  r.user = o.user;
+  if (input == models::AttentionInput::text && !o.has_text)
+    throw UsageError("--text", type + " reads a text: give --text");
+  if (input == models::AttentionInput::image && o.image.empty())
+    throw UsageError("--image", type + " reads an image: give --image FILE (and --index N for an IDX file)");
+  if (input == models::AttentionInput::user && !o.has_user)
+    throw UsageError("--user", type + " attends over a user's history: give --user ID");
+  const models::ModelAttention a = model->attention(r);
+  if (!o.token.empty()) show_token(o, *model, a, out);
+  else if (o.json) show_all_json(*model, a, out);
+  else show_heatmap(o, *model, a, out);
+  if (!o.html.empty()) {
+    viz::write_file(o.html, viz::render_html(a.view));
+    std::size_t layers = 0;
+    for (const auto& g : a.view.groups) layers += g.layers.size();
+    (o.json ? std::cerr : out) << "wrote " << printable(o.html) << " (attention of " << a.view.groups.size()
+                               << (a.view.groups.size() == 1 ? " group, " : " groups, ") << layers
+                               << " layers in all)\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 int run_run(const RunOptions& o, std::ostream& out) {
@@ -170,16 +434,22 @@ int run_run(const RunOptions& o, std::ostream& out) {
   std::error_code ec;
   Inputs inputs;
   add_directory_inputs(inputs, "--model", o.model);
+  add_input(inputs, "--image", o.image);
   if (!o.output.empty()) check_output_path("--output", o.output, inputs);
   if (!o.html.empty()) check_output_path("--html", o.html, inputs);
   QKV_CHECK(fs::is_directory(o.model, ec),
             "model directory " << quote_value(o.model) << " does not exist");
-  const std::string type =
-      JsonConfig::load((fs::path(o.model) / "config.json").string()).get_string("model_type", "bert");
+  const std::string type = models::model_type_of(o.model);  // refuses unknown types, listing the known
+  const bool detailed = (type == "bert" || type == "use_lite") && !o.json && o.token.empty();
+  if (!detailed) return run_registered(o, out);
+  if (!o.has_text) throw UsageError("--text", type + " reads a text: give --text");
+  const auto refuse = [&](bool given, const char* option) {
+    if (given) throw UsageError(option, "is not for " + type + ", whose input is a text");
+  };
+  refuse(!o.image.empty(), "--image");
+  refuse(o.has_index, "--index");
+  refuse(o.has_user, "--user");
   if (type == "use_lite") return run_use_lite(o, out);
-  QKV_CHECK(type == "bert", "model directory " << quote_value(o.model) << ": qkv run knows model_type "
-                            "\"bert\" and \"use_lite\", config.json has \"" << type
-                            << "\" (GPT-2: qkv generate)");
   const models::BertModel model = models::BertModel::load(o.model);
   warn_unused_tensors(model.weights.unused_tensors, o.model, "BERT");
   const models::BertConfig& c = model.config;
