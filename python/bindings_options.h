@@ -150,12 +150,21 @@ inline py::list specs_list(const std::vector<options::Spec>& specs) {
   return out;
 }
 
-// Publishes a declaration for qkv.options(command): the module's _option_sets[command] =
-// specs_list(set).
+// Publishes a declaration for Python: the module's _option_sets[command] = (specs_list(set),
+// parse(keywords) -> {name: value} with every value checked, the defaults filled in and the
+// set's checks run), for qkv.options(command) and the methods that take a command's options.
 template <class T>
 void def_options(py::module_& m, const options::OptionSet<T>& set) {
   if (!py::hasattr(m, "_option_sets")) m.attr("_option_sets") = py::dict();
-  m.attr("_option_sets")[py::str(set.command())] = specs_list(set.specs());
+  const options::OptionSet<T>* declared = &set;
+  py::cpp_function parse([declared](const py::dict& keywords) {
+    const T target = options_from(*declared, keywords);
+    py::dict out;
+    for (const auto& [name, value] : declared->values(target))
+      out[py::str(name)] = std::visit([](const auto& v) { return py::cast(v); }, value);
+    return out;
+  });
+  m.attr("_option_sets")[py::str(set.command())] = py::make_tuple(specs_list(set.specs()), parse);
 }
 
 // Registers the training task of `set` ("train lm" -> "lm") for qkv.train: the module's

@@ -15,7 +15,7 @@
 
 namespace qkv::cli {
 
-int run_score(const ScoreOptions& options, std::ostream& out) {
+int run_score(const ScoreOptions& options, const models::ScoreOptions& score, std::ostream& out) {
   const auto model = models::Gpt2Model::load(options.model);
   warn_unused_tensors(model.weights.unused_tensors, options.model, "GPT-2");
   const Tokenizer tokenizer = Tokenizer::load(options.model);
@@ -23,14 +23,14 @@ int run_score(const ScoreOptions& options, std::ostream& out) {
   if (bpe == nullptr)
     throw Error("score: " + options.model + " holds no byte-level BPE tokenizer (vocab.json + "
                 "merges.txt or tokenizer.json), which GPT-2 needs");
-  if (options.stride >= model.config.n_positions)
-    throw UsageError("--stride", format("must be in [1, %lld] for this model (n_positions - 1), got %lld",
+  if (score.stride >= model.config.n_positions)
+    throw UsageError("--stride", format("must be in [0, %lld] for this model (n_positions - 1; 0 = n_positions / 2), got %lld",
                                         static_cast<long long>(model.config.n_positions - 1),
-                                        static_cast<long long>(options.stride)));
+                                        static_cast<long long>(score.stride)));
   // Refuses binary data and text that is not UTF-8, naming the line; an empty file too.
   const std::string text = io::read_text(options.file, "--file");
   const auto start = std::chrono::steady_clock::now();
-  const models::TextScore s = models::score_text(model, *bpe, text, options.stride);
+  const models::TextScore s = models::score_text(model, *bpe, text, score.stride);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (options.json) {
     nlohmann::ordered_json j;

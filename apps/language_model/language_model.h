@@ -147,4 +147,10 @@ const options::OptionSet<TokenizerTrainingOptions>& tokenizer_training_options()
 // Refuses binary data and text that is not UTF-8, naming the line (io::read_text).
 TokenizerTrainingResult train_tokenizer(const TokenizerTrainingOptions& options);
 
+// The options of `qkv score` and GPT2Model.score, declared once (qkv/options.h).
+struct ScoreOptions {
+  std::int64_t stride = 0;  // of the sliding window; 0 = n_positions / 2 (see score_text)
+};
+const options::OptionSet<ScoreOptions>& score_options();
+
 }  // namespace qkv::models

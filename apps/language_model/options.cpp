@@ -82,4 +82,14 @@ const options::OptionSet<TokenizerTrainingOptions>& tokenizer_training_options()
   return set;
 }
 
+const options::OptionSet<ScoreOptions>& score_options() {
+  static const options::OptionSet<ScoreOptions> set = [] {
+    options::OptionSet<ScoreOptions> s("score", "Loss, perplexity and bits per byte of a text under a GPT-2 model");
+    s.integer("stride", &ScoreOptions::stride, 0, options::kMaxInt,
+              "Sliding window step for texts longer than the context, at most n_positions - 1 (0 = n_positions / 2)");
+    return s;
+  }();
+  return set;
+}
+
 }  // namespace qkv::models

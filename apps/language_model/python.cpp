@@ -18,6 +18,7 @@ namespace py = pybind11;
 namespace models = qkv::models;
 
 void register_language_model(py::module_& m) {
+  qkv_python::def_options(m, models::score_options());  // GPT2Model.score
   // qkv.train("lm") and qkv.train("tokenizer"), from the tasks' one option declaration.
   qkv_python::def_training(m, models::lm_training_options(),
                            [](const models::LmTrainingOptions& o, const auto& on_progress, const auto* stop) {

@@ -1,4 +1,4 @@
-// qkv recommend — what a model of `qkv train recommender` says:
+// qkv recommend — what a model of `qkv train mf` or `qkv train sasrec` says:
 //   --user ID     the top movies the user has not rated (history.csv holds what they rated)
 //   --like TITLE  the movies nearest a liked one: its embedding the query, every movie's a
 //                 key, ranked by the softmax weight of the scaled cosine similarity
@@ -51,7 +51,7 @@ void print_list(std::ostream& out, const Recommender& r, const std::vector<Recom
 int run_predict(const RecommendOptions& o, const Recommender& r, std::ostream& out) {
   if (r.kind() != "mf")
     throw Error("--predict: a " + r.kind() + " model ranks movies and does not predict ratings; "
-                "train one with --model mf");
+                "train one with qkv train mf");
   const std::vector<io::CsvRecord> rows =
       io::parse_csv(io::read_text(o.predict, "--predict"), "--predict " + o.predict);
   std::vector<std::int64_t> users, movies, user_ids, movie_ids;
@@ -118,7 +118,7 @@ void show_attention(std::ostream& out, const Recommender& r, const recommender::
 
 }  // namespace
 
-int run_recommend(const RecommendOptions& o, std::ostream& out) {
+int run_recommend(const RecommendOptions& o, const recommender::RecommendQueryOptions& q, std::ostream& out) {
   const int modes = (o.has_user ? 1 : 0) + (o.has_like ? 1 : 0) + (o.has_predict ? 1 : 0);
   if (modes != 1)
     throw UsageError("--user", "give exactly one of --user ID, --like TITLE or --predict FILE");
@@ -139,13 +139,13 @@ int run_recommend(const RecommendOptions& o, std::ostream& out) {
 
   if (o.has_like) {
     const std::int64_t movie = r.find_movie(o.like);
-    const std::vector<Recommendation> list = r.similar(movie, o.top, 0.1, o.min_ratings);
+    const std::vector<Recommendation> list = r.similar(movie, q.top, q.temperature, q.min_ratings);
     const Movie& liked = r.movies()[static_cast<std::size_t>(movie)];
     if (o.json) {
       nlohmann::ordered_json j;
       j["like"] = movie_json(liked);
       j["model"] = r.kind();
-      j["min_ratings"] = o.min_ratings;
+      j["min_ratings"] = q.min_ratings;
       j["similar"] = nlohmann::ordered_json::array();
       for (const Recommendation& x : list) {
         nlohmann::ordered_json m = movie_json(r.movies()[static_cast<std::size_t>(x.movie)]);
@@ -157,14 +157,14 @@ int run_recommend(const RecommendOptions& o, std::ostream& out) {
       return 0;
     }
     out << "movies like " << movie_shown(liked) << " (" << r.kind()
-        << " embeddings; query = the liked movie, keys = every movie rated " << o.min_ratings
-        << "+ times, weight = softmax(cos / 0.1)):\n";
+        << " embeddings; query = the liked movie, keys = every movie rated " << q.min_ratings
+        << "+ times, weight = softmax(cos / " << format("%g", q.temperature) << ")):\n";
     print_list(out, r, list, true);
     return 0;
   }
 
   const std::int64_t user = r.user_index(o.user);
-  const std::vector<Recommendation> list = r.recommend(user, o.top);
+  const std::vector<Recommendation> list = r.recommend(user, q.top);
   std::optional<recommender::HistoryAttention> attention;
   if (o.show || !o.html.empty()) attention = r.attention(user);
   if (!o.html.empty()) {
@@ -214,7 +214,7 @@ int run_recommend(const RecommendOptions& o, std::ostream& out) {
       << r.history(user).size() << " rated movies excluded; "
       << (r.kind() == "mf" ? "score = predicted rating" : "score = h·e, the next-movie logit") << "):\n";
   print_list(out, r, list, false);
-  if (o.show) show_attention(out, r, *attention, std::min<std::int64_t>(o.top, 10));
+  if (o.show) show_attention(out, r, *attention, std::min<std::int64_t>(q.top, 10));
   if (!o.html.empty()) out << "wrote " << printable(o.html) << '\n';
   return 0;
 }

@@ -1,5 +1,5 @@
 // "qkv-recommender" in the model registry (qkv/model_registry.h): a directory written by
-// `qkv train recommender` (config "model": "mf" or "sasrec", with its movies.csv and
+// `qkv train mf` and `qkv train sasrec` (config "model": "mf" or "sasrec", with its movies.csv and
 // history.csv), loaded by Recommender::load. SASRec's attention is over a user's history
 // (Recommender::attention, what `qkv recommend --show` prints); matrix factorisation has none.
 #include <memory>

@@ -18,12 +18,17 @@ options::OptionSet<T> make_set(const std::string& model, const std::string& abou
   });
 }
 
-// What both models take first: the ratings, and the check that finds them.
+// What both models take first: the ratings.
 void declare_data(options::OptionSet<T>& s) {
   s.path("data", &T::data,
          "The ratings: a CSV (userId,movieId,rating,timestamp) or a directory holding ratings.csv "
          "(scripts/fetch_data.sh movielens DIR writes one)")
       .required = true;
+}
+
+// The check that finds the ratings, after the checks of the options themselves (a bad
+// --heads is a usage error whether or not the data is there).
+void check_data(options::OptionSet<T>& s) {
   s.check([](T& t) {
     if (t.data.empty())
       throw options::OptionError("data", "'" + std::string("train ") + t.model +
@@ -59,6 +64,7 @@ const options::OptionSet<T>& mf_training_options() {
     s.seed("seed", [](T& t) -> auto& { return t.mf.seed; }, "Seed of the weights and the order");
     s.integer("patience", [](T& t) -> auto& { return t.mf.patience; }, 0, options::kMaxSteps, kPatience);
     train::declare_run_options(s, "config.json, model.safetensors, users.csv, movies.csv, history.csv");
+    check_data(s);
     return s;
   }();
   return set;
@@ -89,6 +95,22 @@ const options::OptionSet<T>& sasrec_training_options() {
         throw options::OptionError("heads", std::to_string(t.sasrec.model.heads) + " must divide --dim " +
                                                 std::to_string(t.sasrec.model.dim));
     });
+    check_data(s);
+    return s;
+  }();
+  return set;
+}
+
+const options::OptionSet<RecommendQueryOptions>& recommend_options() {
+  using Q = RecommendQueryOptions;
+  static const options::OptionSet<Q> set = [] {
+    options::OptionSet<Q> s("recommend", "Movies for a user, or movies like a liked one, from a trained recommender");
+    s.integer("top", &Q::top, 1, 100000, "How many movies");
+    s.integer("min_ratings", &Q::min_ratings, 0, std::numeric_limits<std::int32_t>::max(),
+              "--like: only movies with at least this many ratings are keys (a movie few people rated keeps an "
+              "embedding near its random start; 1 = every movie)");
+    s.number("temperature", &Q::temperature, 0.0, true, options::kInf, false,
+             "--like: the weights are the softmax of cosine / temperature");
     return s;
   }();
   return set;

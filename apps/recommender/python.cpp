@@ -108,6 +108,7 @@ class Batches {
 }  // namespace
 
 void register_recommender(py::module_& m) {
+  qkv_python::def_options(m, rec::recommend_options());  // Recommender.recommend, similar
   m.def(
       "_read_ratings",
       [](const std::string& path) {

@@ -844,8 +844,8 @@ std::string RecommenderReport::to_json() const {
 RecommenderReport train_recommender(const RecommenderOptions& o,
                                     const train::ProgressCallback& on_progress, const std::atomic<bool>* stop) {
   QKV_CHECK(o.model == "mf" || o.model == "sasrec",
-            "train recommender: model must be 'mf' or 'sasrec', got '" << o.model << "'");
-  QKV_CHECK(!o.out_dir.empty(), "train recommender: an output directory is required");
+            "train " << o.model << ": model must be 'mf' or 'sasrec', got '" << o.model << "'");
+  QKV_CHECK(!o.out_dir.empty(), "train " << o.model << ": an output directory is required");
   const Ratings data = read_ratings(o.data);
   const Split split = temporal_split(data);
   const auto U = static_cast<std::int64_t>(data.user_ids.size()), I = static_cast<std::int64_t>(data.movies.size());
@@ -856,7 +856,7 @@ RecommenderReport train_recommender(const RecommenderOptions& o,
   report.movies = I;
   report.ratings = static_cast<std::int64_t>(data.ratings.size());
   const std::vector<Rating> fit = split.part(0), val = split.part(1), test = split.part(2);
-  QKV_CHECK(!fit.empty(), "train recommender: " << o.data << ": no user has a rating to fit (each user's "
+  QKV_CHECK(!fit.empty(), "train " << o.model << ": " << o.data << ": no user has a rating to fit (each user's "
                                                    "first 80% by time; users need 2 or more ratings)");
   report.popularity = evaluate_ranking(split, I, popularity_scorer(split, I));
   train::RunOptions run;

@@ -233,7 +233,7 @@ BatchScorer mf_scorer(const MfModel& model);
 BatchScorer sasrec_scorer(const models::SasRecConfig& config, const models::SasRecWeights& w);
 
 // ---------------------------------------------------------------------------------------
-// `qkv train recommender`: the whole run, and the model directory it writes.
+// `qkv train mf` and `qkv train sasrec`: the whole run, and the model directory it writes.
 
 struct RecommenderOptions {
   std::string data;           // ratings CSV
@@ -364,5 +364,14 @@ viz::AttentionGroup history_attention_group(const Recommender& model, std::int64
 // Registers "qkv-recommender" (apps/recommender/model_type.cpp) in the model registry;
 // called by qkv::apps::register_model_types().
 void register_recommender_model_type();
+
+// The query options of `qkv recommend` and Recommender.recommend / similar, declared once
+// (qkv/options.h).
+struct RecommendQueryOptions {
+  std::int64_t top = 10;
+  std::int64_t min_ratings = 10;  // similar: the keys are movies rated at least this often
+  double temperature = 0.1;       // similar: the weights are the softmax of cosine / temperature
+};
+const options::OptionSet<RecommendQueryOptions>& recommend_options();
 
 }  // namespace qkv::recommender

@@ -99,9 +99,8 @@ int run_embed(const EmbedOptions& o, std::ostream& out) {
   return 0;
 }
 
-int run_search(const SearchOptions& o, std::ostream& out) {
-  if (o.top < 1) throw UsageError("--top", "must be >= 1");
-  const std::string index_path = o.index.empty() ? o.corpus + ".qkv-index" : o.index;
+int run_search(const SearchOptions& o, const SearchQueryOptions& q, std::ostream& out) {
+  const std::string index_path = q.index.empty() ? o.corpus + ".qkv-index" : q.index;
   {  // before the model loads: the index is never one of the inputs, nor a file of another kind
     Inputs inputs;
     add_input(inputs, "--corpus", o.corpus);
@@ -127,14 +126,14 @@ int run_search(const SearchOptions& o, std::ostream& out) {
   bool built = false;
   const SearchIndex index = SearchIndex::open_or_build(
       model, o.model, o.corpus, index_path, [&](std::int64_t d, std::int64_t t) { bar(d, t); },
-      o.reindex, &built);
+      q.reindex, &built);
   if (built) {
     std::cerr << "qkv: indexed " << o.corpus << " into " << index_path << "\n";
     if (index.clipped_lines() > 0)
       warn_clipped(std::to_string(index.clipped_lines()) + " corpus line(s)", model.config.max_length);
   }
-  const Tensor q = model.embed_ids({query_ids}).embeddings;  // (1, O)
-  const std::vector<SearchHit> hits = index.search(q.select(0, 0), o.top);
+  const Tensor query = model.embed_ids({query_ids}).embeddings;  // (1, O)
+  const std::vector<SearchHit> hits = index.search(query.select(0, 0), q.top);
   for (const SearchHit& h : hits) {
     if (o.json) {
       nlohmann::ordered_json j;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bindings_common.h"
+#include "bindings_options.h"
 #include "qkv/use_lite.h"
 #include "search/search.h"
 
@@ -35,6 +36,7 @@ py::list search_hits(const std::vector<qkv::SearchHit>& hits) {
 }  // namespace
 
 void register_search(py::module_& m) {
+  qkv_python::def_options(m, qkv::search_options());  // qkv.search, qkv.SearchIndex
   py::class_<qkv::SearchIndex, std::shared_ptr<qkv::SearchIndex>>(
       m, "_SearchIndex", "qkv::SearchIndex (use qkv.SearchIndex / qkv.search).")
       .def_static(

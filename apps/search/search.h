@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "qkv/files.h"  // file_sha256
+#include "qkv/options.h"
 #include "qkv/tensor.h"
 #include "qkv/use_lite.h"
 
@@ -89,5 +90,14 @@ class SearchIndex {
 // Hex SHA-256 over the SHA-256s of dir/config.json, dir/model.safetensors and
 // dir/tokenizer.json: changes when any of them does.
 std::string model_fingerprint(const std::string& model_dir);
+
+// The query options of `qkv search` and qkv.search / qkv.SearchIndex, declared once
+// (qkv/options.h): top, index (default: CORPUS.qkv-index), reindex.
+struct SearchQueryOptions {
+  std::int64_t top = 10;
+  std::string index;     // "" = the corpus' path + ".qkv-index"
+  bool reindex = false;  // embed the corpus again and overwrite the index
+};
+const options::OptionSet<SearchQueryOptions>& search_options();
 
 }  // namespace qkv

@@ -1,4 +1,4 @@
-// qkv classify — what a model of `qkv train vision` sees in images:
+// qkv classify — what a model of `qkv train vit` and `qkv train point` sees in images:
 //   --images F    an IDX image file (gzip or plain) or one PNG or PGM image, of the model's size
 //   --labels F    their IDX labels: accuracy and the confusion matrix too
 //   --tta         test-time augmentation: each image's class probabilities are the mean of
@@ -53,7 +53,7 @@ void print_summary(std::ostream& out, const vision::Classifier& c, const vision:
 
 }  // namespace
 
-int run_classify(const ClassifyOptions& o, std::ostream& out) {
+int run_classify(const ClassifyOptions& o, const vision::ClassifyQueryOptions& q, std::ostream& out) {
   if (!o.html.empty()) {  // before the work that fills it
     Inputs inputs;
     add_directory_inputs(inputs, "--model", o.model);
@@ -65,7 +65,7 @@ int run_classify(const ClassifyOptions& o, std::ostream& out) {
   const std::int64_t side = c.image_size();
   vision::Images images = vision::read_images(o.images, side, side);
   if (!o.labels.empty()) vision::read_labels(o.labels, images, static_cast<int>(c.classes()));
-  const std::vector<vision::Prediction> predictions = c.classify(images, o.batch, o.tta);
+  const std::vector<vision::Prediction> predictions = c.classify(images, q.batch, q.tta);
 
   if (!o.html.empty()) {
     const bool vit = c.model() == "vit";

@@ -1,5 +1,5 @@
 // "qkv-vision" in the model registry (qkv/model_registry.h): a directory written by
-// `qkv train vision` (models/fashion-vit, models/fashion-point), loaded by
+// `qkv train vit` and `qkv train point` (models/fashion-vit, models/fashion-point), loaded by
 // Classifier::load. Its attention is over one image of a file (read_images: IDX, PNG or
 // PGM): the ViT's over the class token and the patches, the point model's over its points.
 #include <memory>

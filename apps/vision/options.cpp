@@ -101,17 +101,30 @@ const options::OptionSet<T>& point_training_options() {
     s.integer("points", [](T& t) -> auto& { return t.point.points; }, 1, 4096, "Points sampled per image");
     s.integer("neighbors", [](T& t) -> auto& { return t.point.neighbors; }, 1, 4096,
               "K, the nearest points each attends to");
-    s.integer("patch_size", [](T& t) -> auto& { return t.point.patch_size; }, 1, 28,
+    s.integer("patch_size", [](T& t) -> auto& { return t.point.patch_size; }, 1, models::kMaxPointPatch,
               "The side S of the square of pixels each point carries, odd");
     s.check([](T& t) {
       const models::PointTransformerConfig& c = t.point;
       const auto n = [](std::int64_t v) { return std::to_string(v); };
       if (!models::valid_point_patch(c.patch_size))
-        throw options::OptionError("patch_size", "point needs an odd side <= " + n(models::kMaxPointPatch) +
-                                                     " (a window centred on each point), got " + n(c.patch_size));
+        throw options::OptionError("patch_size", "must be odd (a window centred on each point), got " +
+                                                     n(c.patch_size));
       if (c.neighbors > c.points)
         throw options::OptionError("neighbors", n(c.neighbors) + " exceeds --points " + n(c.points));
     });
+    return s;
+  }();
+  return set;
+}
+
+const options::OptionSet<ClassifyQueryOptions>& classify_options() {
+  using Q = ClassifyQueryOptions;
+  static const options::OptionSet<Q> set = [] {
+    options::OptionSet<Q> s("classify", "Classify images with a model of qkv train vit or point");
+    s.integer("batch", &Q::batch, 1, 65536, "Images per forward");
+    s.flag("tta", &Q::tta,
+           "Test-time augmentation: each image's class probabilities are the mean of its own and its left-right "
+           "mirror image's (two forwards per image; training flips images too)");
     return s;
   }();
   return set;

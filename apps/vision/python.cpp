@@ -261,6 +261,7 @@ class Batches {
 }  // namespace
 
 void register_vision(py::module_& m) {
+  qkv_python::def_options(m, vision::classify_options());  // Classifier.classify, predict, predict_proba
   m.def(
       "_vit_initial",
       [](const py::dict& config, std::uint64_t seed) {

@@ -481,27 +481,27 @@ struct VisionTask : train::Task {
 VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionMnist& data,
                                   const train::ProgressCallback& on_progress, const std::atomic<bool>* stop) {
   QKV_CHECK(o.model == "vit" || o.model == "point",
-            "train vision: --model must be 'vit' or 'point', got '" << o.model << "'");
-  QKV_CHECK(o.epochs >= 1 && o.batch >= 1, "train vision: epochs and batch must be >= 1, got "
+            "train " << o.model << ": --model must be 'vit' or 'point', got '" << o.model << "'");
+  QKV_CHECK(o.epochs >= 1 && o.batch >= 1, "train " << o.model << ": epochs and batch must be >= 1, got "
                                                << o.epochs << " and " << o.batch);
   QKV_CHECK(o.peak_lr > 0 && std::isfinite(o.peak_lr) && o.warmup_epochs >= 0 && o.label_smoothing >= 0 &&
                 o.label_smoothing < 1 && o.weight_decay >= 0 && o.augment.pad >= 0 && o.augment.erase >= 0 &&
                 o.augment.erase <= 1,
-            "train vision: lr must be > 0, warm-up, weight decay and padding >= 0, label smoothing in [0, 1), "
+            "train " << o.model << ": lr must be > 0, warm-up, weight decay and padding >= 0, label smoothing in [0, 1), "
             "erase in [0, 1]");
   QKV_CHECK(o.model == "vit" || o.augment.erase == 0.0,
-            "train vision: erase applies to the vit model only (an erased rectangle would be ink to the point model)");
+            "train " << o.model << ": erase applies to the vit model only (an erased rectangle would be ink to the point model)");
   QKV_CHECK(o.patch_dropout >= 0.0 && o.patch_dropout < 1.0,
-            "train vision: patch dropout must be in [0, 1), got " << o.patch_dropout);
+            "train " << o.model << ": patch dropout must be in [0, 1), got " << o.patch_dropout);
   QKV_CHECK(o.patch_dropout_epochs >= 0 && o.patch_dropout_epochs <= o.epochs,
-            "train vision: patch dropout's epochs must be in [0, epochs = " << o.epochs << "], got "
+            "train " << o.model << ": patch dropout's epochs must be in [0, epochs = " << o.epochs << "], got "
                                                                            << o.patch_dropout_epochs);
   QKV_CHECK(o.patch_dropout_epochs == 0 || o.patch_dropout > 0.0,
-            "train vision: patch dropout's epochs (" << o.patch_dropout_epochs
+            "train " << o.model << ": patch dropout's epochs (" << o.patch_dropout_epochs
                                                      << ") given without patch dropout (its fraction is 0)");
   QKV_CHECK(o.model == "vit" || o.patch_dropout == 0.0,
-            "train vision: patch dropout applies to the vit model only (the point model has no patches)");
-  QKV_CHECK(!o.out_dir.empty(), "train vision: an output directory is required");
+            "train " << o.model << ": patch dropout applies to the vit model only (the point model has no patches)");
+  QKV_CHECK(!o.out_dir.empty(), "train " << o.model << ": an output directory is required");
   VisionNetwork shape;
   shape.model = o.model;
   shape.vit = o.vit;
@@ -510,18 +510,18 @@ VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionM
   shape.check();
   QKV_CHECK((o.model == "point" || o.vit.channels == 1) && shape.image_size() == data.train.height &&
                 data.train.height == data.train.width,
-            "train vision: the model takes " << (o.model == "vit" ? o.vit.channels : 1) << "x" << shape.image_size()
+            "train " << o.model << ": the model takes " << (o.model == "vit" ? o.vit.channels : 1) << "x" << shape.image_size()
                                              << "x" << shape.image_size() << " images, the data are 1x"
                                              << data.train.height << "x" << data.train.width);
   QKV_CHECK(shape.classes() == static_cast<std::int64_t>(kFashionMnistClasses.size()),
-            "train vision: the model must have " << kFashionMnistClasses.size() << " classes");
+            "train " << o.model << ": the model must have " << kFashionMnistClasses.size() << " classes");
   const Images train = o.train_limit > 0 && o.train_limit < data.train.count ? data.train.slice(0, o.train_limit)
                                                                               : data.train;
   const std::string config_text = config_json(shape).dump();
   VisionTask task(o, train, data.validation, shape);
   const std::int64_t per_epoch = steps_per_epoch(train.count, o.batch);
   const int ranks = o.communicator != nullptr ? o.communicator->size() : 1;
-  QKV_CHECK(o.batch >= ranks, "train vision: --batch " << o.batch << " gives some of the " << ranks
+  QKV_CHECK(o.batch >= ranks, "train " << o.model << ": --batch " << o.batch << " gives some of the " << ranks
                                                       << " ranks no images; it must be at least the number of ranks");
   train::LoopOptions loop;
   loop.task = o.model;
@@ -601,7 +601,7 @@ Classifier Classifier::load(const std::string& dir) {
   const std::string config_path = dir + "/config.json";
   const JsonConfig j = JsonConfig::load(config_path);
   QKV_CHECK(j.get_string("model_type", "") == "qkv-vision",
-            config_path << ": not a qkv image classifier (model_type is not 'qkv-vision'; make one with qkv train vision)");
+            config_path << ": not a qkv image classifier (model_type is not 'qkv-vision'; make one with qkv train vit or qkv train point)");
   VisionNetwork net = network_from(j);
   const nlohmann::json names = io::parse_json(io::read_file(config_path, "config", 16u << 20), config_path, false);
   QKV_CHECK(names.is_object() && names.contains("class_names") && names["class_names"].is_array(),
@@ -741,8 +741,13 @@ Classifier::Attention Classifier::attention(const Images& images, std::int64_t i
     const std::int64_t grid = net_.vit.grid();
     out.tokens.push_back("[CLS]");
     for (std::int64_t r = 0; r < grid; ++r)
-      for (std::int64_t c = 0; c < grid; ++c)
-        out.tokens.push_back("r" + std::to_string(r) + "c" + std::to_string(c));
+      for (std::int64_t c = 0; c < grid; ++c) {
+        std::string token = "r";  // appended: GCC 12 warns (-Wrestrict, wrongly) on "r" + ...
+        token += std::to_string(r);
+        token += 'c';
+        token += std::to_string(c);
+        out.tokens.push_back(std::move(token));
+      }
     return out;
   }
   const Tensor points = net_.input(images, index);  // (1, N, F)

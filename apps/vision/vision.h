@@ -1,5 +1,5 @@
 // Image classification on Fashion-MNIST (Xiao, Rasul & Vollgraf 2017): the data, the
-// augmented batches, the training loop of `qkv train vision`, a trained model directory and
+// augmented batches, the training loop of `qkv train vit` and `qkv train point`, a trained model directory and
 // `qkv classify`'s predictions.
 //
 // Data: `scripts/fetch_data.sh fashion-mnist DIR` copies Debian's dataset-fashion-mnist
@@ -201,7 +201,7 @@ struct VisionTrainingResult : train::LoopResult {
   std::int64_t num_parameters = 0;
   std::string out_dir;               // the options' out_dir
 
-  // One JSON object, `qkv train vision --json`'s and qkv.vision.train's: the loop's fields,
+  // One JSON object, `qkv train vit --json`'s and qkv.vision.train's: the loop's fields,
   // then validation_accuracy, best_epoch, num_parameters, out, and test_accuracy unless
   // interrupted.
   std::string to_json() const;
@@ -294,5 +294,13 @@ class Classifier {
 // Registers "qkv-vision" (apps/vision/model_type.cpp) in the model registry; called by
 // qkv::apps::register_model_types().
 void register_vision_model_type();
+
+// The options of `qkv classify` and Classifier.classify / predict_proba, declared once
+// (qkv/options.h).
+struct ClassifyQueryOptions {
+  std::int64_t batch = 256;  // images per forward
+  bool tta = false;          // average each image's probabilities with its mirror image's
+};
+const options::OptionSet<ClassifyQueryOptions>& classify_options();
 
 }  // namespace qkv::vision

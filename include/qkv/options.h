@@ -157,6 +157,7 @@ class OptionSet {
     spec.default_value = Value(get(make_()));
     specs_.push_back(std::move(spec));
     setters_.push_back([set](T& t, const Value& v) { set(t, std::get<V>(v)); });
+    getters_.push_back([get](const T& t) { return Value(get(t)); });
     return specs_.back();
   }
   static Spec choice_spec(std::string name, std::vector<std::string> choices, std::string help) {
@@ -180,6 +181,13 @@ class OptionSet {
   void finish(T& target) const {
     for (const auto& rule : rules_) rule(target);
   }
+  // Every declared option's value in `target`, in declaration order (what a front end
+  // hands back to a caller that asked for the options parsed).
+  std::vector<std::pair<std::string, Value>> values(const T& target) const {
+    std::vector<std::pair<std::string, Value>> out;
+    for (std::size_t i = 0; i < specs_.size(); ++i) out.emplace_back(specs_[i].name, getters_[i](target));
+    return out;
+  }
 
  private:
   static Spec base(std::string name, Type type, std::string help) {
@@ -197,6 +205,11 @@ class OptionSet {
     spec.default_value = Value(std::invoke(field, defaults));
     specs_.push_back(std::move(spec));
     setters_.push_back([field](T& t, const Value& v) { std::invoke(field, t) = std::get<V>(v); });
+    // The accessors take T&: read through a copy.
+    getters_.push_back([field](const T& t) {
+      T copy = t;
+      return Value(std::invoke(field, copy));
+    });
     return specs_.back();
   }
 
@@ -204,6 +217,7 @@ class OptionSet {
   std::function<T()> make_;
   std::vector<Spec> specs_;
   std::vector<std::function<void(T&, const Value&)>> setters_;
+  std::vector<std::function<Value(const T&)>> getters_;
   std::vector<std::function<void(T&)>> rules_;
 };
 

@@ -95,7 +95,7 @@ Tensor images_to_points(std::span<const std::uint8_t> pixels, std::int64_t count
 //   per block    N·(C² + 3C² + C²)·2              linear1, to_qkv, linear2  1.31 MFLOP
 //              + N·K·(2·Hp + Hp·C + 2·C·Cm)·2     pos_mlp, attn_mlp         5.31 MFLOP
 //   head         (2C·Hh + Hh·classes)·2                                 0.01 MFLOP
-// ≈ 13.9 MFLOP forward for two blocks (the ViT `qkv train vision` trains: ~86), ~3× that for a
+// ≈ 13.9 MFLOP forward for two blocks (the ViT `qkv train vit` trains: ~86), ~3× that for a
 // training step. The products are not what bounds the time: vector attention's per-pair
 // loops (a softmax over K per channel in double, its exp recomputed by the backward; the
 // gathers) and the K nearest neighbours (N² distances per block) are most of it; they run

@@ -31,6 +31,7 @@ import warnings
 
 import numpy as np
 
+from .training import _parsed
 from . import (_bool, _choice, _describe, _float, _int, _int_list, _is_bool, _is_torch, _qkv, _ranged,
                _text, _torch_module, _torch_values)
 
@@ -392,11 +393,10 @@ class GPT2Model(_Model):
         text = _text(text, fn, "text")
         if self.tokenizer is None or self.tokenizer.kind != "bpe":
             raise ValueError(f"{fn}: the model directory has no byte-level BPE tokenizer")
-        if stride is None:
-            stride = 0  # n_positions // 2
-        elif not 1 <= _int(stride, fn, "stride") < self.config["n_positions"]:
-            raise ValueError(f"{fn}: stride must be in [1, {self.config['n_positions'] - 1}] "
-                             f"(n_positions - 1), got {stride}")
+        stride = _parsed("score", stride=stride)["stride"]  # `qkv score --stride`: 0 = n_positions // 2
+        if stride >= self.config["n_positions"]:
+            raise ValueError(f"{fn}: stride must be in [0, {self.config['n_positions'] - 1}] "
+                             f"(n_positions - 1; 0 = n_positions // 2), got {stride}")
         return _qkv._score_text(self._impl, self.tokenizer._impl, text, stride)
 
     def __repr__(self):
@@ -473,22 +473,22 @@ class SearchIndex:
     """The lines of a corpus file embedded by a UseLiteModel, kept in an index file beside
     it (CORPUS.qkv-index unless `index` names another) and reused while the corpus and the
     model are unchanged (SHA-256 of their bytes); a changed corpus is indexed again. An
-    index built by another model, or damaged, is a ValueError unless rebuild=True.
+    index built by another model, or damaged, is a ValueError unless reindex=True. index and
+    reindex are `qkv search`'s --index and --reindex, declared once (qkv.options("search")).
 
     >>> index = qkv.SearchIndex(model, "corpus.txt")
     >>> index.search("a query", top=5)       # [{"rank", "score", "line", "text"}]
     """
 
-    def __init__(self, model, corpus, index=None, rebuild=False):
+    def __init__(self, model, corpus, index=None, reindex=None, **renamed):
         fn = "SearchIndex"
         if not isinstance(model, UseLiteModel):
             raise TypeError(f"{fn}: model must be a qkv.UseLiteModel, got {_describe(model)}")
         corpus = _path(corpus, fn, "corpus")
-        index = corpus + ".qkv-index" if index is None else _path(index, fn, "index")
-        rebuild = _bool(rebuild, fn, "rebuild")
+        o = _parsed("search", index=index, reindex=reindex, **renamed)  # rebuild: now reindex
         self.model = model
         self._impl, self.built = _qkv._SearchIndex.open_or_build(
-            model._impl, model._directory, corpus, index, rebuild)
+            model._impl, model._directory, corpus, o["index"] or corpus + ".qkv-index", o["reindex"])
 
     @property
     def embeddings(self):
@@ -499,20 +499,18 @@ class SearchIndex:
     def lines(self):
         return list(self._impl.lines)
 
-    def search(self, query, top=10):
-        """The `top` lines most similar to query (cosine), best first, as dicts
+    def search(self, query, top=None):
+        """The `top` lines (default 10) most similar to query (cosine), best first, as dicts
         {"rank": 1-based, "score": float, "line": 1-based line number, "text": str}."""
         fn = "SearchIndex.search"
         query = _text(query, fn, "query")
-        top = _int(top, fn, "top")
-        if not 1 <= top < 1 << 63:
-            raise ValueError(f"{fn}: top must be >= 1, got {top}")
-        return self._impl.search(self.model._impl, query, top)
+        return self._impl.search(self.model._impl, query, _parsed("search", top=top)["top"])
 
 
-def search(model, corpus, query, top=10, index=None, rebuild=False):
-    """qkv search from Python: SearchIndex(model, corpus, index, rebuild).search(query, top)."""
-    return SearchIndex(model, corpus, index, rebuild).search(query, top)
+def search(model, corpus, query, top=None, index=None, reindex=None, **renamed):
+    """qkv search from Python: SearchIndex(model, corpus, index, reindex).search(query, top),
+    with `qkv search`'s options (qkv.options("search"))."""
+    return SearchIndex(model, corpus, index, reindex, **renamed).search(query, top)
 
 
 class DateTranslator:

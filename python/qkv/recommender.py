@@ -1,5 +1,5 @@
-"""qkv.recommender — movie recommendation on ratings, as `qkv train mf` and
-`qkv recommend` do it, with NumPy arrays in and out.
+"""qkv.recommender — movie recommendation on ratings, as `qkv train mf`, `qkv train sasrec`
+and `qkv recommend` do it, with NumPy arrays in and out.
 
     import qkv.recommender as rec
     report = rec.train("data/ratings.csv", "mf-model", model="mf")   # or a directory
@@ -23,6 +23,7 @@ import os
 import numpy as np
 
 from . import _bool, _describe, _float, _int, _path, _qkv, _ranged, _text
+from .training import _parsed
 
 _I64 = (-(1 << 63), (1 << 63) - 1)  # the ids a ratings file can hold (int64)
 
@@ -97,7 +98,7 @@ def mf_cross_validation(data, folds=5, dim=32, epochs=40, batch=256, lr=2e-3, l2
 
 
 class Recommender:
-    """A model directory of `qkv train mf` / train(). Users and movies are named by
+    """A model directory of `qkv train mf` or `qkv train sasrec` / train(). Users and movies are named by
     their ids (userId, movieId) everywhere; arrays are aligned with movie_ids."""
 
     def __init__(self, directory):
@@ -143,19 +144,21 @@ class Recommender:
         predicted rating, unclipped; sasrec: the next-movie logit)."""
         return self._m.scores(self._user(user, "scores"))
 
-    def recommend(self, user, top=10):
-        """The `top` movies the user has not rated, best first, as dicts with "score"."""
-        idx, score = self._m.recommend(self._user(user, "recommend"), _ranged(top, "recommend", "top", 1, 1 << 30))
+    def recommend(self, user, top=None):
+        """The `top` movies (default 10) the user has not rated, best first, as dicts with
+        "score". top is `qkv recommend --top` (qkv.options("recommend"))."""
+        top = _parsed("recommend", top=top)["top"]
+        idx, score = self._m.recommend(self._user(user, "recommend"), top)
         return [self._movie_dict(i, score=float(s)) for i, s in zip(idx, score)]
 
-    def similar(self, like, top=10, temperature=0.1, min_ratings=10):
+    def similar(self, like, top=None, temperature=None, min_ratings=None):
         """The movies nearest the liked one (a title or a movieId): its embedding is the
         query, the embeddings of the movies with at least `min_ratings` ratings the keys
-        (1 = every movie); "weight" is the softmax of cos / temperature."""
+        (1 = every movie); "weight" is the softmax of cos / temperature. The options and their
+        defaults are `qkv recommend --like`'s (qkv.options("recommend"))."""
+        o = _parsed("recommend", top=top, temperature=temperature, min_ratings=min_ratings)
         movie = self._m.movie_index(self.movie(like))
-        idx, cos, weight = self._m.similar(movie, _ranged(top, "similar", "top", 1, 1 << 30),
-                                           _float(temperature, "similar", "temperature"),
-                                           _ranged(min_ratings, "similar", "min_ratings", 0, 1 << 31))
+        idx, cos, weight = self._m.similar(movie, o["top"], o["temperature"], o["min_ratings"])
         return [self._movie_dict(i, cosine=float(c), weight=float(w)) for i, c, w in zip(idx, cos, weight)]
 
     def predict(self, users, movies):

@@ -22,7 +22,7 @@ __all__ = ["train", "options", "TASKS"]
 
 # task -> (run(options, progress, command) -> JSON text, one line about it)
 _TASKS = _qkv._train_tasks
-# command ("train lm", "generate") -> its option specs
+# command ("train lm", "generate") -> (its option specs, parse(keywords) -> checked values)
 _OPTION_SETS = _qkv._option_sets
 TASKS = tuple(_TASKS)
 
@@ -46,7 +46,14 @@ def options(command):
         raise TypeError(f"options: command must be a str, got {_describe(command)}")
     if command not in _OPTION_SETS:
         raise ValueError(f"options: command must be one of {', '.join(sorted(_OPTION_SETS))}, got {command!r}")
-    return [dict(spec) for spec in _OPTION_SETS[command]]
+    return [dict(spec) for spec in _OPTION_SETS[command][0]]
+
+
+def _parsed(command, **keywords):
+    """The options of `command` given as keywords (None: the default), checked by its
+    declaration: {name: value} for every option, the defaults filled in. TypeError for an
+    unknown keyword or a value of the wrong kind, ValueError for one out of range."""
+    return _OPTION_SETS[command][1](keywords)
 
 
 def train(task, progress=None, **options):
@@ -72,7 +79,7 @@ def train(task, progress=None, **options):
 def _doc(task):
     """The options of one task as docstring lines: name=default  help (range)."""
     lines = []
-    for s in _OPTION_SETS["train " + task]:
+    for s in _OPTION_SETS["train " + task][0]:
         if not s["python"]:
             continue
         default = "required" if s["required"] else repr(s["default"])

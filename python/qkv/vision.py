@@ -1,5 +1,6 @@
 """qkv.vision — image classification on Fashion-MNIST with a Vision Transformer or a Point
-Transformer, as `qkv train vit` and `qkv classify` do it, with NumPy arrays in and out.
+Transformer, as `qkv train vit`, `qkv train point` and `qkv classify` do it, with NumPy
+arrays in and out.
 
     import qkv.vision as vision
     result = vision.train("data", "vit-model", epochs=20)      # the Fashion-MNIST directory
@@ -40,6 +41,7 @@ import math
 import numpy as np
 
 from . import _bool, _describe, _float, _is_torch, _path, _qkv, _ranged
+from .training import _parsed
 
 __all__ = ["train", "Classifier", "read_images", "read_labels", "load_fashion_mnist",
            "TrainingBatches", "training_batch", "steps_per_epoch", "CLASSES", "PIXEL_MEAN",
@@ -202,7 +204,7 @@ def train(data, out, model="vit", **options):
 
 
 class Classifier:
-    """A model directory of `qkv train vit` / train().
+    """A model directory of `qkv train vit` or `qkv train point` / train().
 
     model: "vit" or "point"; config: the architecture (a ViT's {"image_size", "channels",
     "patch_size", "dim", "layers", "heads", "mlp_dim", "classes", "learned_positions",
@@ -247,25 +249,27 @@ class Classifier:
 
     def _predict(self, images, batch, tta, fn):
         pixels, one = _pixels(images, fn)
-        labels, scores, probs = self._c.classify(pixels, _ranged(batch, fn, "batch", 1, 65536), _bool(tta, fn, "tta"))
+        o = _parsed("classify", batch=batch, tta=tta)  # `qkv classify`'s --batch and --tta
+        labels, scores, probs = self._c.classify(pixels, o["batch"], o["tta"])
         return labels, scores, probs, one
 
-    def classify(self, images, batch=256, tta=False):
+    def classify(self, images, batch=None, tta=None):
         """uint8 images (N, H, W) -> one dict per image, {"label", "class", "score" (its
         probability)}, as `qkv classify --json` prints them; one image (H, W) -> one dict.
         tta (test-time augmentation, `qkv classify --tta`): each image's probabilities are the
-        mean of its own and its left-right mirror image's, at two forwards per image."""
+        mean of its own and its left-right mirror image's, at two forwards per image. batch
+        (images per forward, default 256) and tta are `qkv classify`'s (qkv.options("classify"))."""
         labels, scores, _, one = self._predict(images, batch, tta, "classify")
         out = [{"label": int(k), "class": self.class_names[int(k)], "score": float(s)}
                for k, s in zip(labels, scores)]
         return out[0] if one else out
 
-    def predict(self, images, batch=256, tta=False):
+    def predict(self, images, batch=None, tta=None):
         """The labels: int64 (N,), or an int for one image (H, W). tta: as classify's."""
         labels, _, _, one = self._predict(images, batch, tta, "predict")
         return int(labels[0]) if one else labels
 
-    def predict_proba(self, images, batch=256, tta=False):
+    def predict_proba(self, images, batch=None, tta=None):
         """The softmax of the logits: float32 (N, classes), or (classes,) for one image; with
         tta the mean of the image's and its mirror image's."""
         _, _, probs, one = self._predict(images, batch, tta, "predict_proba")

@@ -260,7 +260,7 @@ assert [(d["userId"], d["movieId"]) for d in p] == [(int(u), int(m)) for u, m, _
 assert all(abs(d["rating"] - float(r)) < 1e-4 for d, (_, _, r) in zip(p, text)), p
 PY
 fails "--predict: a sasrec model ranks movies and does not predict ratings" recommend --model "$SR" --predict "$TMP/pairs.csv"
-expect_in err "--model mf" "--predict with sasrec says what to train"
+expect_in err "qkv train mf" "--predict with sasrec says what to train"
 
 # --show and --html: the attention of a SASRec model over a user's history (the last
 # max_len of it: user 40's history of 30 is cut to 20).

@@ -158,8 +158,8 @@ PY
 # The other model's options are unknown options of each subcommand.
 usage_fails "unknown option --points; the options are --data" train vit --data "$DATA" --points 64
 usage_fails "unknown option --neighbors; the options are --data" train vit --data "$DATA" --neighbors 4
-usage_fails "--patch-size: point needs an odd side <= 15" train point --data "$DATA" --patch-size 4
-usage_fails "--patch-size: point needs an odd side <= 15" train point --data "$DATA" --patch-size 17
+usage_fails "--patch-size: must be odd (a window centred on each point), got 4" train point --data "$DATA" --patch-size 4
+usage_fails "--patch-size: must be an integer in [1, 15], got '17'" train point --data "$DATA" --patch-size 17
 usage_fails "unknown option --shifted-patches; the options are --data" train point --data "$DATA" --shifted-patches
 usage_fails "unknown option --erase; the options are --data" train point --data "$DATA" --erase 0.25
 usage_fails "unknown option --mlp-dim; the options are --data" train point --data "$DATA" --mlp-dim 32

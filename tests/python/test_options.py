@@ -9,6 +9,7 @@ import pathlib
 import re
 import subprocess
 
+import numpy as np
 import pytest
 
 import qkv
@@ -19,7 +20,11 @@ TASKS = ("dates", "tokenizer", "lm", "mf", "sasrec", "vit", "point")
 # Every declared command, and the options the CLI adds to it itself (not declared: the
 # output's form, the model directory and prompt a Python method has as its object).
 COMMANDS = {**{f"train {t}": {"help", "json", "quiet"} for t in TASKS},
-            "generate": {"help", "model", "prompt", "json", "html", "weights"}}
+            "generate": {"help", "model", "prompt", "json", "html", "weights"},
+            "search": {"help", "model", "corpus", "query", "json"},
+            "recommend": {"help", "model", "user", "like", "predict", "json", "show", "html"},
+            "classify": {"help", "model", "images", "labels", "list", "json", "html", "html_images"},
+            "score": {"help", "model", "file", "json"}}
 
 
 def cli(*args):
@@ -91,22 +96,27 @@ def edges(spec):
     return []
 
 
-@pytest.mark.parametrize("task", TASKS)
-def test_both_front_ends_refuse_the_same_values(task):
+@pytest.mark.parametrize("command", COMMANDS)
+def test_both_front_ends_refuse_the_same_values(command):
     """Every value just outside a declared range is refused by the CLI (status 2, the option
-    named as --name) and by Python (ValueError naming name), before any work is done."""
+    named as --name) and by Python (ValueError naming name), before any work is done. Python's
+    methods that take a command's options (qkv.train, GPT2Model.generate, SearchIndex.search,
+    Recommender.similar, Classifier.classify, GPT2Model.score) parse them with _parsed."""
     checked = 0
-    for spec in qkv.options(f"train {task}"):
+    for spec in qkv.options(command):
         for value in edges(spec):
             name = spec["name"]
-            r = cli("train", task, "--" + name.replace("_", "-"), repr(value) if isinstance(value, float) else value,
-                    "--out", "/nonexistent/never")
-            assert r.returncode == 2, f"qkv train {task} --{name} {value}: status {r.returncode}\n{r.stderr}"
+            r = cli(*command.split(), "--" + name.replace("_", "-"),
+                    repr(value) if isinstance(value, float) else value, "--out", "/nonexistent/never")
+            assert r.returncode == 2, f"qkv {command} --{name} {value}: status {r.returncode}\n{r.stderr}"
             assert "--" + name.replace("_", "-") in r.stderr, r.stderr
-            with pytest.raises(ValueError, match=rf"train {task}: {name}: must be"):
-                qkv.train(task, out="/nonexistent/never", **{name: value})
+            with pytest.raises(ValueError, match=rf"{command}: {name}: must be"):
+                if command.startswith("train "):
+                    qkv.train(command[6:], out="/nonexistent/never", **{name: value})
+                else:
+                    qkv.training._parsed(command, **{name: value})
             checked += 1
-    assert checked >= 3, f"train {task}: only {checked} edges checked"
+    assert checked >= 1, f"{command}: no edges checked"
 
 
 @pytest.mark.parametrize("task,options,exception,message", [
@@ -153,6 +163,28 @@ def test_generate_takes_the_declared_options(tmp_path):
             "--temperature", 0.8, "--top-k", 20, "--seed", 7, "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["ids"] == ids
+
+
+def test_methods_take_the_declared_options(tmp_path):
+    """The inference methods' keywords are their commands' options: the same names (an old
+    one names the new), ranges and defaults."""
+    with pytest.raises(TypeError, match=r"search: rebuild is now reindex"):
+        qkv.training._parsed("search", rebuild=True)
+    assert qkv.training._parsed("search") == {"top": 10, "index": "", "reindex": False}
+    assert qkv.training._parsed("classify", batch=None, tta=True) == {"batch": 256, "tta": True}
+    model = qkv.load_model(MODELS / "sotu-gpt")
+    with pytest.raises(ValueError, match=r"score: stride: must be an integer in \[0, 2\^63\), got -1"):
+        model.score("the nation", stride=-1)
+    text = tmp_path / "t.txt"
+    text.write_text("My fellow citizens, the state of the union is strong.\n")
+    r = cli("score", "--model", MODELS / "sotu-gpt", "--file", text, "--stride", 64, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["loss"] == pytest.approx(model.score(text.read_text(), stride=64)["loss"], abs=1e-6)
+    classifier = qkv.load_model(MODELS / "fashion-vit")
+    with pytest.raises(ValueError, match=r"classify: batch: must be an integer in \[1, 65536\], got 0"):
+        classifier.classify(np.zeros((2, 28, 28), np.uint8), batch=0)
+    with pytest.raises(TypeError, match=r"classify: tta: must be a bool, got int"):
+        classifier.predict(np.zeros((28, 28), np.uint8), tta=1)
 
 
 def test_python_task_and_progress_are_checked():

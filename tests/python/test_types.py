@@ -148,12 +148,12 @@ def test_model_and_tokenizer_arguments(bert, gpt2):
         (lambda: bert(np.array([[True, False]])), r"BertModel: input_ids must contain integers, got dtype bool"),
         (lambda: bert("hello"), r"BertModel: input_ids must be \(B, L\) integers .* got str"),
         (lambda: bert([[2, 5, 3]], token_type_ids=[[0.0, 0.0, 1.0]]), r"token_type_ids must contain integers"),
-        (lambda: gpt2.generate([1, 2], max_new_tokens=True), r"GPT2Model.generate: max_new_tokens must be an int, got bool"),
-        (lambda: gpt2.generate([1, 2], max_new_tokens=2.0), r"max_new_tokens must be an int, got float"),
-        (lambda: gpt2.generate([1, 2], temperature="0.7"), r"GPT2Model.generate: temperature must be a float, got str"),
-        (lambda: gpt2.generate([1, 2], top_k=1.5), r"top_k must be an int"),
-        (lambda: gpt2.generate([1, 2], top_p="1"), r"top_p must be a float"),
-        (lambda: gpt2.generate([1, 2], seed=True), r"seed must be an int, got bool"),
+        (lambda: gpt2.generate([1, 2], max_new_tokens=True), r"generate: max_new_tokens: must be an int, got bool"),
+        (lambda: gpt2.generate([1, 2], max_new_tokens=2.0), r"generate: max_new_tokens: must be an int, got float"),
+        (lambda: gpt2.generate([1, 2], temperature="0.7"), r"generate: temperature: must be a float, got str"),
+        (lambda: gpt2.generate([1, 2], top_k=1.5), r"generate: top_k: must be an int"),
+        (lambda: gpt2.generate([1, 2], top_p="1"), r"generate: top_p: must be a float"),
+        (lambda: gpt2.generate([1, 2], seed=True), r"generate: seed: must be an int, got bool"),
         (lambda: gpt2.generate([1, 2], eos_token_id=True), r"eos_token_id \(an int, or False\) must be an int, got bool"),
         (lambda: gpt2.generate(b"the cat"), r"GPT2Model.generate: prompt must be a 1-d sequence of ints, got bytes"),
         (lambda: gpt2(np.zeros((1, 3), np.float32)), r"GPT2Model: input_ids must contain integers"),
@@ -167,5 +167,5 @@ def test_model_and_tokenizer_arguments(bert, gpt2):
     np.testing.assert_array_equal(out["last_hidden_state"],
                                   bert([[2, 5, 3]], attention_mask=[[1, 1, 0]])["last_hidden_state"])
     assert len(gpt2.generate([1, 2], max_new_tokens=3, eos_token_id=False)) == 3
-    with pytest.raises(ValueError, match=r"seed must be in \[0, 2\*\*64\)"):
+    with pytest.raises(ValueError, match=r"generate: seed: must be an integer in \[0, 2\^64\), got -1"):
         gpt2.generate([1, 2], seed=-1)

@@ -293,7 +293,7 @@ def test_tta_averages_an_image_and_its_mirror_as_the_cli_does(trained, data):
            run_qkv("classify", "--model", out, "--images", path, "--json", "--tta").splitlines()]
     assert [g["label"] for g in c.classify(pixels, tta=True)] == [g["label"] for g in cli]
     np.testing.assert_allclose([g["score"] for g in cli], got.max(axis=1), rtol=0, atol=5e-7 + 1e-12)
-    with pytest.raises(TypeError, match="tta must be a bool"):
+    with pytest.raises(TypeError, match="classify: tta: must be a bool, got str"):
         c.predict(pixels, tta="yes")
 
 
@@ -454,7 +454,7 @@ def test_errors_name_what_was_wrong(trained, data, tmp_path):
         c.rollout(pixels)
     with pytest.raises(ValueError, match=r"index must be in \[0, 59\], got 60"):
         c.rollout(pixels, 60)
-    with pytest.raises(TypeError, match="batch must be an int"):
+    with pytest.raises(TypeError, match="classify: batch: must be an int, got float"):
         c.classify(pixels, batch=2.0)
     # the bindings check for themselves
     with pytest.raises(TypeError, match="classify: images: expected dtype uint8"):
@@ -564,7 +564,7 @@ def test_point_model_trains_equals_the_cli_and_shows_its_points(data, tmp_path):
         c.rollout(test[0])
     with pytest.raises(ValueError, match="train point: neighbors: 9 exceeds --points 8"):
         vision.train(data["dir"], tmp_path / "x", model="point", points=8, neighbors=9)
-    with pytest.raises(ValueError, match="train point: patch_size: point needs an odd side"):
+    with pytest.raises(ValueError, match="train point: patch_size: must be odd"):
         vision.train(data["dir"], tmp_path / "x", model="point", patch_size=4)
     with pytest.raises(ValueError, match="model must be 'vit' or 'point'"):
         vision.train(data["dir"], tmp_path / "x", model="cnn")

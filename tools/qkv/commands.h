@@ -20,6 +20,20 @@
 namespace CLI {
 class App;
 }
+// The options the library and the applications declare (qkv/options.h), each parsed by the
+// CLI from that declaration and passed to its command beside the CLI's own.
+namespace qkv {
+struct SearchQueryOptions;  // search/search.h
+namespace recommender {
+struct RecommendQueryOptions;  // recommender/recommender.h
+}
+namespace vision {
+struct ClassifyQueryOptions;  // vision/vision.h
+}
+namespace models {
+struct ScoreOptions;  // language_model/language_model.h
+}
+}  // namespace qkv
 
 namespace qkv::cli {
 
@@ -145,12 +159,9 @@ struct SearchOptions {
   std::string model;
   std::string corpus;  // one document per line
   std::string query;
-  std::int64_t top = 10;
-  std::string index;   // index file; empty = corpus + ".qkv-index"
-  bool reindex = false;
   bool json = false;
 };
-int run_search(const SearchOptions& options, std::ostream& out);
+int run_search(const SearchOptions& options, const SearchQueryOptions& query, std::ostream& out);
 
 struct TokenizeOptions {
   std::string model;  // directory with tokenizer.json, vocab.txt or vocab.json + merges.txt
@@ -201,42 +212,38 @@ std::vector<std::unique_ptr<TrainTask>> add_train_tasks(CLI::App* train);
 struct ScoreOptions {
   std::string model;
   std::string file;                  // the text ("-": standard input)
-  std::int64_t stride = 0;           // sliding window; 0 = n_positions / 2
   bool json = false;
 };
-int run_score(const ScoreOptions& options, std::ostream& out);
+int run_score(const ScoreOptions& options, const models::ScoreOptions& score, std::ostream& out);
 
 // qkv recommend: a trained recommender's top movies for a user, the movies nearest a liked
 // one, the attention behind a recommendation, or predicted ratings for a CSV of pairs
 struct RecommendOptions {
-  std::string model;                 // directory written by qkv train recommender
+  std::string model;                 // directory written by qkv train mf or sasrec
   std::int64_t user = 0;
   bool has_user = false;
   std::string like;                  // a title, with the year where it is needed, or a movieId
   bool has_like = false;
   std::string predict;               // CSV of userId,movieId lines ("-": standard input)
   bool has_predict = false;
-  std::int64_t top = 10;
-  std::int64_t min_ratings = 10;     // --like: the keys are movies rated at least this often
   bool json = false;
   bool show = false;                 // the attention over the user's history, in the terminal
   std::string html;                  // the same as a page
 };
-int run_recommend(const RecommendOptions& options, std::ostream& out);
+int run_recommend(const RecommendOptions& options, const recommender::RecommendQueryOptions& query,
+                  std::ostream& out);
 
-// qkv classify: a model of qkv train vision on an IDX image file or one PNG/PGM image
+// qkv classify: a model of qkv train vit or point on an IDX image file or one PNG/PGM image
 struct ClassifyOptions {
-  std::string model;                 // directory written by qkv train vision
+  std::string model;                 // directory written by qkv train vit or point
   std::string images;                // IDX (gzip or plain), PNG or PGM
   std::string labels;                // IDX labels: accuracy and the confusion matrix
-  std::int64_t batch = 256;          // images per forward
   std::int64_t list = 20;            // text output: images listed
   bool json = false;
-  bool tta = false;                  // average each image's probabilities with its mirror's
   std::string html;                  // page with the attention rollout of the first images
   std::int64_t html_images = 32;
 };
-int run_classify(const ClassifyOptions& options, std::ostream& out);
+int run_classify(const ClassifyOptions& options, const vision::ClassifyQueryOptions& query, std::ostream& out);
 
 // qkv translate (dates -> ISO 8601)
 struct TranslateOptions {

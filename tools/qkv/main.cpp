@@ -5,6 +5,7 @@
 // qkv::Error (and any other exception) prints "qkv: error: <message>" and exits 1.
 // No subcommand prints the help and exits 1, as git does.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -23,7 +24,9 @@
 #include "print.h"
 #include "qkv/model_registry.h"
 #include "qkv/qkv.h"
+#include "language_model/language_model.h"
 #include "recommender/recommender.h"
+#include "search/search.h"
 #include "vision/vision.h"
 
 namespace qkv::cli {
@@ -289,11 +292,8 @@ int run(int argc, char** argv) {
       ->required();
   search->add_option("--corpus", so.corpus, "Corpus file: one document per line (UTF-8)")->required();
   search->add_option("--query", so.query, "The query")->required();
-  search->add_option("--top", so.top, "Hits to print")->capture_default_str()->check(kPositive);
-  search->add_option("--index", so.index,
-                     "Index file (default: CORPUS.qkv-index): the corpus' embeddings, reused "
-                     "while the corpus and the model are unchanged (SHA-256)");
-  search->add_flag("--reindex", so.reindex, "Embed the corpus again and overwrite the index");
+  // --top, --index, --reindex: declared once with qkv.search's (search_options).
+  const CliOptions<SearchQueryOptions> search_query(search, search_options());
   search->add_flag("--json", so.json,
                    "Print {\"rank\", \"score\", \"line\" (1-based), \"text\"} per hit");
   search->footer("The first query of a corpus embeds all of its lines (a progress bar on stderr);\n"
@@ -359,18 +359,16 @@ int run(int argc, char** argv) {
 
   ClassifyOptions cl;
   CLI::App* classify = app.add_subcommand(
-      "classify", "Classify images with a model of qkv train vision: an IDX image file (gzip or "
+      "classify", "Classify images with a model of qkv train vit or point: an IDX image file (gzip or "
                   "plain) or one PNG or PGM image of the model's size");
   classify->add_option("--model", cl.model, "Model directory (config.json, model.safetensors)")->required();
   classify->add_option("--images", cl.images, "IDX images (e.g. t10k-images-idx3-ubyte.gz), or a PNG or PGM "
                        "image; every image must be the model's size (28x28 for Fashion-MNIST)")->required();
   classify->add_option("--labels", cl.labels, "IDX labels of the images: prints accuracy and the confusion matrix");
-  classify->add_option("--batch", cl.batch, "Images per forward")->capture_default_str()->check(integer_in(1, 65536));
+  // --batch, --tta: declared once with Classifier.classify's (vision::classify_options).
+  const CliOptions<vision::ClassifyQueryOptions> classify_query(classify, vision::classify_options());
   classify->add_option("--list", cl.list, "Images listed in the text output")
       ->capture_default_str()->check(integer_in(0, std::numeric_limits<std::int32_t>::max()));
-  classify->add_flag("--tta", cl.tta, "Test-time augmentation: each image's class probabilities are the mean of "
-                     "its own and its left-right mirror image's (two forwards per image; training flips images "
-                     "too). The --html page still shows the image as given");
   classify->add_flag("--json", cl.json, "One JSON line per image, in input order: index, label, class, score "
                      "(+ truth with --labels; the accuracy then goes to standard error)");
   classify->add_option("--html", cl.html, "Write a self-contained HTML page: the first --html-images images "
@@ -385,7 +383,7 @@ int run(int argc, char** argv) {
   RecommendOptions rc;
   CLI::App* recommend = app.add_subcommand(
       "recommend", "Movies for a user, movies like a liked one, or predicted ratings, from a "
-                   "model of qkv train recommender");
+                   "model of qkv train mf or sasrec");
   recommend->add_option("--model", rc.model, "Model directory (config.json, model.safetensors, "
                         "movies.csv, history.csv)")->required();
   CLI::Option* rc_user = recommend->add_option("--user", rc.user, "A userId: the top movies the "
@@ -397,11 +395,9 @@ int run(int argc, char** argv) {
   CLI::Option* rc_predict = recommend->add_option("--predict", rc.predict, "mf: a CSV of userId,movieId lines ('-': standard "
                         "input; a header line userId,movieId is allowed); prints "
                         "userId,movieId,rating for each, in input order");
-  recommend->add_option("--top", rc.top, "How many movies")->capture_default_str()->check(integer_in(1, 100000));
-  recommend->add_option("--min-ratings", rc.min_ratings, "--like: only movies with at least this many "
-                        "ratings are keys (a movie few people rated keeps an embedding near its random "
-                        "start; 1 = every movie)")
-      ->capture_default_str()->check(integer_in(0, std::numeric_limits<std::int32_t>::max()));
+  // --top, --min-ratings, --temperature: declared once with Recommender.recommend's and
+  // similar's (recommender::recommend_options).
+  const CliOptions<recommender::RecommendQueryOptions> recommend_query(recommend, recommender::recommend_options());
   recommend->add_flag("--json", rc.json, "Print one JSON object");
   recommend->add_flag("--show", rc.show, "sasrec, with --user: which movies of the user's history "
                       "the recommendation attended to (each block and head), in the terminal");
@@ -418,8 +414,8 @@ int run(int argc, char** argv) {
   score->add_option("--model", sc.model, "Model directory (config.json, model.safetensors, "
                     "vocab.json + merges.txt)")->required();
   score->add_option("--file", sc.file, "The text ('-': standard input)")->required();
-  score->add_option("--stride", sc.stride, "Sliding window step for texts longer than the "
-                    "context (default: n_positions / 2)")->check(kPositive);
+  // --stride: declared once with GPT2Model.score's (models::score_options).
+  const CliOptions<models::ScoreOptions> score_query(score, models::score_options());
   score->add_flag("--json", sc.json, "Print {\"tokens\", \"bytes\", \"loss\", \"perplexity\", "
                   "\"bits_per_byte\", \"stride\", \"windows\"} as one line (loss in nats per "
                   "token)");
@@ -474,14 +470,23 @@ int run(int argc, char** argv) {
 
   for (CLI::App* old : {train_recommender, train_vision}) {
     if (!old->parsed()) continue;
-    // The task the old --model named (mf and vit were the defaults).
+    // The task the old --model named (mf and vit were the defaults): "--model X" or
+    // "--model=X"; a value that was never a model names both tasks.
+    const bool recommender = old == train_recommender;
+    const std::vector<std::string> known = recommender ? std::vector<std::string>{"mf", "sasrec"}
+                                                       : std::vector<std::string>{"vit", "point"};
+    std::string model = known[0];
     const std::vector<std::string> rest = old->remaining();
-    std::string model = old == train_recommender ? "mf" : "vit";
-    for (std::size_t i = 0; i + 1 < rest.size(); ++i)
-      if (rest[i] == "--model") model = rest[i + 1];
-    return usage_error(app, "'qkv train " + old->get_name() + "' is now 'qkv train " + model +
-                                "' (" + (old == train_recommender ? "mf or sasrec" : "vit or point") +
-                                ", without --model)");
+    for (std::size_t i = 0; i < rest.size(); ++i) {
+      if (rest[i] == "--model" && i + 1 < rest.size()) model = rest[i + 1];
+      if (rest[i].starts_with("--model=")) model = rest[i].substr(8);
+    }
+    const bool named = std::find(known.begin(), known.end(), model) != known.end();
+    std::cerr << "qkv train: 'qkv train " << old->get_name() << "' is now "
+              << (named ? "'qkv train " + model + "'"
+                        : "'qkv train " + known[0] + "' or 'qkv train " + known[1] + "'")
+              << " (each model its own task, without --model; see 'qkv train --help')\n";
+    return kExitUsage;
   }
 
   const std::vector<std::string> extras = app.remaining(true);
@@ -492,7 +497,16 @@ int run(int argc, char** argv) {
       std::string name = first.substr(2, first.find('=') == std::string::npos ? std::string::npos : first.find('=') - 2);
       for (char& c : name)
         if (c == '-') c = '_';
-      return usage_error(app, options::unknown_option_message(task->specs(), name, true));
+      // Another task's option says whose it is ("--l2 is an option of 'qkv train mf'").
+      std::vector<std::string> tasks;
+      for (const auto& other : train_tasks)
+        if (const options::Spec* spec = options::find(other->specs(), name); spec != nullptr && spec->fronts & options::kCli)
+          tasks.push_back("'qkv train " + other->app()->get_name() + "'");
+      std::string owners;
+      for (std::size_t i = 0; i < tasks.size(); ++i)
+        owners += (i == 0 ? "" : i + 1 == tasks.size() ? " and " : ", ") + tasks[i];
+      return usage_error(app, options::unknown_option_message(task->specs(), name, true) +
+                                  (owners.empty() ? "" : "; " + first.substr(0, first.find('=')) + " is an option of " + owners));
     }
     if (first.size() > 1 && first[0] == '-')
       return usage_error(app, "unknown option " + quote_value(first));
@@ -539,7 +553,7 @@ int run(int argc, char** argv) {
       eo.has_file = eo_file->count() > 0;
       return run_embed(eo, std::cout);
     }
-    if (search->parsed()) return run_search(so, std::cout);
+    if (search->parsed()) return run_search(so, search_query.parse(), std::cout);
     if (tokenize->parsed()) {
       if (to_text->count() == 0 && to_file->count() == 0)
         throw UsageError("--text", "one of --text or --file is required");
@@ -559,13 +573,13 @@ int run(int argc, char** argv) {
         if (task->app()->parsed()) return task->run_parsed(std::cout, command_line);
       throw UsageError("TASK", "name what to train: qkv train dates, tokenizer, lm, mf, sasrec, vit or point");
     }
-    if (score->parsed()) return run_score(sc, std::cout);
-    if (classify->parsed()) return run_classify(cl, std::cout);
+    if (score->parsed()) return run_score(sc, score_query.parse(), std::cout);
+    if (classify->parsed()) return run_classify(cl, classify_query.parse(), std::cout);
     if (recommend->parsed()) {
       rc.has_user = rc_user->count() > 0;
       rc.has_like = rc_like->count() > 0;
       rc.has_predict = rc_predict->count() > 0;
-      return run_recommend(rc, std::cout);
+      return run_recommend(rc, recommend_query.parse(), std::cout);
     }
     if (translate->parsed()) {
       tl.has_file = translate->get_option("--file")->count() > 0;
@@ -574,7 +588,7 @@ int run(int argc, char** argv) {
   } catch (const UsageError& e) {
     return usage_error(app, e.option() + ": " + e.what());
   } catch (const std::bad_alloc&) {
-    std::string command;  // "train recommender": the subcommands that ran
+    std::string command;  // " train sasrec": the subcommands that ran
     for (const CLI::App* c = &app; !c->get_subcommands().empty();) {
       c = c->get_subcommands().front();
       command += " " + c->get_name();
