@@ -8,6 +8,9 @@
     (B, H, L, L), equal to the float64 torch twin of test_gpt2.py (reference_logits);
   - the ViT classifier (models/fashion-vit): its per-block (N, H, 1 + P, 1 + P) equal to
     test_vit.py's torch twin (TorchVit) on the same weights and images;
+  - the date translator (models/dates): its encoder, decoder and cross attentions equal to
+    test_train.py's float64 torch twin (torch.nn.Transformer, TorchSeq2Seq) on the same
+    weights and ids, each MultiheadAttention asked for its per-head weights;
   - the point model and the date translator: shapes, distributions, and equal to
     `qkv run --json` (the same C++ path, so this checks the Python plumbing only).
 """
@@ -23,6 +26,7 @@ import qkv
 from qkv import _qkv
 from test_bert import read_safetensors
 from test_gpt2 import qkv_binary, reference_logits
+from test_train import TorchSeq2Seq
 from test_vit import U, twin_of
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
@@ -197,3 +201,52 @@ def test_readme_example(monkeypatch):
     exec(compile("\n".join(line[2:] for line in blocks[0].splitlines()), "README.md", "exec"), namespace)
     assert type(namespace["vit"]) is qkv.vision.Classifier
     assert namespace["out"]["attentions"][0].shape[:2] == (1, 4)
+
+
+def recorded_attention(mha, store):
+    """Makes torch's MultiheadAttention `mha` also append its per-head weights (B, H, Lq, Lk)
+    to `store`: the Transformer layers call it with need_weights=False."""
+    forward = mha.forward
+
+    def with_weights(*args, **kwargs):
+        kwargs.update(need_weights=True, average_attn_weights=False)
+        out, weights = forward(*args, **kwargs)
+        store.append(weights.detach())
+        return out, weights
+
+    mha.forward = with_weights
+
+
+def test_date_translator_attentions_equal_the_torch_twin():
+    """DateTranslator(text, output_attentions=True) against torch.nn.Transformer in float64 on
+    the model's weights: the same source ids (the input's characters), the same decoder input
+    (<s> and the translation's characters), every layer's and head's probabilities."""
+    d = qkv.load_model(model_dir("dates"))
+    text = "Saturday, 21 November 2026"
+    out = d(text, output_attentions=True)
+    src = np.array([_qkv._dates_encode(text)])
+    tgt_in = np.array([[1] + _qkv._dates_encode(out["output"])])  # 1: <s> (dates.h Vocabulary::bos)
+    twin = TorchSeq2Seq(d.config).double()
+    twin.load_state_dict({k: torch.from_numpy(v).double() for k, v in d._impl.state_dict().items()})
+    encoder, decoder, cross = [], [], []
+    for layer in twin.transformer.encoder.layers:
+        recorded_attention(layer.self_attn, encoder)
+    for layer in twin.transformer.decoder.layers:
+        recorded_attention(layer.self_attn, decoder)
+        recorded_attention(layer.multihead_attn, cross)
+    twin(torch.from_numpy(src), [src.shape[1]], torch.from_numpy(tgt_in))
+    # Float32 against float64. test_train.py bounds this model's float32 logits at 1e-5 of
+    # their scale; the attention scores come earlier in the same chain of products, so each is
+    # within 1e-5 of the scores' scale, which is at least the spread of a row (the largest
+    # log-probability minus the smallest nonzero one, exact in the float64 twin). A
+    # probability moves by at most twice the largest error of its row's scores
+    # (|dp_i| = p_i·|ds_i - sum_j p_j ds_j|), so the bound is 2 · 1e-5 · spread.
+    spread = max(float((torch.log(w.amax(-1)) - torch.log(torch.where(w > 0, w, w.amax(-1, keepdim=True)))
+                        .amin(-1)).max()) for w in encoder + decoder + cross)
+    atol = 2 * 1e-5 * spread
+    for key, want in (("encoder_attentions", encoder), ("decoder_attentions", decoder),
+                      ("cross_attentions", cross)):
+        assert len(out[key]) == len(want) == 2, key
+        for layer, (got, w) in enumerate(zip(out[key], want)):
+            assert got.shape == tuple(w.shape), (key, layer, got.shape, w.shape)
+            np.testing.assert_allclose(got, w.numpy(), rtol=0, atol=atol, err_msg=f"{key} layer {layer}")
