@@ -11,8 +11,11 @@
   - the date translator (models/dates): its encoder, decoder and cross attentions equal to
     test_train.py's float64 torch twin (torch.nn.Transformer, TorchSeq2Seq) on the same
     weights and ids, each MultiheadAttention asked for its per-head weights;
+  - the point model (models/fashion-point): its per-block (1, 1, P, P) weights, each point's
+    mean over channels of its vector attention's softmax over its K neighbours, equal to
+    test_point_transformer.py's float64 twin on the same weights and points;
   - the point model and the date translator: shapes, distributions, and equal to
-    `qkv run --json` (the same C++ path, so this checks the Python plumbing only).
+    `qkv run --json` (the same C++ path, so this checks the Python plumbing).
 """
 import json
 import os
@@ -26,6 +29,7 @@ import qkv
 from qkv import _qkv
 from test_bert import read_safetensors
 from test_gpt2 import qkv_binary, reference_logits
+from test_point_transformer import twin as point_twin
 from test_train import TorchSeq2Seq
 from test_vit import U, twin_of
 
@@ -250,3 +254,30 @@ def test_date_translator_attentions_equal_the_torch_twin():
         for layer, (got, w) in enumerate(zip(out[key], want)):
             assert got.shape == tuple(w.shape), (key, layer, got.shape, w.shape)
             np.testing.assert_allclose(got, w.numpy(), rtol=0, atol=atol, err_msg=f"{key} layer {layer}")
+
+
+def test_point_attentions_equal_the_torch_twin():
+    """Classifier(image, output_attentions=True) on models/fashion-point against the float64
+    twin of test_point_transformer.py: the same points (image_to_points with seed 0, counter
+    0, as inference samples them), and each point's weight on a neighbour the mean over the C
+    channels of the softmax over its K neighbours, scattered into (P, P)."""
+    c = qkv.load_model(model_dir("fashion-point"))
+    config = json.load(open(os.path.join(model_dir("fashion-point"), "config.json")))
+    pixels = images(1, seed=4)
+    out = c(pixels[0], output_attentions=True)
+    P = config["points"]
+    points = _qkv._pt_images_to_points(pixels[:1], P, 0, 0, config["patch_size"])  # (1, P, F)
+    weights = read_safetensors(os.path.join(model_dir("fashion-point"), "model.safetensors"))
+    sd = {k: torch.from_numpy(np.asarray(v, dtype=np.float64)) for k, v in weights.items()}
+    record = []
+    point_twin(sd, config, torch.from_numpy(points).double(), record)
+    assert len(out["attentions"]) == len(record) == config["blocks"]
+    for block, (got, (softmax, idx)) in enumerate(zip(out["attentions"], record)):
+        want = torch.zeros(P, P, dtype=torch.float64)
+        want.scatter_add_(1, idx[0], softmax[0].mean(-1))
+        # Float32 against float64: the logits come from products of length <= max(C·m, 2C,
+        # Hh) = 64 through the blocks before (test_point_transformer.py bounds the logits at
+        # 16u relative per product); a softmax weight moves by at most twice its logit's
+        # error, and the logits here stay below 64 in magnitude: 2 · 64 · 16 · 2^-24 · 8
+        # (products chained to the last block) < 1e-3.
+        np.testing.assert_allclose(got[0, 0], want.numpy(), rtol=0, atol=1e-3, err_msg=f"block {block}")

@@ -105,7 +105,9 @@ def knn(xy, K):
     return torch.sort(d, dim=-1, stable=True).indices[..., :K]
 
 
-def vector_attention(sd, p, x, xy, K):
+def vector_attention(sd, p, x, xy, K, record=None):
+    """record: a list to which the block's attention, (softmax weights (B, N, K, C), the
+    neighbours (B, N, K)), is appended."""
     lin = F.linear
     B, N, _ = x.shape
     q, k, v = lin(x, sd[p + "to_qkv.weight"]).chunk(3, dim=-1)
@@ -117,10 +119,13 @@ def vector_attention(sd, p, x, xy, K):
     pre = q[:, :, None, :] - gather(k) + delta
     logits = lin(torch.relu(lin(pre, sd[p + "attn_mlp.0.weight"], sd[p + "attn_mlp.0.bias"])),
                  sd[p + "attn_mlp.2.weight"], sd[p + "attn_mlp.2.bias"])
-    return (logits.softmax(dim=2) * (gather(v) + delta)).sum(2)
+    weights = logits.softmax(dim=2)
+    if record is not None:
+        record.append((weights.detach(), idx))
+    return (weights * (gather(v) + delta)).sum(2)
 
 
-def twin(sd, config, points):
+def twin(sd, config, points, record=None):
     lin = F.linear
     C, K = config["dim"], config["neighbors"]
     xy = points[..., :2]
@@ -128,7 +133,7 @@ def twin(sd, config, points):
     for i in range(config["blocks"]):
         p = f"blocks.{i}."
         h = F.layer_norm(x, (C,), sd[p + "norm.weight"], sd[p + "norm.bias"], 1e-5)
-        a = vector_attention(sd, p + "attn.", lin(h, sd[p + "linear1.weight"], sd[p + "linear1.bias"]), xy, K)
+        a = vector_attention(sd, p + "attn.", lin(h, sd[p + "linear1.weight"], sd[p + "linear1.bias"]), xy, K, record)
         x = x + lin(torch.relu(a), sd[p + "linear2.weight"], sd[p + "linear2.bias"])
     z = F.layer_norm(x, (C,), sd["norm.weight"], sd["norm.bias"], 1e-5)
     pooled = torch.cat([z.mean(1), z.max(1).values], dim=-1)
