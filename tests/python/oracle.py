@@ -162,3 +162,17 @@ def assert_equal(got, want, what=""):
         raise AssertionError(f"{what}: {int((~same).sum())} of {got.size} elements differ; "
                              f"first at {where}: {got[where]!r} != {want[where]!r}; max abs "
                              f"difference {np.nanmax(diff) if diff.size else 0:.3g}")
+
+
+def recorded_attention(mha, store):
+    """Makes torch's MultiheadAttention `mha` also append its per-head weights (B, H, Lq, Lk)
+    to `store`: the Transformer layers call it with need_weights=False."""
+    forward = mha.forward
+
+    def with_weights(*args, **kwargs):
+        kwargs.update(need_weights=True, average_attn_weights=False)
+        out, weights = forward(*args, **kwargs)
+        store.append(weights.detach())
+        return out, weights
+
+    mha.forward = with_weights

@@ -29,6 +29,7 @@ import qkv
 from qkv import _qkv
 from test_bert import read_safetensors
 from test_gpt2 import qkv_binary, reference_logits
+from oracle import recorded_attention
 from test_point_transformer import twin as point_twin
 from test_train import TorchSeq2Seq
 from test_vit import U, twin_of
@@ -205,20 +206,6 @@ def test_readme_example(monkeypatch):
     exec(compile("\n".join(line[2:] for line in blocks[0].splitlines()), "README.md", "exec"), namespace)
     assert type(namespace["vit"]) is qkv.vision.Classifier
     assert namespace["out"]["attentions"][0].shape[:2] == (1, 4)
-
-
-def recorded_attention(mha, store):
-    """Makes torch's MultiheadAttention `mha` also append its per-head weights (B, H, Lq, Lk)
-    to `store`: the Transformer layers call it with need_weights=False."""
-    forward = mha.forward
-
-    def with_weights(*args, **kwargs):
-        kwargs.update(need_weights=True, average_attn_weights=False)
-        out, weights = forward(*args, **kwargs)
-        store.append(weights.detach())
-        return out, weights
-
-    mha.forward = with_weights
 
 
 def test_date_translator_attentions_equal_the_torch_twin():

@@ -3,11 +3,18 @@ arrays in and out, each against what the model directory holds (its CSVs and ten
 bad input as ValueError / TypeError naming what was wrong."""
 import csv
 import os
+import sys
 
 import numpy as np
 import pytest
+import torch
 
 import qkv
+from oracle import recorded_attention
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from bench.gpt2_torch import read_safetensors  # noqa: E402
+from bench.sasrec_torch import make_sasrec_class  # noqa: E402
 
 rec = qkv.recommender
 
@@ -128,6 +135,20 @@ def test_sasrec_attention_and_no_predictions(data, tmp_path):
         np.testing.assert_array_equal(got[0], want)
     np.testing.assert_array_equal(o["scores"], m.scores(3))
     assert "attentions" not in loaded(3)
+    # Against scripts/bench/sasrec_torch.py's float64 twin on the saved weights: the user's
+    # last 6 movies (item index + 1, no padding), each block's per-head probabilities. The
+    # blocks are products of length d = 8 from embeddings of order 1, each rounding within
+    # 8u relative; a probability moves by at most twice its score's error, and through the
+    # 2 blocks 2 · 8 · 8 · 2^-24 · max|score| (< 100 here) stays below 1e-4.
+    history, _ = m._m.attention(m._user(3, "attention"))  # item indices (T,)
+    twin = make_sasrec_class()(read_safetensors(os.path.join(out, "model.safetensors")), heads=2,
+                               dtype=torch.float64)
+    store = []
+    for block in twin.blocks:
+        recorded_attention(block.self_attn, store)
+    twin(torch.from_numpy(np.asarray(history, dtype=np.int64)[None] + 1))
+    for got, want in zip(o["attentions"], store):
+        np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=1e-4)
     with pytest.raises(ValueError, match="does not predict ratings"):
         m.predict([3], [1])
     # the evaluation of the saved directory reproduces the report
