@@ -145,14 +145,14 @@ def test_search_and_its_index(model, tmp_path):
     index_path.write_bytes(whole[:len(whole) - 100])
     with pytest.raises(ValueError, match="is damaged"):
         qkv.SearchIndex(model, corpus)
-    assert qkv.SearchIndex(model, corpus, rebuild=True).built
+    assert qkv.SearchIndex(model, corpus, reindex=True).built
     assert index_path.read_bytes() == whole
-    # A file that is no index is refused, with or without rebuild, and left as it was: an
+    # A file that is no index is refused, with or without reindex, and left as it was: an
     # index path given by mistake (the corpus, a model file) is never overwritten.
     index_path.write_bytes(b"my notes")
-    for rebuild in (False, True):
+    for reindex in (False, True):
         with pytest.raises(ValueError, match="is not a qkv search index"):
-            qkv.SearchIndex(model, corpus, rebuild=rebuild)
+            qkv.SearchIndex(model, corpus, reindex=reindex)
     assert index_path.read_bytes() == b"my notes"
     empty = tmp_path / "empty.txt"
     empty.write_text("", encoding="utf-8")
