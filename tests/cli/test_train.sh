@@ -83,7 +83,7 @@ PY
   local tasks="the tasks are dates, tokenizer, lm, mf, sasrec, vit and point"
   expect_usage_error "$tasks" train poems
   expect_usage_error "$tasks" train foo --steps 3
-  expect_usage_error "qkv train dates, tokenizer, lm, mf, sasrec, vit or point" train
+  expect_usage_error "name what to train (qkv train TASK): the tasks are dates, tokenizer, lm, mf, sasrec, vit and point" train
   expect_usage_error "'qkv train recommender' is now 'qkv train mf'" train recommender --data "$TMP/x.csv"
   expect_usage_error "'qkv train recommender' is now 'qkv train mf'" train recommender --model mf --data "$TMP/x.csv"
   expect_usage_error "'qkv train recommender' is now 'qkv train sasrec'" train recommender --model sasrec --data "$TMP/x.csv"

@@ -795,7 +795,7 @@ def _generated():
         cases.append(Case(f"train task {label}", qkv("train", text, "--steps", "1"),
                           expect="usage"))
     cases.append(Case("train no task", qkv("train"), expect="usage",
-                      names="qkv train dates, tokenizer, lm, mf, sasrec, vit or point"))
+                      names="the tasks are dates, tokenizer, lm, mf, sasrec, vit and point"))
     cases.append(Case("train task foo", qkv("train", "foo"), expect="usage",
                       names="the tasks are dates, tokenizer, lm, mf, sasrec, vit and point"))
     for task in ("dates", "tokenizer", "lm", "mf", "sasrec", "vit", "point"):

@@ -352,6 +352,8 @@ int run(int argc, char** argv) {
   train->require_subcommand(0, 1);
   train->footer("Run 'qkv train <task> --help' for the options of a task.");
   const std::vector<std::unique_ptr<TrainTask>> train_tasks = add_train_tasks(train);
+  std::vector<std::string> task_names;
+  for (const auto& task : train_tasks) task_names.push_back(task->app()->get_name());
   // The spellings before each task was its own subcommand: refused, naming the new one.
   CLI::App* train_recommender = train->add_subcommand("recommender", "")->group("");
   CLI::App* train_vision = train->add_subcommand("vision", "")->group("");
@@ -502,22 +504,20 @@ int run(int argc, char** argv) {
       for (const auto& other : train_tasks)
         if (const options::Spec* spec = options::find(other->specs(), name); spec != nullptr && spec->fronts & options::kCli)
           tasks.push_back("'qkv train " + other->app()->get_name() + "'");
-      std::string owners;
-      for (std::size_t i = 0; i < tasks.size(); ++i)
-        owners += (i == 0 ? "" : i + 1 == tasks.size() ? " and " : ", ") + tasks[i];
+      const std::string owners = english_list(tasks);
       return usage_error(app, options::unknown_option_message(task->specs(), name, true) +
                                   (owners.empty() ? "" : "; " + first.substr(0, first.find('=')) + " is an option of " + owners));
     }
     if (first.size() > 1 && first[0] == '-')
       return usage_error(app, "unknown option " + quote_value(first));
     if (train->parsed() && app.get_subcommands().front()->get_subcommands().empty())
-      return usage_error(app, quote_value(first) + " is not a task; the tasks are dates, tokenizer, lm, mf, "
-                                                   "sasrec, vit and point");
+      return usage_error(app, quote_value(first) + " is not a task; the tasks are " + english_list(task_names));
     if (app.get_subcommands().empty()) {
-      return usage_error(app, quote_value(first) +
-                                  " is not a command; the commands are version, "
-                                  "explain, bench, run, embed, search, tokenize, generate, "
-                                  "train, score, recommend and translate");
+      // The commands as --help lists them (classify was missing from a hand-written list).
+      std::vector<std::string> names;
+      for (const CLI::App* command : app.get_subcommands([](const CLI::App*) { return true; }))
+        names.push_back(command->get_name());
+      return usage_error(app, quote_value(first) + " is not a command; the commands are " + english_list(names));
     }
     return usage_error(app, "unexpected argument " + quote_value(first));
   }
@@ -571,7 +571,7 @@ int run(int argc, char** argv) {
       for (int i = 1; i < argc; ++i) command_line += " " + std::string(argv[i]);
       for (const auto& task : train_tasks)
         if (task->app()->parsed()) return task->run_parsed(std::cout, command_line);
-      throw UsageError("TASK", "name what to train: qkv train dates, tokenizer, lm, mf, sasrec, vit or point");
+      throw UsageError("TASK", "name what to train (qkv train TASK): the tasks are " + english_list(task_names));
     }
     if (score->parsed()) return run_score(sc, score_query.parse(), std::cout);
     if (classify->parsed()) return run_classify(cl, classify_query.parse(), std::cout);

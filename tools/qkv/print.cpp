@@ -345,4 +345,10 @@ void print_attention_heatmap(std::ostream& out, const Matrix& probs,
       << "   → the key each query attends to most, with its probability\n";
 }
 
+std::string english_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i) out += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  return out;
+}
+
 }  // namespace qkv::cli

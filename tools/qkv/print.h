@@ -81,6 +81,9 @@ void print_attention_heatmap(std::ostream& out, const Matrix& probs,
                              const std::vector<std::string>& row_tokens,
                              const std::vector<std::string>& col_tokens);
 
+// "a", "a and b", "a, b and c": names as a sentence lists them.
+std::string english_list(const std::vector<std::string>& names);
+
 // A value given by the user, as messages quote it: in single quotes, at most max_chars
 // characters (then "…" and the full size in bytes), with control characters, single
 // quotes, backslashes and bytes that are not UTF-8 written \xNN, so that a hostile value can
