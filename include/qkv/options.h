@@ -89,6 +89,11 @@ struct Spec {
   void check(const Value& value) const;
 };
 
+// A range of integers as messages and --help write it: the type's own limits as powers of
+// two ("[1, 2^31)"), which say where the limit comes from, others as the largest value
+// allowed ("[0, 65536]").
+std::string integer_range(std::int64_t min, std::int64_t max);
+
 // The option in `specs` named `name` (or nullptr), and the message for a name that is none
 // of them: an old spelling names the new one, else the options there are.
 const Spec* find(const std::vector<Spec>& specs, const std::string& name);
@@ -100,7 +105,7 @@ class OptionSet {
  public:
   // command: "train lm"; about: one line for the command's --help and docstrings.
   OptionSet(std::string command, std::string about, std::function<T()> make = [] { return T{}; })
-      : command_(std::move(command)), about_(std::move(about)), make_(std::move(make)) {}
+      : command_(std::move(command)), about_(std::move(about)), make_(std::move(make)), defaults_(make_()) {}
 
   const std::string& command() const { return command_; }
   const std::string& about() const { return about_; }
@@ -154,7 +159,7 @@ class OptionSet {
   // the bool learned_positions): get reads the default from make(), set stores a value.
   template <class V>
   Spec& custom(Spec spec, std::function<V(const T&)> get, std::function<void(T&, const V&)> set) {
-    spec.default_value = Value(get(make_()));
+    spec.default_value = Value(get(defaults_));
     specs_.push_back(std::move(spec));
     setters_.push_back([set](T& t, const Value& v) { set(t, std::get<V>(v)); });
     getters_.push_back([get](const T& t) { return Value(get(t)); });
@@ -201,20 +206,17 @@ class OptionSet {
   Spec& add(Spec spec, Field field) {
     static_assert(std::is_same_v<std::remove_cvref_t<std::invoke_result_t<Field, T&>>, V>,
                   "the field's type must be the option type's (std::int64_t, double, ...)");
-    T defaults = make_();
-    spec.default_value = Value(std::invoke(field, defaults));
+    spec.default_value = Value(std::invoke(field, defaults_));
     specs_.push_back(std::move(spec));
     setters_.push_back([field](T& t, const Value& v) { std::invoke(field, t) = std::get<V>(v); });
-    // The accessors take T&: read through a copy.
-    getters_.push_back([field](const T& t) {
-      T copy = t;
-      return Value(std::invoke(field, copy));
-    });
+    // The accessors take T& (a field's reference, to set it); reading through one changes nothing.
+    getters_.push_back([field](const T& t) { return Value(std::invoke(field, const_cast<T&>(t))); });
     return specs_.back();
   }
 
   std::string command_, about_;
   std::function<T()> make_;
+  T defaults_;  // make_()'s, made once: each option's default is read from it
   std::vector<Spec> specs_;
   std::vector<std::function<void(T&, const Value&)>> setters_;
   std::vector<std::function<Value(const T&)>> getters_;

@@ -23,7 +23,6 @@ the model does not read are a UserWarning naming them, as Hugging Face warns.
 """
 
 import json
-import math
 import os
 import random
 import sys
@@ -32,8 +31,8 @@ import warnings
 import numpy as np
 
 from .training import _parsed
-from . import (_bool, _choice, _describe, _float, _int, _int_list, _is_bool, _is_torch, _qkv, _ranged,
-               _text, _torch_module, _torch_values)
+from . import (_bool, _choice, _describe, _int, _int_list, _is_bool, _is_torch, _qkv, _text,
+               _torch_module, _torch_values)
 
 __all__ = ["load_model", "BertModel", "GPT2Model", "UseLiteModel", "DateTranslator", "SearchIndex",
            "search", "Tokenizer"]

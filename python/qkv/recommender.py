@@ -16,13 +16,11 @@ Every user's ratings are split by time: the last 20% test, 10% of the rest valid
 what was wrong; unknown users, movies and titles too (a title error lists close matches).
 """
 
-import json
-import math
 import os
 
 import numpy as np
 
-from . import _bool, _describe, _float, _int, _path, _qkv, _ranged, _text
+from . import _bool, _float, _int, _path, _qkv, _ranged, _text
 from .training import _parsed
 
 _I64 = (-(1 << 63), (1 << 63) - 1)  # the ids a ratings file can hold (int64)

@@ -35,9 +35,6 @@ and what was wrong: a file that is not an image, images of another size, a direc
 holds another kind of model.
 """
 
-import json
-import math
-
 import numpy as np
 
 from . import _bool, _describe, _float, _is_torch, _path, _qkv, _ranged

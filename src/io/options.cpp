@@ -24,19 +24,6 @@ std::string quoted(std::string_view text) {
   return out + (text.size() > 60 ? "...'" : "'");
 }
 
-// The type's own limits as powers of two ("[1, 2^31)"), which say where the limit comes
-// from, others as the largest value allowed.
-std::string integer_range(std::int64_t min, std::int64_t max) {
-  // Appended piece by piece: GCC 12 warns (-Wrestrict, wrongly) on the chain of +.
-  std::string range = "[";
-  range += std::to_string(min);
-  range += ", ";
-  if (max == std::numeric_limits<std::int64_t>::max()) range += "2^63)";
-  else if (max == std::numeric_limits<int>::max()) range += "2^31)";
-  else range += std::to_string(max) + "]";
-  return range;
-}
-
 std::string number_range(const Spec& s) {
   if (std::isinf(s.high)) return (s.low_open ? "> " : ">= ") + shown(s.low);
   return (s.low_open ? "in (" : "in [") + shown(s.low) + ", " + shown(s.high) + (s.high_open ? ")" : "]");
@@ -46,6 +33,13 @@ std::string choice_list(const Spec& s) {
   std::string list;
   for (const auto& c : s.choices) list += (list.empty() ? "" : ", ") + c;
   return list;
+}
+
+// Whether a value is in the declared range: the one test of the CLI's text (parse) and of a
+// front end's value (check).
+bool in_range(const Spec& s, std::int64_t v) { return v >= s.min && v <= s.max; }
+bool in_range(const Spec& s, double v) {
+  return std::isfinite(v) && (s.low_open ? v > s.low : v >= s.low) && (s.high_open ? v < s.high : v <= s.high);
 }
 
 // Edit distance, for "did you mean": small names, so the plain table is fine.
@@ -73,6 +67,17 @@ std::string spelled(const std::string& name, bool cli) {
 }
 
 }  // namespace
+
+std::string integer_range(std::int64_t min, std::int64_t max) {
+  // Appended piece by piece: GCC 12 warns (-Wrestrict, wrongly) on the chain of +.
+  std::string range = "[";
+  range += std::to_string(min);
+  range += ", ";
+  if (max == std::numeric_limits<std::int64_t>::max()) range += "2^63)";
+  else if (max == std::numeric_limits<int>::max()) range += "2^31)";
+  else range += std::to_string(max) + "]";
+  return range;
+}
 
 std::string Spec::cli_name() const { return spelled(name, true); }
 
@@ -114,15 +119,14 @@ Value Spec::parse(const std::string& text) const {
       std::int64_t value = 0;
       const char* end = text.data() + text.size();
       const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-      if (ec != std::errc() || ptr != end || text.empty() || value < min || value > max)
-        throw refuse("an integer in " + integer_range(min, max));
+      if (ec != std::errc() || ptr != end || text.empty() || !in_range(*this, value)) throw refuse(range_text());
       return value;
     }
     case Type::seed: {
       std::uint64_t value = 0;
       const char* end = text.data() + text.size();
       const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-      if (ec != std::errc() || ptr != end || text.empty()) throw refuse("an integer in [0, 2^64)");
+      if (ec != std::errc() || ptr != end || text.empty()) throw refuse(range_text());
       return value;
     }
     case Type::number: {
@@ -131,16 +135,12 @@ Value Spec::parse(const std::string& text) const {
       double value = 0;
       const char* end = digits.data() + digits.size();
       const auto [ptr, ec] = std::from_chars(digits.data(), end, value);
-      if (ec != std::errc() || ptr != end || digits.empty() || !std::isfinite(value) ||
-          !(low_open ? value > low : value >= low) || !(high_open ? value < high : value <= high))
-        throw refuse("a finite number " + number_range(*this));
+      if (ec != std::errc() || ptr != end || digits.empty() || !in_range(*this, value)) throw refuse(range_text());
       return value;
     }
-    case Type::path:
-      if (text.empty()) throw OptionError(name, "must name a file or directory, got ''");
-      return text;
     case Type::text: return text;
-    case Type::choice:
+    case Type::path:    // not empty
+    case Type::choice:  // one of the choices
       check(Value(text));
       return text;
   }
@@ -158,8 +158,7 @@ void Spec::check(const Value& value) const {
     case Type::integer: {
       if (!std::holds_alternative<std::int64_t>(value)) throw wrong_kind("an int");
       const std::int64_t v = std::get<std::int64_t>(value);
-      if (v < min || v > max)
-        throw OptionError(name, "must be an integer in " + integer_range(min, max) + ", got " + std::to_string(v));
+      if (!in_range(*this, v)) throw OptionError(name, "must be " + range_text() + ", got " + std::to_string(v));
       return;
     }
     case Type::seed:
@@ -168,8 +167,7 @@ void Spec::check(const Value& value) const {
     case Type::number: {
       if (!std::holds_alternative<double>(value)) throw wrong_kind("a number");
       const double v = std::get<double>(value);
-      if (!(std::isfinite(v) && (low_open ? v > low : v >= low) && (high_open ? v < high : v <= high)))
-        throw OptionError(name, "must be a finite number " + number_range(*this) + ", got " + shown(v));
+      if (!in_range(*this, v)) throw OptionError(name, "must be " + range_text() + ", got " + shown(v));
       return;
     }
     case Type::text:

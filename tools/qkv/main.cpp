@@ -37,22 +37,12 @@ namespace {
 // that states the allowed range, as --help does: each is a declared option's parser
 // (qkv/options.h), the one the train tasks' options use.
 
-// A range of integers as messages write it: the type's own limits as powers of two
-// ("[1, 2^31)"), which say where the limit comes from, others as the largest value allowed.
-std::string integer_range(std::int64_t min, std::int64_t max) {
-  options::Spec s;
-  s.type = options::Type::integer;
-  s.min = min;
-  s.max = max;
-  return s.range_text().substr(std::string("an integer in ").size());
-}
-
 CLI::Validator integer_in(std::int64_t min, std::int64_t max) {
   options::Spec s;
   s.type = options::Type::integer;
   s.min = min;
   s.max = max;
-  return validator_of(s, "in " + integer_range(min, max));
+  return validator_of(s, "in " + options::integer_range(min, max));
 }
 
 CLI::Validator seed_integer() {
@@ -65,7 +55,9 @@ CLI::Validator one_of(std::vector<std::string> choices) {
   options::Spec s;
   s.type = options::Type::choice;
   s.choices = std::move(choices);
-  return validator_of(s, "{" + s.range_text().substr(std::string("one of ").size()) + "}");
+  std::string list;
+  for (const std::string& c : s.choices) list += (list.empty() ? "" : ", ") + c;
+  return validator_of(s, "{" + list + "}");
 }
 
 const auto kPositive = integer_in(1, std::numeric_limits<std::int64_t>::max());
@@ -76,8 +68,6 @@ const auto kSeed = seed_integer();
 constexpr std::int64_t kMaxRuns = 1000000;
 // set_num_threads' limit (src/core/threads.cpp), stated here so that --help shows it.
 constexpr std::int64_t kMaxThreads = 4096;
-// Steps of qkv train: days of training on this model, far beyond any useful run.
-constexpr std::int64_t kMaxSteps = 100000000;
 
 // The environment variables qkv reads, each checked before any command runs, so that a
 // malformed one is an error whichever command runs (the library reads each only where it
@@ -96,7 +86,7 @@ void check_environment() {
     const char* end = first.data() + first.size();
     const auto [ptr, ec] = std::from_chars(first.data(), end, value);
     if (ec != std::errc() || ptr != end || value < 1 || value > kMaxThreads)
-      throw Error("OMP_NUM_THREADS must be an integer in " + integer_range(1, kMaxThreads) +
+      throw Error("OMP_NUM_THREADS must be an integer in " + options::integer_range(1, kMaxThreads) +
                   " (or a comma-separated list of them, of which qkv uses the first), got " +
                   quote_value(text));
   }

@@ -65,11 +65,6 @@ class CliOptions {
     });
   }
   const std::vector<options::Spec>& specs() const { return set_->specs(); }
-  bool given(const std::string& name) const {
-    for (const CliOption& o : options_)
-      if (o.spec().name == name) return o.given();
-    return false;
-  }
 
  private:
   const options::OptionSet<T>* set_;
