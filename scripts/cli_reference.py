@@ -16,7 +16,8 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
+
+import atomic_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE = os.path.join(ROOT, "docs", "cli.md")
@@ -72,19 +73,8 @@ def main():
     args = parser.parse_args()
     made = page(args.qkv)
     if not args.check:
-        # As the library's one writer (AtomicFile) writes: a uniquely named file created
-        # exclusively beside the page, fsync, rename; a failure leaves the page as it was.
-        fd, tmp = tempfile.mkstemp(prefix=".cli.md.", dir=os.path.dirname(PAGE))
-        try:
-            os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide the page from other users
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(made)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, PAGE)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        # Whole or not at all (scripts/atomic_file.py): a failure leaves the page as it was.
+        atomic_file.write(PAGE, made)
         print(f"wrote {os.path.relpath(PAGE)}")
         return 0
     try:

@@ -18,10 +18,11 @@ build_packages=(ccache cmake g++ make pkg-config libgtest-dev nlohmann-json3-dev
 # package in a virtual environment, offline (tests/python/test_pip_install.sh).
 # r-base-core + r-cran-dslabs: the MovieLens ratings of data.movielens and the recommender tests.
 # dataset-fashion-mnist: the Fashion-MNIST images and labels of data.fashion_mnist.
+# python3-matplotlib: the plots of BENCHMARKS.md (scripts/benchmarks_md.py --check).
 # openmpi-bin + libopenmpi-dev: the distributed layer (QKV_MPI) and its tests under mpirun.
 test_packages=(openmpi-bin libopenmpi-dev python3-torch python3-pytest clang libclang-rt-14-dev chromium g++-aarch64-linux-gnu
                qemu-user-static python3-venv python3-pip python3-build python3-wheel python3-setuptools
-               r-base-core r-cran-dslabs dataset-fashion-mnist)
+               r-base-core r-cran-dslabs dataset-fashion-mnist python3-matplotlib)
 
 case "${1:-build}" in
   build) wanted=("${build_packages[@]}") ;;
