@@ -3,7 +3,10 @@
 
 Run after a build (it builds what is missing), with Debian's Python:
 
-    /usr/bin/python3 scripts/bench_attention.py [--threads 2] [--quick] [--json FILE]
+    /usr/bin/python3 scripts/bench.py attention [--threads 2] [--quick] [--repeats 7]
+
+It prints its tables and records every round in bench/records/attention/<host kind>.json
+(scripts/bench/record.py), from which scripts/benchmarks_md.py makes BENCHMARKS.md.
 
 What it does, in order:
   1. Installs the peers when missing (scripts/bench/peers.py says how): python3-torch
@@ -65,7 +68,6 @@ by round the same way.
 Benchmarks only: nothing here asserts a time. A mismatch between engines is reported
 (and makes the exit status 1), never hidden.
 """
-import argparse
 import json
 import math
 import os
@@ -76,7 +78,7 @@ import subprocess
 import sys
 import tempfile
 
-from bench import ceilings, log, peers, report, rounds
+from bench import ceilings, log, peers, record, report, rounds
 from bench.build import add_arguments as add_build_arguments, ensure_programs
 from bench.servers import OrtRunner, ProductsRunner
 
@@ -100,10 +102,12 @@ def cases(quick):
             ("decode Lk=2048 H=32 D=128", 1, 32, 1, 2048, 128, False, "f32", True, None),
         ]
     return [
-        ("f32 L=2048", 1, 12, 2048, 2048, 64, False, "f32", False, None),
-        ("f32 L=2048 causal", 1, 12, 2048, 2048, 64, True, "f32", False, None),
         ("f32 L=512", 1, 12, 512, 512, 64, False, "f32", False, None),
+        ("f32 L=1024", 1, 12, 1024, 1024, 64, False, "f32", False, None),
+        ("f32 L=2048", 1, 12, 2048, 2048, 64, False, "f32", False, None),
+        ("f32 L=4096", 1, 12, 4096, 4096, 64, False, "f32", False, None),
         ("f32 L=512 causal", 1, 12, 512, 512, 64, True, "f32", False, None),
+        ("f32 L=2048 causal", 1, 12, 2048, 2048, 64, True, "f32", False, None),
         # Gemma 2's attention softcap (c = 50): ORT's MultiHeadAttention has none; torch
         # computes it as its users write it, c·tanh(s/c) on the materialized scores.
         ("f32 L=2048 softcap 50", 1, 12, 2048, 2048, 64, False, "f32", False, 50.0),
@@ -215,20 +219,6 @@ def torch_softcapped_attention(q, k, v, softcap):
 
     scores = torch.matmul(q, k.transpose(-2, -1)) * (q.shape[-1] ** -0.5)
     return torch.matmul(torch.softmax(softcap * torch.tanh(scores / softcap), dim=-1), v)
-
-
-def probe_torch(threads):
-    """torch's version and BLAS, and whether 1.13's _scaled_dot_product_attention honours
-    is_causal (= a tril bool mask)."""
-    version, blas = peers.start_torch(threads)
-    import torch
-    import torch.nn.functional as F
-
-    g = torch.Generator().manual_seed(0)
-    t = [torch.randn(1, 2, 9, 4, generator=g, dtype=torch.float64) for _ in range(3)]
-    by_flag = F._scaled_dot_product_attention(*t, None, 0.0, False, True)[0]
-    by_mask = F._scaled_dot_product_attention(*t, torch.ones(9, 9, dtype=torch.bool).tril(), 0.0, False, False)[0]
-    return {"version": version, "is_causal_ok": bool(torch.allclose(by_flag, by_mask)), "blas": blas}
 
 
 # --------------------------------------------------------------------------------------
@@ -357,6 +347,7 @@ def run_case(case, args, ort_info, torch_info, ceilings_bin, products_bin):
             args.repeats, args.warmup, args.gap, args.back_to_back,
             after_round=lambda: samples.append(
                 ceilings.sample(ceilings_bin, kind, args.threads, result.get("kv_bytes"))))
+        result["round_samples"] = {"kind": kind, "samples": samples}  # one per round, None where absent
         measured = [x for x in samples if x is not None]
         if measured:
             result["round_ceiling"] = {"kind": kind, "samples": measured, "median": statistics.median(measured)}
@@ -485,15 +476,70 @@ def measure_memory(cli, threads):
 
 # --------------------------------------------------------------------------------------
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(__doc__.splitlines()[2:]))
+# The record (scripts/bench/record.py): every round of every engine.
+
+# results' engine names -> the record's
+ENGINE_IDS = {"qkv": "qkv", "ORT": "ort", "ORT unidirectional": "ort_unidirectional", "ORT bias": "ort_bias",
+              "torch": "torch", "products": "onednn_products"}
+CEILING_NAMES = {"fma": ("f32_fma", "GFLOP/s"), "bf16": ("bf16_dpbf16ps", "GFLOP/s"), "mem": ("mem_read", "GB/s")}
+
+
+def subject_of(r):
+    """(id, title, metric, unit, ceiling kind, x) of the record's table that case r belongs to."""
+    shape = f"B={r['batch']} H={r['heads']} D={r['dim']}"
+    if "kv_bytes" in r:
+        return ("decode", f"Decode attention (Lq = 1), K+V read rate, {shape}", "K+V read rate", "GB/s", "mem", "Lk")
+    if r["dtype"] == "bf16":
+        return ("attention_bf16", f"Attention forward, bf16 inputs, {shape}", "throughput", "GFLOP/s", "bf16", "L")
+    if r["causal"]:
+        return ("attention_causal", f"Attention forward, f32, causal, {shape}", "throughput", "GFLOP/s", "fma", "L")
+    return ("attention", f"Attention forward, f32, {shape}", "throughput", "GFLOP/s", "fma", "L")
+
+
+def to_record(rec, results, measured_ceilings, back_to_back):
+    """Adds the cases to rec: per round, the back-to-back median (the rate inside a model)
+    where --back-to-back > 0, else the first run after idle; the runs after idle go to each
+    case's info. GFLOP/s (GB/s of K+V for decode) per round."""
+    for kind, (name, unit) in CEILING_NAMES.items():
+        key, field = ceilings.KINDS[kind][1:]
+        start = (measured_ceilings.get(key) or {}).get(field)
+        if start:
+            record.add_ceiling(rec, name, unit, [start])
+    subjects = {}
+    key = "ms_all_warm" if back_to_back else "ms_all"
+    for r in results:
+        if key not in r:
+            continue
+        sid, title, metric, unit, kind, axis = subject_of(r)
+        if sid not in subjects:
+            subjects[sid] = record.add_subject(rec, sid, title, metric, unit, "higher", CEILING_NAMES[kind][0], axis)
+        work = r.get("kv_bytes", r["flops"])
+
+        def rates(ms_list):
+            return [None if t is None else work / (t * 1e6) for t in ms_list]
+
+        samples = r.get("round_samples", {}).get("samples")
+        if samples:
+            record.add_ceiling(rec, CEILING_NAMES[kind][0], CEILING_NAMES[kind][1], samples)
+        x = None if r["case"].endswith(("softcap 50",)) or "softcap" in r["case"] else r["seq_k"]
+        info = {"shape": {k: r[k] for k in ("batch", "heads", "seq_q", "seq_k", "dim")}, "causal": r["causal"],
+                "dtype": r["dtype"], "work": work,
+                "max_abs_diff": {ENGINE_IDS.get(e, e): d for e, d in r.get("max_abs_diff", {}).items()}}
+        if back_to_back:
+            info["after_idle"] = {ENGINE_IDS.get(e, e): rates(ts) for e, ts in r["ms_all"].items()}
+        if r.get("products_impl"):
+            info["products_impl"] = r["products_impl"]
+        if r.get("mismatch"):
+            info["mismatch"] = [ENGINE_IDS.get(e, e) for e in r["mismatch"]]
+        record.add_case(subjects[sid], r["case"], {ENGINE_IDS.get(e, e): rates(ts) for e, ts in r[key].items()},
+                        x=x, ceiling_samples=samples, info=info)
+
+
+def add_arguments(parser):
     parser.add_argument("--threads", type=int, default=2, help="threads for every engine (default 2)")
     parser.add_argument("--repeats", type=int, default=None, help="timed rounds per case (default 7, --quick 5)")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up runs per engine (default 2, --quick 1)")
     parser.add_argument("--quick", action="store_true", help="smaller shapes, fewer runs, shorter ceilings")
-    parser.add_argument("--json", metavar="FILE", help="also write every number to FILE")
     add_build_arguments(parser)
     peers.add_arguments(parser)
     parser.add_argument("--ort-causal", choices=("unidirectional", "bias", "both"), default="both",
@@ -512,18 +558,22 @@ def main():
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory run")
     parser.add_argument("--only", action="append", metavar="TEXT",
                         help="run only the cases whose name contains TEXT (repeatable), e.g. --only 'L=512'")
-    args = parser.parse_args()
-    sys.stdout.reconfigure(line_buffering=True)
+
+
+def run(args):
     if args.threads < 1:
-        parser.error("--threads must be >= 1")
+        sys.exit("bench.py attention: --threads must be >= 1")
     args.repeats = args.repeats or (5 if args.quick else 7)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
     if args.repeats < 1 or args.warmup < 0 or args.back_to_back < 0 or args.gap < 0:
-        parser.error("--repeats must be >= 1, and --warmup, --back-to-back and --gap >= 0")
+        sys.exit("bench.py attention: --repeats must be >= 1, and --warmup, --back-to-back and --gap >= 0")
     build_dir = os.path.abspath(args.build_dir)
 
     peers.ensure_python_peers(args)
     peers.reexec_with_openblas(args)  # does not return when it re-runs the script
+    rec = record.new("attention", args.threads, settings={
+        "repeats": args.repeats, "warmup": args.warmup, "gap_s": args.gap, "back_to_back": args.back_to_back,
+        "seed": args.seed, "quick": args.quick, "only": args.only, "ort_causal": args.ort_causal})
     ort_modules = ort_version = None
     if not args.no_ort:
         ort_modules, ort_version = peers.ensure_ort(args.ort_version)
@@ -538,7 +588,7 @@ def main():
     import qkv
 
     qkv.set_num_threads(args.threads)
-    torch_info = None if args.no_torch else probe_torch(args.threads)
+    torch_info = None if args.no_torch else peers.probe_torch(args.threads)
     ort_info = None if args.no_ort else choose_ort_causal(ort_modules, ort_version, args.ort_causal)
 
     log("measuring the ceilings (qkv_ceilings)")
@@ -592,15 +642,24 @@ def main():
               f"({verdict} the {MEMORY_TARGET_MIB:.0f} MiB target); that run: {memory['ms']:.0f} ms, "
               f"{memory['gflops']:.1f} GFLOP/s")
 
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"machine": machine, "ceilings": measured_ceilings, "cases": results, "memory": memory,
-                       "notes": all_notes, "ort": {k: v for k, v in (ort_info or {}).items() if k != "node_modules"},
-                       "settings": {"repeats": args.repeats, "warmup": args.warmup, "gap_s": args.gap,
-                                    "back_to_back": args.back_to_back,
-                                    "seed": args.seed, "quick": args.quick}}, f, indent=2)
-    return 1 if any(r.get("mismatch") for r in results) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    rec["versions"].update({"qkv": machine["qkv"], "qkv_cpu": machine["cpu"], "torch": machine["torch"],
+                            "torch_blas": machine["torch_blas"], "onnxruntime_node": ort_version,
+                            "node": machine["node"], "numpy": machine["numpy"]})
+    to_record(rec, results, measured_ceilings, args.back_to_back)
+    if memory:
+        s = record.add_subject(rec, "memory", "Peak memory beyond inputs and output, qkv bench B=1 H=1 L=65536 D=64 f32",
+                               "memory beyond inputs and output", "MiB", "lower")
+        record.add_case(s, "L=65536", {"qkv": [memory["beyond_io_mib"]]},
+                        info={"target_mib": MEMORY_TARGET_MIB, "peak_rss_mib": memory["peak_rss_mib"],
+                              "baseline_rss_mib": memory["baseline_rss_mib"], "io_mib": memory["io_mib"]})
+    rounds_what = (f"the median of the {args.back_to_back} runs right after an engine's first run in its turn "
+                   f"(back to back, as inside a model); the first run after {args.gap * 1e3:.0f} ms idle is in each "
+                   "case's info.after_idle") if args.back_to_back else f"the first run after {args.gap * 1e3:.0f} ms idle"
+    rec["notes"] += [f"Each round's value is {rounds_what}; {args.repeats} interleaved rounds after {args.warmup} "
+                     "warm-up runs; every engine's time includes allocating its output.",
+                     f"torch: {machine['torch_causal'] or 'not run'} for causal, on {machine['torch_blas']}; "
+                     f"ORT: com.microsoft MultiHeadAttention, causal as {machine['ort_causal']}.",
+                     "onednn_products: oneDNN's two batched products alone (Q·Kᵀ to memory, then ·V; no softmax), "
+                     "a lower bound for an unfused attention on a tuned matrix library."] + all_notes
+    args.failed = any(r.get("mismatch") for r in results)
+    return rec

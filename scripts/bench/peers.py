@@ -196,3 +196,18 @@ def start_torch(threads):
 
     torch.set_num_threads(threads)
     return torch.__version__, loaded_blas()
+
+
+def probe_torch(threads):
+    """Imports torch with `threads` threads: its version and BLAS, and whether 1.13's
+    _scaled_dot_product_attention honours is_causal (= a tril bool mask).
+    -> {"version", "blas", "is_causal_ok"}."""
+    version, blas = start_torch(threads)
+    import torch
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(0)
+    t = [torch.randn(1, 2, 9, 4, generator=g, dtype=torch.float64) for _ in range(3)]
+    by_flag = F._scaled_dot_product_attention(*t, None, 0.0, False, True)[0]
+    by_mask = F._scaled_dot_product_attention(*t, torch.ones(9, 9, dtype=torch.bool).tril(), 0.0, False, False)[0]
+    return {"version": version, "blas": blas, "is_causal_ok": bool(torch.allclose(by_flag, by_mask))}
