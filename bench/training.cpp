@@ -14,7 +14,8 @@
 // W warm-up steps are discarded, then K steps are timed one by one; the median is
 // reported with tokens/s = B·(S+T) / median step time. --json prints one line:
 //   {"impl": "qkv", "step_ms": median, "tokens_per_s": ..., "steps_ms": [...],
-//    "loss_first": ..., "loss_last": ..., "batch": B, ..., "threads": N, "cpu": ...}
+//    "loss_first": ..., "loss_last": ..., "losses": [every step's, warm-up included],
+//    "batch": B, ..., "threads": N, "cpu": ...}
 //
 // A benchmark, not a test: nothing here asserts a time.
 #include <algorithm>
@@ -131,6 +132,7 @@ int main(int argc, char** argv) {
     const qkv::models::Seq2SeqBatch batch = random_batch(o, rng);
 
     std::vector<double> steps_ms;
+    std::vector<double> losses;  // every step's, warm-up included: the loss curve
     double loss_first = 0.0, loss_last = 0.0;
     for (std::int64_t step = 0; step < o.warmup + o.steps; ++step) {
       const auto start = Clock::now();
@@ -141,6 +143,7 @@ int main(int argc, char** argv) {
       const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
       if (step == 0) loss_first = r.loss;
       loss_last = r.loss;
+      losses.push_back(r.loss);
       if (step >= o.warmup) steps_ms.push_back(ms);
     }
     std::vector<double> sorted = steps_ms;
@@ -154,7 +157,7 @@ int main(int argc, char** argv) {
       std::cout << Json{{"impl", "qkv"},           {"step_ms", median},
                         {"tokens_per_s", tokens_per_s}, {"steps_ms", steps_ms},
                         {"loss_first", loss_first},     {"loss_last", loss_last},
-                        {"batch", o.batch},             {"src_len", o.src_len},
+                        {"losses", losses},             {"batch", o.batch},             {"src_len", o.src_len},
                         {"tgt_len", o.tgt_len},         {"d_model", o.d_model},
                         {"nhead", o.nhead},             {"ffn", o.ffn},
                         {"enc", o.enc},                 {"dec", o.dec},

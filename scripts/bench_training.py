@@ -4,7 +4,10 @@ same model in PyTorch, interleaved.
 
 Run with Debian's Python (it builds build/bench/qkv_bench_training when missing):
 
-    /usr/bin/python3 scripts/bench_training.py [--threads 2] [--rounds 3] [--steps 20] [--json]
+    /usr/bin/python3 scripts/bench.py training [--threads 2] [--rounds 3] [--steps 20]
+
+It prints its table and records every timed step of both in
+bench/records/training/<host kind>.json (scripts/bench/record.py), with both loss curves.
 
 The model (defaults: the date translator's shape; every number is a flag):
   src_embed, tgt_embed = nn.Embedding(V, E); x = embed(ids)·√E + sinusoidal PE
@@ -26,7 +29,8 @@ Rounds: qkv, torch, qkv, torch, ... (--rounds each). A qkv round is one run of
 build/bench/qkv_bench_training --json (a fresh process: it builds the model, runs W
 warm-up steps and K timed steps); a torch round runs W warm-up and K timed steps of one
 model built once in this process. Each impl's median is over all its timed steps; the
-per-round medians are in the JSON. --gap seconds of idle separate two rounds, so that
+per-round medians are in the record's info. The f32 FMA ceiling is measured at the start
+and sampled after every round (the record's ceilings). --gap seconds of idle separate two rounds, so that
 spinning worker threads of one do not eat into the other.
 
 torch's BLAS: as in every bench script (scripts/bench/peers.py), torch runs on Debian's
@@ -36,18 +40,17 @@ only) unless --torch-blas system.
 Benchmarks only: nothing here asserts a time. The exit status is 1 when an impl that was
 asked for could not run.
 """
-import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 
-from bench import log, peers, report
+from bench import log, peers, record, report, twins
 from bench.build import add_arguments as add_build_arguments, ensure_programs
+from bench.ceilings import measure as measure_ceilings, sample as sample_ceiling
 
 SHAPE_FLAGS = [  # (flag, default, what)
     ("batch", 128, "B, sequences per step"),
@@ -153,14 +156,12 @@ def run_torch_round(step, args):
         if i >= args.warmup:
             steps_ms.append(ms)
     return {"impl": "torch", "step_ms": statistics.median(steps_ms), "steps_ms": steps_ms,
-            "loss_first": losses[0], "loss_last": losses[-1]}
+            "loss_first": losses[0], "loss_last": losses[-1], "losses": losses}
 
 
 # --------------------------------------------------------------------------------------
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser):
     for flag, default, what in SHAPE_FLAGS:
         parser.add_argument("--" + flag.replace("_", "-"), type=int, default=default,
                             help=f"{what} (default {default})")
@@ -173,27 +174,38 @@ def main():
     add_build_arguments(parser)
     peers.add_arguments(parser, ort=False)
     parser.add_argument("--no-qkv", action="store_true", help="time torch alone")
-    parser.add_argument("--json", action="store_true", help="print a JSON summary instead of the table")
-    args = parser.parse_args()
+
+
+def run(args):
     if min(args.steps, args.rounds, args.threads) < 1 or args.warmup < 0:
-        parser.error("--steps, --rounds, --threads >= 1, --warmup >= 0")
+        sys.exit("bench.py training: --steps, --rounds, --threads >= 1, --warmup >= 0")
     if args.d_model % args.nhead or args.vocab <= 4:
-        parser.error("--d-model must be a multiple of --nhead, --vocab > 4")
+        sys.exit("bench.py training: --d-model must be a multiple of --nhead, --vocab > 4")
     peers.reexec_with_openblas(args)  # does not return when it re-runs the script
+    shape = {flag: getattr(args, flag) for flag, _, _ in SHAPE_FLAGS}
+    rec = record.new("training", args.threads, settings={
+        **shape, "steps": args.steps, "warmup": args.warmup, "rounds": args.rounds, "gap_s": args.gap,
+        "seed": args.seed})
 
     failed = []
     binary = None
+    build_dir = os.path.abspath(args.build_dir)
+    programs = ensure_programs(build_dir, {"qkv_bench_training": "bench/qkv_bench_training",
+                                           "qkv_ceilings": "bench/qkv_ceilings"}, args.rebuild, check=False)
     if not args.no_qkv:
-        binary = ensure_programs(os.path.abspath(args.build_dir), {"qkv_bench_training": "bench/qkv_bench_training"},
-                                 args.rebuild, check=False)["qkv_bench_training"]
+        binary = programs["qkv_bench_training"]
         if binary is None:
             failed.append("qkv: could not build qkv_bench_training in " + args.build_dir)
+    ceilings_bin = programs["qkv_ceilings"]
+    if ceilings_bin:
+        log("measuring the f32 FMA ceiling (qkv_ceilings)")
+        fma = measure_ceilings(ceilings_bin, args.threads, quick=True)["f32_fma"]["gflops"]
+        record.add_ceiling(rec, "f32_fma", "GFLOP/s", [fma])
     torch_step = torch_version = torch_blas = torch_params = None
     if not args.no_torch:
         torch_version, torch_blas = peers.start_torch(args.threads)
         torch_step, torch_params = build_torch(args)
 
-    load_before = os.getloadavg()
     rounds = {"qkv": [], "torch": []}
     for r in range(args.rounds):
         for impl in ("qkv", "torch"):
@@ -207,6 +219,8 @@ def main():
             except RuntimeError as e:
                 failed.append(str(e))
                 binary = None if impl == "qkv" else binary
+        if ceilings_bin:
+            record.add_ceiling(rec, "f32_fma", "GFLOP/s", [sample_ceiling(ceilings_bin, "fma", args.threads)])
 
     tokens = args.batch * (args.src_len + args.tgt_len)
     summary = {}
@@ -218,40 +232,57 @@ def main():
         summary[impl] = {"step_ms": ms, "tokens_per_s": tokens / (ms * 1e-3),
                          "round_ms": [r["step_ms"] for r in rs],
                          "loss_first": rs[0]["loss_first"], "loss_last": rs[0]["loss_last"]}
-    if "qkv" in rounds and rounds["qkv"]:
+    if rounds["qkv"]:
         summary["qkv"]["parameters"] = rounds["qkv"][0].get("parameters")
     if "torch" in summary:
         summary["torch"]["parameters"] = torch_params
     ratio = summary["torch"]["step_ms"] / summary["qkv"]["step_ms"] if len(summary) == 2 else None
-    shape = {flag: getattr(args, flag) for flag, _, _ in SHAPE_FLAGS}
-    machine = {"cpu": report.cpu_model(), "logical_cpus": os.cpu_count(), "threads": args.threads,
-               "torch": torch_version, "torch_blas": torch_blas, "python": platform.python_version(),
-               "qkv_cpu": rounds["qkv"][0].get("cpu") if rounds["qkv"] else None,
-               "loadavg_1min": {"start": load_before[0], "end": os.getloadavg()[0]}}
-    result = {"machine": machine, "shape": shape, "steps": args.steps, "warmup": args.warmup,
-              "rounds": args.rounds, "tokens_per_step": tokens, "results": summary,
-              "qkv_over_torch": ratio, "failed": failed}
+    qkv_cpu = rounds["qkv"][0].get("cpu") if rounds["qkv"] else None
 
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(f"machine: {machine['cpu']} ({machine['logical_cpus']} logical CPUs); threads {args.threads}; "
-              f"torch {torch_version} ({torch_blas}); 1-min load {load_before[0]:.2f} -> "
-              f"{machine['loadavg_1min']['end']:.2f}")
-        print("Seq2Seq " + " ".join(f"{k}={v}" for k, v in shape.items())
-              + f"; {tokens} tokens/step; {args.rounds} rounds x {args.steps} steps ({args.warmup} warm-up each)")
-        print(f"{'impl':<6} {'step ms (median)':>17} {'tokens/s':>10} {'params':>8} {'loss first->last':>17}  "
-              "round medians (ms)")
-        for impl, s in summary.items():
-            rounds_ms = " ".join(f"{x:.1f}" for x in s["round_ms"])
-            print(f"{impl:<6} {s['step_ms']:>17.2f} {s['tokens_per_s']:>10.0f} {s['parameters'] or 0:>8} "
-                  f"{s['loss_first']:>8.3f}->{s['loss_last']:<7.3f}  {rounds_ms}")
-        if ratio is not None:
-            print(f"qkv/torch speed ratio {ratio:.2f} (torch step ms / qkv step ms; above 1: qkv is faster)")
-        for f in failed:
-            print(f"FAILED: {f}")
-    return 1 if failed else 0
+    load = rec["host"]["loadavg_start"] or [float("nan")]
+    print(f"machine: {report.cpu_model()} ({os.cpu_count()} logical CPUs); threads {args.threads}; "
+          f"torch {torch_version} ({torch_blas}); 1-min load average at start {load[0]:.2f}")
+    print("Seq2Seq " + " ".join(f"{k}={v}" for k, v in shape.items())
+          + f"; {tokens} tokens/step; {args.rounds} rounds x {args.steps} steps ({args.warmup} warm-up each)")
+    print(f"{'impl':<6} {'step ms (median)':>17} {'tokens/s':>10} {'params':>8} {'loss first->last':>17}  "
+          "round medians (ms)")
+    for impl, s in summary.items():
+        rounds_ms = " ".join(f"{x:.1f}" for x in s["round_ms"])
+        print(f"{impl:<6} {s['step_ms']:>17.2f} {s['tokens_per_s']:>10.0f} {s['parameters'] or 0:>8} "
+              f"{s['loss_first']:>8.3f}->{s['loss_last']:<7.3f}  {rounds_ms}")
+    if ratio is not None:
+        print(f"qkv/torch speed ratio {ratio:.2f} (torch step ms / qkv step ms; above 1: qkv is faster)")
+    for f in failed:
+        print(f"FAILED: {f}")
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    rec["versions"].update({"qkv_cpu": qkv_cpu, "torch": torch_version, "torch_blas": torch_blas})
+    if rounds["qkv"]:
+        rec["versions"]["qkv"] = rounds["qkv"][0].get("qkv")
+    if summary:
+        title = ("Training steps of the date translator's encoder-decoder (Seq2Seq "
+                 + " ".join(f"{k}={v}" for k, v in shape.items()) + f", {tokens} tokens a step)")
+        s = record.add_subject(rec, "training", title, "training throughput", "tokens/s", "higher")
+        # every timed step of every round, in order; an impl that failed a round is short of
+        # steps, so the lists are cut to the shorter one
+        per_step = {impl: [tokens / (ms * 1e-3) for r in rs for ms in r["steps_ms"]] for impl, rs in rounds.items() if rs}
+        n = min(len(v) for v in per_step.values())
+        record.add_case(s, "Seq2Seq 2+2 layers E=128", {impl: v[:n] for impl, v in per_step.items()},
+                        info={"parameters": {impl: x["parameters"] for impl, x in summary.items()},
+                              "round_median_step_ms": {impl: x["round_ms"] for impl, x in summary.items()},
+                              "steps_per_round": args.steps, "warmup_per_round": args.warmup,
+                              "loss_first_last": {impl: [x["loss_first"], x["loss_last"]] for impl, x in summary.items()}})
+        twins.add_loss_curves(rec, {impl: rs[0]["losses"] for impl, rs in rounds.items() if rs and "losses" in rs[0]},
+                              first_step=1)
+    rec["notes"] += [
+        f"Each value is one timed training step's tokens/s (B·(S+T) = {tokens} tokens over the whole step: zero "
+        "grad, forward, cross-entropy, backward, clipping, AdamW); rounds alternate qkv, torch with "
+        f"{args.gap:g} s idle between; {args.warmup} warm-up steps per round are not timed.",
+        "A qkv round is a fresh process (build/bench/qkv_bench_training); torch's model is built once and keeps "
+        "training across its rounds.",
+        "The two start from the same distributions, not the same numbers, and train on their own random fixed "
+        "batch: the loss curves (each impl's first round, warm-up steps included) fall alike, they do not "
+        "coincide; the twin suites (lm, recommender, vision) start from the same weights."]
+    if failed:
+        rec["notes"] += [f"FAILED: {f}" for f in failed]
+        args.failed = True
+    return rec if summary else None

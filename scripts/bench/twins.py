@@ -1,0 +1,122 @@
+"""What the training suites share (scripts/bench_lm.py, bench_recommender.py, bench_vision.py,
+bench_training.py; the data also bench_use_lite.py): qkv's training in a child process, the
+data sets they read, and the loss curves of qkv and its torch twin in the record.
+
+  fetch_data(name, directory)   scripts/fetch_data.sh NAME into directory (default: the
+                                bench cache's data/NAME), only when its files are missing
+  add_child_arguments(parser)   the hidden --child option of a suite that trains in a child
+  child(args)                   what the child runs: a qkv training function, its progress
+                                as JSON lines on stdout, then its result
+  train_in_child(...)           the parent's side: runs a child through scripts/bench.py
+                                (bench/children.py), so that qkv and torch never share
+                                threads; -> (progress, result, wall seconds)
+  add_loss_curves(rec, ...)     per-step losses of qkv and the twin as the record's curves,
+                                and how far apart they are
+
+The child is the suite itself, run again with --child (bench/children.py's self_command),
+its environment without torch's OpenBLAS (peers.without_openblas) and with build/python on
+PYTHONPATH: qkv is timed on its own libraries, as `qkv train` runs.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+from bench import CACHE, ROOT, children, log, peers
+
+# name -> a file scripts/fetch_data.sh writes last into the directory: present, no fetch.
+DATA_MARKERS = {"sotu": "sotu-heldout.txt", "brown": "brown-heldout.txt", "movielens": "ratings.csv",
+                "fashion-mnist": "t10k-labels-idx1-ubyte.gz", "debian-packages": "debian-packages.txt"}
+
+
+def fetch_data(name, directory=None):
+    """The directory holding data set `name` (scripts/fetch_data.sh NAME DIR), fetched into
+    it when its files are missing; default directory: CACHE/data/NAME, reused between
+    runs (the script itself caches what it downloads). -> the directory."""
+    directory = os.path.abspath(directory or os.path.join(CACHE, "data", name))
+    if not os.path.isfile(os.path.join(directory, DATA_MARKERS[name])):
+        log(f"fetching {name} into {directory} (scripts/fetch_data.sh {name})")
+        subprocess.run(["bash", os.path.join(ROOT, "scripts", "fetch_data.sh"), name, directory],
+                       check=True, stdout=sys.stderr)
+    return directory
+
+
+# --------------------------------------------------------------------------------------
+# qkv's training in a child process.
+
+def add_child_arguments(parser):
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # JSON: the call a child makes
+
+
+def child(args):
+    """--child {"call": "vision.train", "args": [...], "kwargs": {...}, "threads": N,
+    "progress": true}: qkv.<call>(*args, **kwargs) in this process with N threads; with
+    "progress", one line {"progress": info} per progress call on stdout; then
+    {"result": ..., "seconds": wall seconds of the call}. Returns None (no record)."""
+    import qkv
+    spec = json.loads(args.child)
+    qkv.set_num_threads(spec["threads"])
+    function = qkv
+    for name in spec["call"].split("."):
+        function = getattr(function, name)
+    kwargs = dict(spec.get("kwargs", {}))
+    if spec.get("progress"):
+        kwargs["progress"] = lambda info: print(json.dumps({"progress": info}, default=str), flush=True)
+    start = time.perf_counter()
+    result = function(*spec.get("args", []), **kwargs)
+    print(json.dumps({"result": result, "seconds": time.perf_counter() - start}, default=str), flush=True)
+    return None
+
+
+def train_in_child(suite, build_dir, threads, call, args=(), kwargs=None, progress=True, on_progress=None):
+    """qkv.<call>(*args, **kwargs) in a child (the suite run again with --child), streaming
+    its progress: on_progress(info) is called here as each line arrives.
+    -> (the progress dicts, the result, the child's wall seconds from start to exit)."""
+    env = peers.without_openblas()
+    env["PYTHONPATH"] = os.path.join(build_dir, "python")
+    spec = {"call": call, "args": list(args), "kwargs": kwargs or {}, "threads": threads, "progress": progress}
+    cmd = children.self_command(suite, "--child", json.dumps(spec))
+    start = time.perf_counter()
+    lines = []
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True) as proc:
+        for line in proc.stdout:
+            if not line.startswith("{"):
+                continue
+            lines.append(json.loads(line))
+            if on_progress is not None and "progress" in lines[-1]:
+                on_progress(lines[-1]["progress"])
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"qkv.{call} in a child process exited {proc.returncode} (its messages are above)")
+    results = [x for x in lines if "result" in x]
+    if not results:
+        raise RuntimeError(f"qkv.{call} in a child process gave no result")
+    return [x["progress"] for x in lines if "progress" in x], results[-1]["result"], wall
+
+
+# --------------------------------------------------------------------------------------
+# Loss curves.
+
+def add_loss_curves(rec, losses, name="loss", first_step=1):
+    """losses: {engine: [loss at step first_step, first_step + 1, ...]} -> the record's
+    curves[name]. -> how far the engines' curves are from qkv's, over their common steps:
+    {engine: {"steps", "max_abs_diff", "max_rel_diff", "last_abs_diff", "first_step_diverging"}}
+    (the first step whose relative difference exceeds 1e-3, or None), for the notes and infos."""
+    from bench import record
+    for engine, values in losses.items():
+        if values:
+            record.add_curve(rec, name, engine, [[first_step + i, v] for i, v in enumerate(values)])
+    out = {}
+    mine = losses.get("qkv") or []
+    for engine, values in losses.items():
+        if engine == "qkv" or not values or not mine:
+            continue
+        pairs = list(zip(mine, values))
+        rel = [abs(a - b) / max(abs(b), 1e-12) for a, b in pairs]
+        diverging = next((first_step + i for i, r in enumerate(rel) if r > 1e-3), None)
+        out[engine] = {"steps": len(pairs), "max_abs_diff": max(abs(a - b) for a, b in pairs),
+                       "max_rel_diff": max(rel), "last_abs_diff": abs(pairs[-1][0] - pairs[-1][1]),
+                       "first_step_diverging": diverging}
+    return out
