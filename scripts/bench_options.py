@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """What each attention option costs qkv's fused kernel, beside no option.
 
-    /usr/bin/python3 scripts/bench_options.py [--seq 2048] [--heads 12] [--dim 64]
+    /usr/bin/python3 scripts/bench.py options [--seq 2048] [--heads 12] [--dim 64]
                                               [--threads 2] [--rounds 7] [--build-dir build]
 
 Times qkv.scaled_dot_product_attention on one (1, H, L, D) f32 problem with no option and
@@ -13,27 +13,29 @@ case's median and its ratio to no option in the same rounds. A benchmark: nothin
 asserts a time. Needs a build (cmake --build build --target _qkv qkv_python_files) and
 Debian's python3-torch.
 """
-import argparse
 import os
 import statistics
 import sys
 
-from bench import ROOT, rounds
+from bench import ROOT, record, rounds
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser):
     parser.add_argument("--seq", type=int, default=2048)
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
-    args = parser.parse_args()
+
+
+def run(args):
     if min(args.seq, args.heads, args.dim, args.threads, args.rounds) < 1:
-        parser.error("--seq, --heads, --dim, --threads and --rounds must be >= 1")
+        sys.exit("bench.py options: --seq, --heads, --dim, --threads and --rounds must be >= 1")
     if args.heads % 4:
-        parser.error("--heads must be a multiple of 4 (the GQA case shares each K/V head among 4)")
+        sys.exit("bench.py options: --heads must be a multiple of 4 (the GQA case shares each K/V head among 4)")
+    rec = record.new("options", args.threads, settings={"seq": args.seq, "heads": args.heads, "dim": args.dim,
+                                                        "rounds": args.rounds, "warmup": 1})
     sys.path.insert(0, os.path.join(os.path.abspath(args.build_dir), "python"))
     import qkv
     import torch
@@ -75,6 +77,12 @@ def main():
         ratio = statistics.median(t / b for t, b in zip(ts, base))  # same-round ratios
         print(f"{name:<34}{statistics.median(ts) * 1e3:9.2f}{ratio:13.2f}x")
 
-
-if __name__ == "__main__":
-    main()
+    rec["versions"].update(qkv=qkv.__version__, qkv_cpu=qkv.cpu_summary(), torch=torch.__version__)
+    subject = record.add_subject(rec, "options", f"Attention options inside qkv's kernel, B=1 H={H} L={L} D={D}",
+                                 "time", "ms", "lower", baseline="no option")
+    for name, ts in times.items():
+        record.add_case(subject, name, {"qkv": [t * 1e3 for t in ts]})
+    rec["notes"].append("qkv against itself: each option alone against no option in the same rounds (ratio: the "
+                        "median of the per-round ratios), f32 unless stated; warm, no idle between cases; no peer, "
+                        "no ceiling.")
+    return rec

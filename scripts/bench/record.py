@@ -31,6 +31,8 @@ Schema 1 (every key present unless marked optional):
       "metric": "throughput", "unit": "GFLOP/s", "better": "higher",   # or "lower" (ms, s, MiB)
       "ceiling": "f32_fma",                    # optional (null): the ceiling % is taken of
       "x": "L",                                # optional (null): the axis a plot draws cases on
+      "baseline": null,                        # optional: a case the others are compared with,
+                                               #   round by round (options: "no option")
       "cases": [
         {"case": "f32 L=2048", "x": 2048,      # x optional
          "engines": {"qkv": [every round], "torch": [...], "ort": [...]},   # the metric, per round
@@ -175,14 +177,15 @@ def add_ceiling(rec, name, unit, samples):
     return entry
 
 
-def add_subject(rec, id, title, metric, unit, better="higher", ceiling=None, x=None):
-    """A table of the record: one metric in one unit, cases as rows, engines as columns."""
+def add_subject(rec, id, title, metric, unit, better="higher", ceiling=None, x=None, baseline=None):
+    """A table of the record: one metric in one unit, cases as rows, engines as columns.
+    baseline: a case's name: each case's value over that case's in the same round."""
     if better not in ("higher", "lower"):
         raise ValueError(f"better: 'higher' or 'lower', not {better!r}")
     if any(s["id"] == id for s in rec["subjects"]):
         raise ValueError(f"subject {id} twice")
     subject = {"id": id, "title": title, "metric": metric, "unit": unit, "better": better,
-               "ceiling": ceiling, "x": x, "cases": []}
+               "ceiling": ceiling, "x": x, "baseline": baseline, "cases": []}
     rec["subjects"].append(subject)
     return subject
 
