@@ -3,22 +3,28 @@
 
 Run with Debian's Python (it builds build/'s qkv and _qkv when missing):
 
-    /usr/bin/python3 scripts/bench_lm.py --data DIR [--model models/sotu-gpt] [--steps 100]
-                                         [--threads 2] [--json]
+    /usr/bin/python3 scripts/bench.py lm [--data DIR] [--model models/sotu-gpt] [--steps 100]
+                                         [--threads 2]
 
-DIR holds sotu-train.txt (scripts/fetch_data.sh sotu DIR). The model directory gives the
+It prints its tables and records every timed step of both, both loss curves and the
+decoding rates in bench/records/lm/<host kind>.json (scripts/bench/record.py).
+
+DIR holds sotu-train.txt (scripts/fetch_data.sh sotu DIR; without --data it is fetched
+into the bench cache, ~/.cache/qkv-bench/data/sotu, once). The model directory gives the
 architecture (config.json) and the tokenizer (vocab.json, merges.txt); its weights are not
 used for training: both sides start from Gpt2Weights::initialized of that config (seed
 --seed), which qkv writes (_qkv._gpt2_initial) and torch reads.
 
-Training (the twin): qkv.train_lm runs in a child process (so the two never share threads);
+Training (the twin): qkv.train_lm runs in a child process (scripts/bench/twins.py; so the
+two never share threads);
 torch 1.13 runs scripts/bench/gpt2_torch.py's TorchGpt2LM with train_twin: the same
 windows in the same order (_qkv._lm_batch_offsets of the same token stream), batch 16 of
 n_positions tokens, AdamW (0.9, 0.999, 1e-8, weight decay 0.1 on matrices), gradient
 clipping at 1, linear warm-up then cosine to lr/10, dropout 0. Reported: both loss
 curves (every step), the final losses (last step, and the mean of the last 10 steps) and
 their ratio, seconds per step and tokens/s (B·T per step, the whole step), and the
-FLOP/s of qkv's step against the machine's measured f32 FMA ceiling (6·N·tokens for the
+FLOP/s of each step against the machine's measured f32 FMA ceiling (at the start, and
+sampled after each side's training) (6·N·tokens for the
 matrices, N = parameters including the tied head, plus 12·layers·T·E per token for
 attention's two products, forward and backward).
 
@@ -29,7 +35,6 @@ after the first token, and whether the two greedy continuations are the same ids
 torch runs on Debian's OpenBLAS (scripts/bench/peers.py) unless --torch-blas system.
 Nothing here asserts a time; the exit status is 1 when something asked for could not run.
 """
-import argparse
 import json
 import os
 import re
@@ -39,42 +44,31 @@ import sys
 import tempfile
 import time
 
-from bench import ROOT, log, peers, report
+from bench import ROOT, log, peers, record, report, twins
 from bench.build import add_arguments as add_build_arguments, ensure_programs
-from bench.ceilings import measure as measure_ceilings
-
-
-def child_train(args):
-    """--child: qkv.train_lm in this process; one JSON line per step on stdout, then the
-    result."""
-    import qkv
-    qkv.set_num_threads(args.threads)
-    config = json.load(open(os.path.join(args.model, "config.json")))
-    result = qkv.train_lm(args.text, args.out, tokenizer=args.model, layers=config["n_layer"],
-                          embd=config["n_embd"], heads=config["n_head"],
-                          context=config["n_positions"], steps=args.steps, batch=args.batch,
-                          lr=args.lr, warmup=args.warmup, seed=args.seed, eval_every=0,
-                          checkpoint_every=0,
-                          progress=lambda info: print(json.dumps(info), flush=True))
-    print(json.dumps({"result": result}), flush=True)
+from bench.ceilings import measure as measure_ceilings, sample as sample_ceiling
 
 
 def run_qkv(args, build_dir, text, out):
-    env = peers.without_openblas()
-    env["PYTHONPATH"] = os.path.join(build_dir, "python")
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--text", text, "--out", out,
-           "--model", args.model, "--steps", str(args.steps), "--batch", str(args.batch),
-           "--lr", str(args.lr), "--warmup", str(args.warmup), "--seed", str(args.seed),
-           "--threads", str(args.threads)]
-    done = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True)
-    lines = [json.loads(line) for line in done.stdout.splitlines()]
-    steps = [line for line in lines if "step" in line]
-    return [s["loss"] for s in steps], [s["elapsed_s"] for s in steps], lines[-1]["result"]
+    """qkv.train_lm in a child process (bench/twins.py) -> (losses, elapsed seconds, result)."""
+    with open(os.path.join(args.model, "config.json")) as f:
+        config = json.load(f)
+    kwargs = {"tokenizer": args.model, "layers": config["n_layer"], "embd": config["n_embd"],
+              "heads": config["n_head"], "context": config["n_positions"], "steps": args.steps,
+              "batch": args.batch, "lr": args.lr, "warmup": args.warmup, "seed": args.seed,
+              "eval_every": 0, "checkpoint_every": 0}
+
+    def on_progress(info):
+        if info["step"] % 10 == 0:
+            log(f"qkv step {info['step']}/{args.steps} loss {info['loss']:.4f}")
+
+    steps, result, _ = twins.train_in_child("lm", build_dir, args.threads, "train_lm", [text, out], kwargs,
+                                            on_progress=on_progress)
+    return [s["loss"] for s in steps], [s["elapsed_s"] for s in steps], result
 
 
 def run_torch(args, config_json, text, build_dir):
     """The twin: initial weights from qkv, the same stream and windows."""
-    sys.path.insert(0, os.path.join(build_dir, "python"))
     import torch
     from qkv import _qkv, Tokenizer
     from bench.gpt2_torch import gpt2_directory, make_lm_class, train_twin
@@ -126,9 +120,9 @@ def decode_torch(model_dir, prompt_ids, n):
     return ids, (n - 1) / (end - first), first - start
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", help="directory with sotu-train.txt")
+def add_arguments(parser):
+    parser.add_argument("--data", help="directory with sotu-train.txt (default: scripts/fetch_data.sh sotu "
+                        "into the bench cache)")
     parser.add_argument("--model", default=os.path.join(ROOT, "models", "sotu-gpt"),
                         help="GPT-2 directory: architecture, tokenizer, and the decoding model")
     parser.add_argument("--steps", type=int, default=100)
@@ -139,27 +133,32 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--decode-tokens", type=int, default=200)
     parser.add_argument("--prompt", default="My fellow citizens")
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--text", help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
+    twins.add_child_arguments(parser)
     add_build_arguments(parser)
     peers.add_arguments(parser, ort=False)
-    args = parser.parse_args()
+
+
+def run(args):
     if args.child:
-        return child_train(args)
-    if not args.data:
-        parser.error("--data DIR is required (scripts/fetch_data.sh sotu DIR)")
+        return twins.child(args)
+    if args.steps < 6:
+        sys.exit("bench.py lm: --steps must be >= 6 (the first 5 steps are not timed)")
     peers.reexec_with_openblas(args)  # does not return when it re-runs the script
+    data = twins.fetch_data("sotu", args.data)
+    rec = record.new("lm", args.threads, settings={
+        "model": os.path.relpath(os.path.abspath(args.model), ROOT), "steps": args.steps, "batch": args.batch,
+        "lr": args.lr, "warmup": args.warmup, "seed": args.seed, "decode_tokens": args.decode_tokens,
+        "prompt": args.prompt})
 
     build_dir = os.path.abspath(args.build_dir)
     programs = ensure_programs(build_dir, {"qkv_cli": "qkv", "_qkv": "python/qkv/_qkv*.so",
                                            "qkv_python_files": "python/qkv/__init__.py",
                                            "qkv_ceilings": "bench/qkv_ceilings"}, args.rebuild)
-    text_path = os.path.join(args.data, "sotu-train.txt")
+    text_path = os.path.join(data, "sotu-train.txt")
     text = open(text_path, encoding="utf-8").read()
     assert text.endswith("\n") and "\r" not in text, "the text must read back as train_lm reads it"
     ceiling = measure_ceilings(programs["qkv_ceilings"], args.threads, quick=True)["f32_fma"]["gflops"]
+    record.add_ceiling(rec, "f32_fma", "GFLOP/s", [ceiling])
     log(f"f32 FMA ceiling: {ceiling:.0f} GFLOP/s on {args.threads} threads")
 
     log(f"qkv: {args.steps} steps")
@@ -167,32 +166,35 @@ def main():
         q_losses, q_elapsed, q_result = run_qkv(args, build_dir, text_path, out)
         config_json = open(os.path.join(out, "config.json")).read()
     config = json.loads(config_json)
+    sys.path.insert(0, os.path.join(build_dir, "python"))
+    after_qkv = sample_ceiling(programs["qkv_ceilings"], "fma", args.threads)
     torch_version = torch_blas = None
-    t_losses = t_elapsed = None
+    t_losses = t_elapsed = after_torch = None
     if not args.no_torch:
         torch_version, torch_blas = peers.start_torch(args.threads)
         log(f"torch {torch_version} ({torch_blas}): {args.steps} steps")
         t_losses, t_elapsed = run_torch(args, config_json, text, build_dir)
+        after_torch = sample_ceiling(programs["qkv_ceilings"], "fma", args.threads)
+    record.add_ceiling(rec, "f32_fma", "GFLOP/s", [after_qkv, after_torch])
 
     T, E, L, V = config["n_positions"], config["n_embd"], config["n_layer"], config["vocab_size"]
     tokens_per_step = args.batch * T
     params = q_result["parameters"]
     flops_per_token = 6 * params + 6 * L * T * E  # the causal half of 12·L·T·E
 
+    def step_seconds(elapsed):
+        """Seconds of every step after the first 5 (warm-up)."""
+        return [b - a for a, b in zip(elapsed, elapsed[1:])][4:]
+
     def summary(losses, elapsed):
-        # Seconds per step: the median of the steps after the first 5 (warm-up).
-        per_step = [b - a for a, b in zip(elapsed, elapsed[1:])][4:]
-        s = statistics.median(per_step)
+        s = statistics.median(step_seconds(elapsed))
         return {"final_loss": losses[-1], "last10_loss": statistics.mean(losses[-10:]),
                 "seconds_per_step": s, "tokens_per_s": tokens_per_step / s,
                 "gflops": tokens_per_step * flops_per_token / s / 1e9}
 
-    result = {"steps": args.steps, "batch": args.batch, "context": T, "parameters": params,
-              "ceiling_gflops": ceiling, "qkv": summary(q_losses, q_elapsed),
-              "qkv_losses": q_losses, "torch_version": torch_version, "torch_blas": torch_blas}
+    result = {"qkv": summary(q_losses, q_elapsed)}
     if t_losses:
         result["torch"] = summary(t_losses, t_elapsed)
-        result["torch_losses"] = t_losses
         result["final_loss_ratio"] = q_losses[-1] / t_losses[-1]
         result["last10_loss_ratio"] = result["qkv"]["last10_loss"] / result["torch"]["last10_loss"]
         result["max_step_loss_ratio_deviation"] = max(abs(a / b - 1) for a, b in zip(q_losses, t_losses))
@@ -205,11 +207,8 @@ def main():
         if not args.no_torch:
             t_ids, t_rate, t_first = decode_torch(args.model, q_gen["prompt_ids"], len(q_gen["ids"]))
             result["decode"].update({"torch_tokens_per_s": t_rate, "speedup": q_rate / t_rate,
-                                     "same_ids": t_ids == q_gen["ids"]})
+                                     "same_ids": t_ids == q_gen["ids"], "torch_first_token_s": t_first})
 
-    if args.json:
-        print(json.dumps(result))
-        return 0
     print(f"{report.cpu_model()}; qkv {report.where(report.git_describe(), build_dir)}; "
           f"torch {torch_version} ({torch_blas}); {args.threads} threads")
     print(f"model: {L} blocks, E {E}, {config['n_head']} heads, context {T}, vocabulary {V}, "
@@ -238,8 +237,49 @@ def main():
             line += (f", torch {d['torch_tokens_per_s']:.1f} tok/s, {d['speedup']:.2f}x; "
                      f"same ids: {d['same_ids']}")
         print(line)
-    return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    # The record: every timed step (steps 6..N) of both, as tokens/s and as GFLOP/s.
+    import qkv  # run_torch put build/python on sys.path; with --no-torch it is put here
+    rec["versions"].update({"qkv": qkv.__version__, "qkv_cpu": qkv.cpu_summary(), "torch": torch_version,
+                            "torch_blas": torch_blas})
+    shape = f"{L} blocks E={E} H={config['n_head']} T={T} V={V}, batch {args.batch}"
+    rates = {"qkv": [tokens_per_step / s for s in step_seconds(q_elapsed)]}
+    if t_elapsed:
+        rates["torch"] = [tokens_per_step / s for s in step_seconds(t_elapsed)]
+    info = {"parameters": params, "tokens_per_step": tokens_per_step, "flops_per_token": flops_per_token,
+            "steps": args.steps, "timed_steps": f"6-{args.steps}"}
+    for key in ("final_loss_ratio", "last10_loss_ratio", "max_step_loss_ratio_deviation"):
+        if key in result:
+            info[key] = result[key]
+    info["final_loss"] = {impl: result[impl]["final_loss"] for impl in ("qkv", "torch") if impl in result}
+    s = record.add_subject(rec, "lm_training", f"qkv train lm (GPT-2 {shape}) beside its torch twin, training steps",
+                           "training throughput", "tokens/s", "higher")
+    record.add_case(s, "sotu-gpt", rates, info=info)
+    s = record.add_subject(rec, "lm_training_gflops", f"qkv train lm (GPT-2 {shape}), training FLOP rate",
+                           "training FLOP rate", "GFLOP/s", "higher", ceiling="f32_fma")
+    record.add_case(s, "sotu-gpt", {k: [r * flops_per_token / 1e9 for r in v] for k, v in rates.items()},
+                    info={"flops_per_token": flops_per_token})
+    curves = twins.add_loss_curves(rec, {"qkv": q_losses, "torch": t_losses or []})
+    if "decode" in result:
+        d = result["decode"]
+        s = record.add_subject(rec, "lm_decode", f"Greedy decoding of models/sotu-gpt ({L} blocks E={E}), "
+                               "after the first token", "decode rate", "tokens/s", "higher")
+        engines = {"qkv": [d["qkv_tokens_per_s"]]}
+        if "torch_tokens_per_s" in d:
+            engines["torch"] = [d["torch_tokens_per_s"]]
+        record.add_case(s, f"{d['tokens']} tokens", engines,
+                        info={"same_ids": d.get("same_ids"), "prompt": args.prompt})
+    rec["notes"] += [
+        f"Training: both start from Gpt2Weights::initialized of {os.path.basename(args.model)}'s config "
+        f"(seed {args.seed}) and read the same windows of the same token stream; qkv.train_lm in a child "
+        "process, then the torch twin (scripts/bench/gpt2_torch.py) in this one, one after the other. Each "
+        "value is one step's rate (steps 6 onward: the first 5 are warm-up); FLOPs per token 6·N for the "
+        "matrices (N with the tied head) + 6·layers·T·E for causal attention.",
+        "Decoding: `qkv generate --json` (its own tokens/s after the first) against TorchGpt2's eager loop with "
+        "a preallocated KV cache, one run each."]
+    if "torch" in curves:
+        c = curves["torch"]
+        rec["notes"].append(f"Loss curves: largest per-step relative difference {c['max_rel_diff']:.2e}, "
+                            f"at the last step {c['last_abs_diff']:.2e} absolute; the first step apart by more "
+                            f"than 1e-3: {c['first_step_diverging']}.")
+    return rec
