@@ -17,7 +17,7 @@
 // may be f64 whatever q's dtype: the reference reads every mask value exactly, as double;
 // the fast kernels round it to f32 as they read it.
 //
-// Semantics (the README's table says the same):
+// Semantics (docs/attention.md's table says the same):
 // - scale defaults to 1/sqrt(Dk).
 // - The score of query i and key j is built in this order: s = scale·(q_i·k_j);
 //   softcap c: s = c·tanh(s/c); ALiBi: s −= slope_h·|i' − j|; float mask: s += mask;

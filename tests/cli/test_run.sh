@@ -170,15 +170,4 @@ echo '{"model_type": "llama"}' >"$TMP/llama/config.json"
 expect_failure 'unknown model_type "llama"; the known model types are "bert", "gpt2", "qkv-recommender", "qkv-seq2seq", "qkv-vision", "use_lite"' \
   run --model "$TMP/llama" --text hi
 
-# --- The README's examples of qkv run on the shipped models, run as written ------------------
-examples=0
-while IFS= read -r line; do
-  examples=$((examples + 1))
-  eval "args=(${line#*build/qkv run })"
-  (cd "$ROOT" && "$QKV" run "${args[@]}") >"$TMP/out" 2>"$TMP/err"
-  status=$?
-  expect_status 0 "README: $line"
-done < <(grep -E '^ *build/qkv run --model models/' "$ROOT/README.md")
-if [[ $examples -ge 3 ]]; then pass; else fail "README: $examples examples of qkv run on models/, expected 3"; fi
-
 finish "qkv run"

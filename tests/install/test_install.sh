@@ -129,7 +129,7 @@ for case in "qkv-attention main.cpp libqkv_attention" "qkv layers_main.cpp libqk
   LD_LIBRARY_PATH=$libdir run "pkgconfig-$pc-shared" "$tmp/pkgconfig-$pc-shared" SHARED "$wanted"
 
   # --static adds the archives' own dependencies; -l:lib*.a makes the linker take the
-  # archives, which it would pass over for the .so files (the README says the same). Whole,
+  # archives, which it would pass over for the .so files (docs/install.md says the same). Whole,
   # as above: then the link fails unless every dependency of every member is on the line.
   step "pkg-config $pc static: $cxx $program \$(pkg-config --cflags --libs --static $pc), whole archives"
   flags=$(pkg-config --cflags --libs --static "$pc") || fail "pkg-config --static $pc failed"

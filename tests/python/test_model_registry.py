@@ -194,20 +194,6 @@ def test_date_translator_attentions_are_the_clis():
     with pytest.raises(ValueError):
         d("")
 
-
-def test_readme_example(monkeypatch):
-    """The README's Python example of the registry, run as written from the project root."""
-    import re
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if 'load_model("models/sotu-gpt")' in b]
-    assert len(blocks) == 1, "README.md: no single python example of qkv.load_model on models/"
-    monkeypatch.chdir(ROOT)
-    namespace = {"qkv": qkv}
-    exec(compile("\n".join(line[2:] for line in blocks[0].splitlines()), "README.md", "exec"), namespace)
-    assert type(namespace["vit"]) is qkv.vision.Classifier
-    assert namespace["out"]["attentions"][0].shape[:2] == (1, 4)
-
-
 def test_date_translator_attentions_equal_the_torch_twin():
     """DateTranslator(text, output_attentions=True) against torch.nn.Transformer in float64 on
     the model's weights: the same source ids (the input's characters), the same decoder input

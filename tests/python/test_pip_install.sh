@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# python.pip_install: the package as the README installs it ("Install the Python package").
+# python.pip_install: the package as docs/install.md installs it ("Python package").
 #   test_pip_install.sh SOURCE_DIR VERSION [QKV_CLI]
 # VERSION is CMake's PROJECT_VERSION (the CMake package's version); QKV_CLI, when given, is
 # build/qkv, whose `qkv version` must say the same.

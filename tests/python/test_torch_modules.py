@@ -13,8 +13,6 @@ And a small model trains the same in both (same steps, same parameters after).
 """
 
 import math
-import pathlib
-import re
 
 import pytest
 import torch
@@ -221,12 +219,3 @@ def test_bad_arguments_raise_naming_them():
     with pytest.raises(ValueError, match="activation"):
         qt.TransformerEncoderLayer(E, H, activation="swish")
 
-
-def test_the_readme_training_example_runs():
-    """The README's example of a torch model whose attention is qkv's, run as written."""
-    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "qkv.torch" in b]
-    assert blocks, "README.md has no python example using qkv.torch"
-    namespace = {}
-    exec(compile(blocks[0], "README.md", "exec"), namespace)
-    assert namespace["losses"][-1] < 0.5 * namespace["losses"][0], namespace["losses"]
