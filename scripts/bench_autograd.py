@@ -3,7 +3,7 @@
 
 Run with Debian's Python (torch 1.13; it builds what is missing, never rebuilds otherwise):
 
-    /usr/bin/python3 scripts/bench_autograd.py [--rounds 5] [--quick] [--json FILE]
+    /usr/bin/python3 scripts/bench.py autograd [--rounds 5] [--quick]
 
 What one training step of attention costs, as a torch model pays for it: the forward on
 CPU tensors that require grad, then out.backward(dout), timed around both (split into the
@@ -83,7 +83,8 @@ import subprocess
 import sys
 import time
 
-from bench import ceilings, log, peers, report, rounds
+from bench import ceilings, log, peers, record, report, rounds
+from bench.children import self_command
 from bench.build import add_arguments as add_build_arguments, ensure_programs
 
 ENGINES = ("qkv", "qkv direct", "torch SDPA", "torch")
@@ -302,6 +303,7 @@ def run_case(case, args, torch_info, ceilings_bin):
     idle, warm = rounds.interleaved(
         {e: recording(e) for e in steps}, args.rounds, 0, args.gap, args.back_to_back,
         after_round=lambda: samples.append(ceilings.sample(ceilings_bin, "fma", args.threads)))
+    result["round_samples"] = samples  # one per round, None where absent
     measured = [x for x in samples if x is not None]
     if measured:
         result["round_ceiling"] = {"kind": "fma", "samples": measured, "median": statistics.median(measured)}
@@ -344,7 +346,7 @@ def memory_probe(args):
     --probe-causal and --probe-dtype; prints JSON: the RSS before the step, the peak during it."""
     import qkv
 
-    torch_info = probe_torch(args.threads)
+    torch_info = peers.probe_torch(args.threads)
     qkv.set_num_threads(args.threads)
     length, causal, dtype = args.lengths[0], args.probe_causal, args.probe_dtype
     inputs = make_inputs(args, length, dtype)
@@ -366,10 +368,10 @@ def measure_memory(args, case, engines):
     io_mib = 4 * args.batch * args.heads * length * args.dim * element / 2**20  # out, dq, dk, dv
     out = {}
     for engine in engines:
-        cmd = [sys.executable, os.path.abspath(sys.argv[0]), "--memory-probe", engine, "--lengths", str(length),
+        cmd = self_command("autograd", "--memory-probe", engine, "--lengths", str(length),
                "--probe-dtype", dtype, "--threads", str(args.threads), "--batch", str(args.batch),
                "--heads", str(args.heads), "--dim", str(args.dim), "--seed", str(args.seed),
-               "--build-dir", args.build_dir] + (["--probe-causal"] if causal else [])
+               "--build-dir", args.build_dir, *(["--probe-causal"] if causal else []))
         done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if done.returncode != 0:
             log(f"  memory probe {engine} failed: {done.stderr.strip()[-400:]}")
@@ -437,24 +439,44 @@ def print_summary(results, key, target):
 
 # --------------------------------------------------------------------------------------
 
-def probe_torch(threads):
-    """torch's version and BLAS, and whether 1.13's _scaled_dot_product_attention honours
-    is_causal (= a tril bool mask), as bench_attention.py checks."""
-    version, blas = peers.start_torch(threads)
-    import torch
-    import torch.nn.functional as F
-
-    g = torch.Generator().manual_seed(0)
-    t = [torch.randn(1, 2, 9, 4, generator=g, dtype=torch.float64) for _ in range(3)]
-    by_flag = F._scaled_dot_product_attention(*t, None, 0.0, False, True)[0]
-    by_mask = F._scaled_dot_product_attention(*t, torch.ones(9, 9, dtype=torch.bool).tril(), 0.0, False, False)[0]
-    return {"version": version, "blas": blas, "is_causal_ok": bool(torch.allclose(by_flag, by_mask))}
+ENGINE_IDS = {"qkv": "qkv", "qkv direct": "qkv_direct", "torch SDPA": "torch_sdpa", "torch": "torch"}
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(__doc__.splitlines()[2:]))
+def to_record(rec, results, measured_ceilings, key):
+    """Per round of every case: GFLOP/s of the whole step (forward + backward) and of the
+    forward, and the peak memory per engine."""
+    start = (measured_ceilings.get("f32_fma") or {}).get("gflops")
+    if start:
+        record.add_ceiling(rec, "f32_fma", "GFLOP/s", [start])
+    shape = f"B={results[0]['batch']} H={results[0]['heads']} D={results[0]['dim']}" if results else ""
+    step = record.add_subject(rec, "autograd_step", f"Attention forward + backward through torch autograd, {shape}",
+                              "step throughput", "GFLOP/s", "higher", "f32_fma")
+    forward = record.add_subject(rec, "autograd_forward", f"Its forward alone (requires_grad inputs), {shape}",
+                                 "forward throughput", "GFLOP/s", "higher", "f32_fma")
+    memory = None
+    for r in results:
+        samples = r.get("round_samples")
+        if samples:
+            record.add_ceiling(rec, "f32_fma", "GFLOP/s", samples)
+        entry = r.get(key, {})
+        info = {"dtype": r["dtype"], "causal": r["causal"], "seq": r["seq"], "bounds": r["bounds"],
+                "max_abs_diff": {ENGINE_IDS[e]: d for e, d in r["max_abs_diff"].items()}}
+        if r["mismatch"]:
+            info["mismatch"] = r["mismatch"]
+        record.add_case(step, r["case"], {ENGINE_IDS[e]: [r["flops_step"] / (t * 1e6) for t in x["step_ms_rounds"]]
+                                          for e, x in entry.items()}, ceiling_samples=samples, info=info)
+        record.add_case(forward, r["case"], {ENGINE_IDS[e]: [r["flops_forward"] / (t * 1e6)
+                                                             for t in x["forward_ms_rounds"]]
+                                             for e, x in entry.items()}, ceiling_samples=samples)
+        if r.get("memory_mib"):
+            if memory is None:
+                memory = record.add_subject(rec, "autograd_memory",
+                                            "Peak memory of one step beyond inputs, output and gradients",
+                                            "memory", "MiB", "lower")
+            record.add_case(memory, r["case"], {ENGINE_IDS[e]: [m] for e, m in r["memory_mib"].items()})
+
+
+def add_arguments(parser):
     parser.add_argument("--lengths", type=int, nargs="+", default=None,
                         help="sequence lengths L (default 1024 4096; --quick 512)")
     parser.add_argument("--batch", type=int, default=1, help="B (default 1)")
@@ -472,36 +494,41 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="a short smoke run: L=512, 3 rounds, quick ceilings")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory processes")
-    parser.add_argument("--json", metavar="FILE", help="also write every number to FILE")
     add_build_arguments(parser)
     peers.add_arguments(parser, ort=False)
     # Internal: one step in a fresh process, for its peak RSS (measure_memory).
     parser.add_argument("--memory-probe", choices=ENGINES, help=argparse.SUPPRESS)
     parser.add_argument("--probe-causal", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--probe-dtype", choices=("f32", "bf16"), default="f32", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    sys.stdout.reconfigure(line_buffering=True)
+
+
+def run(args):
     args.lengths = args.lengths or ([512] if args.quick else [1024, 4096])
     args.rounds = args.rounds or (3 if args.quick else 5)
     if min(args.threads, args.rounds, args.batch, args.heads, args.dim, *args.lengths) < 1:
-        parser.error("--threads, --rounds, --batch, --heads, --dim, --lengths must be >= 1")
+        sys.exit("bench.py autograd: --threads, --rounds, --batch, --heads, --dim, --lengths must be >= 1")
     if args.warmup < 0 or args.back_to_back < 0 or args.gap < 0:
-        parser.error("--warmup, --back-to-back and --gap must be >= 0")
+        sys.exit("bench.py autograd: --warmup, --back-to-back and --gap must be >= 0")
     build_dir = os.path.abspath(args.build_dir)
     sys.path.insert(0, os.path.join(build_dir, "python"))
     if args.memory_probe:
+        args.no_record = True
         memory_probe(args)
-        return 0
+        return None
 
     args.no_ort = True
     peers.ensure_python_peers(args)  # torch itself is needed even with --no-torch: the inputs are torch tensors
     peers.reexec_with_openblas(args)  # does not return when it re-runs the script
+    rec = record.new("autograd", args.threads, settings={
+        "lengths": args.lengths, "batch": args.batch, "heads": args.heads, "dim": args.dim, "rounds": args.rounds,
+        "warmup": args.warmup, "back_to_back": args.back_to_back, "gap_s": args.gap, "seed": args.seed,
+        "quick": args.quick, "no_bf16": args.no_bf16})
     programs = ensure_programs(build_dir, {"_qkv": "python/qkv/_qkv*.so", "qkv_ceilings": "bench/qkv_ceilings"},
                                args.rebuild)
     import qkv
 
     qkv.set_num_threads(args.threads)
-    torch_info = probe_torch(args.threads)
+    torch_info = peers.probe_torch(args.threads)
     log("measuring the ceilings (qkv_ceilings)")
     measured_ceilings = ceilings.measure(programs["qkv_ceilings"], args.threads, args.quick)
 
@@ -550,14 +577,17 @@ def main():
     print_summary(results, key, args.target)
     for f in failed:
         print(f"  {f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"machine": machine, "ceilings": measured_ceilings, "cases": results,
-                       "settings": {"rounds": args.rounds, "warmup": args.warmup, "back_to_back": args.back_to_back,
-                                    "gap_s": args.gap, "seed": args.seed, "quick": args.quick,
-                                    "target": args.target}}, f, indent=2)
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    rec["versions"].update(qkv=machine["qkv"], qkv_cpu=machine["cpu"], torch=machine["torch"],
+                           torch_blas=machine["torch_blas"])
+    to_record(rec, results, measured_ceilings, key)
+    rec["notes"] += [
+        "Forward and out.backward(dout) of CPU tensors that require grad; each round's value is "
+        + (f"the median of the {args.back_to_back} steps right after an engine's first step in its turn (back to "
+           "back)" if key == "warm" else f"the first step after {args.gap * 1e3:.0f} ms idle")
+        + f"; {args.rounds} interleaved rounds. FLOPs: forward 4·B·H·L²·D (half when causal), backward 2.5x that.",
+        "qkv: qkv.scaled_dot_product_attention through autograd; qkv_direct: its forward (return_lse) and "
+        "qkv.attention_backward called directly; torch_sdpa: 1.13's private F._scaled_dot_product_attention "
+        f"({machine['torch_causal']} for causal); torch: the explicit composition (matmul, softmax, matmul).",
+        f"The issue's target: torch step time / qkv step time >= {args.target:g} (f32)."] + failed
+    args.failed = bool(failed)
+    return rec

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Two builds of qkv side by side: attention, BERT, GPT-2 and a training step, before and after a change.
 
-    /usr/bin/python3 scripts/bench_before_after.py --before DIR --after DIR [--rounds 7] [--json FILE]
+    /usr/bin/python3 scripts/bench.py before_after --before DIR --after DIR [--rounds 7]
 
 DIR: a CMake build of qkv (Release), e.g. of the commit before a change, made with
   git worktree add /tmp/before REV && cmake -S /tmp/before -B /tmp/before/build -DCMAKE_BUILD_TYPE=Release \\
@@ -34,14 +34,13 @@ Benchmarks only: nothing here asserts a time. The outputs of the two builds are 
 compared here (the test suites do that); the GPT-2 greedy ids are, and a difference is
 reported.
 """
-import argparse
 import json
 import os
 import subprocess
 import sys
 
 import bench_models
-from bench import log, rounds
+from bench import log, record, rounds
 from bench.peers import without_openblas
 from bench.servers import QkvModelsServer
 
@@ -234,10 +233,21 @@ def print_table(results, header):
         print(f"| {name} | {b:.4g} | {a:.4g} | {a / b:.3f} | {fmt(per['before'])} | {fmt(per['after'])} |")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(__doc__.splitlines()[2:]))
+def build_commit(build_dir):
+    """The commit of the source tree a build was configured from (CMakeCache.txt's
+    CMAKE_HOME_DIRECTORY), with -dirty, or None."""
+    try:
+        with open(os.path.join(build_dir, "CMakeCache.txt"), encoding="utf-8") as f:
+            source = next((l.split("=", 1)[1].strip() for l in f if l.startswith("CMAKE_HOME_DIRECTORY")), None)
+    except OSError:
+        return None
+    if not source:
+        return None
+    done = subprocess.run(["git", "-C", source, "describe", "--always", "--dirty"], capture_output=True, text=True)
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+def add_arguments(parser):
     parser.add_argument("--before", required=True, help="the build before the change")
     parser.add_argument("--after", required=True, help="the build after the change")
     parser.add_argument("--rounds", type=int, default=7, help="rounds per case (default 7)")
@@ -247,21 +257,25 @@ def main():
     parser.add_argument("--only", default="attention,models,training",
                         help="comma-separated subset of attention, models, training, tasks")
     parser.add_argument("--data", metavar="DIR", help="tasks: where scripts/fetch_data.sh wrote the data sets")
-    parser.add_argument("--json", metavar="FILE", help="also write every number to FILE")
-    args = parser.parse_args()
+
+
+def run(args):
     if args.rounds < 1 or args.repeats < 1 or args.train_steps < 1 or args.threads < 1:
-        parser.error("--rounds, --repeats, --train-steps and --threads must be >= 1")
+        sys.exit("bench.py before_after: --rounds, --repeats, --train-steps and --threads must be >= 1")
     parts = args.only.split(",")
     unknown = set(parts) - {"attention", "models", "training", "tasks"}
     if unknown:
-        parser.error(f"--only: unknown {', '.join(sorted(unknown))}")
-    sys.stdout.reconfigure(line_buffering=True)
+        sys.exit(f"bench.py before_after: --only: unknown {', '.join(sorted(unknown))}")
     builds = {}
     for which in ("before", "after"):
         d = os.path.abspath(getattr(args, which))
         builds[which] = {"dir": d, "qkv": program(d, "qkv"),
                          "models": program(d, "bench/qkv_bench_models"),
                          "training": program(d, "bench/qkv_bench_training")}
+    rec = record.new("before_after", args.threads, settings={
+        "rounds": args.rounds, "repeats": args.repeats, "train_steps": args.train_steps, "only": args.only,
+        "before": {"dir": builds["before"]["dir"], "commit": build_commit(builds["before"]["dir"])},
+        "after": {"dir": builds["after"]["dir"], "commit": build_commit(builds["after"]["dir"])}})
     load_before = os.getloadavg()
     results = {}
     if "attention" in parts:
@@ -276,11 +290,13 @@ def main():
     print_table(results, f"before {builds['before']['dir']}, after {builds['after']['dir']}; "
                          f"{args.rounds} rounds, threads {args.threads}; load average "
                          f"{load_before[0]:.2f} before the run, {load_after[0]:.2f} after")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"before": builds["before"]["dir"], "after": builds["after"]["dir"],
-                       "rounds": args.rounds, "threads": args.threads, "results": results}, f, indent=1)
+    subject = record.add_subject(rec, "before_after", "Two builds in the same rounds: qkv = after, qkv_before = before",
+                                 "time", "ms", "lower")
+    for name, per in results.items():
+        record.add_case(subject, name, {"qkv": per["after"], "qkv_before": per["before"]})
+    rec["notes"].append(f"before: {builds['before']['dir']} ({rec['settings']['before']['commit']}); after: "
+                        f"{builds['after']['dir']} ({rec['settings']['after']['commit']}). Each round runs every case "
+                        "once per build, the order alternating; qkv/qkv_before above 1: faster after.")
+    return rec
 
 
-if __name__ == "__main__":
-    main()

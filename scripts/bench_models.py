@@ -3,7 +3,7 @@
 
 Run with Debian's Python (it builds build/bench/qkv_bench_models when missing):
 
-    /usr/bin/python3 scripts/bench_models.py [--threads 2] [--quick] [--json FILE]
+    /usr/bin/python3 scripts/bench.py models [--threads 2] [--quick]
 
 What it does:
   1. Peers, installed by scripts/bench/peers.py as for every bench script: Debian's
@@ -52,7 +52,6 @@ What it does:
 
 Benchmarks only: nothing here asserts a time. Disagreeing outputs are reported (exit 1).
 """
-import argparse
 import json
 import math
 import os
@@ -63,7 +62,7 @@ import sys
 import tempfile
 import time
 
-from bench import CACHE, log, peers, report, rounds
+from bench import CACHE, log, peers, record, report, rounds
 from bench.build import add_arguments as add_build_arguments, ensure_programs
 from bench.gpt2_torch import TorchGpt2, read_safetensors
 from bench.servers import OrtGpt2Decoder, OrtRunner, QkvModelsServer
@@ -582,17 +581,39 @@ def print_tables(machine, bert, gpt2, args):
                       f"{'met' if x >= t else 'not met'}")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(__doc__.splitlines()[2:]))
+ENGINE_IDS = {"qkv": "qkv", "qkv_bf16": "qkv_bf16", "ORT": "ort", "torch": "torch"}
+
+
+def to_record(rec, bert, gpt2):
+    """BERT: sequences/s per round (B / time); GPT-2: decode tokens/s per round."""
+    if bert:
+        s = record.add_subject(rec, "bert", "BERT-base forward (last_hidden_state), random weights",
+                               "sequences/s", "sequences/s", "higher")
+        for r in bert:
+            record.add_case(s, f"B={r['batch']} L={r['length']}",
+                            {ENGINE_IDS[e]: [r["batch"] / (t / 1e3) for t in r[f"{e}_runs_ms"]]
+                             for e in ENGINE_IDS if f"{e}_runs_ms" in r},
+                            info={k: r[k] for k in ("diff_ort", "diff_torch") if r.get(k) is not None})
+    if gpt2:
+        s = record.add_subject(rec, "gpt2", "GPT-2-small greedy decoding, tokens/s of the decode steps, random weights",
+                               "decode tokens/s", "tokens/s", "higher")
+        for r in gpt2:
+            n = r["new_tokens"]
+            record.add_case(s, f"ctx {r['context']} (prompt {r['prompt']} + {n})",
+                            {ENGINE_IDS[e]: [n / (t / 1e3) for t in r[f"{e}_runs_ms"]]
+                             for e in ENGINE_IDS if f"{e}_runs_ms" in r},
+                            info={k: r[k] for k in ("diff_ort", "diff_torch", "diff_torch_bf16", "ids_agree",
+                                                    "ids_agree_bf16", "ids_agree_ort", "qkv_prefill_ms",
+                                                    "torch_prefill_ms", "ORT_prefill_ms") if r.get(k) is not None})
+
+
+def add_arguments(parser):
     parser.add_argument("--threads", type=int, default=2, help="threads for every engine (default 2)")
     parser.add_argument("--repeats", type=int, default=None, help="timed rounds per case (default 5, --quick 3)")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up runs per engine (default 1)")
     parser.add_argument("--new-tokens", type=int, default=None, help="GPT-2 decode steps (default 32, --quick 16)")
     parser.add_argument("--quick", action="store_true",
                         help="BERT B=1 L=128 and B=8 L=128, GPT-2 ctx 128 only; fewer rounds")
-    parser.add_argument("--json", metavar="FILE", help="also write every number to FILE")
     add_build_arguments(parser)
     peers.add_arguments(parser)
     parser.add_argument("--gap", type=float, default=0.05,
@@ -601,19 +622,23 @@ def main():
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     parser.add_argument("--no-bert", action="store_true")
     parser.add_argument("--no-gpt2", action="store_true")
-    args = parser.parse_args()
-    sys.stdout.reconfigure(line_buffering=True)
+
+
+def run(args):
     args.repeats = args.repeats or (3 if args.quick else 5)
     args.warmup = args.warmup if args.warmup is not None else 1
     args.new_tokens = args.new_tokens or (16 if args.quick else 32)
     if args.threads < 1 or args.repeats < 1 or args.warmup < 0 or not 1 <= args.new_tokens < 512:
-        parser.error("--threads, --repeats >= 1, --warmup >= 0, 1 <= --new-tokens < 512")
+        sys.exit("bench.py models: --threads, --repeats >= 1, --warmup >= 0, 1 <= --new-tokens < 512")
     build_dir = os.path.abspath(args.build_dir)
 
     if args.no_torch and not args.no_ort:
-        parser.error("the ONNX graphs are exported from the torch modules: --no-torch needs --no-ort")
+        sys.exit("bench.py models: the ONNX graphs are exported from the torch modules: --no-torch needs --no-ort")
     peers.ensure_python_peers(args)
     peers.reexec_with_openblas(args)  # does not return when it re-runs the script
+    rec = record.new("models", args.threads, settings={
+        "repeats": args.repeats, "warmup": args.warmup, "new_tokens": args.new_tokens, "gap_s": args.gap,
+        "seed": args.seed, "quick": args.quick})
     ort_modules = ort_version = None
     if not args.no_ort and not (args.no_bert and args.no_gpt2):
         ort_modules, ort_version = peers.ensure_ort(args.ort_version)
@@ -676,13 +701,19 @@ def main():
                  for k in ("diff_ort", "diff_torch") if r.get(k) is not None and not r[k] < 1e-2]
     for m in mismatch:
         print(f"MISMATCH: {m}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"machine": machine, "settings": {k: v for k, v in vars(args).items() if k != "json"},
-                       "targets": TARGETS, "bert": bert_results, "gpt2": gpt2_results, "mismatch": mismatch}, f,
-                      indent=1)
-    return 1 if mismatch else 0
+    rec["versions"].update(qkv=machine["qkv"], qkv_cpu=machine["cpu"], torch=torch_version, torch_blas=torch_blas,
+                           onnxruntime_node=ort_version, node=machine["node"], numpy=machine["numpy"])
+    to_record(rec, bert_results, gpt2_results)
+    rec["notes"] += [
+        f"Random weights (seed {args.seed}), the same for every engine; {args.repeats} interleaved rounds after "
+        f"{args.warmup} warm-up, one run per engine per round, {args.gap * 1e3:.0f} ms idle between runs.",
+        "BERT: qkv's BertModel; torch: 12 nn.TransformerEncoderLayer (1.13's fused inference path); ORT: that "
+        "module exported to ONNX (opset 14).",
+        "GPT-2: the decode steps after the prompt's prefill; qkv_bf16: the products' weights in bf16 with f32 "
+        "accumulation; torch: eager, its own KV cache; ORT: the step exported with past/present K/V.",
+        "The issue's targets: " + ", ".join(f"{k} >= {v:g}x" for k, v in TARGETS.items()) + "."] + \
+        [f"MISMATCH: {m}" for m in mismatch]
+    args.failed = bool(mismatch)
+    return rec
 
 
-if __name__ == "__main__":
-    sys.exit(main())
