@@ -4,14 +4,18 @@ and matrix factorisation beside its baselines, on MovieLens (dslabs' 100,004 rat
 
 Run with Debian's Python (it builds build/'s _qkv and qkv_ceilings when missing):
 
-    /usr/bin/python3 scripts/bench_recommender.py [--data-dir DIR] [--epochs 200]
-                                                  [--seeds 0,1,2] [--threads 2] [--quick] [--json]
+    /usr/bin/python3 scripts/bench.py recommender [--data-dir DIR] [--epochs 200]
+                                                  [--seeds 0,1,2] [--threads 2] [--quick]
 
-DIR holds ratings.csv (scripts/fetch_data.sh movielens DIR; fetched into DIR, or into a
-temporary directory without --data-dir, when missing).
+It prints its tables and records each seed's numbers (a seed is a round), the loss
+curves and MF's RMSEs in bench/records/recommender/<host kind>.json
+(scripts/bench/record.py).
 
-SASRec, per seed: qkv.recommender.train(model="sasrec") runs in a child process (so the
-two never share threads); torch runs scripts/bench/sasrec_torch.py's TorchSasRec with
+DIR holds ratings.csv (scripts/fetch_data.sh movielens DIR; fetched into DIR when missing,
+without --data-dir into the bench cache, ~/.cache/qkv-bench/data/movielens).
+
+SASRec, per seed: qkv.recommender.train(model="sasrec") runs in a child process
+(scripts/bench/twins.py; so the two never share threads); torch runs scripts/bench/sasrec_torch.py's TorchSasRec with
 train_twin: the same initial weights (qkv.recommender.sasrec_initial of the seed), the
 same batches in the same order (qkv.recommender.SasRecBatches of the seed: epoch e, step s),
 AdamW (0.9, 0.98, 1e-8, no weight decay), constant lr, no clipping, no dropout. Both keep
@@ -27,7 +31,8 @@ popularity's beside them; |ΔHR@10| of the means; the epoch-1 and last-epoch tra
 losses; seconds per training step (training time / steps: forward, backward and AdamW,
 evaluation excluded; qkv's includes making its batches, the twin's does not, and that
 time is shown) and torch/qkv, the median over the seeds of each side's s/step;
-GFLOP/s of each against the machine's measured f32 FMA ceiling (bench/sasrec_torch.py's
+GFLOP/s of each against the machine's measured f32 FMA ceiling (measured at the start,
+sampled after each seed's two runs; bench/sasrec_torch.py's
 step_flops: the real items of each row, padding not counted, the causal half of attention;
 torch computes its padding too, qkv runs each batch's rows in groups of similar length).
 
@@ -39,55 +44,29 @@ torch runs on Debian's OpenBLAS (scripts/bench/peers.py) unless --torch-blas sys
 Nothing here asserts a time or a metric; the exit status is 1 when something asked for
 could not run.
 """
-import argparse
 import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
-from bench import ROOT, log, peers, report
+from bench import log, peers, record, report, twins
 from bench.build import add_arguments as add_build_arguments, ensure_programs
-from bench.ceilings import measure as measure_ceilings
+from bench.ceilings import measure as measure_ceilings, sample as sample_ceiling
 
 METRICS = ("hr10", "ndcg10", "hr10_catalogue", "ndcg10_catalogue", "hr10_all", "ndcg10_all")
 
 
-def child_train(args):
-    """--child: qkv.recommender.train in this process with the JSON keyword arguments;
-    one JSON line per progress call on stdout, then the report. With "cross_validation"
-    among them: qkv.recommender.mf_cross_validation(csv, **the others) instead."""
-    import qkv
-    qkv.set_num_threads(args.threads)
-    kwargs = json.loads(args.child)
-    if kwargs.pop("cross_validation", False):
-        start = time.perf_counter()
-        folds = qkv.recommender.mf_cross_validation(args.csv, **kwargs)
-        result = {"folds": folds, "seconds": time.perf_counter() - start}
-    else:
-        result = qkv.recommender.train(args.csv, args.out, **kwargs,
-                                       progress=lambda info: print(json.dumps({"progress": info}, default=str),
-                                                                   flush=True))
-    print(json.dumps({"result": result}, default=str), flush=True)
-
-
 def run_qkv(args, build_dir, csv, out, **kwargs):
-    """qkv.recommender.train in a child process -> (progress lines, report, wall seconds)."""
-    env = peers.without_openblas()
-    env["PYTHONPATH"] = os.path.join(build_dir, "python")
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(kwargs), "--csv", csv,
-           "--out", out, "--threads", str(args.threads)]
-    start = time.perf_counter()
-    done = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True)
-    wall = time.perf_counter() - start
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    results = [x["result"] for x in lines if "result" in x]
-    if not results:
-        raise RuntimeError(f"qkv.recommender.train ({kwargs.get('model')}) gave no report")
-    return [x["progress"] for x in lines if "progress" in x], results[-1], wall
+    """qkv.recommender.train in a child process (bench/twins.py) -> (progress, report, seconds).
+    With "cross_validation" among kwargs: qkv.recommender.mf_cross_validation(csv, **the
+    others) instead, its report {"folds": ...}."""
+    if kwargs.pop("cross_validation", False):
+        _, folds, seconds = twins.train_in_child("recommender", build_dir, args.threads,
+                                                 "recommender.mf_cross_validation", [csv], kwargs, progress=False)
+        return [], {"folds": folds, "seconds": seconds}, seconds
+    return twins.train_in_child("recommender", build_dir, args.threads, "recommender.train", [csv, out], kwargs)
 
 
 def sasrec_kwargs(args, seed):
@@ -107,6 +86,15 @@ def run_torch(args, qkv, csv, template, seed):
     with tempfile.TemporaryDirectory(prefix="qkv-bench-sasrec-torch-") as scratch:
         out = os.path.join(scratch, "model")
         shutil.copytree(template, out)
+        # The scratch copy's config.json lists qkv's files with their sizes and SHA-256, which
+        # loading checks; save_sasrec_weights rewrites model.safetensors without updating that
+        # list (so the load it makes afterwards refuses the directory), so the copy drops it.
+        config_path = os.path.join(out, "config.json")
+        with open(config_path) as f:
+            config = json.load(f)
+        config.pop("files", None)
+        with open(config_path, "w") as f:
+            json.dump(config, f)
 
         def evaluate(state):
             rec.save_sasrec_weights(out, state)
@@ -134,23 +122,13 @@ def run_flops(qkv, args, csv, seed, steps):
     return total
 
 
-def fetch(data_dir):
-    csv = os.path.join(data_dir, "ratings.csv")
-    if not os.path.isfile(csv):
-        log(f"fetching MovieLens into {data_dir} (scripts/fetch_data.sh movielens)")
-        subprocess.run(["bash", os.path.join(ROOT, "scripts", "fetch_data.sh"), "movielens", data_dir],
-                       check=True, stdout=sys.stderr)
-    return csv
-
-
 def metrics_cells(m):
     return " ".join(report.cell(None if m is None else m.get(k), "8.4f") for k in METRICS)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(parser):
     parser.add_argument("--data-dir", help="directory with ratings.csv (fetched there when missing; "
-                        "default: a temporary directory)")
+                        "default: scripts/fetch_data.sh movielens into the bench cache)")
     parser.add_argument("--epochs", type=int, default=200)
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated (default 0,1,2)")
     parser.add_argument("--batch", type=int, default=128)
@@ -165,26 +143,31 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true",
                         help="2 epochs, validation every epoch, MF 2 epochs: checks that the script runs")
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--csv", help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
+    twins.add_child_arguments(parser)
     add_build_arguments(parser)
     peers.add_arguments(parser, ort=False)
-    args = parser.parse_args()
+
+
+def run(args):
     if args.child:
-        return child_train(args)
+        return twins.child(args)
     if args.quick:
         args.epochs, args.eval_every = min(args.epochs, 2), 1
         args.mf_epochs = args.mf_epochs or 2
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     peers.reexec_with_openblas(args)  # does not return when it re-runs the script
+    csv = os.path.join(twins.fetch_data("movielens", args.data_dir), "ratings.csv")
+    rec = record.new("recommender", args.threads, settings={
+        "epochs": args.epochs, "seeds": seeds, "batch": args.batch, "lr": args.lr, "dim": args.dim,
+        "layers": args.layers, "heads": args.heads, "max_len": args.max_len, "eval_every": args.eval_every,
+        "mf_epochs": args.mf_epochs, "mf": not args.no_mf, "quick": args.quick})
 
     build_dir = os.path.abspath(args.build_dir)
     programs = ensure_programs(build_dir, {"_qkv": "python/qkv/_qkv*.so",
                                            "qkv_python_files": "python/qkv/__init__.py",
                                            "qkv_ceilings": "bench/qkv_ceilings"}, args.rebuild)
     ceiling = measure_ceilings(programs["qkv_ceilings"], args.threads, quick=True)["f32_fma"]["gflops"]
+    record.add_ceiling(rec, "f32_fma", "GFLOP/s", [ceiling])
     log(f"f32 FMA ceiling: {ceiling:.0f} GFLOP/s on {args.threads} threads")
 
     torch_version = torch_blas = None
@@ -194,15 +177,10 @@ def main():
     import qkv
     qkv.set_num_threads(args.threads)  # the twin's evaluations
 
-    temp_data = None
-    if args.data_dir:
-        csv = fetch(args.data_dir)
-    else:
-        temp_data = tempfile.mkdtemp(prefix="qkv-bench-movielens-")
-        csv = fetch(temp_data)
     work = tempfile.mkdtemp(prefix="qkv-bench-recommender-")
     runs = {}
     template = None
+    samples = []  # the f32 FMA ceiling after each seed's two runs
     try:
         for i, seed in enumerate(seeds):
             order = ("qkv", "torch") if i % 2 == 0 or template is None else ("torch", "qkv")
@@ -210,9 +188,9 @@ def main():
                 if impl == "qkv":
                     log(f"qkv SASRec seed {seed}: {args.epochs} epochs")
                     out = os.path.join(work, f"sasrec-{seed}")
-                    progress, result, wall = run_qkv(args, build_dir, csv, out, **sasrec_kwargs(args, seed))
+                    progress, result, seconds = run_qkv(args, build_dir, csv, out, **sasrec_kwargs(args, seed))
                     template = template or out
-                    runs[("qkv", seed)] = {"report": result, "progress": progress, "wall_s": wall,
+                    runs[("qkv", seed)] = {"report": result, "progress": progress, "call_s": seconds,
                                            "flops": run_flops(qkv, args, csv, seed, result["train_steps"])}
                     log(f"  qkv seed {seed}: best epoch {result['best_epoch']}, test HR@10 "
                         f"{result['trained']['hr10']:.4f}, {result['train_seconds'] / result['train_steps']:.4f} s/step")
@@ -222,6 +200,8 @@ def main():
                     t = runs[("torch", seed)]
                     log(f"  torch seed {seed}: best epoch {t['best_epoch']}, test HR@10 {t['test']['hr10']:.4f}, "
                         f"{t['train_seconds'] / t['steps']:.4f} s/step")
+            samples.append(sample_ceiling(programs["qkv_ceilings"], "fma", args.threads))
+        record.add_ceiling(rec, "f32_fma", "GFLOP/s", samples)
         mf = None
         if not args.no_mf:
             log("qkv MF (seed 0)")
@@ -232,16 +212,79 @@ def main():
             mf["random_5fold"] = random_folds(qkv, args, build_dir, csv, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-        if temp_data:
-            shutil.rmtree(temp_data, ignore_errors=True)
 
     result = summarise(args, seeds, runs, ceiling, mf)
     result.update({"torch_version": torch_version, "torch_blas": torch_blas, "threads": args.threads})
-    if args.json:
-        print(json.dumps(result, default=str))
-        return 0
     print_tables(args, seeds, result, build_dir)
-    return 0
+    rec["versions"].update({"qkv": qkv.__version__, "qkv_cpu": qkv.cpu_summary(), "torch": torch_version,
+                            "torch_blas": torch_blas})
+    to_record(rec, args, seeds, result, samples)
+    return rec
+
+
+def to_record(rec, args, seeds, r, samples):
+    """Per seed (a round): training steps/s and GFLOP/s of both, the ranking metrics of
+    both and of popularity; MF's RMSEs beside its baselines; each seed's step losses."""
+    rows = [row for row in r["per_seed"] if "qkv" in row]
+    impls = [impl for impl in ("qkv", "torch") if all(impl in row for row in rows)]
+    shape = f"d={args.dim}, {args.layers} blocks, {args.heads} heads, max_len {args.max_len}, batch {args.batch}"
+    if rows:
+        ceiling_samples = [samples[seeds.index(row["seed"])] for row in rows]
+        info = {"seeds": [row["seed"] for row in rows], "epochs": args.epochs,
+                "steps": {impl: [row[impl]["steps"] for row in rows] for impl in impls},
+                "best_epoch": {impl: [row[impl]["best_epoch"] for row in rows] for impl in impls}}
+        for row in rows:
+            agreement = twins.add_loss_curves(rec, {impl: row[impl]["step_losses"] for impl in impls},
+                                              name=f"sasrec_step_loss_seed{row['seed']}")
+            if "torch" in agreement:
+                info.setdefault("loss_curves_vs_torch", {})[str(row["seed"])] = agreement["torch"]
+        if "torch" in impls:
+            info["torch_batch_seconds_per_step"] = [row["torch"]["batch_seconds_per_step"] for row in rows]
+            info["torch_median_step_seconds"] = [row["torch"]["median_step_seconds"] for row in rows]
+        s = record.add_subject(rec, "sasrec_training", f"SASRec training on MovieLens ({shape})",
+                               "training steps per second", "steps/s", "higher")
+        record.add_case(s, "SASRec", {impl: [1 / row[impl]["seconds_per_step"] for row in rows] for impl in impls},
+                        ceiling_samples=ceiling_samples, info=info)
+        s = record.add_subject(rec, "sasrec_training_gflops", f"SASRec training FLOP rate ({shape}; real items only)",
+                               "training FLOP rate", "GFLOP/s", "higher", ceiling="f32_fma")
+        record.add_case(s, "SASRec", {impl: [row[impl]["gflops"] for row in rows] for impl in impls},
+                        ceiling_samples=ceiling_samples)
+        s = record.add_subject(rec, "sasrec_quality", "SASRec test ranking metrics (each seed's best-validation "
+                               "weights, scored by qkv's evaluation)", "ranking metric", "fraction", "higher")
+        names = {"hr10": "HR@10 among 101", "ndcg10": "NDCG@10 among 101", "hr10_catalogue": "HR@10 catalogue",
+                 "ndcg10_catalogue": "NDCG@10 catalogue", "hr10_all": "HR@10 every test movie",
+                 "ndcg10_all": "NDCG@10 every test movie"}
+        for key in METRICS:
+            engines = {impl: [row[impl]["test"][key] for row in rows] for impl in impls}
+            if r["popularity"]:
+                engines["popularity"] = [r["popularity"][key]] * len(rows)
+            record.add_case(s, names[key], engines)
+
+    mf = r["mf"]
+    if mf:
+        s = record.add_subject(rec, "mf_rmse", "Matrix factorisation test RMSE beside its baselines (seed 0)",
+                               "test RMSE", "stars", "lower")
+        record.add_case(s, "temporal split", {"qkv": [mf["rmse_mf"]], "global_mean": [mf["rmse_global_mean"]],
+                                              "biases": [mf["rmse_biases"]]},
+                        info={"best_epoch": mf.get("best_epoch"), "ranking": mf.get("trained"),
+                              "popularity_ranking": mf.get("popularity")})
+        cv = mf["random_5fold"]
+        if isinstance(cv, dict):
+            record.add_case(s, "random 5-fold", {"qkv": [f["mf"] for f in cv["folds"]],
+                                                 "global_mean": [f["global_mean"] for f in cv["folds"]],
+                                                 "biases": [f["biases"] for f in cv["folds"]]},
+                            info={"seconds": cv["seconds"]})
+    rec["notes"] += [
+        "SASRec: both start from qkv.recommender.sasrec_initial of the seed and train on the same batches "
+        "(SasRecBatches) in the same order; qkv in a child process, the torch twin (scripts/bench/sasrec_torch.py) "
+        "here, alternating which goes first by seed. A round is a seed: steps/s = training steps / training time "
+        "(evaluation excluded); qkv's time counts making its batches, torch's does not (info).",
+        "qkv runs each batch's rows in groups of similar length (no padding computed); torch pads every row to the "
+        "batch's longest. GFLOP/s count the real items only, for both.",
+        "Ranking: the next movie among 101 (the paper's protocol), among the whole catalogue, and every test movie "
+        "among 101; popularity's beside them. Curves: each seed's training loss at every step.",
+        "The epoch losses in the table are the plain mean of each epoch's step losses for both (qkv's progress "
+        "reports an epoch_loss weighted by items, which differs from that mean)."]
 
 
 def random_folds(qkv, args, build_dir, csv, work):
@@ -275,12 +318,18 @@ def summarise(args, seeds, runs, ceiling, mf):
             popularity = r["popularity"]
             s = r["train_seconds"] / r["train_steps"]
             q_steps.append(s)
-            losses = [p["epoch_loss"] for p in q["progress"] if p.get("epoch_end")]
+            # the mean of each epoch's step losses, as the twin's epoch_losses (qkv's own
+            # epoch_loss weighs its steps by their items)
+            by_epoch = {}
+            for p in q["progress"]:
+                by_epoch.setdefault(p["epoch"], []).append(p["loss"])
+            losses = [statistics.mean(v) for _, v in sorted(by_epoch.items())]
             row["qkv"] = {"test": r["trained"], "best_epoch": r["best_epoch"], "steps": r["train_steps"],
                           "seconds_per_step": s, "train_seconds": r["train_seconds"],
                           "gflops": q["flops"] / r["train_seconds"] / 1e9,
                           "loss_first_epoch": losses[0] if losses else None,
-                          "loss_last_epoch": losses[-1] if losses else None, "epoch_losses": losses}
+                          "loss_last_epoch": losses[-1] if losses else None, "epoch_losses": losses,
+                          "step_losses": [p["loss"] for p in q["progress"]]}
         if t:
             s = t["train_seconds"] / t["steps"]
             t_steps.append(s)
@@ -290,7 +339,7 @@ def summarise(args, seeds, runs, ceiling, mf):
                             "train_seconds": t["train_seconds"], "batch_seconds_per_step": t["batch_seconds"] / t["steps"],
                             "gflops": t["flops"] / t["train_seconds"] / 1e9,
                             "loss_first_epoch": t["epoch_losses"][0], "loss_last_epoch": t["epoch_losses"][-1],
-                            "epoch_losses": t["epoch_losses"]}
+                            "epoch_losses": t["epoch_losses"], "step_losses": t["losses"]}
         if q and t:
             row["delta_hr10"] = row["qkv"]["test"]["hr10"] - row["torch"]["test"]["hr10"]
         out["per_seed"].append(row)
@@ -358,5 +407,3 @@ def print_tables(args, seeds, r, build_dir):
         print(f"{'':>4} {'popul.':6} {metrics_cells(mf['popularity'])}")
 
 
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,19 +4,25 @@ the same batches, and `qkv classify` beside the twin's forward.
 
 Run with Debian's Python (it builds build/'s _qkv and qkv_ceilings when missing):
 
-    /usr/bin/python3 scripts/bench_vision.py [--data-dir DIR] [--epochs 20] [--seed 0]
+    /usr/bin/python3 scripts/bench.py vision [--data-dir DIR] [--epochs 20] [--seed 0]
                                              [--shifted-patches] [--erase P]
                                              [--patch-dropout F [--patch-dropout-epochs N]]
-                                             [--threads 2] [--quick] [--json]
+                                             [--threads 2] [--quick]
+
+It prints its tables and records every epoch (a round of training), every classify round
+and every step's loss of both in bench/records/vision/<host kind>.json
+(scripts/bench/record.py).
 
 DIR holds the four gzipped IDX files (scripts/fetch_data.sh fashion-mnist DIR; fetched into
-DIR, or into a temporary directory without --data-dir, when missing). --quick is a tiny
+DIR when missing, without --data-dir into the bench cache,
+~/.cache/qkv-bench/data/fashion-mnist). --quick is a tiny
 ViT (d 32, 2 blocks, 7×7 patches) for 2 epochs of 8 steps of 64 images: it checks that the
 script runs, in about a minute.
 --train-limit N trains on the first N of the 55,000 training images, --steps-per-epoch S
 on the first S·batch (an epoch is then S steps; the schedule is over these epochs).
 
-Training. qkv: qkv.vision.train in a child process (so the two never share threads), one
+Training. qkv: qkv.vision.train in a child process (scripts/bench/twins.py; so the two
+never share threads), one
 child per epoch: the first trains epoch 1 and stops (stop_at), each next one resumes from
 the checkpoint (resume=True, bit-for-bit the same run as one without stops, which
 tests/python/test_vision.py checks) for one more epoch, the last one finishes and writes
@@ -82,18 +88,15 @@ torch runs on Debian's OpenBLAS (scripts/bench/peers.py) unless --torch-blas sys
 Nothing here asserts a time or an accuracy; the exit status is 1 when something asked for
 could not run.
 """
-import argparse
-import json
 import math
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-from bench import ROOT, log, peers, report, rounds
+from bench import log, peers, record, report, rounds, twins
 from bench.build import add_arguments as add_build_arguments, ensure_programs
 from bench.ceilings import measure as measure_ceilings, paired, sample as sample_ceiling
 
@@ -116,27 +119,10 @@ QUICK = {"epochs": 2, "batch": 64, "dim": 32, "layers": 2, "heads": 2, "mlp_dim"
 FIRST_STEPS = 6  # the per-step losses printed side by side
 
 
-def child_train(args):
-    """--child: qkv.vision.train in this process with the JSON keyword arguments; one JSON
-    line per progress call on stdout, then the result."""
-    import qkv
-    qkv.set_num_threads(args.threads)
-    kwargs = json.loads(args.child)
-
-    def progress(info):
-        print(json.dumps({"progress": info}), flush=True)
-        if info["epoch_end"]:
-            log(f"  qkv epoch {info['epoch']}: loss {info['loss']:.4f}, validation accuracy "
-                f"{info['score']:.4f}, {info['items_per_s']:.0f} images/s (whole run)")
-
-    result = qkv.vision.train(args.data, args.out, **kwargs, progress=progress)
-    print(json.dumps({"result": result}), flush=True)
-
-
 def run_qkv_epoch(args, build_dir, data_dir, out, epoch, per_epoch):
-    """Epoch `epoch` (0-based) of qkv's run in a child process: resumes from out's checkpoint
-    after the first, stops after the epoch's last step before the last epoch.
-    -> (progress dicts, the result)."""
+    """Epoch `epoch` (0-based) of qkv's run in a child process (bench/twins.py): resumes from
+    out's checkpoint after the first, stops after the epoch's last step before the last
+    epoch. -> (progress dicts, the result)."""
     kwargs = {"epochs": args.epochs, "batch": args.batch, "lr": args.lr, "label_smoothing": LABEL_SMOOTHING,
               "dim": args.dim, "layers": args.layers, "heads": args.heads, "mlp_dim": args.mlp_dim,
               "patch_size": args.patch_size, "positions": args.positions,
@@ -144,19 +130,17 @@ def run_qkv_epoch(args, build_dir, data_dir, out, epoch, per_epoch):
               "patch_dropout": args.patch_dropout, "patch_dropout_epochs": args.patch_dropout_epochs,
               "train_limit": args.train_images, "checkpoint_every": 0, "resume": epoch > 0,
               "stop_at": 0 if epoch + 1 == args.epochs else (epoch + 1) * per_epoch}
-    env = peers.without_openblas()
-    env["PYTHONPATH"] = os.path.join(build_dir, "python")
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(kwargs), "--data", data_dir,
-           "--out", out, "--threads", str(args.threads)]
-    done = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True)
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    results = [x["result"] for x in lines if "result" in x]
-    if not results:
-        raise RuntimeError(f"qkv.vision.train (epoch {epoch + 1}) gave no result")
-    progress = [x["progress"] for x in lines if "progress" in x]
+
+    def on_progress(info):
+        if info["epoch_end"]:
+            log(f"  qkv epoch {info['epoch']}: loss {info['loss']:.4f}, validation accuracy "
+                f"{info['score']:.4f}, {info['items_per_s']:.0f} images/s (whole run)")
+
+    progress, result, _ = twins.train_in_child("vision", build_dir, args.threads, "vision.train", [data_dir, out],
+                                               kwargs, on_progress=on_progress)
     if len(progress) != per_epoch:
         raise RuntimeError(f"qkv.vision.train (epoch {epoch + 1}) made {len(progress)} steps, expected {per_epoch}")
-    return progress, results[-1]
+    return progress, result
 
 
 def drops_patches(patch_dropout, patch_dropout_epochs, epoch):
@@ -287,14 +271,6 @@ def timed_steps(seconds, images):
     return sum(images[k:]), sum(seconds[k:])
 
 
-def fetch(data_dir):
-    if not os.path.isfile(os.path.join(data_dir, "t10k-labels-idx1-ubyte.gz")):
-        log(f"fetching Fashion-MNIST into {data_dir} (scripts/fetch_data.sh fashion-mnist)")
-        subprocess.run(["bash", os.path.join(ROOT, "scripts", "fetch_data.sh"), "fashion-mnist", data_dir],
-                       check=True, stdout=sys.stderr)
-    return data_dir
-
-
 def classify_rounds(args, qkv, model_dir, twin_weights, config, pixels, ceilings_bin):
     """qkv's Classifier and the twin (the same weights) at batch 1 and 256: interleaved
     rounds. -> {"agreement": {...}, "cases": [{"batch", "images_per_run", engine: {...}}]}."""
@@ -342,7 +318,7 @@ def classify_rounds(args, qkv, model_dir, twin_weights, config, pixels, ceilings
         first, _ = rounds.interleaved(bursts, args.rounds, args.warmup, gap=0.05,
                                       after_round=lambda: samples.append(sample_ceiling(ceilings_bin, "fma",
                                                                                         args.threads)))
-        case = {"batch": batch, "images_per_run": n}
+        case = {"batch": batch, "images_per_run": n, "ceiling_samples": samples}
         for engine, seconds in first.items():
             t = statistics.median(seconds)
             case[engine] = {"images_per_s": n / t, "gflops": n * fwd / t / 1e9,
@@ -355,10 +331,9 @@ def classify_rounds(args, qkv, model_dir, twin_weights, config, pixels, ceilings
     return out
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(parser):
     parser.add_argument("--data-dir", help="directory with Fashion-MNIST's four .gz files (fetched there when "
-                        "missing; default: a temporary directory)")
+                        "missing; default: scripts/fetch_data.sh fashion-mnist into the bench cache)")
     parser.add_argument("--epochs", type=int, help=f"default {FULL['epochs']} (--quick {QUICK['epochs']})")
     parser.add_argument("--batch", type=int, help=f"default {FULL['batch']} (--quick {QUICK['batch']})")
     parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
@@ -388,23 +363,28 @@ def main():
                         help=f"classify at batch 1: single-image calls per run (default {FULL['batch1_images']})")
     parser.add_argument("--quick", action="store_true",
                         help="a tiny ViT, 2 epochs of 8 steps, 5 classify rounds: checks that the script runs")
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--data", help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
+    twins.add_child_arguments(parser)
     add_build_arguments(parser)
     peers.add_arguments(parser, ort=False)
-    args = parser.parse_args()
+
+
+def run(args):
     if args.child:
-        return child_train(args)
+        return twins.child(args)
     for key, value in (QUICK if args.quick else FULL).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     if not 0 <= args.patch_dropout < 1:
-        parser.error(f"--patch-dropout must be in [0, 1), got {args.patch_dropout}")
+        sys.exit(f"bench.py vision: --patch-dropout must be in [0, 1), got {args.patch_dropout}")
     if not 0 <= args.patch_dropout_epochs <= args.epochs or (args.patch_dropout_epochs and not args.patch_dropout):
-        parser.error("--patch-dropout-epochs must be in [0, --epochs] and needs --patch-dropout")
+        sys.exit("bench.py vision: --patch-dropout-epochs must be in [0, --epochs] and needs --patch-dropout")
     peers.reexec_with_openblas(args)  # does not return when it re-runs the script
+    data_dir = twins.fetch_data("fashion-mnist", args.data_dir)
+    rec = record.new("vision", args.threads, settings={
+        k: getattr(args, k) for k in ("epochs", "batch", "lr", "train_limit", "steps_per_epoch", "dim", "layers",
+                                      "heads", "mlp_dim", "patch_size", "positions", "shifted_patches", "erase",
+                                      "patch_dropout", "patch_dropout_epochs", "seed", "rounds", "warmup",
+                                      "batch1_images", "quick")})
 
     build_dir = os.path.abspath(args.build_dir)
     programs = ensure_programs(build_dir, {"_qkv": "python/qkv/_qkv*.so",
@@ -412,6 +392,7 @@ def main():
                                            "qkv_ceilings": "bench/qkv_ceilings"}, args.rebuild)
     ceilings_bin = programs["qkv_ceilings"]
     ceiling = measure_ceilings(ceilings_bin, args.threads, quick=True)["f32_fma"]["gflops"]
+    record.add_ceiling(rec, "f32_fma", "GFLOP/s", [ceiling])
     log(f"f32 FMA ceiling: {ceiling:.0f} GFLOP/s on {args.threads} threads")
 
     torch_version = torch_blas = None
@@ -423,12 +404,6 @@ def main():
     vision = qkv.vision
     from bench.vit_torch import make_vit_class, parameter_names, state_numpy, vit_config
 
-    temp_data = None
-    if args.data_dir:
-        data_dir = fetch(args.data_dir)
-    else:
-        temp_data = tempfile.mkdtemp(prefix="qkv-bench-fashion-mnist-")
-        data_dir = fetch(temp_data)
     work = tempfile.mkdtemp(prefix="qkv-bench-vision-")
     try:
         data = vision.load_fashion_mnist(data_dir)
@@ -493,16 +468,83 @@ def main():
         cases = classify_rounds(args, qkv, out, kept, config, test_pixels, ceilings_bin)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-        if temp_data:
-            shutil.rmtree(temp_data, ignore_errors=True)
 
     result = summarise(args, config, epochs, q_result, cases, ceiling, per_epoch)
     result.update({"torch_version": torch_version, "torch_blas": torch_blas, "threads": args.threads})
-    if args.json:
-        print(json.dumps(result, default=str))
-        return 0
     print_tables(args, result, build_dir)
-    return 0
+    rec["versions"].update({"qkv": qkv.__version__, "qkv_cpu": qkv.cpu_summary(), "torch": torch_version,
+                            "torch_blas": torch_blas})
+    to_record(rec, args, epochs, result)
+    return rec
+
+
+def to_record(rec, args, epochs, r):
+    """An epoch is a round of training (images/s, GFLOP/s, test accuracy), a classify round
+    one of classify; the per-step losses of all epochs are the curves."""
+    c = r["config"]
+    shape = (f"d={c['dim']}, {c['layers']} blocks, {c['heads']} heads, mlp {c['mlp_dim']}, "
+             f"{c['patch_size']}x{c['patch_size']} {'shifted ' if c['shifted_patches'] else ''}patches")
+    rows = r["per_epoch"]
+    impls = [impl for impl in ("qkv", "torch") if all(impl in row for row in rows)]
+    for row in epochs:
+        for impl in impls:
+            record.add_ceiling(rec, "f32_fma", "GFLOP/s", [row[impl]["ceiling"]])
+    qkv_samples = [row["qkv"]["ceiling"] for row in epochs]
+    info = {"epochs": args.epochs, "steps_per_epoch": r["steps_per_epoch"], "batch": r["batch"],
+            "train_images": r["train_images"], "tokens_per_image": [row["patches"] + 1 for row in rows],
+            "timed": "every step of an epoch but its first",
+            "timed_images": {impl: [row[impl]["timed_images"] for row in rows] for impl in impls},
+            "timed_seconds": {impl: [row[impl]["timed_seconds"] for row in rows] for impl in impls}}
+    if "torch" in impls:
+        info["torch_ceiling_samples"] = [row["torch"]["ceiling"] for row in epochs]
+        info["torch_batch_seconds_per_step"] = [row["torch"]["batch_seconds_per_step"] for row in rows]
+    s = record.add_subject(rec, "vit_training", f"ViT training on Fashion-MNIST ({shape})", "training throughput",
+                           "images/s", "higher")
+    record.add_case(s, "ViT", {impl: [row[impl]["images_per_s"] for row in rows] for impl in impls},
+                    ceiling_samples=qkv_samples, info=info)
+    s = record.add_subject(rec, "vit_training_gflops", f"ViT training FLOP rate ({shape}; 3 forwards per image)",
+                           "training FLOP rate", "GFLOP/s", "higher", ceiling="f32_fma")
+    record.add_case(s, "ViT", {impl: [row[impl]["gflops"] for row in rows] for impl in impls},
+                    ceiling_samples=qkv_samples, info={"forward_flops_per_image": r["forward_flops_per_image"]})
+    s = record.add_subject(rec, "vit_accuracy", "ViT test accuracy after each epoch (both scored by qkv's forward "
+                           "on the 10,000 test images)", "test accuracy", "fraction", "higher")
+    accuracy_info = {"qkv_validation_accuracy": [row["qkv"]["validation_accuracy"] for row in rows],
+                     "qkv_result": r["qkv_result"]}
+    if "torch" in impls:
+        accuracy_info["max_abs_weight_diff"] = [row["max_abs_weight_diff"] for row in rows]
+        accuracy_info["first_steps"] = r["first_steps"]
+        accuracy_info["epoch1_max_abs_loss_diff"] = r["epoch1_max_abs_loss_diff"]
+    record.add_case(s, "test accuracy", {impl: [row[impl]["test_accuracy"] for row in rows] for impl in impls},
+                    info=accuracy_info)
+    cl = r["classify"]
+    s = record.add_subject(rec, "vit_classify", "ViT classify (qkv.vision.Classifier beside the twin's eval() "
+                           "forward, the same weights)", "classify throughput", "images/s", "higher")
+    g = record.add_subject(rec, "vit_classify_gflops", "ViT classify FLOP rate", "classify FLOP rate", "GFLOP/s",
+                           "higher", ceiling="f32_fma")
+    for case in cl["cases"]:
+        engines = [e for e in ("qkv", "torch") if e in case]
+        n, fwd = case["images_per_run"], r["forward_flops_per_image"]
+        record.add_ceiling(rec, "f32_fma", "GFLOP/s", case["ceiling_samples"])
+        info = {"images_per_run": n}
+        if cl.get("agreement"):
+            info["agreement"] = cl["agreement"]
+        record.add_case(s, f"batch {case['batch']}", {e: [n / t for t in case[e]["seconds"]] for e in engines},
+                        ceiling_samples=case["ceiling_samples"], info=info)
+        record.add_case(g, f"batch {case['batch']}", {e: [n * fwd / t / 1e9 for t in case[e]["seconds"]]
+                                                     for e in engines}, ceiling_samples=case["ceiling_samples"])
+    steps = {impl: [x for row in epochs for x in row[impl]["losses"]] for impl in impls}
+    twins.add_loss_curves(rec, steps, name="vit_step_loss")
+    rec["notes"] += [
+        "Training: both start from qkv's _vit_initial of the seed and train on the same augmented batches "
+        "(qkv.vision.TrainingBatches) in the same order with qkv's recipe (label smoothing 0.1, clipping at 1, "
+        "AdamW, warm-up then cosine); qkv one child process per epoch (resumed from its checkpoint), the torch "
+        "twin (scripts/bench/vit_torch.py) here; they alternate epoch by epoch. A round is an epoch: images of "
+        "its timed steps (all but its first) over their seconds; qkv's time counts making its batches, the "
+        "twin's does not (info).",
+        "GFLOP/s credit both with the model's count, 3 forwards per training image; % of the f32 FMA ceiling "
+        "against the sample taken right after qkv's epoch (the twin's samples in info).",
+        "Classify: interleaved rounds at batch 1 (single-image calls) and 256 after warm-up; both in this "
+        "process. Curves: every training step's loss, epochs one after the other."]
 
 
 def summarise(args, config, epochs, q_result, classify, ceiling, per_epoch):
@@ -636,5 +678,3 @@ def print_tables(args, r, build_dir):
           "(normalise, forward, softmax, best class, the same dicts)")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
