@@ -4,7 +4,10 @@
 Run with Debian's Python (it builds build/bench/qkv_bench_models, build/bench/qkv_ceilings
 and build/qkv when missing):
 
-    /usr/bin/python3 scripts/bench_use_lite.py [--threads 2] [--quick] [--json FILE]
+    /usr/bin/python3 scripts/bench.py use_lite [--threads 2] [--quick]
+
+It prints its tables and records every round of every engine and the indexing run in
+bench/records/use_lite/<host kind>.json (scripts/bench/record.py).
 
 What it does:
   1. The model: scripts/fetch_model.sh --with-pipeline use-lite into
@@ -16,7 +19,7 @@ What it does:
      (bench/models.cpp), as scripts/bench_models.py times BERT and GPT-2: no Python
      between the timer and the model.
   2. The inputs, from the Debian package corpus (scripts/fetch_data.sh debian-packages
-     into ~/.cache/qkv-bench/data, or --corpus FILE; seeded by --seed):
+     into ~/.cache/qkv-bench/data/debian-packages, or --corpus FILE; seeded by --seed):
        short  package lines of 8 to 15 tokens (the pipeline's tokenizer), picked at random;
        long   40 consecutive package lines joined by spaces (every one over 128 tokens: the
               models keep the first 128), from random starts.
@@ -57,7 +60,6 @@ What it does:
 
 Benchmarks only: the targets are printed, not asserted; disagreeing embeddings exit 1.
 """
-import argparse
 import json
 import os
 import platform
@@ -69,7 +71,7 @@ import sys
 import tempfile
 import time
 
-from bench import CACHE, ROOT, ceilings, log, peers, report, rounds
+from bench import CACHE, ROOT, ceilings, log, peers, record, report, rounds, twins
 from bench.build import add_arguments as add_build_arguments, cmake_build, ensure_programs
 from bench.servers import OrtUseLite, QkvModelsServer, UsePipeline
 
@@ -105,16 +107,11 @@ def fetch_corpus(args):
     """The Debian package corpus (one package a line), or None where it cannot be had."""
     if args.corpus:
         return args.corpus
-    directory = os.path.join(CACHE, "data")
-    path = os.path.join(directory, "debian-packages.txt")
-    if not os.path.isfile(path):
-        log(f"scripts/fetch_data.sh debian-packages {directory}")
-        done = subprocess.run(["bash", os.path.join(ROOT, "scripts", "fetch_data.sh"), "debian-packages", directory],
-                              stdout=sys.stderr)
-        if done.returncode != 0:
-            log("no Debian package corpus: seeded word salad instead, and no indexing case")
-            return None
-    return path
+    try:
+        return os.path.join(twins.fetch_data("debian-packages"), "debian-packages.txt")
+    except subprocess.CalledProcessError:
+        log("no Debian package corpus: seeded word salad instead, and no indexing case")
+        return None
 
 
 def write_lines(path, texts):
@@ -441,17 +438,13 @@ def print_tables(machine, results, index, args):
         print(f"  indexing {index['lines']} lines        {index['seconds']:6.1f} s  target < {t:.0f} s    {verdict}")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(__doc__.splitlines()[2:]))
+def add_arguments(parser):
     parser.add_argument("--threads", type=int, default=2, help="threads for qkv, torch and ORT (default 2)")
     parser.add_argument("--repeats", type=int, default=None, help="timed rounds per case (default 5, --quick 3)")
     parser.add_argument("--warmup", type=int, default=1,
                         help="warm-up runs per engine, the checked first run included (default 1)")
     parser.add_argument("--quick", action="store_true",
                         help="fewer sentences per case, 3 rounds, quick ceilings, index 4,000 lines")
-    parser.add_argument("--json", metavar="FILE", help="also write every number to FILE")
     parser.add_argument("--model", help="a converted use-lite directory (default: fetched into the cache)")
     parser.add_argument("--pipeline-modules", help="the node_modules holding the published pipeline "
                                                    "(default: what scripts/fetch_model.sh --with-pipeline prints)")
@@ -466,15 +459,20 @@ def main():
     parser.add_argument("--no-index", action="store_true", help="leave out indexing the corpus")
     add_build_arguments(parser)
     peers.add_arguments(parser)
-    args = parser.parse_args()
-    sys.stdout.reconfigure(line_buffering=True)
+
+
+def run(args):
     args.repeats = args.repeats or (3 if args.quick else 5)
     if args.threads < 1 or args.repeats < 1 or args.warmup < 1:
-        parser.error("--threads, --repeats and --warmup must be >= 1")
+        sys.exit("bench.py use_lite: --threads, --repeats and --warmup must be >= 1")
     build_dir = os.path.abspath(args.build_dir)
 
     peers.ensure_python_peers(args)
     peers.reexec_with_openblas(args)  # does not return when it re-runs the script
+    rec = record.new("use_lite", args.threads, settings={
+        "repeats": args.repeats, "warmup": args.warmup, "quick": args.quick, "seed": args.seed, "gap_s": args.gap,
+        "pipeline": not args.no_pipeline, "index": not args.no_index,
+        "cases": [list(c) for c in (QUICK_CASES if args.quick else CASES)]})
     peers.ensure_node()
     ort_modules = ort_version = None
     if not args.no_ort:
@@ -485,7 +483,7 @@ def main():
     corpus = fetch_corpus(args)
 
     import numpy as np
-    from bench_models import read_safetensors
+    from bench.gpt2_torch import read_safetensors
     from bench import use_lite_model
     config, weights = use_lite_model.load(model_dir, read_safetensors)
     torch_version = torch_blas = None
@@ -495,7 +493,6 @@ def main():
     cases = QUICK_CASES if args.quick else CASES
     log("measuring the ceilings (qkv_ceilings)")
     ceiling = ceilings.measure(programs["qkv_ceilings"], args.threads, quick=args.quick)
-    load_before = os.getloadavg()
     workdir = tempfile.mkdtemp(prefix="qkv-bench-use-lite-")
     servers = []
     try:
@@ -552,7 +549,7 @@ def main():
                                                               if threads["wall_ms"] else 0.0),
                                              "thread_cpu_ms": threads["thread_cpu_ms"],
                                              "wall_ms": threads["wall_ms"]}},
-               "loadavg_1min": {"start": load_before[0], "end": os.getloadavg()[0]}}
+               "loadavg_1min": {"start": rec["host"]["loadavg_start"][0], "end": os.getloadavg()[0]}}
     print_tables(machine, results, index, args)
 
     mismatch = [f"B={r['batch']} {r['kind']} {k} {r[k]:.1e}" for r in results
@@ -561,13 +558,70 @@ def main():
                  f"tokenizer {r['tokens']}" for r in results if "qkv_tokens_differ" in r]
     for m in mismatch:
         print(f"MISMATCH: {m}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"machine": machine, "settings": {k: v for k, v in vars(args).items() if k != "json"},
-                       "targets": TARGETS, "tolerance": TOLERANCE, "cases": results, "index": index,
-                       "mismatch": mismatch}, f, indent=1)
-    return 1 if mismatch else 0
+    to_record(rec, machine, ceiling, results, index, mismatch, args)
+    args.failed = bool(mismatch)
+    return rec
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+ENGINE_IDS = {"qkv": "qkv", "pipeline": "pipeline", "torch": "torch", "ORT": "ort"}
+
+
+def to_record(rec, machine, ceiling, results, index, mismatch, args):
+    """Per case, every round of every engine as sentences/s and GFLOP/s (the model's FLOPs on
+    real tokens, credited to every engine alike), the FMA ceiling sampled after each round;
+    indexing the corpus once."""
+    rec["versions"].update({"qkv": machine["qkv"], "qkv_cpu": machine["cpu"], "torch": machine["torch"],
+                            "torch_blas": machine["torch_blas"], "onnxruntime_node": machine["onnxruntime_node"],
+                            "node": machine["node"], "numpy": machine["numpy"],
+                            "pipeline": {k: machine["pipeline"]["versions"].get(k)
+                                         for k in ("embeddings", "tfjs-core")} | {
+                                "backend": machine["pipeline"]["backend"]}})
+    for name, key, field, unit in (("f32_fma", "f32_fma", "gflops", "GFLOP/s"),
+                                   ("bf16_dpbf16ps", "bf16_avx512_dpbf16ps", "gflops", "GFLOP/s"),
+                                   ("mem_read", "mem_read", "gb_per_s", "GB/s")):
+        value = (ceiling.get(key) or {}).get(field)
+        if value:
+            record.add_ceiling(rec, name, unit, [value])
+    rate = record.add_subject(rec, "use_lite_embed", "Universal Sentence Encoder lite, f32 (2 layers 256/512 wide, "
+                              "4 heads, ffn 1536): embedding sentences in chunks of B", "embedding rate",
+                              "sentences/s", "higher", x="B")
+    flop = record.add_subject(rec, "use_lite_embed_gflops", "Universal Sentence Encoder lite, f32: FLOP rate on "
+                              "real tokens (padding not counted)", "FLOP rate", "GFLOP/s", "higher",
+                              ceiling="f32_fma")
+    for r in results:
+        name = f"B={r['batch']} {r['kind']}"
+        engines = [e for e in ("qkv", "pipeline", "torch", "ORT") if f"{e}_runs_ms" in r]
+        samples = r["fma_samples_gflops"]
+        record.add_ceiling(rec, "f32_fma", "GFLOP/s", samples)
+        info = {"sentences": r["sentences"], "tokens": r["tokens"], "min_tokens": r["min_tokens"],
+                "max_tokens": r["max_tokens"], "qkv_padded_tokens": r["qkv_padded_tokens"], "gflop": r["gflop"],
+                "qkv_tokenize_ms": r["qkv_tokenize_ms"], "other_cores": r["other_cores"],
+                "max_abs_diff": {ENGINE_IDS[k[5:]]: r[k] for k in ("diff_pipeline", "diff_torch", "diff_ORT")
+                                 if k in r}}
+        if "pipeline_cpu_per_wall" in r:
+            info["pipeline_cpu_per_wall"] = r["pipeline_cpu_per_wall"]
+        record.add_case(rate, name, {ENGINE_IDS[e]: [r["sentences"] / (ms / 1e3) for ms in r[f"{e}_runs_ms"]]
+                                     for e in engines}, x=r["batch"], ceiling_samples=samples, info=info)
+        record.add_case(flop, name, {ENGINE_IDS[e]: [r["gflop"] / (ms / 1e3) for ms in r[f"{e}_runs_ms"]]
+                                     for e in engines}, x=r["batch"], ceiling_samples=samples)
+    if index:
+        s = record.add_subject(rec, "use_lite_index", "`qkv search --reindex`: indexing the Debian package corpus, "
+                               "the whole command", "wall time", "s", "lower")
+        record.add_ceiling(rec, "f32_fma", "GFLOP/s", [index["fma_sample_gflops"]])
+        record.add_case(s, f"{index['lines']} lines" + ("" if index["full_corpus"] else " (--quick subset)"),
+                        {"qkv": [index["seconds"]]},
+                        info={k: index[k] for k in ("lines", "full_corpus", "peak_rss_mib", "user_cpu_s", "other_cores",
+                                                    "tokens", "tflop", "gflops", "fma_sample_gflops", "fma_percent",
+                                                    "seconds_at_fma_ceiling")})
+    p = machine["pipeline"]
+    rec["notes"] += [
+        f"Inputs: {machine['inputs']}. Each round's value is one run over the case's sentences; {args.repeats} "
+        f"interleaved rounds (qkv, pipeline, ORT, torch) after {args.warmup} warm-up run(s) (the first checked "
+        f"against qkv's embeddings, max |diff| <= {TOLERANCE:g}); {args.gap:g} s idle between runs.",
+        "qkv (build/bench/qkv_bench_models, a C++ server) and the pipeline (@energetic-ai/embeddings in Node.js, "
+        "tfjs WebAssembly backend) include their tokenizers; torch and ORT start from the pipeline tokenizer's ids.",
+        f"The pipeline's measured threads: {p['busy_threads']['busy']} busy, CPU/wall "
+        f"{p['busy_threads']['cpu_per_wall']:.2f} (its WebAssembly build in Node.js is single-threaded).",
+        "Targets (not asserted): B=64 qkv/pipeline >= 10x, qkv/(faster of torch and ORT) >= 1.2x, indexing the "
+        "whole corpus < 30 s."]
+    rec["notes"] += [f"MISMATCH: {m}" for m in mismatch]
