@@ -164,12 +164,18 @@ def by_host(records):
     return hosts
 
 
+def is_speed(subject):
+    """A rate (GFLOP/s, tokens/s, ...) or a time: what "× faster" can be said of."""
+    return subject["unit"].endswith("/s") or subject["unit"] in ("ms", "s", "µs")
+
+
 def headline_rows(rec):
-    """(label, subject, case) for the headline table."""
+    """(label, subject, case) for the headline table: the speed subjects with a peer,
+    unless the record says headline: false."""
     rows = []
     for subject in rec["subjects"]:
         peers = [e for e in engines_of(subject) if e != "qkv" and not e.startswith("qkv")]
-        if not peers or "qkv" not in engines_of(subject):
+        if not peers or "qkv" not in engines_of(subject) or not is_speed(subject) or not subject.get("headline", True):
             continue
         if rec["suite"] == "attention":
             rows += [(c["case"], subject, c) for c in subject["cases"] if c["case"] in HEADLINE_ATTENTION]
@@ -179,8 +185,20 @@ def headline_rows(rec):
     return rows
 
 
-def torch_peer(case):
-    return "torch" if "torch" in case["engines"] else next((e for e in case["engines"] if e.startswith("torch")), None)
+def best_peer(subject, case, family):
+    """The fastest of a peer's variants in this case (torch: torch, torch_sdpa; ort: ort,
+    ort_bias, ...): the headline holds qkv against the best each peer did."""
+    variants = [e for e in case["engines"] if e == family or e.startswith(family + "_")]
+    scored = [(speedup(subject, case, e), e) for e in variants]
+    scored = [(x, e) for x, e in scored if x is not None]
+    return min(scored)[1] if scored else None
+
+
+def against(subject, case, family):
+    peer = best_peer(subject, case, family)
+    if peer is None:
+        return "–"
+    return times(speedup(subject, case, peer)) + ("" if peer == family else f" ({engine_name(peer)})")
 
 
 # --------------------------------------------------------------------------------------
@@ -189,7 +207,8 @@ def torch_peer(case):
 def headline(hosts, known, images):
     out = ["## qkv against PyTorch and ONNX Runtime, by kind of CPU", "",
            "The latest recorded run of each suite on each kind of host. × = how many times faster qkv is than the "
-           "peer (the peer's median time over qkv's, in the same interleaved rounds: above 1, qkv is faster); "
+           "peer (the peer's median time over qkv's, in the same interleaved rounds: above 1, qkv is faster), "
+           "against the fastest of the peer's variants in the run where it has several (named in brackets); "
            "% of ceiling = qkv's rate over the host's own ceiling (`qkv_ceilings`: f32 FMA for f32, vdpbf16ps for "
            "bf16, memory read for decode) sampled right after each round, median over the rounds.", "",
            "| host kind | case | qkv | × PyTorch | × ONNX Runtime | qkv % of ceiling | run |",
@@ -202,8 +221,7 @@ def headline(hosts, known, images):
             for label, subject, case in headline_rows(rec):
                 ceiling = subject.get("ceiling")
                 rows.append(f"| {kind} | {label} | {num(median(case['engines']['qkv']))} {subject['unit']} | "
-                            f"{times(speedup(subject, case, torch_peer(case)) if torch_peer(case) else None)} | "
-                            f"{times(speedup(subject, case, 'ort'))} | "
+                            f"{against(subject, case, 'torch')} | {against(subject, case, 'ort')} | "
                             f"{pct(of_ceiling(subject, case))}{' ' + CEILING_NAMES.get(ceiling, ceiling) if of_ceiling(subject, case) is not None else ''} | "
                             f"{suite} {rec['commit']}, {rec['date'][:10]}{', not quiet' if quiet(rec) is False else ''} |")
         if not rows:
@@ -341,7 +359,7 @@ def readme_table(records, known):
             for c in subject["cases"]:
                 if c["case"] in README_ATTENTION:
                     out.append(f"| {kind} | {c['case']} | {num(median(c['engines']['qkv']))} {subject['unit']} | "
-                               f"{times(speedup(subject, c, 'torch'))} | {times(speedup(subject, c, 'ort'))} | "
+                               f"{against(subject, c, 'torch')} | {against(subject, c, 'ort')} | "
                                f"{pct(of_ceiling(subject, c))} |")
     out += ["", README_END]
     return out
@@ -371,8 +389,11 @@ def svg_of(figure):
 
 def plots(records):
     """{relative path: SVG bytes} and {(host kind, suite): [(path, title)]}."""
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ImportError:
+        sys.exit("benchmarks_md.py: the plots need python3-matplotlib: apt-get install python3-matplotlib "
+                 "(scripts/setup.sh test installs it)")
     matplotlib.use("Agg")
     matplotlib.rcParams.update({"svg.hashsalt": "qkv-benchmarks", "svg.fonttype": "none",
                                 "font.family": "DejaVu Sans", "font.size": 9, "axes.grid": True,

@@ -33,6 +33,8 @@ Schema 1 (every key present unless marked optional):
       "x": "L",                                # optional (null): the axis a plot draws cases on
       "baseline": null,                        # optional: a case the others are compared with,
                                                #   round by round (options: "no option")
+      "headline": true,                        # optional: false keeps it out of BENCHMARKS.md's
+                                               #   opening table (a detail of another subject)
       "cases": [
         {"case": "f32 L=2048", "x": 2048,      # x optional
          "engines": {"qkv": [every round], "torch": [...], "ort": [...]},   # the metric, per round
@@ -177,15 +179,18 @@ def add_ceiling(rec, name, unit, samples):
     return entry
 
 
-def add_subject(rec, id, title, metric, unit, better="higher", ceiling=None, x=None, baseline=None):
+def add_subject(rec, id, title, metric, unit, better="higher", ceiling=None, x=None, baseline=None, headline=True):
     """A table of the record: one metric in one unit, cases as rows, engines as columns.
-    baseline: a case's name: each case's value over that case's in the same round."""
+    baseline: a case's name: each case's value over that case's in the same round.
+    headline: False keeps it out of BENCHMARKS.md's opening table."""
     if better not in ("higher", "lower"):
         raise ValueError(f"better: 'higher' or 'lower', not {better!r}")
     if any(s["id"] == id for s in rec["subjects"]):
         raise ValueError(f"subject {id} twice")
     subject = {"id": id, "title": title, "metric": metric, "unit": unit, "better": better,
                "ceiling": ceiling, "x": x, "baseline": baseline, "cases": []}
+    if not headline:
+        subject["headline"] = False
     rec["subjects"].append(subject)
     return subject
 
