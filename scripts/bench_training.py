@@ -125,10 +125,7 @@ def build_torch(args):
     with torch.no_grad():  # qkv's init (src/models/seq2seq.cpp): embeddings N(0, 1/E), so ·√E gives N(0, 1)
         model.src_embed.weight.mul_(1.0 / math.sqrt(E))
         model.tgt_embed.weight.mul_(1.0 / math.sqrt(E))
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-3)
+    opt = torch.optim.AdamW(twins.decay_groups(model.parameters(), 0.01), lr=1e-3)
     g = torch.Generator().manual_seed(args.seed + 1)
     src = torch.randint(4, V, (args.batch, args.src_len), generator=g)
     tgt_in = torch.randint(4, V, (args.batch, args.tgt_len), generator=g)

@@ -88,7 +88,6 @@ torch runs on Debian's OpenBLAS (scripts/bench/peers.py) unless --torch-blas sys
 Nothing here asserts a time or an accuracy; the exit status is 1 when something asked for
 could not run.
 """
-import math
 import os
 import shutil
 import statistics
@@ -149,18 +148,6 @@ def drops_patches(patch_dropout, patch_dropout_epochs, epoch):
     return patch_dropout > 0 and (patch_dropout_epochs == 0 or epoch < patch_dropout_epochs)
 
 
-def cosine_schedule(step, peak_lr, warmup_steps, total_steps, min_lr_ratio):
-    """train::cosine_schedule (src/nn/train.cpp), step counting from 0: a linear warm-up
-    from peak/warmup to peak over warmup_steps, then a half cosine down to peak·min_lr_ratio
-    at total_steps."""
-    if step < warmup_steps:
-        return peak_lr * (step + 1) / warmup_steps
-    span = max(total_steps - warmup_steps, 1)
-    progress = min(1.0, (step - warmup_steps) / span)
-    floor = peak_lr * min_lr_ratio
-    return floor + (peak_lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
 class TorchTwin:
     """qkv's train_vision in torch, one epoch at a time: the model, its AdamW and the global
     step live between epochs."""
@@ -175,11 +162,9 @@ class TorchTwin:
         self.warmup = int(WARMUP_EPOCHS * self.per_epoch)  # as train_vision truncates it
         self.lr = lr
         self.patch_dropout, self.patch_dropout_epochs = patch_dropout, patch_dropout_epochs
-        named = list(model.named_parameters())
         # AdamWOptions.decay_vectors = false: only parameters of rank >= 2 are decayed
-        groups = [{"params": [p for _, p in named if p.dim() >= 2], "weight_decay": WEIGHT_DECAY},
-                  {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0}]
-        self.opt = torch.optim.AdamW(groups, lr=lr, betas=BETAS, eps=EPS)
+        self.opt = torch.optim.AdamW(twins.decay_groups(model.parameters(), WEIGHT_DECAY), lr=lr, betas=BETAS,
+                                     eps=EPS)
         self.step = 0
 
     def epoch(self, epoch):
@@ -205,7 +190,7 @@ class TorchTwin:
             loss = F.cross_entropy(self.model(x, kept=kept), y, label_smoothing=LABEL_SMOOTHING)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, CLIP_NORM)
-            lr = cosine_schedule(self.step, self.lr, self.warmup, self.total, MIN_LR_RATIO)
+            lr = twins.cosine_schedule(self.step, self.lr, self.warmup, self.total, MIN_LR_RATIO)
             for group in self.opt.param_groups:
                 group["lr"] = lr
             self.opt.step()

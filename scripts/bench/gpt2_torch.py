@@ -160,16 +160,6 @@ def make_lm_class():
     return TorchGpt2LM
 
 
-def cosine_lr(step, peak, warmup, total, min_ratio):
-    """qkv::train::cosine_schedule: linear warm-up to peak over `warmup` steps, then a half
-    cosine down to peak·min_ratio at `total`."""
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(total - warmup, 1))
-    floor = peak * min_ratio
-    return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
 def train_twin(model, stream, offsets, steps, batch, context, lr, warmup, min_ratio=0.1,
                weight_decay=0.1, clip=1.0, on_step=None):
     """`qkv train lm`'s loop in torch: for each step, the windows stream[o : o + context + 1]
@@ -178,14 +168,11 @@ def train_twin(model, stream, offsets, steps, batch, context, lr, warmup, min_ra
     schedule's rate. A warm-up not below `steps` becomes steps // 10, as in train_lm.
     on_step(step, loss) after each step."""
     import torch
+    from bench.twins import cosine_schedule, decay_groups
     warmup = warmup if warmup < steps else steps // 10
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    keep = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
-                             {"params": keep, "weight_decay": 0.0}],
-                            lr=lr, betas=(0.9, 0.999), eps=1e-8)
+    opt = torch.optim.AdamW(decay_groups(model.parameters(), weight_decay), lr=lr, betas=(0.9, 0.999), eps=1e-8)
     for step in range(steps):
-        rate = cosine_lr(step, lr, warmup, steps, min_ratio)
+        rate = cosine_schedule(step, lr, warmup, steps, min_ratio)
         for group in opt.param_groups:
             group["lr"] = rate
         windows = torch.stack([stream[o:o + context + 1] for o in offsets(step)])

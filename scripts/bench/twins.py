@@ -9,9 +9,13 @@ data sets they read, and the loss curves of qkv and its torch twin in the record
                                 as JSON lines on stdout, then its result
   train_in_child(...)           the parent's side: runs a child through scripts/bench.py
                                 (bench/children.py), so that qkv and torch never share
-                                threads; -> (progress, result, wall seconds)
+                                threads; -> (progress, result, seconds of the call)
   add_loss_curves(rec, ...)     per-step losses of qkv and the twin as the record's curves,
                                 and how far apart they are
+  cosine_schedule(...)          qkv's learning-rate schedule (train::cosine_schedule), and
+  decay_groups(...)             AdamW's parameter groups as qkv decays them (matrices only),
+                                for the twins (bench/gpt2_torch.py, bench_vision.py,
+                                bench_training.py)
 
 The child is the suite itself, run again with --child (bench/children.py's self_command),
 its environment without torch's OpenBLAS (peers.without_openblas) and with build/python on
@@ -19,6 +23,7 @@ PYTHONPATH: qkv is timed on its own libraries, as `qkv train` runs.
 """
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -73,12 +78,12 @@ def child(args):
 def train_in_child(suite, build_dir, threads, call, args=(), kwargs=None, progress=True, on_progress=None):
     """qkv.<call>(*args, **kwargs) in a child (the suite run again with --child), streaming
     its progress: on_progress(info) is called here as each line arrives.
-    -> (the progress dicts, the result, the child's wall seconds from start to exit)."""
+    -> (the progress dicts, the result, the seconds the call took in the child: the
+    process's start, imports and exit not counted)."""
     env = peers.without_openblas()
     env["PYTHONPATH"] = os.path.join(build_dir, "python")
     spec = {"call": call, "args": list(args), "kwargs": kwargs or {}, "threads": threads, "progress": progress}
     cmd = children.self_command(suite, "--child", json.dumps(spec))
-    start = time.perf_counter()
     lines = []
     with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True) as proc:
         for line in proc.stdout:
@@ -87,13 +92,12 @@ def train_in_child(suite, build_dir, threads, call, args=(), kwargs=None, progre
             lines.append(json.loads(line))
             if on_progress is not None and "progress" in lines[-1]:
                 on_progress(lines[-1]["progress"])
-    wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"qkv.{call} in a child process exited {proc.returncode} (its messages are above)")
     results = [x for x in lines if "result" in x]
     if not results:
         raise RuntimeError(f"qkv.{call} in a child process gave no result")
-    return [x["progress"] for x in lines if "progress" in x], results[-1]["result"], wall
+    return [x["progress"] for x in lines if "progress" in x], results[-1]["result"], results[-1]["seconds"]
 
 
 # --------------------------------------------------------------------------------------
@@ -120,3 +124,25 @@ def add_loss_curves(rec, losses, name="loss", first_step=1):
                        "max_rel_diff": max(rel), "last_abs_diff": abs(pairs[-1][0] - pairs[-1][1]),
                        "first_step_diverging": diverging}
     return out
+
+
+# --------------------------------------------------------------------------------------
+# qkv's optimisation, for the torch twins.
+
+def cosine_schedule(step, peak, warmup, total, min_ratio):
+    """train::cosine_schedule (src/nn/train.cpp), step counting from 0: a linear warm-up
+    from peak/warmup to peak over `warmup` steps, then a half cosine down to peak·min_ratio
+    at `total`."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(total - warmup, 1))
+    floor = peak * min_ratio
+    return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def decay_groups(parameters, weight_decay):
+    """torch.optim.AdamW's parameter groups for qkv's AdamWOptions (decay_vectors = false):
+    weight decay on the parameters of rank >= 2 only; biases, LayerNorms, tokens none."""
+    parameters = list(parameters)
+    return [{"params": [p for p in parameters if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0}]
