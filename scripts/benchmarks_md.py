@@ -329,7 +329,9 @@ def benchmarks_md(records, known, images):
            "`scripts/benchmarks_md.py --check` fails when this page differs from what the records make. "
            "The machines are shared and noisy: compare the ratios, measured side by side in one run, "
            "not absolute numbers across runs. Earlier runs, experiments, and numbers copied by hand: "
-           "[docs/benchmarks-history.md](docs/benchmarks-history.md).", ""]
+           "[docs/benchmarks-history.md](docs/benchmarks-history.md).", "",
+           "To measure your machine: `/usr/bin/python3 scripts/bench.py SUITE` (`--list` names the suites; each "
+           "installs its peers), then `/usr/bin/python3 scripts/benchmarks_md.py`.", ""]
     plots = [(kind, path) for (kind, suite), entries in sorted(images.items()) if suite == "attention"
              for path, _ in entries[:1]]
     out += headline(hosts, known, plots)
