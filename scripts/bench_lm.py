@@ -16,17 +16,16 @@ used for training: both sides start from Gpt2Weights::initialized of that config
 --seed), which qkv writes (_qkv._gpt2_initial) and torch reads.
 
 Training (the twin): qkv.train_lm runs in a child process (scripts/bench/twins.py; so the
-two never share threads);
-torch 1.13 runs scripts/bench/gpt2_torch.py's TorchGpt2LM with train_twin: the same
-windows in the same order (_qkv._lm_batch_offsets of the same token stream), batch 16 of
-n_positions tokens, AdamW (0.9, 0.999, 1e-8, weight decay 0.1 on matrices), gradient
-clipping at 1, linear warm-up then cosine to lr/10, dropout 0. Reported: both loss
-curves (every step), the final losses (last step, and the mean of the last 10 steps) and
-their ratio, seconds per step and tokens/s (B·T per step, the whole step), and the
-FLOP/s of each step against the machine's measured f32 FMA ceiling (at the start, and
-sampled after each side's training) (6·N·tokens for the
-matrices, N = parameters including the tied head, plus 12·layers·T·E per token for
-attention's two products, forward and backward).
+two never share threads); torch 1.13 runs scripts/bench/gpt2_torch.py's TorchGpt2LM with
+train_twin: the same windows in the same order (_qkv._lm_batch_offsets of the same token
+stream), batch 16 of n_positions tokens, AdamW (0.9, 0.999, 1e-8, weight decay 0.1 on
+matrices), gradient clipping at 1, linear warm-up then cosine to lr/10, dropout 0.
+Reported: both loss curves (every step), the final losses (last step, and the mean of the
+last 10 steps) and their ratio, seconds per step and tokens/s (B·T per step, the whole
+step), and the FLOP/s of each step against the machine's measured f32 FMA ceiling (at the
+start, and sampled after each side's training): 6·N·tokens for the matrices, N =
+parameters including the tied head, plus 12·layers·T·E per token for attention's two
+products, forward and backward.
 
 Decoding: `qkv generate --json` (greedy, --max-new-tokens) on the model directory against
 TorchGpt2 (the same architecture in eager torch with a preallocated KV cache), tokens/s

@@ -29,9 +29,9 @@ Rounds: qkv, torch, qkv, torch, ... (--rounds each). A qkv round is one run of
 build/bench/qkv_bench_training --json (a fresh process: it builds the model, runs W
 warm-up steps and K timed steps); a torch round runs W warm-up and K timed steps of one
 model built once in this process. Each impl's median is over all its timed steps; the
-per-round medians are in the record's info. The f32 FMA ceiling is measured at the start
-and sampled after every round (the record's ceilings). --gap seconds of idle separate two rounds, so that
-spinning worker threads of one do not eat into the other.
+per-round medians are in the record's info. --gap seconds of idle separate two rounds, so
+that spinning worker threads of one do not eat into the other. The f32 FMA ceiling is
+measured at the start and sampled after every round (the record's ceilings).
 
 torch's BLAS: as in every bench script (scripts/bench/peers.py), torch runs on Debian's
 OpenBLAS (unpacked into ~/.cache/qkv-bench, first on LD_LIBRARY_PATH for this process

@@ -22,8 +22,7 @@ script runs, in about a minute.
 on the first S·batch (an epoch is then S steps; the schedule is over these epochs).
 
 Training. qkv: qkv.vision.train in a child process (scripts/bench/twins.py; so the two
-never share threads), one
-child per epoch: the first trains epoch 1 and stops (stop_at), each next one resumes from
+never share threads), one child per epoch: the first trains epoch 1 and stops (stop_at), each next one resumes from
 the checkpoint (resume=True, bit-for-bit the same run as one without stops, which
 tests/python/test_vision.py checks) for one more epoch, the last one finishes and writes
 the model directory. torch: scripts/bench/vit_torch.py's TorchVit with the same initial
