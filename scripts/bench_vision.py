@@ -487,7 +487,7 @@ def to_record(rec, args, epochs, r):
     record.add_case(s, "ViT", {impl: [row[impl]["images_per_s"] for row in rows] for impl in impls},
                     ceiling_samples=qkv_samples, info=info)
     s = record.add_subject(rec, "vit_training_gflops", f"ViT training FLOP rate ({shape}; 3 forwards per image)",
-                           "training FLOP rate", "GFLOP/s", "higher", ceiling="f32_fma")
+                           "training FLOP rate", "GFLOP/s", "higher", ceiling="f32_fma", headline=False)
     record.add_case(s, "ViT", {impl: [row[impl]["gflops"] for row in rows] for impl in impls},
                     ceiling_samples=qkv_samples, info={"forward_flops_per_image": r["forward_flops_per_image"]})
     s = record.add_subject(rec, "vit_accuracy", "ViT test accuracy after each epoch (both scored by qkv's forward "
@@ -504,7 +504,7 @@ def to_record(rec, args, epochs, r):
     s = record.add_subject(rec, "vit_classify", "ViT classify (qkv.vision.Classifier beside the twin's eval() "
                            "forward, the same weights)", "classify throughput", "images/s", "higher")
     g = record.add_subject(rec, "vit_classify_gflops", "ViT classify FLOP rate", "classify FLOP rate", "GFLOP/s",
-                           "higher", ceiling="f32_fma")
+                           "higher", ceiling="f32_fma", headline=False)
     for case in cl["cases"]:
         engines = [e for e in ("qkv", "torch") if e in case]
         n, fwd = case["images_per_run"], r["forward_flops_per_image"]
