@@ -31,7 +31,7 @@ SUITES = {
     "training": ("bench_training", "training the date translator beside its PyTorch twin"),
     "lm": ("bench_lm", "qkv train lm beside its PyTorch twin, decoding, held-out quality"),
     "recommender": ("bench_recommender", "SASRec and matrix factorisation beside their PyTorch twins"),
-    "vision": ("bench_vision", "ViT and Point Transformer on Fashion-MNIST beside their PyTorch twins"),
+    "vision": ("bench_vision", "the ViT on Fashion-MNIST beside its PyTorch twin (training and classifying)"),
     "use_lite": ("bench_use_lite", "the Universal Sentence Encoder lite beside its published pipeline, torch, ORT"),
 }
 
