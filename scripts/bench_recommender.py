@@ -44,7 +44,6 @@ torch runs on Debian's OpenBLAS (scripts/bench/peers.py) unless --torch-blas sys
 Nothing here asserts a time or a metric; the exit status is 1 when something asked for
 could not run.
 """
-import json
 import os
 import shutil
 import statistics
@@ -86,15 +85,6 @@ def run_torch(args, qkv, csv, template, seed):
     with tempfile.TemporaryDirectory(prefix="qkv-bench-sasrec-torch-") as scratch:
         out = os.path.join(scratch, "model")
         shutil.copytree(template, out)
-        # The scratch copy's config.json lists qkv's files with their sizes and SHA-256, which
-        # loading checks; save_sasrec_weights rewrites model.safetensors without updating that
-        # list (so the load it makes afterwards refuses the directory), so the copy drops it.
-        config_path = os.path.join(out, "config.json")
-        with open(config_path) as f:
-            config = json.load(f)
-        config.pop("files", None)
-        with open(config_path, "w") as f:
-            json.dump(config, f)
 
         def evaluate(state):
             rec.save_sasrec_weights(out, state)

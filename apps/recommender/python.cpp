@@ -370,12 +370,7 @@ void register_recommender(py::module_& m) {
   m.def(
       "_save_sasrec_weights",
       [](const std::string& dir, const py::dict& weights) {
-        const rec::Recommender before = rec::Recommender::load(dir);
-        QKV_CHECK(before.kind() == "sasrec", dir << " is not a sasrec model");
-        const qkv::nn::StateDict state = qkv_python::state_dict_from(weights);
-        const std::vector<std::pair<std::string, qkv::Tensor>> tensors(state.begin(), state.end());
-        qkv::save_safetensors(dir + "/model.safetensors", tensors, {{"trained_with", "save_sasrec_weights"}});
-        (void)rec::Recommender::load(dir);
+        rec::replace_sasrec_weights(dir, qkv_python::state_dict_from(weights));
       },
       py::arg("dir"), py::arg("weights"));
 }

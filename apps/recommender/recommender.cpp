@@ -940,6 +940,27 @@ RecommenderReport train_recommender(const RecommenderOptions& o,
   return report;
 }
 
+void replace_sasrec_weights(const std::string& dir, const nn::StateDict& state) {
+  const Recommender before = Recommender::load(dir);
+  QKV_CHECK(before.kind() == "sasrec", dir << " is not a sasrec model");
+  // Checked before anything is written: a wrong name or shape leaves the directory as it was.
+  models::SasRecWeights weights = models::SasRecWeights::zeros_like(before.sasrec_config_);
+  nn::load_state_dict(weights.parameters(), state);
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (auto& [name, p] : weights.parameters()) tensors.emplace_back(name, *p);
+
+  const std::string config_path = dir + "/config.json";
+  nlohmann::json config = io::parse_json(io::read_text(config_path, "config"), config_path);
+  ModelFiles files(dir);
+  save_safetensors(files.add("model.safetensors"), tensors, {{"trained_with", "replace_sasrec_weights"}});
+  for (const char* name : {"users.csv", "movies.csv", "history.csv"}) {  // kept, recorded again
+    const std::string path = dir + "/" + name;
+    if (std::filesystem::exists(path)) files.add(name, io::read_text(path, name));
+  }
+  files.commit(config.dump());
+  (void)Recommender::load(dir);
+}
+
 // ---------------------------------------------------------------------------------------
 // A trained model.
 

@@ -305,6 +305,12 @@ struct HistoryAttention {
   std::vector<Tensor> layers;         // per block: (heads, T, T) probabilities
 };
 
+// Replaces a sasrec model directory's weights (a torch twin's, say) with `state`, checked
+// first against the directory's configuration (every tensor, by name and shape: qkv::Error
+// names the first wrong one and the directory is untouched); the directory then changes as
+// a whole (ModelFiles): config.json's "files" records the new weights beside the other files.
+void replace_sasrec_weights(const std::string& dir, const nn::StateDict& state);
+
 class Recommender {
  public:
   // Throws qkv::Error naming the file and what is wrong.
@@ -352,6 +358,7 @@ class Recommender {
   std::vector<std::vector<std::int64_t>> history_;  // per user: movie indices, time order
   std::vector<std::int64_t> ratings_per_movie_;      // (I): occurrences in history_
   MfModel mf_;
+  friend void replace_sasrec_weights(const std::string& dir, const nn::StateDict& state);
   models::SasRecConfig sasrec_config_;
   models::SasRecWeights sasrec_;
 };

@@ -237,8 +237,9 @@ def sasrec_initial(num_items, dim=50, layers=2, heads=1, max_len=200, seed=0):
 
 
 def save_sasrec_weights(model_dir, weights):
-    """Replaces a sasrec model directory's weights (e.g. with a torch twin's); the
-    directory is loaded afterwards, so wrong names or shapes raise ValueError."""
+    """Replaces a sasrec model directory's weights (e.g. with a torch twin's). Every
+    tensor is checked first (a wrong name or shape raises ValueError and the directory is
+    left as it was); the directory then changes as a whole, config.json last."""
     _qkv._save_sasrec_weights(_path(model_dir, "save_sasrec_weights", "model_dir"),
                               {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()})
 

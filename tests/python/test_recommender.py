@@ -159,3 +159,27 @@ def test_mf_has_no_attentions(mf):
     assert "scores" in mf(3)
     with pytest.raises(ValueError, match="matrix factorisation has no attention"):
         mf(3, output_attentions=True)
+
+
+def test_save_sasrec_weights_replaces_the_directory_whole(data, tmp_path):
+    """New weights (a torch twin's, say) replace the old ones, config.json's record of the
+    files follows (the directory loads again), and wrong weights leave it as it was."""
+    out = tmp_path / "sasrec"
+    rec.train(str(data), out, model="sasrec", epochs=1, dim=8, heads=2, max_len=6)
+    weights = read_safetensors(os.path.join(out, "model.safetensors"))
+    before = rec.Recommender(out).scores(3)
+    doubled = {name: 2 * np.asarray(t, dtype=np.float32) for name, t in weights.items()}
+    rec.save_sasrec_weights(out, doubled)
+    after = rec.Recommender(out)  # config.json's "files" records the new model.safetensors
+    np.testing.assert_array_equal(read_safetensors(os.path.join(out, "model.safetensors"))["item_emb.weight"],
+                                  doubled["item_emb.weight"])
+    assert not np.array_equal(after.scores(3), before)
+    saved = {name: open(os.path.join(out, name), "rb").read() for name in sorted(os.listdir(out))}
+    wrong = dict(doubled)
+    wrong["item_emb.weight"] = wrong["item_emb.weight"][:-1]
+    with pytest.raises(ValueError, match="item_emb.weight"):
+        rec.save_sasrec_weights(out, wrong)
+    missing = {k: v for k, v in doubled.items() if k != "item_emb.weight"}
+    with pytest.raises(ValueError, match="item_emb.weight"):
+        rec.save_sasrec_weights(out, missing)
+    assert {name: open(os.path.join(out, name), "rb").read() for name in sorted(os.listdir(out))} == saved
