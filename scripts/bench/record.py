@@ -128,7 +128,11 @@ def loadavg():
 
 
 def git(*args):
-    done = subprocess.run(["git", "-C", ROOT, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    """git's output in the repository, or None where git fails or is not installed."""
+    try:
+        done = subprocess.run(["git", "-C", ROOT, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    except FileNotFoundError:
+        return None
     return done.stdout.strip() if done.returncode == 0 else None
 
 

@@ -1,11 +1,10 @@
 """What the benchmark scripts print: table cells, how far two engines' outputs differ, and
 what ran where (versions, commit, CPU)."""
 import math
-import platform
 import shutil
 import subprocess
 
-from bench import ROOT
+from bench import record
 
 
 def cell(x, spec, suffix=""):
@@ -32,10 +31,7 @@ def max_abs_diff(a, b):
 
 def git_describe():
     """The source tree's commit (git describe --always --dirty), or None."""
-    if not shutil.which("git"):
-        return None
-    return subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], stdout=subprocess.PIPE,
-                          stderr=subprocess.DEVNULL, text=True).stdout.strip() or None
+    return record.git("describe", "--always", "--dirty") or None
 
 
 def node_version():
@@ -46,14 +42,7 @@ def node_version():
 
 def cpu_model():
     """/proc/cpuinfo's model name (for scripts that do not load qkv's module)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return record.cpu_info()[1]
 
 
 def where(git, build_dir):
