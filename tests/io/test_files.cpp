@@ -341,51 +341,63 @@ TEST(Files, DISABLED_WriterForCrashTests) {
   const char* dir = std::getenv("QKV_TEST_WRITER_DIR");
   if (dir == nullptr) GTEST_SKIP() << "run by the crash tests, with QKV_TEST_WRITER_DIR";
   const bool loop = std::getenv("QKV_TEST_WRITER_LOOP") != nullptr;
-  if (const char* ready = std::getenv("QKV_TEST_WRITER_READY_FD")) {  // started: tell the parent
-    const int fd = std::atoi(ready);
-    ASSERT_EQ(::write(fd, "r", 1), 1);
-    ::close(fd);
+  // The kill test's pipe: one byte when started, then one after each commit, so that the
+  // parent can aim its kill at a chosen commit however fast this machine's disk is.
+  int progress = -1;
+  if (const char* fd = std::getenv("QKV_TEST_WRITER_PROGRESS_FD")) {
+    progress = std::atoi(fd);
+    ASSERT_EQ(::write(progress, "r", 1), 1);
   }
   char version = 'B';
   do {
     write_version(dir, version);
+    if (progress >= 0 && ::write(progress, "c", 1) != 1) break;  // the parent stopped reading
     version = version == 'A' ? 'B' : 'A';
   } while (loop);
 }
 
 TEST(Files, TwoHundredRandomKillsNeverLeaveAMixedModel) {
-  // A child rewrites the directory with A and B in turn; it is killed (SIGKILL) at a random
-  // moment, 200 times. Every directory left must load as A or B, or be refused (a kill
-  // inside the renames); none may pass the check as a mix.
+  // A child rewrites the directory with B, A, B, ... in turn; it is killed (SIGKILL) at a
+  // random moment, 200 times. Every directory left must load as A or B, or be refused (a
+  // kill inside the renames); none may pass the check as a mix.
   TempDir dir("files_kills");
-  write_version(dir.path.string(), 'A');
+  // How long one commit takes here (three files synced, three renames): 1-2 ms on a quiet
+  // ext4, tens of ms under ASan on a busy disk. The kill's moment is drawn from this, not
+  // from a fixed window: a fixed 0-20 ms once let every kill land inside the first commit on
+  // a slow machine (A 200, B 0), and the test then exercised nothing but start-up.
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 4; ++i) write_version(dir.path.string(), 'A');
+  const auto commit_us = std::max<long>(
+      200, std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count() / 4);
   std::mt19937 rng(48);
   std::map<std::string, int> seen;
   for (int kill = 0; kill < 200; ++kill) {
-    int ready[2];  // the child writes one byte when it starts writing versions
-    ASSERT_EQ(::pipe(ready), 0);
+    int progress[2];  // the child writes 'r' when it starts, then 'c' after each commit
+    ASSERT_EQ(::pipe(progress), 0);
     const pid_t child = ::fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
-      ::close(ready[0]);
+      ::close(progress[0]);
       ::setenv("QKV_TEST_WRITER_DIR", dir.path.c_str(), 1);
       ::setenv("QKV_TEST_WRITER_LOOP", "1", 1);
-      ::setenv("QKV_TEST_WRITER_READY_FD", std::to_string(ready[1]).c_str(), 1);
+      ::setenv("QKV_TEST_WRITER_PROGRESS_FD", std::to_string(progress[1]).c_str(), 1);
       exec_writer_child();
     }
-    ::close(ready[1]);
-    // Start-up takes from tens of ms (release) to hundreds (ASan), so the kill's moment is
-    // drawn from when the child is ready, not from the fork: then it writes a version every
-    // millisecond or so, and a kill 0-20 ms later lands before its first commit or after
-    // some, and at times inside one.
-    char byte = 0;
-    const ssize_t got = ::read(ready[0], &byte, 1);
-    ::close(ready[0]);
-    ASSERT_EQ(got, 1) << "the writer child did not start";
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 20000));
+    ::close(progress[1]);
+    // Wait for start-up and then for 0-2 whole commits (B, then A), then kill at a random
+    // moment up to one and a half commits later: before, inside or after the next commit.
+    const int commits = static_cast<int>(rng() % 3);
+    bool started = true;
+    for (int i = 0; i <= commits && started; ++i) {
+      char byte = 0;
+      started = ::read(progress[0], &byte, 1) == 1;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % (commit_us * 3 / 2)));
     ::kill(child, SIGKILL);
+    ::close(progress[0]);
     int status = 0;
     ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(started) << "kill " << kill << ": the writer child did not start or stopped writing";
     const std::string state = state_of(dir.path);
     ++seen[state];
     ASSERT_TRUE(state == "A" || state == "B" || state == "refused" || state == "empty") << "kill " << kill << ": " << state;
@@ -393,10 +405,9 @@ TEST(Files, TwoHundredRandomKillsNeverLeaveAMixedModel) {
   }
   std::ostringstream summary;
   for (const auto& [state, n] : seen) summary << state << " " << n << "; ";
-  std::cout << "200 kills: " << summary.str() << "\n";
-  // Kills landed both before the child's first commit and after some: the test exercised
-  // the writes, not only start-up. (About a quarter land inside a commit's renames, which
-  // take 0.2-1.7 ms each on ext4 here: those directories are refused, never loaded.)
+  std::cout << "200 kills (one commit " << commit_us << " us): " << summary.str() << "\n";
+  // Kills left both versions: the test exercised the writes, not only start-up. (Some land
+  // inside a commit's renames: those directories are refused, never loaded.)
   EXPECT_GT(seen["A"], 0) << summary.str();
   EXPECT_GT(seen["B"], 0) << summary.str();
   // The temporary files of killed writers were removed by the next writes: at most one
