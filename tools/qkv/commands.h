@@ -152,6 +152,22 @@ struct EmbedOptions {
   std::string file;                // one text per line ("-": standard input)
   bool has_file = false;
   bool json = false;
+// qkv heads (heads.cpp): every layer and head of a text model ranked by the weight a token
+// or word A of a text puts on B (--text, --from, --to), or by its mean over the lines of
+// --file (sentence<TAB>A<TAB>B each)
+struct HeadsOptions {
+  std::string model;
+  std::string text;
+  bool has_text = false;
+  std::string from, to;  // token or word names (token_choice.h)
+  bool has_from = false, has_to = false;
+  std::string file;
+  bool has_file = false;
+  std::int64_t top = 10;  // heads listed by the text output; 0 = all
+  bool json = false;      // every head, the tokens and the positions of A and B
+};
+int run_heads(const HeadsOptions& options, std::ostream& out);
+
 };
 int run_embed(const EmbedOptions& options, std::ostream& out);
 

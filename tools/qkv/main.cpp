@@ -277,6 +277,38 @@ int run(int argc, char** argv) {
 
   SearchOptions so;
   CLI::App* search = app.add_subcommand(
+  // Which heads attend from a token or word to another (heads.cpp).
+  HeadsOptions ho;
+  CLI::App* heads = app.add_subcommand(
+      "heads", "Rank every layer and head of a text model by the weight a token or word puts on another");
+  heads->add_option("--model", ho.model, "Model directory of a text model: bert, gpt2, use_lite or "
+                    "qkv-seq2seq")->required();
+  CLI::Option* ho_text = heads->add_option("--text", ho.text, "The text whose attention is probed");
+  CLI::Option* ho_from = heads->add_option("--from", ho.from, "The token or word of --text that attends (A; "
+                                           "looked up among each group's queries)");
+  CLI::Option* ho_to = heads->add_option("--to", ho.to, "The token or word of --text attended to (B; "
+                                         "looked up among each group's keys)");
+  CLI::Option* ho_file = heads->add_option("--file", ho.file, "Rank the heads by their mean weight over the "
+                                           "lines of this file, each sentence<TAB>A<TAB>B ('-': standard "
+                                           "input; blank lines and lines starting with '#' are skipped)");
+  heads->add_option("--top", ho.top, "Heads listed in the text output (0: all)")
+      ->capture_default_str()
+      ->check(kNonNegative);
+  heads->add_flag("--json", ho.json, "Print one JSON object: every head ranked (rank, group, layer, head, "
+                  "weight; with --file the mean as weight and min, max, lines, weights per line) and per "
+                  "probe its tokens and the positions of A and B in each group (and the groups skipped)");
+  heads->footer(
+      "A and B name a token of the text (exact first, else without its mark: GPT-2's Ġ, WordPiece's\n"
+      "##, SentencePiece's ▁), else a word: the shortest run of tokens that starts a word,\n"
+      "continues it, and joins to the name without marks (GPT-2's 'Ġanim' 'al' is \"animal\").\n"
+      "NAME@N is the N-th occurrence (from 1). A split word attends with the mean of its tokens'\n"
+      "rows and is attended to with the sum of its tokens' columns (Clark et al. 2019). A group\n"
+      "whose queries lack A or whose keys lack B (seq2seq: the decoder's tokens are not the\n"
+      "encoder's) is skipped, and named. Layers and heads count from 0.\n\n"
+      "Examples: qkv heads --model models/sotu-gpt --text \"The animal didn't cross the street "
+      "because it was too tired\" --from it --to animal\n"
+      "          qkv heads --model models/sotu-gpt --file pairs.tsv --top 5");
+
       "search", "Rank the lines of a corpus by cosine similarity to a query (semantic search)");
   search->add_option("--model", so.model, "Model directory from scripts/fetch_model.sh use-lite DIR")
       ->required();
@@ -562,6 +594,13 @@ int run(int argc, char** argv) {
       for (const auto& task : train_tasks)
         if (task->app()->parsed()) return task->run_parsed(std::cout, command_line);
       throw UsageError("TASK", "name what to train (qkv train TASK): the tasks are " + english_list(task_names));
+    }
+    if (heads->parsed()) {
+      ho.has_text = ho_text->count() > 0;
+      ho.has_from = ho_from->count() > 0;
+      ho.has_to = ho_to->count() > 0;
+      ho.has_file = ho_file->count() > 0;
+      return run_heads(ho, std::cout);
     }
     if (score->parsed()) return run_score(sc, score_query.parse(), std::cout);
     if (classify->parsed()) return run_classify(cl, classify_query.parse(), std::cout);

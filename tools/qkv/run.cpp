@@ -30,6 +30,7 @@
 #include "qkv/tokenizer.h"
 #include "qkv/use_lite.h"
 #include "qkv/viz.h"
+#include "token_choice.h"
 
 namespace qkv::cli {
 namespace {
@@ -178,66 +179,10 @@ int run_use_lite(const RunOptions& o, std::ostream& out) {
 
 // --- Any model of the registry ------------------------------------------------------------
 
-// A token without the marks tokenizers add: GPT-2's byte-level "Ġ" (a leading space),
-// SentencePiece's "▁", WordPiece's "##" continuation, a leading space, the dates' "␣".
-std::string without_marks(std::string t) {
-  for (const std::string mark : {"Ġ", "▁", "##", " "})
-    if (t.size() > mark.size() && t.compare(0, mark.size(), mark) == 0) return t.substr(mark.size());
-  return t;
-}
-
-// The positions in `tokens` that --token's name matches. every = false: the exact matches,
-// else (none) those without marks; every = true (T@N): both, in order, so that "the@2"
-// is the second "the" of "the cat and the dog" (GPT-2: "the", then "Ġthe").
-std::vector<std::int64_t> matches(const std::vector<std::string>& tokens, const std::string& name,
-                                  bool every = false) {
-  std::vector<std::int64_t> exact, loose, both;
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    const bool is = tokens[i] == name, like = without_marks(tokens[i]) == name;
-    if (is) exact.push_back(static_cast<std::int64_t>(i));
-    else if (like) loose.push_back(static_cast<std::int64_t>(i));
-    if (is || like) both.push_back(static_cast<std::int64_t>(i));
-  }
-  if (every) return both;
-  return exact.empty() ? loose : exact;
-}
-
-// --token T or T@N (N-th occurrence from 1): the name and occurrence (0: T without @N).
-// T@N is read as such only when "T@N" itself is no token of the input.
-struct TokenChoice {
-  std::string name;
-  std::int64_t occurrence = 0;
-};
-
-TokenChoice parse_token(const std::string& token, const models::ModelAttention& a) {
-  const std::size_t at = token.rfind('@');
-  if (at == std::string::npos || at == 0 || at + 1 == token.size()) return {token, 0};
-  for (const auto& g : a.view.groups)
-    if (!matches(g.query_tokens, token).empty()) return {token, 0};
-  std::int64_t n = 0;
-  for (std::size_t i = at + 1; i < token.size(); ++i) {
-    if (token[i] < '0' || token[i] > '9' || n > (1 << 20)) return {token, 0};
-    n = n * 10 + (token[i] - '0');
-  }
-  if (n < 1) throw UsageError("--token", "T@N counts occurrences from 1, got " + quote_value(token));
-  return {token.substr(0, at), n};
-}
-
-std::string token_list(const std::vector<std::string>& tokens) {
-  std::string s;
-  for (const std::string& t : tokens) {
-    if (!s.empty()) s += ' ';
-    s += quote_value(t, 30);
-  }
-  return s;
-}
-
 // One group's query position for the choice, or -1 when the token is not among its queries.
 std::int64_t query_position(const viz::AttentionGroup& g, const TokenChoice& c) {
-  const std::vector<std::int64_t> m = matches(g.query_tokens, c.name, c.occurrence > 0);
-  const std::int64_t n = std::max<std::int64_t>(c.occurrence, 1);
-  if (static_cast<std::int64_t>(m.size()) < n) return -1;
-  return m[static_cast<std::size_t>(n - 1)];
+  const TokenSpan span = token_span(g.query_tokens, c);
+  return span.found() ? span.first : -1;
 }
 
 struct Key {
@@ -273,7 +218,9 @@ void print_json(std::ostream& out, const nlohmann::ordered_json& j) {
 
 int show_token(const RunOptions& o, const models::Model& model, const models::ModelAttention& a,
                std::ostream& out) {
-  const TokenChoice choice = parse_token(o.token, a);
+  std::vector<std::vector<std::string>> queries;
+  for (const auto& g : a.view.groups) queries.push_back(g.query_tokens);
+  const TokenChoice choice = parse_token_choice("--token", o.token, queries);
   bool found = false;
   for (const auto& g : a.view.groups) found = found || query_position(g, choice) >= 0;
   if (!found) {

@@ -1,0 +1,59 @@
+// A token or word of a model's input, named on the command line: `qkv run --token T` (the
+// token whose attention is listed) and `qkv heads --from A --to B` (the token or word whose
+// attention to another is ranked). One matcher, so the two commands read a name alike.
+//
+// A name is, in this order:
+//   1. a token: one spelled exactly so; if none is, one equal to it without the mark its
+//      tokenizer adds (GPT-2's "Ġ", SentencePiece's "▁", WordPiece's "##", a leading space);
+//   2. a word (word_span only): the shortest run of tokens that starts at a token beginning a
+//      word, goes on only through tokens that continue it, and whose marks-free texts join to
+//      the name: "animal" is GPT-2's "Ġanim" "al", "unhappy" WordPiece's "un" "##happy".
+// NAME@N names the N-th occurrence (from 1), counting exact and marks-free tokens together in
+// order (the words, when no token matches); NAME@N is read so only when NAME@N itself names
+// nothing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace qkv::cli {
+
+// A token without the mark its tokenizer adds: GPT-2's byte-level "Ġ" (a leading space),
+// SentencePiece's "▁", WordPiece's "##" continuation, a leading space. A token that is only
+// a mark stays as it is (so that "Ġ" names GPT-2's lone space token).
+std::string without_marks(const std::string& token);
+
+// Whether tokens[i] starts a word: a token marked as a word's start (Ġ, ▁, a space) or a
+// special one ([CLS], <s>, <|endoftext|>) does, a "##" continuation does not; an unmarked
+// token does in WordPiece's lists (whose words' starts carry no mark), and in lists that
+// mark words' starts (GPT-2, SentencePiece, the dates' characters with "␣" between words)
+// only first in the list or after a special token or "␣".
+bool begins_word(const std::vector<std::string>& tokens, std::size_t i);
+
+// NAME or NAME@N, as read against the token lists it is looked up in.
+struct TokenChoice {
+  std::string name;
+  std::int64_t occurrence = 0;  // N of NAME@N; 0 = the first occurrence
+};
+
+// `option` names the option in the error for "NAME@0" (a UsageError).
+TokenChoice parse_token_choice(const std::string& option, const std::string& text,
+                               const std::vector<std::vector<std::string>>& lists);
+
+// The tokens tokens[first, first + count) a choice names; count = 0 when it names none.
+struct TokenSpan {
+  std::int64_t first = 0;
+  std::int64_t count = 0;
+  bool found() const { return count > 0; }
+};
+
+// The choice as one token (rule 1), or not found.
+TokenSpan token_span(const std::vector<std::string>& tokens, const TokenChoice& choice);
+// The choice as one token (rule 1), else as a word (rule 2), or not found.
+TokenSpan word_span(const std::vector<std::string>& tokens, const TokenChoice& choice);
+
+// The tokens, each quoted, for the message that a name is not among them.
+std::string token_list(const std::vector<std::string>& tokens);
+
+}  // namespace qkv::cli
