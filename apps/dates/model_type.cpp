@@ -35,8 +35,22 @@ class DateModelEntry final : public models::Model {
     const models::DateAttention e = models::date_attention(model_, r.text, t.output);
     a.tokens = e.source_tokens;
     a.view = models::date_attention_view(e, r.text, t.output + (t.ok() ? "" : " (guess, refused)"),
-                                         "qkv date translator " + dir_);
+                                         viz::page_title("date translator", dir_));
     return a;
+  }
+  models::LayerWalk layer_walk(const models::AttentionRequest& r, std::int64_t layer) const override {
+    // The encoder's layers, over the date's characters: the decoder's run on the answer and
+    // attends to the encoder too (cross-attention), which a walk of one self-attention layer
+    // does not show.
+    models::LayerWalk w;
+    w.tokens = attention(r).tokens;  // refuses a text that is no date, as attention() does
+    const std::vector<std::int64_t> src = dates::Vocabulary::dates().encode(r.text);
+    w.group = "encoder self-attention";
+    w.about = "the date translator's encoder layers (its decoder is not walked), pre-norm as GPT-2, with ReLU";
+    const auto& layers = model_.transformer.encoder_layers;
+    const bool exists = layer >= 0 && layer < static_cast<std::int64_t>(layers.size());
+    return models::walk_layer(w, model_.encoder_hidden_states(src),
+                              exists ? layers[static_cast<std::size_t>(layer)] : nn::TransformerEncoderLayer{}, layer);
   }
 
  private:

@@ -99,6 +99,9 @@ struct BertOutput {
   Tensor last_hidden_state;  // (B, L, E)
   Tensor pooler_output;      // (B, E); undefined without a pooler
   std::vector<Tensor> attentions;  // N × (B, H, L, L) probabilities, when asked for
+  // When asked for (HF's output_hidden_states): N + 1 × (B, L, E), the embeddings (layer 0's
+  // input) then every layer's output.
+  std::vector<Tensor> hidden_states;
 };
 
 class BertModel {
@@ -122,7 +125,10 @@ class BertModel {
   BertOutput forward(std::span<const std::int64_t> input_ids, std::int64_t batch,
                      std::int64_t length, std::span<const std::int64_t> token_type_ids = {},
                      std::span<const std::int64_t> attention_mask = {},
-                     bool output_attentions = false) const;
+                     bool output_attentions = false, bool output_hidden_states = false) const;
+  // Layer n as forward() runs it, with its plain in_proj weight (query, key and value rows
+  // stacked) beside the packed one: for reading the weights (qkv explain).
+  nn::TransformerEncoderLayer layer(std::int64_t n) const;
 
  private:
   // Each layer is a post-norm nn::TransformerEncoderLayer with GELU, built from

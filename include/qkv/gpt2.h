@@ -117,10 +117,13 @@ struct Gpt2Weights {
   // ids (B·T, row-major (B, T)) at positions [offset, offset + T) -> the last block's
   // output (B, T, E), before ln_f. `state` (B = 1) appends the T tokens' keys and values to
   // its caches; `attentions` receives every layer's probabilities (1, H, T, T); `record`
-  // keeps what backward() needs. Ids and positions are checked by the embeddings.
+  // keeps what backward() needs; `hidden_states` receives n_layer + 1 × (B, T, E): the
+  // embeddings (block 0's input), then every block's output. Ids and positions are checked
+  // by the embeddings.
   Tensor forward(std::span<const std::int64_t> ids, std::int64_t B, std::int64_t T,
                  std::int64_t offset = 0, Gpt2State* state = nullptr,
-                 std::vector<Tensor>* attentions = nullptr, Record* record = nullptr) const;
+                 std::vector<Tensor>* attentions = nullptr, Record* record = nullptr,
+                 std::vector<Tensor>* hidden_states = nullptr) const;
   // dx (B, T, E), the gradient of forward()'s output -> adds ∂/∂θ into `grads`.
   // `ready`, when given, hears each module's gradients once final: the blocks last first,
   // then wte and wpe.

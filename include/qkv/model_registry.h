@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "qkv/nn/transformer.h"
+#include "qkv/tensor.h"
 #include "qkv/viz.h"
 
 namespace qkv::models {
@@ -54,6 +56,32 @@ struct ModelAttention {
   viz::AttentionView view;
 };
 
+// One layer of a text model on one input, as `qkv explain --model` walks it: what the
+// maths of the layer needs to be redone by hand, and the model's own result to check it
+// against. Every text model of the registry is a stack of nn::TransformerEncoderLayer
+// (BERT post-norm, GPT-2 pre-norm and causal, USE-lite pre-norm with a width change in
+// layer 0, the date translator's encoder pre-norm), so the layer is described as one.
+struct LayerWalk {
+  std::vector<std::string> tokens;  // (L) the layer's rows, as attention() names them
+  std::string group;                // the attention() group holding this layer's probabilities
+  std::int64_t layers = 0;          // the stack's layer count: layer is in [0, layers)
+  std::string about;                // which stack this is and how it differs from a textbook block
+  bool causal = false;              // a causal mask on the scores (GPT-2)
+  Tensor x;                         // (L, E) the layer's input, from the model's own forward
+  // The layer's modules with plain f32 weights in torch's layout (Linear.weight is (out, in)):
+  // self_attn.in_proj stacks W_q, W_k, W_v (rows [0, E'), [E', 2E'), [2E', 3E'), each head
+  // d_k consecutive rows); config gives norm_first, activation, layer_norm_eps, nhead, d_out.
+  nn::TransformerEncoderLayer layer;
+  Tensor output;                    // (L, E_out) the model's own hidden state after the layer
+};
+
+// walk.{tokens, group, about, causal} set by the caller; hidden_states: the model's
+// forward, the input of every layer then the last layer's output, (1, L, E_i) each;
+// layer n's input is hidden_states[n] and its output hidden_states[n + 1]. Throws
+// qkv::Error when n is not in [0, hidden_states.size() - 1).
+LayerWalk walk_layer(LayerWalk walk, const std::vector<Tensor>& hidden_states,
+                     nn::TransformerEncoderLayer layer, std::int64_t n);
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -66,6 +94,9 @@ class Model {
   // qkv::Error naming what is wrong with the input, and, for a model without attention,
   // saying so.
   virtual ModelAttention attention(const AttentionRequest& request) const = 0;
+  // Layer `layer` (0-based) of the model on the request's text (see LayerWalk). Text models
+  // implement it; the others throw qkv::Error saying that it takes a text model.
+  virtual LayerWalk layer_walk(const AttentionRequest& request, std::int64_t layer) const;
 };
 
 // dir -> the model; errors name the directory and what is wrong.

@@ -98,6 +98,11 @@ class Seq2Seq {
   // probabilities of every attention (reference path) are returned too.
   Tensor forward(const Seq2SeqBatch& batch, Seq2SeqAttention* attention = nullptr) const;
 
+  // One source (ids, 1 to max_len) through the encoder -> num_encoder_layers + 1 ×
+  // (1, S, E): the embedded source (layer 0's input), then every encoder layer's output
+  // (before the encoder's final LayerNorm), as forward() computes them.
+  std::vector<Tensor> encoder_hidden_states(std::span<const std::int64_t> src) const;
+
   // Greedy decoding: each source (ids without padding) -> target ids (no BOS/EOS), at
   // most max_new_tokens each. Sources are decoded together as one batch.
   std::vector<std::vector<std::int64_t>> greedy_decode(

@@ -106,12 +106,20 @@ class UseLiteModel {
   // Tokenizes (encode) and embeds. Text must be valid UTF-8 (qkv::Error otherwise).
   UseLiteOutput embed(const std::vector<std::string>& texts, bool attentions = false,
                       std::int64_t batch_size = 64) const;
+  // One sentence's ids (as encode() gives them: 1 to max_length) through the layers ->
+  // layer_widths.size() + 1 × (1, n, width): the scaled embedding plus timing (layer 0's
+  // input), then every layer's output (HF's hidden_states).
+  std::vector<Tensor> hidden_states(const std::vector<std::int64_t>& ids) const;
+  // Layer n as the forward runs it (qkv explain reads its weights).
+  const nn::TransformerEncoderLayer& layer(std::size_t n) const { return layers_.at(n); }
 
  private:
   // One padded batch: ids (B, L) row-major, lengths (B) -> embeddings (B, O); probs, when
-  // given, receives each layer's (B, H, L, L).
+  // given, receives each layer's (B, H, L, L); hidden_states, when given, the input of
+  // every layer then the last one's output (B, L, width).
   Tensor forward(const std::vector<std::int64_t>& ids, const std::vector<std::int64_t>& lengths,
-                 std::int64_t L, std::vector<Tensor>* probs) const;
+                 std::int64_t L, std::vector<Tensor>* probs,
+                 std::vector<Tensor>* hidden_states = nullptr) const;
 
   nn::Embedding embedding_;                          // (embedding_rows, layer_widths[0])
   std::vector<nn::TransformerEncoderLayer> layers_;  // pre-norm, ReLU

@@ -171,6 +171,16 @@ BertWeights BertWeights::load(const BertConfig& c, const SafeTensors& tensors,
 
 namespace {
 
+// query, key and value stacked as self_attn.in_proj holds them: weights (3E, E) or biases (3E).
+Tensor stacked_qkv(const BertLayerWeights& l, bool bias) {
+  const std::int64_t E = l.query_weight.size(0);
+  Tensor stacked = bias ? Tensor::empty({3 * E}) : Tensor::empty({3 * E, E});
+  const Tensor* parts[3] = {bias ? &l.query_bias : &l.query_weight, bias ? &l.key_bias : &l.key_weight,
+                            bias ? &l.value_bias : &l.value_weight};
+  for (std::int64_t i = 0; i < 3; ++i) stacked.slice(0, i * E, (i + 1) * E).copy_from(*parts[i]);
+  return stacked;
+}
+
 // Layer n of the model as an nn::TransformerEncoderLayer (post-norm, GELU) on the
 // checkpoint's tensors, its products packed. Filled, not constructed: no random
 // initialisation to discard.
@@ -188,16 +198,8 @@ nn::TransformerEncoderLayer encoder_layer(const BertConfig& c, const BertLayerWe
   nn::MultiheadAttention& sa = layer.self_attn;
   sa.config = {.embed_dim = E, .num_heads = c.num_attention_heads, .bias = true, .kdim = E, .vdim = E};
   // Stacked only to be packed: the (3E, E) f32 copy goes when the packed one exists.
-  Tensor qkv_weight = Tensor::empty({3 * E, E}), qkv_bias = Tensor::empty({3 * E});
-  const Tensor* parts[3][2] = {{&l.query_weight, &l.query_bias},
-                               {&l.key_weight, &l.key_bias},
-                               {&l.value_weight, &l.value_bias}};
-  for (std::int64_t i = 0; i < 3; ++i) {
-    qkv_weight.slice(0, i * E, (i + 1) * E).copy_from(*parts[i][0]);
-    qkv_bias.slice(0, i * E, (i + 1) * E).copy_from(*parts[i][1]);
-  }
-  sa.in_proj.weight = qkv_weight;
-  sa.in_proj.bias = qkv_bias;
+  sa.in_proj.weight = stacked_qkv(l, false);
+  sa.in_proj.bias = stacked_qkv(l, true);
   sa.out_proj.weight = l.attention_output_weight;
   sa.out_proj.bias = l.attention_output_bias;
   layer.ff.activation = layer.config.activation;
@@ -300,6 +302,14 @@ BertModel::BertModel(BertConfig config_, BertWeights weights_)
   }
 }
 
+nn::TransformerEncoderLayer BertModel::layer(std::int64_t n) const {
+  QKV_CHECK(n >= 0 && n < static_cast<std::int64_t>(layers_.size()),
+            "BertModel: layer " << n << " is out of range: the model has layers 0-" << layers_.size() - 1);
+  nn::TransformerEncoderLayer layer = layers_[static_cast<std::size_t>(n)];
+  layer.self_attn.in_proj.weight = stacked_qkv(weights.layers[static_cast<std::size_t>(n)], false);
+  return layer;
+}
+
 BertModel BertModel::load(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -316,7 +326,7 @@ BertModel BertModel::load(const std::string& dir) {
 BertOutput BertModel::forward(std::span<const std::int64_t> input_ids, std::int64_t batch,
                               std::int64_t length, std::span<const std::int64_t> token_type_ids,
                               std::span<const std::int64_t> attention_mask,
-                              bool output_attentions) const {
+                              bool output_attentions, bool output_hidden_states) const {
   const std::int64_t B = batch, L = length, E = config.hidden_size;
   QKV_CHECK(B >= 1, "BertModel: batch must be >= 1, got " << B);
   QKV_CHECK(L >= 1 && L <= config.max_position_embeddings,
@@ -389,8 +399,11 @@ BertOutput BertModel::forward(std::span<const std::int64_t> input_ids, std::int6
 
   BertOutput out;
   if (output_attentions) out.attentions.assign(layers_.size(), Tensor());
-  for (std::size_t n = 0; n < layers_.size(); ++n)
+  for (std::size_t n = 0; n < layers_.size(); ++n) {
+    if (output_hidden_states) out.hidden_states.push_back(x);
     x = layers_[n].forward(x, masks, nullptr, output_attentions ? &out.attentions[n] : nullptr);
+  }
+  if (output_hidden_states) out.hidden_states.push_back(x);
   out.last_hidden_state = x;
   if (pooler_.packed.defined()) {
     Tensor pooled = pooler_.forward(x.select(1, 0));  // (B, E) from [CLS]

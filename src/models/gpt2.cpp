@@ -300,7 +300,8 @@ Gpt2State Gpt2Model::make_state() const {
 
 Tensor Gpt2Weights::forward(std::span<const std::int64_t> ids, std::int64_t B, std::int64_t T,
                             std::int64_t offset, Gpt2State* state,
-                            std::vector<Tensor>* attentions, Record* record) const {
+                            std::vector<Tensor>* attentions, Record* record,
+                            std::vector<Tensor>* hidden_states) const {
   QKV_CHECK(!state || B == 1, "gpt2: a KV cache holds one sequence, got a batch of " << B);
   // Position ids (B, T): the table is read through the same Embedding forward and backward
   // as the tokens, which also checks [offset, offset + T) against n_positions.
@@ -312,9 +313,12 @@ Tensor Gpt2Weights::forward(std::span<const std::int64_t> ids, std::int64_t B, s
   causal.is_causal = true;
   if (attentions) attentions->assign(h.size(), Tensor());
   if (record) record->h.assign(h.size(), {});
-  for (std::size_t i = 0; i < h.size(); ++i)
+  if (hidden_states) hidden_states->assign(1, x);
+  for (std::size_t i = 0; i < h.size(); ++i) {
     x = h[i].forward(x, causal, state ? &state->caches[i] : nullptr,
                      attentions ? &(*attentions)[i] : nullptr, record ? &record->h[i] : nullptr);
+    if (hidden_states) hidden_states->push_back(x);
+  }
   return x;
 }
 

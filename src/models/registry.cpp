@@ -81,21 +81,37 @@ class BertEntry final : public Model {
   }
   AttentionInput attention_input() const override { return AttentionInput::text; }
   ModelAttention attention(const AttentionRequest& r) const override {
-    check_text(r, "bert");
-    const WordPieceTokenizer& wp = *tokenizer_.wordpiece();
-    const Encoding enc = r.pair.empty() ? wp.encode(r.text) : wp.encode_pair(r.text, r.pair);
+    const Encoding enc = encode(r);
     const auto L = static_cast<std::int64_t>(enc.ids.size());
-    QKV_CHECK(L <= model_.config.max_position_embeddings,
-              "the text is " << L << " tokens, longer than max_position_embeddings = "
-                             << model_.config.max_position_embeddings);
     const BertOutput out = model_.forward(enc.ids, 1, L, enc.token_type_ids, {}, true);
-    return self_attention("self-attention", "BERT " + dir_, r.text, enc.tokens, drop_batch(out.attentions));
+    return self_attention("self-attention", viz::page_title("BERT", dir_), r.text, enc.tokens, drop_batch(out.attentions));
+  }
+  LayerWalk layer_walk(const AttentionRequest& r, std::int64_t layer) const override {
+    const Encoding enc = encode(r);
+    const auto L = static_cast<std::int64_t>(enc.ids.size());
+    const BertOutput out = model_.forward(enc.ids, 1, L, enc.token_type_ids, {}, false, true);
+    LayerWalk w;
+    w.tokens = enc.tokens;
+    w.group = "self-attention";
+    w.about = "BERT's encoder layers are post-norm, as the original Transformer: LayerNorm after each residual";
+    if (layer < 0 || layer >= model_.config.num_hidden_layers) return walk_layer(w, out.hidden_states, {}, layer);
+    return walk_layer(w, out.hidden_states, model_.layer(layer), layer);
   }
 
  private:
   std::string dir_;
   BertModel model_;
   Tokenizer tokenizer_;
+
+  Encoding encode(const AttentionRequest& r) const {
+    check_text(r, "bert");
+    const WordPieceTokenizer& wp = *tokenizer_.wordpiece();
+    Encoding enc = r.pair.empty() ? wp.encode(r.text) : wp.encode_pair(r.text, r.pair);
+    QKV_CHECK(static_cast<std::int64_t>(enc.ids.size()) <= model_.config.max_position_embeddings,
+              "the text is " << enc.ids.size() << " tokens, longer than max_position_embeddings = "
+                             << model_.config.max_position_embeddings);
+    return enc;
+  }
 };
 
 class Gpt2Entry final : public Model {
@@ -116,24 +132,43 @@ class Gpt2Entry final : public Model {
   }
   AttentionInput attention_input() const override { return AttentionInput::text; }
   ModelAttention attention(const AttentionRequest& r) const override {
-    check_text(r, "gpt2");
-    const BpeTokenizer& bpe = *tokenizer_.bpe();
-    const std::vector<std::int64_t> ids = bpe.encode(r.text);
-    QKV_CHECK(!ids.empty(), "the text has no tokens");
-    QKV_CHECK(static_cast<std::int64_t>(ids.size()) <= model_.config.n_positions,
-              "the text is " << ids.size() << " tokens, longer than n_positions = " << model_.config.n_positions);
-    std::vector<std::string> tokens;  // the vocabulary's strings ("Ġit": byte-level, Ġ a space)
-    for (const std::int64_t id : ids) tokens.push_back(bpe.id_to_token(id));
+    std::vector<std::string> tokens;
+    const std::vector<std::int64_t> ids = encode(r, tokens);
     std::vector<Tensor> layers;
     model_.forward_full(ids, &layers);  // n_layer × (1, H, L, L), as qkv generate --html
-    return self_attention("causal self-attention", "GPT-2 " + dir_, r.text, std::move(tokens),
+    return self_attention("causal self-attention", viz::page_title("GPT-2", dir_), r.text, std::move(tokens),
                           drop_batch(layers));
+  }
+  LayerWalk layer_walk(const AttentionRequest& r, std::int64_t layer) const override {
+    LayerWalk w;
+    const std::vector<std::int64_t> ids = encode(r, w.tokens);
+    std::vector<Tensor> hidden;
+    model_.weights.forward(ids, 1, static_cast<std::int64_t>(ids.size()), 0, nullptr, nullptr, nullptr, &hidden);
+    w.group = "causal self-attention";
+    w.about = "GPT-2's blocks are pre-norm: LayerNorm before the attention and before the feed-forward, "
+              "on the residual stream's copy; the scores are causally masked";
+    w.causal = true;
+    const bool exists = layer >= 0 && layer < model_.config.n_layer;
+    return walk_layer(w, hidden, exists ? model_.weights.h[static_cast<std::size_t>(layer)] : nn::TransformerEncoderLayer{},
+                      layer);
   }
 
  private:
   std::string dir_;
   Gpt2Model model_;
   Tokenizer tokenizer_;
+
+  // The text's ids; `tokens` receives the vocabulary's strings ("Ġit": byte-level, Ġ a space).
+  std::vector<std::int64_t> encode(const AttentionRequest& r, std::vector<std::string>& tokens) const {
+    check_text(r, "gpt2");
+    const BpeTokenizer& bpe = *tokenizer_.bpe();
+    std::vector<std::int64_t> ids = bpe.encode(r.text);
+    QKV_CHECK(!ids.empty(), "the text has no tokens");
+    QKV_CHECK(static_cast<std::int64_t>(ids.size()) <= model_.config.n_positions,
+              "the text is " << ids.size() << " tokens, longer than n_positions = " << model_.config.n_positions);
+    for (const std::int64_t id : ids) tokens.push_back(bpe.id_to_token(id));
+    return ids;
+  }
 };
 
 class UseLiteEntry final : public Model {
@@ -149,19 +184,35 @@ class UseLiteEntry final : public Model {
   }
   AttentionInput attention_input() const override { return AttentionInput::text; }
   ModelAttention attention(const AttentionRequest& r) const override {
-    check_text(r, "use_lite");
-    const std::vector<std::int64_t> ids = model_.encode(r.text);  // clipped to max_length
-    QKV_CHECK(!ids.empty(), "the text has no tokens: there is no attention to show");
     std::vector<std::string> tokens;
-    for (const std::int64_t id : ids) tokens.push_back(model_.tokenizer.id_to_token(id));
+    const std::vector<std::int64_t> ids = encode(r, tokens);
     UseLiteOutput out = model_.embed_ids({ids}, /*attentions=*/true);
-    return self_attention("self-attention", "Universal Sentence Encoder lite " + dir_, r.text,
+    return self_attention("self-attention", viz::page_title("Universal Sentence Encoder lite", dir_), r.text,
                           std::move(tokens), std::move(out.attentions[0]));  // per layer (H, L, L)
+  }
+  LayerWalk layer_walk(const AttentionRequest& r, std::int64_t layer) const override {
+    LayerWalk w;
+    const std::vector<std::int64_t> ids = encode(r, w.tokens);
+    w.group = "self-attention";
+    w.about = "USE-lite's layers are pre-norm with ReLU; a layer that changes width (layer 0) carries its "
+              "residual through a learned projection, residual_proj, instead of the identity";
+    const auto n = static_cast<std::int64_t>(model_.config.layer_widths.size());
+    const bool exists = layer >= 0 && layer < n;
+    return walk_layer(w, model_.hidden_states(ids),
+                      exists ? model_.layer(static_cast<std::size_t>(layer)) : nn::TransformerEncoderLayer{}, layer);
   }
 
  private:
   std::string dir_;
   UseLiteModel model_;
+
+  std::vector<std::int64_t> encode(const AttentionRequest& r, std::vector<std::string>& tokens) const {
+    check_text(r, "use_lite");
+    std::vector<std::int64_t> ids = model_.encode(r.text);  // clipped to max_length
+    QKV_CHECK(!ids.empty(), "the text has no tokens: there is no attention to show");
+    for (const std::int64_t id : ids) tokens.push_back(model_.tokenizer.id_to_token(id));
+    return ids;
+  }
 };
 
 template <class Entry>

@@ -288,6 +288,20 @@ Tensor Seq2Seq::forward(const Seq2SeqBatch& batch, Seq2SeqAttention* attention) 
   return logits.view({batch.batch, batch.tgt_len, config.vocab_size});
 }
 
+std::vector<Tensor> Seq2Seq::encoder_hidden_states(std::span<const std::int64_t> src) const {
+  const auto S = static_cast<std::int64_t>(src.size());
+  const std::int64_t E = config.d_model;
+  QKV_CHECK(S >= 1 && S <= config.max_len,
+            "Seq2Seq::encoder_hidden_states: a source of 1 to max_len = " << config.max_len << " ids, got " << S);
+  const auto scale = static_cast<float>(std::sqrt(static_cast<double>(E)));
+  std::vector<Tensor> hidden = {
+      embed(src_embed, src, 1, S, 0, scale, nn::sinusoidal_positional_encoding(S, E), nullptr)};  // (1, S, E)
+  // Transformer::encode's layers, one source without padding: no mask.
+  for (const nn::TransformerEncoderLayer& layer : transformer.encoder_layers)
+    hidden.push_back(layer.forward(hidden.back()));
+  return hidden;
+}
+
 std::vector<std::vector<std::int64_t>> Seq2Seq::greedy_decode(
     const std::vector<std::vector<std::int64_t>>& sources, std::int64_t bos, std::int64_t eos,
     std::int64_t max_new_tokens) const {

@@ -185,7 +185,7 @@ std::vector<std::int64_t> UseLiteModel::encode(std::string_view text, bool* clip
 
 Tensor UseLiteModel::forward(const std::vector<std::int64_t>& ids,
                              const std::vector<std::int64_t>& lengths, std::int64_t L,
-                             std::vector<Tensor>* probs) const {
+                             std::vector<Tensor>* probs, std::vector<Tensor>* hidden_states) const {
   const auto B = static_cast<std::int64_t>(lengths.size());
   const std::int64_t O = config.output_size;
   Tensor pooled = Tensor::zeros({B, O});  // (B, O): a sentence without tokens pools to 0
@@ -198,8 +198,11 @@ Tensor UseLiteModel::forward(const std::vector<std::int64_t>& ids,
     nn::AttentionMasks masks;
     masks.key_lengths = lengths;
     if (probs) probs->assign(layers_.size(), Tensor());
-    for (std::size_t n = 0; n < layers_.size(); ++n)
+    if (hidden_states) hidden_states->assign(1, x);
+    for (std::size_t n = 0; n < layers_.size(); ++n) {
       x = layers_[n].forward(x, masks, nullptr, probs ? &(*probs)[n] : nullptr);  // (B, L, d_out)
+      if (hidden_states) hidden_states->push_back(x);
+    }
     // pooled[b] = mean of x[b, :length[b]]  (summed in double: 128 terms, f32 inputs)
     const float* xs = x.data_as<float>();
     float* ps = pooled.data_as<float>();
@@ -226,6 +229,18 @@ Tensor UseLiteModel::forward(const std::vector<std::int64_t>& ids,
     for (std::int64_t o = 0; o < O; ++o) ys[b * O + o] *= scale;
   }
   return y;
+}
+
+std::vector<Tensor> UseLiteModel::hidden_states(const std::vector<std::int64_t>& ids) const {
+  const auto L = static_cast<std::int64_t>(ids.size());
+  QKV_CHECK(L >= 1 && L <= config.max_length,
+            "UseLiteModel::hidden_states: a sentence of 1 to " << config.max_length << " ids, got " << L);
+  for (std::size_t t = 0; t < ids.size(); ++t)
+    QKV_CHECK(ids[t] >= 0 && ids[t] < config.vocab_size,
+              "UseLiteModel: ids[" << t << "] = " << ids[t] << " is out of range [0, " << config.vocab_size << ")");
+  std::vector<Tensor> hidden;
+  forward(ids, {L}, L, nullptr, &hidden);
+  return hidden;
 }
 
 UseLiteOutput UseLiteModel::embed_ids(const std::vector<std::vector<std::int64_t>>& ids,

@@ -90,9 +90,16 @@ int run_version(std::ostream& out);
 struct ExplainOptions {
   std::string text = "the cat sat";  // tokens: the whitespace-separated words
   std::uint64_t seed = 0;            // embeddings and weights
+  // --model: one layer of a real model on `text` (explain_model.cpp) instead of the toy walk.
+  std::string model;
+  std::string token;       // token A, as qkv run --token names it; "" = the last token
+  std::int64_t layer = 0;  // 0-based
+  std::int64_t head = 0;   // 0-based
+  bool json = false;       // the steps' values as one JSON object
 };
 inline constexpr int kExplainMaxTokens = 12;  // wider matrices no longer fit 100 columns
 int run_explain(const ExplainOptions& options, std::ostream& out);
+int run_explain_model(const ExplainOptions& options, std::ostream& out);
 
 // qkv bench
 struct BenchOptions {
@@ -145,13 +152,6 @@ struct RunOptions {
 };
 int run_run(const RunOptions& options, std::ostream& out);
 
-// qkv embed, qkv search (the Universal Sentence Encoder lite; embed.cpp)
-struct EmbedOptions {
-  std::string model;               // directory from scripts/fetch_model.sh use-lite
-  std::vector<std::string> texts;  // --text, any number
-  std::string file;                // one text per line ("-": standard input)
-  bool has_file = false;
-  bool json = false;
 // qkv heads (heads.cpp): every layer and head of a text model ranked by the weight a token
 // or word A of a text puts on B (--text, --from, --to), or by its mean over the lines of
 // --file (sentence<TAB>A<TAB>B each)
@@ -168,6 +168,13 @@ struct HeadsOptions {
 };
 int run_heads(const HeadsOptions& options, std::ostream& out);
 
+// qkv embed, qkv search (the Universal Sentence Encoder lite; embed.cpp)
+struct EmbedOptions {
+  std::string model;               // directory from scripts/fetch_model.sh use-lite
+  std::vector<std::string> texts;  // --text, any number
+  std::string file;                // one text per line ("-": standard input)
+  bool has_file = false;
+  bool json = false;
 };
 int run_embed(const EmbedOptions& options, std::ostream& out);
 

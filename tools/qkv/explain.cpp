@@ -12,12 +12,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "commands.h"
+#include "explain_steps.h"
 #include "print.h"
 #include "qkv/qkv.h"
 
@@ -28,79 +30,8 @@ constexpr std::int64_t kModelWidth = 4;  // d_model: the width of an embedding
 constexpr std::int64_t kHeadWidth = 3;   // d_k = d_v of the single-head example
 constexpr std::int64_t kHeads = 2;       // the multi-head example
 constexpr std::int64_t kMultiHeadWidth = kModelWidth / kHeads;  // 2: H·d = d_model
+constexpr std::int64_t kFeedForwardWidth = 8;  // the feed-forward's hidden width: 2·d_model
 constexpr int kLabelWidth = 6;  // row labels are cut to this many characters
-
-// ---- step-by-step arithmetic (double, plain loops) ---------------------------------
-
-Matrix matmul(const Matrix& a, const Matrix& b) {  // (n, m)·(m, p) -> (n, p)
-  Matrix c(a.rows, b.cols);
-  for (std::int64_t i = 0; i < a.rows; ++i) {
-    for (std::int64_t j = 0; j < b.cols; ++j) {
-      double s = 0.0;
-      for (std::int64_t t = 0; t < a.cols; ++t) s += a(i, t) * b(t, j);
-      c(i, j) = s;
-    }
-  }
-  return c;
-}
-
-Matrix transpose(const Matrix& a) {
-  Matrix t(a.cols, a.rows);
-  for (std::int64_t i = 0; i < a.rows; ++i) {
-    for (std::int64_t j = 0; j < a.cols; ++j) t(j, i) = a(i, j);
-  }
-  return t;
-}
-
-Matrix scaled(Matrix a, double s) {
-  for (double& x : a.data) x *= s;
-  return a;
-}
-
-// Each row: exp(s − max) / Σ exp(s − max). Subtracting the row maximum changes nothing
-// mathematically and keeps exp from overflowing. −∞ entries get weight 0.
-Matrix softmax_rows(const Matrix& s) {
-  Matrix p(s.rows, s.cols);
-  for (std::int64_t i = 0; i < s.rows; ++i) {
-    double m = -std::numeric_limits<double>::infinity();
-    for (std::int64_t j = 0; j < s.cols; ++j) m = std::max(m, s(i, j));
-    if (std::isinf(m)) continue;  // a fully masked row: zeros, as the library
-    double sum = 0.0;
-    for (std::int64_t j = 0; j < s.cols; ++j) sum += (p(i, j) = std::exp(s(i, j) - m));
-    for (std::int64_t j = 0; j < s.cols; ++j) p(i, j) /= sum;
-  }
-  return p;
-}
-
-// The library stores f32: the step-by-step path uses the same f32 inputs so that the
-// only difference left is the library's own arithmetic.
-Matrix round_to_f32(Matrix a) {
-  for (double& x : a.data) x = static_cast<float>(x);
-  return a;
-}
-
-// Columns [first, first + count) of a.
-Matrix columns(const Matrix& a, std::int64_t first, std::int64_t count) {
-  Matrix c(a.rows, count);
-  for (std::int64_t i = 0; i < a.rows; ++i) {
-    for (std::int64_t j = 0; j < count; ++j) c(i, j) = a(i, first + j);
-  }
-  return c;
-}
-
-Matrix hconcat(const std::vector<Matrix>& parts) {
-  std::int64_t cols = 0;
-  for (const auto& p : parts) cols += p.cols;
-  Matrix c(parts.front().rows, cols);
-  std::int64_t first = 0;
-  for (const auto& p : parts) {
-    for (std::int64_t i = 0; i < p.rows; ++i) {
-      for (std::int64_t j = 0; j < p.cols; ++j) c(i, first + j) = p(i, j);
-    }
-    first += p.cols;
-  }
-  return c;
-}
 
 // Entries N(0, stddev²), rounded to f32.
 Matrix random_matrix(qkv::Rng& rng, std::int64_t rows, std::int64_t cols, double stddev) {
@@ -109,22 +40,123 @@ Matrix random_matrix(qkv::Rng& rng, std::int64_t rows, std::int64_t cols, double
   return m;
 }
 
-// ---- library bridge -------------------------------------------------------------------
+using TokenStyle = std::function<MatrixStyle(std::string, std::vector<std::string>)>;
 
-qkv::Tensor to_tensor(const Matrix& m, const qkv::Shape& shape) {
-  std::vector<float> values(m.data.begin(), m.data.end());
-  return qkv::Tensor::from_vector(shape, values);
-}
-
-// A tensor with rows·cols elements, read in logical row-major order as (rows, cols).
-Matrix to_matrix(const qkv::Tensor& t, std::int64_t rows, std::int64_t cols) {
-  const std::vector<float> values = t.to_vector();
-  QKV_CHECK(static_cast<std::int64_t>(values.size()) == rows * cols,
-            "explain: expected a tensor of " << rows * cols << " elements, got shape "
-                                             << t.shape_string());
-  Matrix m(rows, cols);
-  std::copy(values.begin(), values.end(), m.data.begin());
-  return m;
+// Section 6: after attention, the rest of a post-LN encoder layer (BERT's), on the toy
+// numbers: the residual, LayerNorm, the feed-forward and its residual, each step checked
+// against the library's module on the same f32 inputs, and the whole layer against
+// nn::TransformerEncoderLayer built from every weight of sections 4 and 6.
+void walk_rest_of_layer(std::ostream& out, Checker& checker, qkv::Rng& rng, const Matrix& X,
+                        const Matrix& attention_out, const std::vector<Matrix>& in_proj, const Matrix& Wo,
+                        const TokenStyle& token_style) {
+  const std::int64_t L = X.rows, E = kModelWidth, F = kFeedForwardWidth;
+  const double eps = 1e-5;
+  const auto dims = indexed("d", E);
+  heading(out, "6. The rest of the layer: residual, LayerNorm, feed-forward");
+  print_paragraph(out,
+                  "Attention is one of a Transformer layer's two sub-layers; a feed-forward network "
+                  "applied to every token alone is the other. Each sub-layer is wrapped in a residual "
+                  "connection (its input added to its output, so the layer learns a change of x, not "
+                  "a new x) and a LayerNorm. BERT and the original Transformer normalise after the "
+                  "residual (post-LN): x = LN(x + sublayer(x)), as here. GPT-2 and most later models "
+                  "normalise the sub-layer's input instead (pre-LN): x = x + sublayer(LN(x)), which "
+                  "keeps deep stacks stable to train.");
+  // a) Residual.
+  const Matrix H1 = round_to_f32(add(X, attention_out));  // (L, E)
+  out << '\n';
+  print_paragraph(out, "a) Residual: X + the multi-head result of step 4.", 6, 88, 3);
+  print_block(out, render_matrix(H1, token_style("X + result", dims)));
+  // b) LayerNorm, its statistics shown.
+  Matrix gamma(1, E), beta(1, E);  // (1, E): learned; here near 1 and 0
+  for (double& g : gamma.data) g = static_cast<float>(1.0 + 0.2 * rng.normal());
+  for (double& b : beta.data) b = static_cast<float>(0.1 * rng.normal());
+  Matrix stats(L, 2);  // (L, 2): mean, variance of each row
+  for (std::int64_t i = 0; i < L; ++i) {
+    for (std::int64_t j = 0; j < E; ++j) stats(i, 0) += H1(i, j) / E;
+    for (std::int64_t j = 0; j < E; ++j) stats(i, 1) += (H1(i, j) - stats(i, 0)) * (H1(i, j) - stats(i, 0)) / E;
+  }
+  const Matrix N1 = layer_norm(H1, gamma, beta, eps);  // (L, E)
+  out << '\n';
+  print_paragraph(out,
+                  "b) LayerNorm: each token's row gets mean μ = 0 and variance σ² = 1, "
+                  "(x − μ)/√(σ² + ε) with ε = 1e-5, then a learned scale γ and shift β per column "
+                  "(here random near 1 and 0). Whatever the scale of the sum, the next sub-layer "
+                  "sees rows of one size.",
+                  6, 88, 3);
+  print_side_by_side(out, {render_matrix(stats, token_style("row statistics", {"μ", "σ²"})),
+                           render_matrix(N1, token_style("LN(X + result)", dims))});
+  MatrixStyle gamma_style, beta_style;
+  gamma_style.title = "γ";
+  beta_style.title = "β";
+  gamma_style.col_labels = beta_style.col_labels = dims;
+  print_side_by_side(out, {render_matrix(gamma, gamma_style), render_matrix(beta, beta_style)});
+  nn::LayerNorm norm1({E}, eps), norm2({E}, eps);
+  norm1.weight = to_tensor(gamma, {E});
+  norm1.bias = to_tensor(beta, {E});
+  checker.check("qkv::nn::LayerNorm gives the same rows",
+                to_matrix(norm1.forward(to_tensor(H1, {L, E})), L, E), N1);
+  // c) Feed-forward.
+  const Matrix W1 = random_matrix(rng, F, E, 1.0 / std::sqrt(double(E)));  // (F, E), torch's (out, in)
+  const Matrix b1 = random_matrix(rng, 1, F, 0.1);
+  const Matrix W2 = random_matrix(rng, E, F, 1.0 / std::sqrt(double(F)));  // (E, F)
+  const Matrix b2 = random_matrix(rng, 1, E, 0.1);
+  const Matrix G = activation(linear(N1, W1, b1), nn::Activation::gelu);  // (L, F)
+  const Matrix FF = linear(G, W2, b2);                                    // (L, E)
+  out << '\n';
+  print_paragraph(out,
+                  format("c) Feed-forward, on each token alone: widen to %lld with W_1 and b_1, apply "
+                         "GELU(z) = z·Φ(z) (BERT's and GPT-2's activation; the original Transformer "
+                         "used ReLU, max(0, z)), and narrow back to %lld with W_2 and b_2: "
+                         "FF(x) = GELU(x·W_1ᵀ + b_1)·W_2ᵀ + b_2. Real models widen 4×; its "
+                         "weights are most of a layer's parameters.",
+                         static_cast<long long>(F), static_cast<long long>(E)),
+                  6, 88, 3);
+  print_side_by_side(out, {render_matrix(G, token_style("GELU(x·W_1ᵀ + b_1)", indexed("f", F))),
+                           render_matrix(FF, token_style("FF(x)", dims))});
+  nn::FeedForward ff(E, F, nn::Activation::gelu);
+  ff.linear1.weight = to_tensor(W1, {F, E});
+  ff.linear1.bias = to_tensor(b1, {F});
+  ff.linear2.weight = to_tensor(W2, {E, F});
+  ff.linear2.bias = to_tensor(b2, {E});
+  checker.check("qkv::nn::FeedForward gives the same rows",
+                to_matrix(ff.forward(to_tensor(round_to_f32(N1), {L, E})), L, E), FF);
+  // d) Second residual and LayerNorm: the layer's output.
+  Matrix gamma2(1, E), beta2(1, E);
+  for (double& g : gamma2.data) g = static_cast<float>(1.0 + 0.2 * rng.normal());
+  for (double& b : beta2.data) b = static_cast<float>(0.1 * rng.normal());
+  norm2.weight = to_tensor(gamma2, {E});
+  norm2.bias = to_tensor(beta2, {E});
+  const Matrix H2 = round_to_f32(add(round_to_f32(N1), round_to_f32(FF)));  // (L, E)
+  const Matrix Y = layer_norm(H2, gamma2, beta2, eps);                      // (L, E)
+  out << '\n';
+  print_paragraph(out,
+                  "d) The feed-forward's residual and a second LayerNorm (its own γ and β): "
+                  "Y = LN(x + FF(x)), the layer's output, one row of width 4 per token, ready for "
+                  "the next layer.",
+                  6, 88, 3);
+  print_block(out, render_matrix(Y, token_style("Y", dims)));
+  checker.check("qkv::nn::LayerNorm gives the same output",
+                to_matrix(norm2.forward(to_tensor(H2, {L, E})), L, E), Y);
+  // e) The whole layer in one library call.
+  nn::TransformerEncoderLayer layer({.d_model = E, .nhead = kHeads, .dim_feedforward = F,
+                                     .activation = nn::Activation::gelu, .layer_norm_eps = eps,
+                                     .norm_first = false, .bias = true});
+  // in_proj (3E, E) holds W_q, W_k, W_v as torch's Linear: q = x·W_qᵀ, so the rows are the
+  // columns of step 4's X·[W_q¹ W_q²].
+  layer.self_attn.in_proj.weight = to_tensor(transpose(hconcat(in_proj)), {3 * E, E});
+  layer.self_attn.in_proj.bias = Tensor::zeros({3 * E});
+  layer.self_attn.out_proj.weight = to_tensor(transpose(Wo), {E, E});
+  layer.self_attn.out_proj.bias = Tensor::zeros({E});
+  layer.ff = ff;
+  layer.norm1 = norm1;
+  layer.norm2 = norm2;
+  out << '\n';
+  print_paragraph(out,
+                  "e) All of it, from X, is one call of qkv::nn::TransformerEncoderLayer (post-norm, "
+                  "GELU) holding step 4's W_q, W_k, W_v and W_o and this step's weights:",
+                  6, 88, 3);
+  checker.check("qkv::nn::TransformerEncoderLayer(X) gives the same Y",
+                to_matrix(layer.forward(to_tensor(X, {1, L, E})), L, E), Y);
 }
 
 // ---- the walkthrough ---------------------------------------------------------------
@@ -143,65 +175,10 @@ std::uint64_t hash_word(const std::string& word) {
   return h;
 }
 
-// Compares a library result with the step-by-step one and prints the verdict.
-class Checker {
- public:
-  explicit Checker(std::ostream& out) : out_(out) {}
-
-  void check(const std::string& what, const Matrix& library, const Matrix& by_hand) {
-    double diff = 0.0, magnitude = 0.0;
-    bool same_shape = library.rows == by_hand.rows && library.cols == by_hand.cols;
-    for (std::size_t i = 0; same_shape && i < library.data.size(); ++i) {
-      const double d = std::abs(library.data[i] - by_hand.data[i]);
-      diff = std::isnan(d) ? d : std::max(diff, d);
-      if (std::isnan(d)) break;
-      if (std::isfinite(by_hand.data[i]))
-        magnitude = std::max(magnitude, std::abs(by_hand.data[i]));
-    }
-    // The library returns f32 from the same f32 inputs, so the difference is its
-    // rounding: ~6e-8 relative for the double-accumulating reference, a few ulp per
-    // term for an f32 kernel over these ≤ 12-term sums. 1e-5 relative leaves ~10x room.
-    const double tolerance = 1e-5 * std::max(1.0, magnitude);
-    ++checks_;
-    if (same_shape && diff <= tolerance) {
-      out_ << "   ✓ " << what << format(" (max |difference| %.1e)", diff) << '\n';
-      max_diff_ = std::max(max_diff_, diff);
-    } else {
-      const std::string why =
-          same_shape ? format("differs from the step-by-step result by %.3g (tolerance %.1e)", diff,
-                              tolerance)
-                     : "has the wrong shape";
-      out_ << "   ✗ MISMATCH: " << what << ": " << why << '\n';
-      failures_.push_back(what + ": " + why);
-    }
-  }
-
-  int checks() const { return checks_; }
-  double max_diff() const { return max_diff_; }
-  const std::vector<std::string>& failures() const { return failures_; }
-
- private:
-  std::ostream& out_;
-  int checks_ = 0;
-  double max_diff_ = 0.0;
-  std::vector<std::string> failures_;
-};
-
-std::vector<std::string> indexed(const std::string& prefix, std::int64_t n) {
-  std::vector<std::string> labels;
-  for (std::int64_t i = 0; i < n; ++i) labels.push_back(prefix + std::to_string(i));
-  return labels;
-}
-
-void heading(std::ostream& out, const std::string& title) {
-  out << '\n'
-      << title << '\n'
-      << std::string(static_cast<std::size_t>(display_width(title)), '-') << '\n';
-}
-
 }  // namespace
 
 int run_explain(const ExplainOptions& options, std::ostream& out) {
+  if (!options.model.empty()) return run_explain_model(options, out);
   const std::vector<std::string> tokens = split_words(options.text);
   if (tokens.empty()) throw UsageError("--text", "needs at least one word, got an empty text");
   if (static_cast<int>(tokens.size()) > kExplainMaxTokens) {
@@ -239,7 +216,10 @@ int run_explain(const ExplainOptions& options, std::ostream& out) {
     s.shades = true;
     return s;
   };
-  Checker checker(out);
+  // The library returns f32 from the same f32 inputs, so the difference is its rounding:
+  // ~6e-8 relative for the double-accumulating reference, a few ulp per term for an f32
+  // kernel over these ≤ 12-term sums. 1e-5 relative leaves ~10x room.
+  Checker checker(out, 1e-5);
 
   // ---- 0. The example -----------------------------------------------------------------
   out << "qkv explain: one self-attention computation, step by step\n\n";
@@ -509,19 +489,17 @@ int run_explain(const ExplainOptions& options, std::ostream& out) {
                   "The first token can see only itself: its weight is 1 and its output is its own "
                   "value vector, row 1 of V. The last token sees every token, as in step 3.");
 
+  // ---- 6. The rest of the layer -------------------------------------------------------
+  walk_rest_of_layer(out, checker, weights_rng, X, result, {hconcat(Wq_h), hconcat(Wk_h), hconcat(Wv_h)}, Wo,
+                     token_style);
+
   // ---- Summary ------------------------------------------------------------------------
   out << '\n';
-  if (!checker.failures().empty()) {
-    out.flush();
-    throw qkv::Error(
-        format("explain: %zu of %d library results differ from the step-by-step "
-               "computation; first: %s",
-               checker.failures().size(), checker.checks(), checker.failures().front().c_str()));
-  }
+  checker.throw_on_mismatch();
   print_paragraph(out,
-                  format("All %d library results match the step-by-step computation "
+                  format("All %zu library results match the step-by-step computation "
                          "(max |difference| %.1e).",
-                         checker.checks(), checker.max_diff()),
+                         checker.results().size(), checker.max_diff()),
                   0);
   return 0;
 }

@@ -149,12 +149,30 @@ int run(int argc, char** argv) {
   explain
       ->add_option("--text", explain_options.text,
                    "Words to attend over (split at whitespace; 1 to " +
-                       std::to_string(kExplainMaxTokens) + ")")
+                       std::to_string(kExplainMaxTokens) + "); with --model, the model's tokens of it")
       ->capture_default_str();
   explain->add_option("--seed", explain_options.seed, "Seed of the random embeddings and weights")
       ->capture_default_str()
       ->check(kSeed);
-  explain->footer("Example: qkv explain --text \"the cat sat on the mat\" --seed 3");
+  explain->add_option("--model", explain_options.model,
+                      "Walk one layer of this model directory on --text instead of the toy example: "
+                      "a model whose input is a text, as qkv run --model reads it");
+  CLI::Option* explain_token = explain->add_option(
+      "--token", explain_options.token, "With --model: token A, whose softmax row is shown, named as qkv run --token "
+                                        "names it (default: the last token)");
+  CLI::Option* explain_layer = explain->add_option("--layer", explain_options.layer, "With --model: the layer walked (0-based)")
+                                   ->capture_default_str()
+                                   ->check(kNonNegative);
+  CLI::Option* explain_head = explain->add_option("--head", explain_options.head, "With --model: the head whose Q, K, V and "
+                                                  "scores are shown (0-based)")
+                                  ->capture_default_str()
+                                  ->check(kNonNegative);
+  CLI::Option* explain_json = explain->add_flag("--json", explain_options.json, "With --model: print the steps' values "
+                                                "and the checks as one JSON object");
+  explain->footer("Examples: qkv explain --text \"the cat sat on the mat\" --seed 3\n"
+                  "          qkv explain --model models/sotu-gpt --text \"The animal didn't cross the street "
+                  "because it was too tired\" --token it\n"
+                  "The walk of a model checks every step against the library and exits 1 on a mismatch.");
 
   BenchOptions b;
   CLI::App* bench = app.add_subcommand(
@@ -259,24 +277,6 @@ int run(int argc, char** argv) {
                   "          qkv run --model models/fashion-vit --image shoe.png --json\n"
                   "A matrix factorisation recommender has no attention: qkv run says so (exit 1).");
 
-  // Sentence embeddings and semantic search (the Universal Sentence Encoder lite).
-  EmbedOptions eo;
-  CLI::App* embed = app.add_subcommand(
-      "embed", "Sentence embeddings (512 values, unit length) of the Universal Sentence Encoder lite");
-  embed->add_option("--model", eo.model, "Model directory from scripts/fetch_model.sh use-lite DIR")
-      ->required();
-  CLI::Option* eo_text = embed->add_option("--text", eo.texts, "Texts to embed (any number)");
-  CLI::Option* eo_file = embed->add_option("--file", eo.file,
-                                           "Embed every line of this file ('-': standard input)");
-  eo_text->excludes(eo_file);
-  eo_file->excludes(eo_text);
-  embed->add_flag("--json", eo.json, "Print {\"text\": ..., \"embedding\": [...]} per input");
-  embed->footer("Texts longer than 128 tokens are clipped to their first 128, as the published "
-                "model does (a warning on stderr).\n\n"
-                "Example: qkv embed --model use-lite/ --text \"How old are you?\" --json");
-
-  SearchOptions so;
-  CLI::App* search = app.add_subcommand(
   // Which heads attend from a token or word to another (heads.cpp).
   HeadsOptions ho;
   CLI::App* heads = app.add_subcommand(
@@ -298,17 +298,35 @@ int run(int argc, char** argv) {
                   "weight; with --file the mean as weight and min, max, lines, weights per line) and per "
                   "probe its tokens and the positions of A and B in each group (and the groups skipped)");
   heads->footer(
-      "A and B name a token of the text (exact first, else without its mark: GPT-2's Ġ, WordPiece's\n"
-      "##, SentencePiece's ▁), else a word: the shortest run of tokens that starts a word,\n"
-      "continues it, and joins to the name without marks (GPT-2's 'Ġanim' 'al' is \"animal\").\n"
-      "NAME@N is the N-th occurrence (from 1). A split word attends with the mean of its tokens'\n"
-      "rows and is attended to with the sum of its tokens' columns (Clark et al. 2019). A group\n"
-      "whose queries lack A or whose keys lack B (seq2seq: the decoder's tokens are not the\n"
-      "encoder's) is skipped, and named. Layers and heads count from 0.\n\n"
+      "A and B name a token or word of the text, the first in its order (NAME@N: the N-th, from\n"
+      "1): a token spelled so, or so without its mark (GPT-2's Ġ, WordPiece's ##, SentencePiece's\n"
+      "▁); or a word: the shortest run of tokens that starts a word, continues it, and joins to\n"
+      "the name without marks (GPT-2's 'Ġanim' 'al' is \"animal\"). A split word attends with the\n"
+      "mean of its tokens' rows and is attended to with the sum of its tokens' columns (Clark et\n"
+      "al. 2019). A group whose queries lack A or whose keys lack B (seq2seq: the decoder's\n"
+      "tokens are not the encoder's) is skipped, and named. Layers and heads count from 0.\n\n"
       "Examples: qkv heads --model models/sotu-gpt --text \"The animal didn't cross the street "
       "because it was too tired\" --from it --to animal\n"
       "          qkv heads --model models/sotu-gpt --file pairs.tsv --top 5");
 
+  // Sentence embeddings and semantic search (the Universal Sentence Encoder lite).
+  EmbedOptions eo;
+  CLI::App* embed = app.add_subcommand(
+      "embed", "Sentence embeddings (512 values, unit length) of the Universal Sentence Encoder lite");
+  embed->add_option("--model", eo.model, "Model directory from scripts/fetch_model.sh use-lite DIR")
+      ->required();
+  CLI::Option* eo_text = embed->add_option("--text", eo.texts, "Texts to embed (any number)");
+  CLI::Option* eo_file = embed->add_option("--file", eo.file,
+                                           "Embed every line of this file ('-': standard input)");
+  eo_text->excludes(eo_file);
+  eo_file->excludes(eo_text);
+  embed->add_flag("--json", eo.json, "Print {\"text\": ..., \"embedding\": [...]} per input");
+  embed->footer("Texts longer than 128 tokens are clipped to their first 128, as the published "
+                "model does (a warning on stderr).\n\n"
+                "Example: qkv embed --model use-lite/ --text \"How old are you?\" --json");
+
+  SearchOptions so;
+  CLI::App* search = app.add_subcommand(
       "search", "Rank the lines of a corpus by cosine similarity to a query (semantic search)");
   search->add_option("--model", so.model, "Model directory from scripts/fetch_model.sh use-lite DIR")
       ->required();
@@ -557,7 +575,13 @@ int run(int argc, char** argv) {
   check_environment();
   try {
     if (version->parsed()) return run_version(std::cout);
-    if (explain->parsed()) return run_explain(explain_options, std::cout);
+    if (explain->parsed()) {
+      if (explain_options.model.empty()) {
+        for (const CLI::Option* opt : {explain_token, explain_layer, explain_head, explain_json})
+          if (opt->count() > 0) throw UsageError(opt->get_name(), "is for --model (the walk of a model's layer)");
+      }
+      return run_explain(explain_options, std::cout);
+    }
     if (bench->parsed()) {
       if (b.backward && b.device == "cuda") throw UsageError("--backward", "is for --device cpu");
       if (b.no_check && !b.ring) throw UsageError("--no-check", "is for --ring");
@@ -570,6 +594,13 @@ int run(int argc, char** argv) {
       ro.has_index = ro_index->count() > 0;
       ro.has_user = ro_user->count() > 0;
       return run_run(ro, std::cout);
+    }
+    if (heads->parsed()) {
+      ho.has_text = ho_text->count() > 0;
+      ho.has_from = ho_from->count() > 0;
+      ho.has_to = ho_to->count() > 0;
+      ho.has_file = ho_file->count() > 0;
+      return run_heads(ho, std::cout);
     }
     if (embed->parsed()) {
       eo.has_file = eo_file->count() > 0;
@@ -594,13 +625,6 @@ int run(int argc, char** argv) {
       for (const auto& task : train_tasks)
         if (task->app()->parsed()) return task->run_parsed(std::cout, command_line);
       throw UsageError("TASK", "name what to train (qkv train TASK): the tasks are " + english_list(task_names));
-    }
-    if (heads->parsed()) {
-      ho.has_text = ho_text->count() > 0;
-      ho.has_from = ho_from->count() > 0;
-      ho.has_to = ho_to->count() > 0;
-      ho.has_file = ho_file->count() > 0;
-      return run_heads(ho, std::cout);
     }
     if (score->parsed()) return run_score(sc, score_query.parse(), std::cout);
     if (classify->parsed()) return run_classify(cl, classify_query.parse(), std::cout);
