@@ -122,8 +122,17 @@ TokenSpan token_span(const std::vector<std::string>& tokens, const TokenChoice& 
 }
 
 TokenSpan word_span(const std::vector<std::string>& tokens, const TokenChoice& choice) {
-  if (!token_matches(tokens, choice.name, true).empty()) return token_span(tokens, choice);
-  return nth(word_matches(tokens, choice.name), choice.occurrence);
+  // In the order of the text, so that "the@2" of GPT-2's "t" "he" "Ġcat" "Ġthe" is "Ġthe"
+  // (the first "the" a word of two tokens). A token inside a word already found is that
+  // word (GPT-2's "Ġ" "on": "on" once, not twice).
+  std::vector<TokenSpan> spans = word_matches(tokens, choice.name);
+  const std::size_t words = spans.size();
+  for (std::int64_t i : token_matches(tokens, choice.name, true))
+    if (std::none_of(spans.begin(), spans.begin() + static_cast<std::ptrdiff_t>(words),
+                     [&](const TokenSpan& s) { return s.first <= i && i < s.first + s.count; }))
+      spans.push_back({i, 1});
+  std::sort(spans.begin(), spans.end(), [](const TokenSpan& x, const TokenSpan& y) { return x.first < y.first; });
+  return nth(spans, choice.occurrence);
 }
 
 std::string token_list(const std::vector<std::string>& tokens) {

@@ -2,15 +2,18 @@
 // token whose attention is listed) and `qkv heads --from A --to B` (the token or word whose
 // attention to another is ranked). One matcher, so the two commands read a name alike.
 //
-// A name is, in this order:
-//   1. a token: one spelled exactly so; if none is, one equal to it without the mark its
-//      tokenizer adds (GPT-2's "Ġ", SentencePiece's "▁", WordPiece's "##", a leading space);
-//   2. a word (word_span only): the shortest run of tokens that starts at a token beginning a
-//      word, goes on only through tokens that continue it, and whose marks-free texts join to
-//      the name: "animal" is GPT-2's "Ġanim" "al", "unhappy" WordPiece's "un" "##happy".
-// NAME@N names the N-th occurrence (from 1), counting exact and marks-free tokens together in
-// order (the words, when no token matches); NAME@N is read so only when NAME@N itself names
-// nothing.
+// A name is
+//   1. a token: one spelled exactly so, or equal to it without the mark its tokenizer adds
+//      (GPT-2's "Ġ", SentencePiece's "▁", WordPiece's "##", a leading space);
+//   2. (word_span only) a word: the shortest run of tokens that starts at a token beginning a
+//      word (begins_word), goes on only through tokens that continue it, and whose texts
+//      without marks join to the name: "animal" is GPT-2's "Ġanim" "al", "unhappy"
+//      WordPiece's "un" "##happy". The run need not reach the word's end: "hat" is the
+//      "Ġ" "h" "at" of GPT-2's "hat," (whose "," continues the word).
+// token_span (qkv run --token): NAME is the first exact match, else the first marks-free one;
+// NAME@N the N-th (from 1) of both together, in order. word_span (qkv heads): NAME is the
+// first token or word it matches in the order of the text, NAME@N the N-th. NAME@N is read
+// so only when NAME@N itself names nothing.
 #pragma once
 
 #include <cstdint>
@@ -50,7 +53,7 @@ struct TokenSpan {
 
 // The choice as one token (rule 1), or not found.
 TokenSpan token_span(const std::vector<std::string>& tokens, const TokenChoice& choice);
-// The choice as one token (rule 1), else as a word (rule 2), or not found.
+// The choice as a token (rule 1) or a word (rule 2), or not found.
 TokenSpan word_span(const std::vector<std::string>& tokens, const TokenChoice& choice);
 
 // The tokens, each quoted, for the message that a name is not among them.
