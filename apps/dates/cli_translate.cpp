@@ -111,7 +111,7 @@ int run_translate(const TranslateOptions& o, std::ostream& out) {
     return batch;
   };
 
-  const std::string title = embedded ? "qkv date translator (embedded model)" : o.model;
+  const std::string title = embedded ? "date translator (embedded model)" : viz::page_title("date translator", o.model);
   std::int64_t inputs = 0, refused = 0;
   std::optional<Input> first;
   models::DateTranslation first_translation;
@@ -139,10 +139,9 @@ int run_translate(const TranslateOptions& o, std::ostream& out) {
       const models::DateAttention e = models::date_attention(model, input, t.output);
       out << (inputs ? "\n" : "") << input << "  →  " << t.output
           << (t.ok() ? "" : "  (guess, refused)") << '\n';
-      out << "cross-attention, decoder layer " << layer << " (of 0-" << layers - 1 << "), "
-          << (o.head < 0 ? std::string("mean of the heads")
-                         : format("head %lld", static_cast<long long>(o.head)))
-          << " (rows: output characters, columns: input characters):\n";
+      out << "cross-attention, decoder "
+          << layer_head_words(layer, layers, o.head, model.config.nhead, "rows: output characters, columns: input characters")
+          << ":\n";
       // Each row is the query of the decoder input token (<s>, 2, 0, ...), which predicts
       // the next output character: label rows with what they produced.
       print_attention_heatmap(out, cross_matrix(e, layer, o.head), e.target_out, e.source_tokens);

@@ -347,6 +347,7 @@ viz::AttentionView date_attention_view(const DateAttention& e, const std::string
   v.groups.push_back({"decoder masked self-attention", e.target_in, e.target_in,
                       drop_batch(e.attention.decoder_self)});
   v.groups.push_back({"cross-attention", e.target_in, e.source_tokens, drop_batch(e.attention.cross)});
+  v.initial_group = 2;  // cross-attention: what a translator is about (where each output looks)
   return v;
 }
 

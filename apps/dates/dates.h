@@ -251,7 +251,8 @@ struct DateAttention {
 };
 DateAttention date_attention(const Seq2Seq& model, const std::string& input, const std::string& output);
 // Its three groups for qkv::viz: encoder self-attention, decoder masked self-attention and
-// cross-attention, every layer (H, Lq, Lk); subtitle "input  →  output".
+// cross-attention, every layer (H, Lq, Lk); subtitle "input  →  output"; the page opens on
+// the cross-attention.
 viz::AttentionView date_attention_view(const DateAttention& attention, const std::string& input,
                                        const std::string& output, const std::string& title);
 

@@ -102,7 +102,7 @@ void show_attention(std::ostream& out, const Recommender& r, const recommender::
       std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(shown), order.end(),
                         [&](std::int64_t x, std::int64_t y) { return row[x] > row[y]; });
       const float most = row[order[0]];
-      out << format("block %zu, head %lld: the %zu movies with the most weight\n", layer,
+      out << format("layer %zu, head %lld: the %zu movies with the most weight\n", layer,
                     static_cast<long long>(h), shown);
       for (std::size_t i = 0; i < shown; ++i) {
         const std::int64_t t = order[i];
@@ -170,7 +170,7 @@ int run_recommend(const RecommendOptions& o, const recommender::RecommendQueryOp
   if (!o.html.empty()) {
     viz::AttentionGroup group = recommender::history_attention_group(r, o.user, *attention);
     viz::AttentionView view;
-    view.title = o.model;
+    view.title = viz::page_title("SASRec recommender", o.model);
     view.subtitle = "user " + std::to_string(o.user) + ": the last row scores the next movie" +
                     (list.empty() ? std::string("; every movie is rated already")
                                   : "; top pick: " + recommender::movie_label(r.movies()[static_cast<std::size_t>(list.front().movie)]));

@@ -20,6 +20,7 @@ viz::AttentionGroup history_attention_group(const Recommender& model, std::int64
     group.query_tokens.push_back(movie_label(model.movies()[static_cast<std::size_t>(m)]));
   group.key_tokens = group.query_tokens;
   group.layers = attention.layers;  // per block (heads, T, T)
+  group.text_labels = true;  // movie titles, whose spaces are spaces
   return group;
 }
 
@@ -44,7 +45,7 @@ class RecommenderEntry final : public models::Model {
                                              "recommender, which has no attention (a sasrec model has)");
     const HistoryAttention h = model_.attention(model_.user_index(r.user));
     models::ModelAttention a;
-    a.view.title = "qkv recommender " + dir_;
+    a.view.title = viz::page_title("SASRec recommender", dir_);
     a.view.subtitle = "user " + std::to_string(r.user) + ": the last row scores the next movie";
     a.view.groups.push_back(history_attention_group(model_, r.user, h));
     a.tokens = a.view.groups.front().query_tokens;

@@ -23,7 +23,7 @@ namespace {
 models::UseLiteModel load_use_lite(const std::string& dir) {
   std::error_code ec;
   QKV_CHECK(std::filesystem::is_directory(dir, ec),
-            "model directory " << quote_value(dir) << " does not exist (make one with "
+            "model directory " << quote_path(dir) << " does not exist (make one with "
                                << "scripts/fetch_model.sh use-lite DIR)");
   return models::UseLiteModel::load(dir);
 }

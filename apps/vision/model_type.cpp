@@ -40,7 +40,7 @@ class VisionEntry final : public models::Model {
     const Prediction p = model_.classify(images.slice(r.image_index, r.image_index + 1)).front();
     models::ModelAttention a;
     a.tokens = att.tokens;
-    a.view.title = "qkv image classifier " + dir_;
+    a.view.title = viz::page_title("image classifier", dir_);
     a.view.subtitle = r.image_path + " #" + std::to_string(r.image_index) + ": " +
                       model_.class_names()[static_cast<std::size_t>(p.label)];
     a.view.groups.push_back({model_.model() == "vit" ? "self-attention" : "vector attention over neighbours",

@@ -12,14 +12,22 @@
 //   - a detail heatmap of the selected layer and head, with token labels and each value in
 //     a tooltip.
 // The data sits in <script type="application/json" id="qkv-attention-data">:
-//   {"title": s, "subtitle": s, "groups": [{"name": s, "query_tokens": [s], "key_tokens": [s],
+//   {"title": s, "subtitle": s, "initial_group": n, "initial_head": n,
+//    "groups": [{"name": s, "text_labels": b, "query_tokens": [s], "key_tokens": [s],
 //     "attention": [layer][head][query][key] numbers (6 significant digits)}]}
 // with '<', '>' and '&' written as \u003c, \u003e, \u0026, so no token can close the element.
+// The page opens on group initial_group, layer 0, with only head initial_head drawn in the
+// head view (every head at once is a tangle of lines; the toggles add the others).
 // Once drawn, the script sets document.body.dataset.rendered = "1" (tests look for it).
+//
+// Layers and heads are numbered from 0, as the CLI's --layer/--head and the JSON number
+// them, and written "layer 1, head 0" everywhere (page, SVG, terminal).
 //
 // Text (titles, names, tokens) is UTF-8; an invalid byte becomes U+FFFD (in the data too).
 // On screen a control character is shown as its control picture (U+2400 + c; "\n" as ␊)
-// and a space in a token as ␣ (GPT-2's " the" and "the" differ); the data keeps them as is.
+// and a space in a token as ␣ (GPT-2's " the" and "the" differ) unless the group's labels
+// are text (text_labels: movie titles), whose spaces are plain; the data keeps them as is.
+// Long labels are cut with "…" and shown whole in a tooltip.
 //
 // Depends on core only (qkv::Tensor, qkv::Error).
 #pragma once
@@ -39,18 +47,30 @@ struct AttentionGroup {
   std::vector<std::string> key_tokens;    // Lk labels (columns)
   std::vector<Tensor> layers;             // per layer: (H, Lq, Lk) probabilities, any strides
                                           // and dtype, H the same in every layer
+  // The labels are text for people (movie titles), not a tokenizer's tokens: spaces are
+  // shown as spaces, not as ␣.
+  bool text_labels = false;
 };
 
 struct AttentionView {
-  std::string title;     // e.g. the model directory
+  std::string title;     // what the model is: page_title(kind, directory)
   std::string subtitle;  // e.g. the input text; may be empty
   std::vector<AttentionGroup> groups;  // at least one
+  // What the page opens on: the group that is the point of the model (a translator's
+  // cross-attention), and the one head drawn in the head view and the detail heatmap.
+  std::size_t initial_group = 0;   // in [0, groups.size())
+  std::int64_t initial_head = 0;   // in [0, H) of that group
 };
+
+// A page's title naming the model: "GPT-2 · sotu-gpt" for kind "GPT-2" and directory
+// "/any/where/models/sotu-gpt/" — the directory's base name, never its whole path (the
+// same directory on another machine gets the same title). An empty directory: the kind.
+std::string page_title(const std::string& kind, const std::string& directory);
 
 // The page described above. Throws qkv::Error naming the group, layer and what is wrong
 // when the view is inconsistent: no groups, a group without layers or tokens, a layer not
-// 3-D, a size that disagrees with the token counts, H differing between layers, H = 0, or
-// a value that is not finite or outside [0, 1].
+// 3-D, a size that disagrees with the token counts, H differing between layers, H = 0, a
+// value that is not finite or outside [0, 1], or initial_group / initial_head out of range.
 std::string render_html(const AttentionView& view);
 
 // An SVG heatmap of group.layers[layer] head `head`: rows = queries, columns = keys, both
@@ -59,10 +79,12 @@ std::string render_html(const AttentionView& view);
 // head is out of range.
 std::string render_svg(const AttentionGroup& group, std::int64_t layer, std::int64_t head);
 
-// Images with where a model looked: one card per image, the picture scaled up with a heat
-// overlay over its patch grid (for a Vision Transformer, the class token's attention
-// rollout), a caption, and a slider for the overlay's opacity; hovering a patch shows its
-// weight. Self-contained like render_html (no network, data in
+// Images with where a model looked: one card per image, the grey picture scaled up
+// (canvas.image) under a transparent heat overlay over its patch grid (canvas.heat; for a
+// Vision Transformer, the class token's attention rollout): each image's values stretched
+// from its smallest to its largest, t in [0, 1], each patch painted in a colour ramp at t
+// with alpha t·opacity, so the patches weighed least leave the picture as it is. A caption,
+// a slider for the overlay's opacity; hovering a patch shows its weight. Self-contained like render_html (no network, data in
 // <script type="application/json" id="qkv-image-data">: {"title", "subtitle", "images":
 // [{"caption", "height", "width", "pixels": [H·W grey 0-255], "grid_h", "grid_w",
 // "heat": [grid_h·grid_w]} or, for a point model, {..., "points": [P·2], "point_heat": [P],

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "qkv/error.h"
@@ -233,5 +234,16 @@ std::string self_contained_page(std::string_view title, std::string_view title_s
 }  // namespace detail
 
 void write_file(const std::string& path, const std::string& text) { qkv::write_file(path, text); }
+
+std::string page_title(const std::string& kind, const std::string& directory) {
+  if (directory.empty()) return kind;
+  // "models/x/", "." and "a/.." name a directory too: their base name is the last
+  // component of the absolute, normalised path.
+  std::filesystem::path p = std::filesystem::absolute(directory).lexically_normal();
+  if (!p.has_filename() && p.has_parent_path()) p = p.parent_path();  // "x/" -> "x"
+  std::string base = p.filename().string();
+  if (base.empty()) base = p.string();  // the root directory
+  return kind + " \xC2\xB7 " + base;  // U+00B7 middle dot
+}
 
 }  // namespace qkv::viz

@@ -19,6 +19,7 @@ body { margin: 0; font: 14px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, s
 header { padding: 14px 20px 8px; }
 h1 { font-size: 20px; margin: 0; }
 .sub { color: #555; margin: 4px 0 0; }
+h1, .sub { overflow-wrap: anywhere; }  /* a long unbroken input must not widen the page */
 #qkv-controls { display: flex; flex-wrap: wrap; gap: 8px 18px; align-items: center;
                 padding: 8px 20px; background: #fff; border-top: 1px solid #e2e2e2;
                 border-bottom: 1px solid #e2e2e2; position: sticky; top: 0; z-index: 1; }
@@ -125,14 +126,16 @@ constexpr const char* kScript = R"JS(
               Math.round(a[2] + f * (b[2] - a[2]))];
     }
     function rgb(c) { return "rgb(" + c[0] + "," + c[1] + "," + c[2] + ")"; }
-    // A token as shown: control characters as their control pictures, spaces as "\u2423"
-    // (GPT-2's " the" is a different token from "the"), "" as the empty set, at most `max`
-    // code points.
+    // A label as shown: control characters as their control pictures, spaces of a token
+    // as "\u2423" (GPT-2's " the" is a different token from "the"; a group whose labels
+    // are text, such as movie titles, keeps its spaces), "" as the empty set, at most
+    // `max` code points.
     function show(token, max) {
       var s = String(token).replace(/[\u0000-\u001f\u007f]/g, function (c) {
         var k = c.charCodeAt(0);
         return String.fromCharCode(k === 127 ? 0x2421 : 0x2400 + k);
-      }).replace(/ /g, "\u2423");
+      });
+      if (!group().text_labels) s = s.replace(/ /g, "\u2423");
       if (s === "") s = "\u2205";
       var cps = Array.from(s);
       if (max && cps.length > max) s = cps.slice(0, max - 1).join("") + "\u2026";
@@ -170,7 +173,8 @@ constexpr const char* kScript = R"JS(
       ctx.putImageData(img, 0, 0);
     }
 
-    var state = { group: 0, layer: 0, head: 0, active: [] };
+    // The page opens on the view's initial group and head, that head alone in the head view.
+    var state = { group: 0, layer: 0, head: data.initial_head || 0, active: [] };
     function group() { return data.groups[state.group]; }
     function heads() { return group().attention[0].length; }
     function probs(l, h) { return group().attention[l][h]; }  // [query][key]
@@ -191,7 +195,7 @@ constexpr const char* kScript = R"JS(
       var L = group().attention.length, H = heads();
       state.layer = Math.min(state.layer, L - 1);
       state.head = Math.min(state.head, H - 1);
-      state.active = allHeads();
+      state.active = [state.head];  // one head: every head at once is a tangle of lines
       groupSel.value = String(k);
       layerSel.length = 0;
       for (var l = 0; l < L; ++l) layerSel.add(new Option(String(l), String(l)));
@@ -371,7 +375,7 @@ constexpr const char* kScript = R"JS(
       });
     }
 
-    selectGroup(0);
+    selectGroup(data.initial_group || 0);
     body.dataset.rendered = "1";
   } catch (e) {
     var box = el("qkv-error");
@@ -402,18 +406,30 @@ std::string render_html(const AttentionView& view) {
         view.groups[k], "render_html: " + detail::group_label(view.groups[k], k)));
     for (const auto& p : checked.back().probs) numbers += p.size();
   }
+  QKV_CHECK(view.initial_group < view.groups.size(),
+            "render_html: initial_group is " << view.initial_group << ", but the view has "
+                                             << view.groups.size() << " groups (0-"
+                                             << view.groups.size() - 1 << ")");
+  const std::int64_t heads = checked[view.initial_group].heads;
+  QKV_CHECK(view.initial_head >= 0 && view.initial_head < heads,
+            "render_html: initial_head is " << view.initial_head << ", but "
+                << detail::group_label(view.groups[view.initial_group], view.initial_group)
+                << " (initial_group) has " << heads << " heads (0-" << heads - 1 << ")");
 
-  // The data: {"title", "subtitle", "groups": [{"name", "query_tokens", "key_tokens",
-  // "attention": [layer][head][query][key]}]}.
+  // The data: {"title", "subtitle", "initial_group", "initial_head", "groups": [{"name",
+  // "text_labels", "query_tokens", "key_tokens", "attention": [layer][head][query][key]}]}.
   std::string data;
   data.reserve(numbers * 10 + 4096);
   data += "{\"title\":" + detail::json_string(view.title) +
-          ",\"subtitle\":" + detail::json_string(view.subtitle) + ",\"groups\":[";
+          ",\"subtitle\":" + detail::json_string(view.subtitle) +
+          ",\"initial_group\":" + std::to_string(view.initial_group) +
+          ",\"initial_head\":" + std::to_string(view.initial_head) + ",\"groups\":[";
   for (std::size_t k = 0; k < view.groups.size(); ++k) {
     const AttentionGroup& group = view.groups[k];
     const detail::CheckedGroup& c = checked[k];
     if (k) data += ',';
-    data += "{\"name\":" + detail::json_string(group.name) + ",\"query_tokens\":";
+    data += "{\"name\":" + detail::json_string(group.name) +
+            ",\"text_labels\":" + (group.text_labels ? "true" : "false") + ",\"query_tokens\":";
     append_tokens(data, group.query_tokens);
     data += ",\"key_tokens\":";
     append_tokens(data, group.key_tokens);

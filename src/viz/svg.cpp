@@ -39,11 +39,12 @@ std::string num(double v, const char* format = "%.1f") {
 }
 
 // A token as a label: spaces as U+2423 "␣", as the page shows them (GPT-2's " the" and
-// "the" are different tokens, and a lone space would be invisible).
-std::string label(const std::string& token) {
+// "the" are different tokens, and a lone space would be invisible); the labels of a group
+// whose labels are text (movie titles) keep their spaces.
+std::string label(const std::string& token, bool text) {
   std::string shown;
   for (const char c : detail::display_text(token)) {
-    if (c == ' ') shown += "\xE2\x90\xA3";
+    if (c == ' ' && !text) shown += "\xE2\x90\xA3";
     else shown += c;
   }
   return detail::truncate_points(shown, kMaxLabelPoints);
@@ -67,8 +68,8 @@ std::string render_svg(const AttentionGroup& group, std::int64_t layer, std::int
     for (std::int64_t j = 0; j < Lk; ++j) top = std::max(top, g.at(n, head, i, j));
 
   std::vector<std::string> rows, cols;
-  for (const auto& t : group.query_tokens) rows.push_back(label(t));
-  for (const auto& t : group.key_tokens) cols.push_back(label(t));
+  for (const auto& t : group.query_tokens) rows.push_back(label(t, group.text_labels));
+  for (const auto& t : group.key_tokens) cols.push_back(label(t, group.text_labels));
 
   const double cell = std::clamp(std::round(480.0 / double(std::max(Lq, Lk))), 6.0, 28.0);
   const double font = std::clamp(cell - 2, 7.0, 12.0);

@@ -49,13 +49,13 @@ test_bert() {
   expect_in out "\[CLS\]/2 the/5 cat/6 sat/7 \[SEP\]/3" "run prints token/id pairs"
   expect_in out "last_hidden_state \(1, 5, 32\): mean" "run summarises the hidden states"
   expect_in out "pooler_output \(1, 32\)" "run summarises the pooler output"
-  expect_in out "attention, layer 1 of 2, head 0 of 4" "run defaults to the last layer, head 0"
+  expect_in out "attention, layer 1, head 0 \(layers 0-1, heads 0-3" "run defaults to the last layer, head 0"
   expect_in out "^ +2 cat +│.*│ → " "heatmap row labelled with its token"
 
   run run --model "$m" --text "the cat" --pair "a dog plays" --layer 0 --head 3 \
     --output "$TMP/o.safetensors"
   expect_status 0 "run --pair --output"
-  expect_in out "attention, layer 0 of 2, head 3 of 4" "run --layer 0 --head 3"
+  expect_in out "attention, layer 0, head 3 \(layers 0-1, heads 0-3" "run --layer 0 --head 3"
   expect_in out "a/10ᴮ dog/11ᴮ play/12ᴮ ##s/19ᴮ \[SEP\]/3ᴮ" "segment B marked"
   expect_in out "wrote .*o.safetensors" "run --output reports the file"
   if "$PYTHON" - "$TMP/o.safetensors" <<'EOF'; then pass; else fail "--output contents"; fi

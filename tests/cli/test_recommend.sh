@@ -268,8 +268,8 @@ run recommend --model "$SR" --user 3 --show --top 3
 expect_status 0 "sasrec --show"
 expect_in out "^top 3 for user 3 \(sasrec" "--show: the recommendations first"
 expect_in out "attends over the last [0-9]+ movies of the history" "--show: the heading"
-expect_in out "^block 0, head 0: the 3 movies with the most weight" "--show: block 0"
-expect_in out "^block 1, head 0: " "--show: block 1"
+expect_in out "^layer 0, head 0: the 3 movies with the most weight" "--show: layer 0"
+expect_in out "^layer 1, head 0: " "--show: layer 1"
 expect_in out "[█·]{20}  #[0-9]+ " "--show draws bars"
 run recommend --model "$SR" --user 40 --show
 expect_status 0 "sasrec --show, a history longer than max_len"
@@ -416,7 +416,7 @@ PY
 then pass; else fail "run sasrec --json: $(head -c 300 "$TMP/out")"; fi
 run run --model "$SR" --user 1 --html "$TMP/run-sasrec.html"
 expect_status 0 "run sasrec --html"
-expect_in out "SASRec self-attention over user 1's history, layer 1 of 2" "run sasrec: the heatmap"
+expect_in out "SASRec self-attention over user 1's history, layer 1, head 0 \(layers 0-1, head 0 only; rows: queries" "run sasrec: the heatmap"
 fails "has no attention to show" run --model "$MF" --user 1
 fails "unknown user 999999" run --model "$SR" --user 999999
 usage_fails "--user" run --model "$SR"

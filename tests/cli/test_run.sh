@@ -104,7 +104,7 @@ expect_in err "'elephant' is not a token of the input; its tokens: 'The' 'Ġanim
 run run --model "$GPT" --text "the cat sat" --html "$TMP/gpt.html"
 expect_status 0 "run gpt2 --html"
 expect_in out "^tokens \(4\):" "the tokens (the Ġcat Ġs at)"
-expect_in out "causal self-attention, layer 3 of 4, head 0 of 4" "the last layer's heatmap"
+expect_in out "causal self-attention, layer 3, head 0 \(layers 0-3, heads 0-3" "the last layer's heatmap"
 expect_in out "wrote .*gpt.html" "says it wrote the page"
 if grep -q 'id="qkv-attention-data"' "$TMP/gpt.html"; then pass; else fail "--html: no attention data in the page"; fi
 
@@ -135,7 +135,7 @@ PY
 run run --model "$ROOT/models/fashion-vit" --image "$TMP/shoe.pgm" --token r3c3 --top 3
 expect_status 0 "run fashion-vit --image --token"
 expect_in out "^self-attention: the keys 'r3c3' \(query 25\)" "a patch is a token"
-expect_in out "^  layer 5 head 3:" "six blocks of four heads"
+expect_in out "^  layer 5, head 3:" "six blocks of four heads"
 run run --model "$ROOT/models/fashion-vit" --image "$TMP/shoe.pgm" --json
 expect_status 0 "run fashion-vit --json"
 json_check "the ViT: [CLS] and 49 patches, rows distributions" '

@@ -96,7 +96,7 @@ expect_status 0 "run (use_lite)"
 expect_in out "Universal Sentence Encoder lite: 2 layers" "run names the model"
 expect_in out "▁cat/1163" "run lists the SentencePiece tokens"
 expect_in out "^embedding \(1, 512\)" "run shows the embedding"
-expect_in out "attention, layer 1 of 2, head 0 of 4" "run shows the last layer's attention"
+expect_in out "attention, layer 1, head 0 \(layers 0-1, heads 0-3" "run shows the last layer's attention"
 grep -q "Universal Sentence Encoder lite" "$TMP/a.html" && pass || fail "the attention page"
 [[ -s "$TMP/o.safetensors" ]] && pass || fail "run --output"
 expect_usage_error "--pair" run --model "$MODEL" --text a --pair b

@@ -218,7 +218,7 @@ def check_against_torch(tmp_path, directory):
     r = run_qkv("run", "--model", directory, "--text", "The cat sat on the mat.",
                 "--pair", "a dog plays", "--layer", "0", "--head", "1", "--output", out)
     assert r.returncode == 0, r.stderr
-    assert "attention, layer 0 of 2, head 1 of 4" in r.stdout
+    assert "attention, layer 0, head 1 (layers 0-1, heads 0-3; rows: queries, columns: keys)" in r.stdout
     got = read_safetensors(out)
     ids = [int(v) for v in got["input_ids"][0]]
     types = [int(v) for v in got["token_type_ids"][0]]

@@ -132,6 +132,48 @@ TEST(VizHtml, EmbeddedDataEqualsTheInputs) {
   EXPECT_LT(worst, 1e-5);  // what the browser test relies on
 }
 
+TEST(VizHtml, InitialGroupHeadAndTextLabelsEmbedded) {
+  AttentionView view = sample_view();
+  json data = json::parse(data_text(render_html(view)));
+  EXPECT_EQ(data.at("initial_group").get<int>(), 0);  // the defaults
+  EXPECT_EQ(data.at("initial_head").get<int>(), 0);
+  EXPECT_FALSE(data["groups"][0].at("text_labels").get<bool>());
+  view.initial_group = 1;
+  view.initial_head = 1;
+  view.groups[1].text_labels = true;
+  data = json::parse(data_text(render_html(view)));
+  EXPECT_EQ(data.at("initial_group").get<int>(), 1);
+  EXPECT_EQ(data.at("initial_head").get<int>(), 1);
+  EXPECT_FALSE(data["groups"][0].at("text_labels").get<bool>());
+  EXPECT_TRUE(data["groups"][1].at("text_labels").get<bool>());
+}
+
+TEST(VizHtml, InitialGroupAndHeadOutOfRangeAreNamed) {
+  AttentionView v = sample_view();  // group 0: 3 heads, group 1: 2 heads
+  v.initial_group = 2;
+  expect_error([&] { render_html(v); }, {"render_html: initial_group is 2", "2 groups (0-1)"});
+  v.initial_group = 1;
+  v.initial_head = 2;  // head 2 exists in group 0, not in group 1
+  expect_error([&] { render_html(v); },
+               {"initial_head is 2", "group 1 ('cross-attention') (initial_group) has 2 heads (0-1)"});
+  v.initial_head = -1;
+  expect_error([&] { render_html(v); }, {"initial_head is -1"});
+  v.initial_group = 0;
+  v.initial_head = 2;
+  EXPECT_NO_THROW(render_html(v));
+}
+
+TEST(VizTitle, NamesTheKindAndTheDirectoryBaseName) {
+  EXPECT_EQ(page_title("GPT-2", "/any/where/models/sotu-gpt"), "GPT-2 \xC2\xB7 sotu-gpt");
+  EXPECT_EQ(page_title("GPT-2", "models/sotu-gpt/"), "GPT-2 \xC2\xB7 sotu-gpt");
+  EXPECT_EQ(page_title("BERT", "a/bert-dir/../bert-dir//"), "BERT \xC2\xB7 bert-dir");
+  EXPECT_EQ(page_title("date translator", ""), "date translator");
+  // "." names the working directory: its base name, never "." or a path.
+  const std::string here = page_title("BERT", ".");
+  EXPECT_EQ(here, "BERT \xC2\xB7 " + std::filesystem::current_path().filename().string());
+  EXPECT_EQ(here.find('/'), std::string::npos) << here;
+}
+
 TEST(VizHtml, TokensAreEscapedForHtmlAndScript) {
   const std::vector<std::string> tricky = {"</script><b>&\"'", "<!--", "年", "a\nb\tc", "]]>",
                                            "</SCRIPT >", "\\u003c", "x"};
@@ -287,6 +329,18 @@ TEST(VizSvg, WellFormedWithEscapedLabelsAndATitle) {
   std::snprintf(want, sizeof want, "%.6g</title>", static_cast<double>(p));
   EXPECT_NE(svg.find(want), std::string::npos) << want;
   EXPECT_NE(svg.find("url(#scale)"), std::string::npos);  // the colour scale
+}
+
+TEST(VizSvg, TextLabelsKeepTheirSpaces) {
+  AttentionGroup g;
+  g.name = "history";
+  g.query_tokens = g.key_tokens = {"Toy Story (1995)", "Heat (1995)"};
+  g.layers.push_back(random_probs(1, 2, 2, 3));
+  EXPECT_NE(render_svg(g, 0, 0).find("Toy\xE2\x90\xA3Story"), std::string::npos);  // tokens: ␣
+  g.text_labels = true;
+  const std::string svg = render_svg(g, 0, 0);
+  EXPECT_NE(svg.find(">Toy Story (1995)<"), std::string::npos);
+  EXPECT_EQ(svg.find("\xE2\x90\xA3"), std::string::npos);
 }
 
 TEST(VizSvg, LayerAndHeadOutOfRange) {

@@ -12,3 +12,8 @@ add_test(NAME viz.cli_html
 add_test(NAME viz.browser
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_browser.sh $<TARGET_FILE:qkv_cli>)
 set_tests_properties(viz.unit_tests viz.cli_html viz.browser PROPERTIES TIMEOUT 300 LABELS viz)
+# What each command's page shows when it opens (title, group, one head, colours, no "␣"
+# in movie titles, no horizontal scrolling), read from Chromium's DOM.
+add_test(NAME viz.pages
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_pages.sh $<TARGET_FILE:qkv_cli>)
+set_tests_properties(viz.pages PROPERTIES TIMEOUT 120 LABELS viz)

@@ -117,7 +117,7 @@ int run_generate(const GenerateOptions& options, std::ostream& out) {
     model.forward_full(all, &group.layers);  // n_layer × (1, H, L, L)
     for (Tensor& a : group.layers) a = a.select(0, 0);  // (H, L, L)
     qkv::viz::AttentionView view;
-    view.title = "GPT-2 " + options.model;
+    view.title = qkv::viz::page_title("GPT-2", options.model);
     view.subtitle = "prompt (" + std::to_string(prompt_ids.size()) + " tokens) + " +
                     std::to_string(ids.size()) + " generated: " + bpe->decode(all);
     view.groups.push_back(std::move(group));

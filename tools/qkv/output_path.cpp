@@ -21,9 +21,9 @@ namespace {
 
 // How a message names an input: "--images 'x.png'", or "config.json of --model 'DIR'".
 std::string describe(const InputFile& in) {
-  if (in.dir.empty()) return in.option + " " + quote_value(in.path);
+  if (in.dir.empty()) return in.option + " " + quote_path(in.path);
   const std::string name = in.path.size() > in.dir.size() + 1 ? in.path.substr(in.dir.size() + 1) : in.path;
-  return quote_value(name) + " of " + in.option + " " + quote_value(in.dir);
+  return quote_path(name) + " of " + in.option + " " + quote_path(in.dir);
 }
 
 // The input `path` is (the same device and inode, symlinks followed: also a hard link), or
@@ -72,15 +72,15 @@ void check_output_path(const std::string& option, const std::string& path, const
   struct stat st{};
   const bool existed = ::stat(path.c_str(), &st) == 0;
   if (existed && S_ISDIR(st.st_mode))
-    throw Error(option + " " + quote_value(path) + ": is a directory, not a file");
+    throw Error(option + " " + quote_path(path) + ": is a directory, not a file");
   if (const InputFile* in = same_file_as(path, inputs))
-    throw Error(option + " " + quote_value(path) + " is the same file as " + describe(*in) +
+    throw Error(option + " " + quote_path(path) + " is the same file as " + describe(*in) +
                 ": an output never overwrites an input; name another file");
   // O_NONBLOCK: a FIFO without a reader is refused (ENXIO) instead of waited for.
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0666);
   if (fd < 0) {
     const int e = errno;
-    throw Error(option + " " + quote_value(path) + ": cannot write: " + std::strerror(e));
+    throw Error(option + " " + quote_path(path) + ": cannot write: " + std::strerror(e));
   }
   ::close(fd);
   if (!existed) ::unlink(path.c_str());
@@ -92,7 +92,7 @@ void check_output_dir(const std::string& option, const std::string& dir,
   const std::string prefix = dir.back() == '/' ? dir : dir + "/";
   for (const std::string& name : names)
     if (const InputFile* in = same_file_as(prefix + name, inputs))
-      throw Error(option + " " + quote_value(dir) + ": the " + name +
+      throw Error(option + " " + quote_path(dir) + ": the " + name +
                   " written there would overwrite " + describe(*in) +
                   " (the same file): an output never overwrites an input; name another --out");
 }

@@ -55,6 +55,20 @@ std::string quote_value(std::string_view text, std::size_t max_chars) {
   return "'" + body + (cut ? format("…' (%zu bytes)", text.size()) : "'");
 }
 
+std::string quote_path(std::string_view path) { return quote_value(path, path.size()); }
+
+std::string layer_head_words(std::int64_t layer, std::int64_t layers, std::int64_t head, std::int64_t heads,
+                             std::string_view note) {
+  const auto range = [](const char* one, const char* many, std::int64_t n) {
+    return n == 1 ? format("%s 0 only", one) : format("%s 0-%lld", many, static_cast<long long>(n - 1));
+  };
+  std::string s = format("layer %lld, ", static_cast<long long>(layer)) +
+                  (head < 0 ? std::string("mean of the heads") : format("head %lld", static_cast<long long>(head))) +
+                  " (" + range("layer", "layers", layers) + ", " + range("head", "heads", heads);
+  if (!note.empty()) s += "; " + std::string(note);
+  return s + ")";
+}
+
 void warn_unused_tensors(const std::vector<std::string>& names, std::string_view directory,
                          std::string_view model) {
   if (names.empty()) return;
@@ -62,7 +76,7 @@ void warn_unused_tensors(const std::vector<std::string>& names, std::string_view
   for (std::size_t i = 0; i < names.size() && i < 10; ++i) shown += (i ? ", " : "") + names[i];
   if (names.size() > 10) shown += format(", ... (%zu in all)", names.size());
   std::cerr << printable(format("qkv: warning: %zu tensor(s) of the checkpoint in ", names.size()) +
-                         quote_value(directory) + " are not used by " + std::string(model) +
+                         quote_path(directory) + " are not used by " + std::string(model) +
                          " and were ignored: " + shown +
                          ". Check that config.json and the weights belong together.")
             << "\n";

@@ -89,6 +89,15 @@ std::string english_list(const std::vector<std::string>& names);
 // quotes, backslashes and bytes that are not UTF-8 written \xNN, so that a hostile value can
 // neither flood the terminal nor drive it with escape sequences.
 std::string quote_value(std::string_view text, std::size_t max_chars = 60);
+// A file or directory name as messages quote it: as quote_value, but whole (a path cut
+// short hides which file is meant; the system bounds its length).
+std::string quote_path(std::string_view path);
+
+// How layers and heads are written everywhere (0-based, as --layer/--head and the JSON
+// number them): "layer 1, head 0 (layers 0-1, heads 0-3)", `note` appended inside the
+// parentheses after "; ". head < 0: "mean of the heads" instead of "head N".
+std::string layer_head_words(std::int64_t layer, std::int64_t layers, std::int64_t head, std::int64_t heads,
+                             std::string_view note = {});
 
 // A message as the tool prints it: control characters and bytes that are not UTF-8 as
 // \xNN (file names and values inside it come from the user), at most max_chars characters.

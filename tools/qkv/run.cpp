@@ -59,6 +59,9 @@ std::string stats_line(const Stats& s) {
   return format("mean %+.4f  std %.4f  min %+.4f  max %+.4f", s.mean, s.std, s.min, s.max);
 }
 
+// What a terminal heatmap's rows and columns are, after its layer and head.
+constexpr const char* kRowsAreQueries = "rows: queries, columns: keys";
+
 // One head of (1, H, L, L) probabilities as a Matrix (rows = queries, columns = keys).
 Matrix head_matrix(const Tensor& probs, std::int64_t head) {
   const std::int64_t L = probs.size(2);
@@ -111,7 +114,7 @@ void write_html(const RunOptions& o, const std::string& title, const std::vector
   group.key_tokens = tokens;
   group.layers = layers;
   viz::AttentionView view;
-  view.title = title + " " + o.model;
+  view.title = viz::page_title(title, o.model);
   view.subtitle = o.pair.empty() ? o.text : o.text + "  ‖  " + o.pair;
   view.groups.push_back(std::move(group));
   viz::write_file(o.html, viz::render_html(view));
@@ -157,8 +160,8 @@ int run_use_lite(const RunOptions& o, std::ostream& out) {
   out << "embedding " << e.shape_string() << ": " << stats_line(stats(e.data_as<float>(), e.numel()))
       << "\n   [" << first << " …] (unit length: cosine similarity is a dot product)\n";
 
-  out << "\nattention, layer " << layer << " of " << layers << ", head " << o.head << " of "
-      << c.num_attention_heads << " (rows: queries, columns: keys):\n";
+  out << "\nattention, " << layer_head_words(layer, layers, o.head, c.num_attention_heads, kRowsAreQueries)
+      << ":\n";
   print_attention_heatmap(out, head_matrix(attentions[static_cast<std::size_t>(layer)].unsqueeze(0), o.head),
                           tokens, tokens);
   if (!o.output.empty()) {
@@ -260,7 +263,7 @@ int show_token(const RunOptions& o, const models::Model& model, const models::Mo
         nlohmann::ordered_json jh;
         jh["head"] = h;
         jh["keys"] = nlohmann::ordered_json::array();
-        std::string line = format("  layer %zu head %lld:", l, static_cast<long long>(h));
+        std::string line = format("  layer %zu, head %lld:", l, static_cast<long long>(h));
         for (const Key& k : keys) {
           const std::string& t = g.key_tokens[static_cast<std::size_t>(k.position)];
           jh["keys"].push_back({{"position", k.position}, {"token", t}, {"weight", k.weight}});
@@ -324,8 +327,7 @@ void show_heatmap(const RunOptions& o, const models::Model& model, const models:
     return;
   }
   const Tensor& p = g.layers[static_cast<std::size_t>(layer)];  // (H, Lq, Lk)
-  out << "\n" << g.name << ", layer " << layer << " of " << layers << ", head " << o.head << " of " << p.size(0)
-      << " (rows: queries, columns: keys):\n";
+  out << "\n" << g.name << ", " << layer_head_words(layer, layers, o.head, p.size(0), kRowsAreQueries) << ":\n";
   print_attention_heatmap(out, head_matrix(p.unsqueeze(0), o.head), g.query_tokens, g.key_tokens);
 }
 
@@ -334,7 +336,7 @@ int run_registered(const RunOptions& o, std::ostream& out) {
   const models::AttentionInput input = model->attention_input();
   const std::string type = model->model_type();
   if (input == models::AttentionInput::none)
-    throw Error("model directory " + quote_value(o.model) + " (" + type + ", " + model->description() +
+    throw Error("model directory " + quote_path(o.model) + " (" + type + ", " + model->description() +
                 ") has no attention to show");
   const auto refuse = [&](bool given, const char* option, const char* what) {
     if (given)
@@ -385,7 +387,7 @@ int run_run(const RunOptions& o, std::ostream& out) {
   if (!o.output.empty()) check_output_path("--output", o.output, inputs);
   if (!o.html.empty()) check_output_path("--html", o.html, inputs);
   QKV_CHECK(fs::is_directory(o.model, ec),
-            "model directory " << quote_value(o.model) << " does not exist");
+            "model directory " << quote_path(o.model) << " does not exist");
   const std::string type = models::model_type_of(o.model);  // refuses unknown types, listing the known
   const bool detailed = (type == "bert" || type == "use_lite") && !o.json && o.token.empty();
   if (!detailed) return run_registered(o, out);
@@ -449,8 +451,8 @@ int run_run(const RunOptions& o, std::ostream& out) {
   else
     out << "pooler_output: none (the checkpoint has no pooler)\n";
 
-  out << "\nattention, layer " << layer << " of " << c.num_hidden_layers << ", head " << o.head
-      << " of " << c.num_attention_heads << " (rows: queries, columns: keys):\n";
+  out << "\nattention, "
+      << layer_head_words(layer, c.num_hidden_layers, o.head, c.num_attention_heads, kRowsAreQueries) << ":\n";
   print_attention_heatmap(out, head_matrix(result.attentions[static_cast<std::size_t>(layer)], o.head),
                           enc.tokens, enc.tokens);
 

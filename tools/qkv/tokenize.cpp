@@ -46,7 +46,7 @@ int run_tokenize(const TokenizeOptions& o, std::ostream& out) {
   namespace fs = std::filesystem;
   std::error_code ec;
   QKV_CHECK(fs::is_directory(o.model, ec),
-            "model directory " << quote_value(o.model) << " does not exist");
+            "model directory " << quote_path(o.model) << " does not exist");
   const Tokenizer tokenizer = Tokenizer::load(o.model);
   if (!o.has_file) {
     try {
