@@ -175,7 +175,7 @@ test_explain() {
   expect_status 0 "explain"
   cp "$TMP/out" "$TMP/explain1"
   for section in "1\. Embeddings" "2\. Raw self-attention" "3\. Queries, keys and values" \
-                 "4\. Multi-head attention" "5\. Causal attention"; do
+                 "4\. Multi-head attention" "5\. Causal attention" "6\. The rest of the layer"; do
     expect_in out "^$section" "explain prints section '$section'"
   done
   expect_in out 'Text "the cat sat": 3 tokens' "explain's default text"
@@ -183,6 +183,13 @@ test_explain() {
   expect_in out "scaled_dot_product_attention" "explain uses qkv::scaled_dot_product_attention"
   expect_in out "All [0-9]+ library results match" "explain's library checks pass"
   expect_not_in out "MISMATCH" "explain's library checks pass"
+  # After attention: each step checked against its nn module, and the whole layer.
+  for module in "nn::LayerNorm gives the same rows" "nn::FeedForward gives the same rows" \
+                "nn::LayerNorm gives the same output" "nn::TransformerEncoderLayer\(X\) gives the same Y"; do
+    expect_in out "✓ qkv::$module" "explain checks qkv::$module"
+  done
+  expect_in out "post-LN" "explain names post-LN"
+  expect_in out "pre-LN" "explain names pre-LN"
   check_row_sums 15 1.000 "explain (3 tokens, 5 weight matrices)"
   # Causal: the first row of the causal weights is 1 0 0.
   expect_in out "^ +the +1\.000 +0\.000 +0\.000 +1\.000 " "explain's causal first row is (1, 0, 0)"
