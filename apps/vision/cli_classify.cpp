@@ -10,7 +10,11 @@
 //                 ViT's class-token attention rollout over its patches as a heat overlay; a
 //                 point model's points, coloured by the attention they receive in its last
 //                 block, and (on hover) a point's neighbours weighted by its attention
+//   --show-images 3,17,42   the page shows these images (0-based indices into --images)
+//   --misclassified         the page shows the images the model got wrong (needs --labels),
+//                           the first --html-images of them
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -51,9 +55,27 @@ void print_summary(std::ostream& out, const vision::Classifier& c, const vision:
   }
 }
 
+// The images the --html page shows, by index into `images`: those --show-images names,
+// the first --html-images the model got wrong (--misclassified), or the first
+// --html-images. Empty only when --misclassified finds every image right.
+std::vector<std::int64_t> page_images(const ClassifyOptions& o, const vision::ClassifyQueryOptions& q,
+                                      const vision::Images& images,
+                                      const std::vector<vision::Prediction>& predictions) {
+  std::vector<std::int64_t> chosen;
+  if (!q.shown.empty()) return q.shown;  // checked against the file before the forward
+  for (std::int64_t i = 0; i < images.count && static_cast<std::int64_t>(chosen.size()) < o.html_images; ++i)
+    if (!q.misclassified || predictions[static_cast<std::size_t>(i)].label != images.labels[static_cast<std::size_t>(i)])
+      chosen.push_back(i);
+  return chosen;
+}
+
 }  // namespace
 
 int run_classify(const ClassifyOptions& o, const vision::ClassifyQueryOptions& q, std::ostream& out) {
+  if (o.html.empty() && (!q.shown.empty() || q.misclassified))
+    throw UsageError(q.misclassified ? "--misclassified" : "--show-images", "picks the images of the --html page: give --html too");
+  if (q.misclassified && o.labels.empty())
+    throw UsageError("--misclassified", "needs --labels (the images' true classes say which the model got wrong)");
   if (!o.html.empty()) {  // before the work that fills it
     Inputs inputs;
     add_directory_inputs(inputs, "--model", o.model);
@@ -65,26 +87,55 @@ int run_classify(const ClassifyOptions& o, const vision::ClassifyQueryOptions& q
   const std::int64_t side = c.image_size();
   vision::Images images = vision::read_images(o.images, side, side);
   if (!o.labels.empty()) vision::read_labels(o.labels, images, static_cast<int>(c.classes()));
+  for (const std::int64_t i : q.shown)  // before the forward: a typo costs no time
+    if (i >= images.count)
+      throw UsageError("--show-images", format("image %lld is outside [0, %lld): ", static_cast<long long>(i),
+                                               static_cast<long long>(images.count)) +
+                                            printable(o.images) + format(" holds %lld image%s", static_cast<long long>(images.count),
+                                                                         images.count == 1 ? "" : "s"));
   const std::vector<vision::Prediction> predictions = c.classify(images, q.batch, q.tta);
 
-  if (!o.html.empty()) {
+  const std::vector<std::int64_t> chosen =
+      o.html.empty() ? std::vector<std::int64_t>{} : page_images(o, q, images, predictions);
+  if (!o.html.empty() && chosen.empty()) {
+    (o.json ? std::cerr : out) << format("no page written: the model got all %lld images right (--misclassified)\n",
+                                         static_cast<long long>(images.count));
+  } else if (!o.html.empty()) {
     const bool vit = c.model() == "vit";
     viz::ImageAttentionView view;
-    view.title = "qkv classify — " + o.model;
-    const std::int64_t shown = std::min<std::int64_t>(images.count, o.html_images);
-    view.subtitle = format("%lld of %lld images of ", static_cast<long long>(shown),
-                           static_cast<long long>(images.count)) +
-                    o.images +
-                    (vit ? "; orange: the class token's attention rollout over the " + std::to_string(c.network().vit.grid()) +
-                               "x" + std::to_string(c.network().vit.grid()) + " patches"
-                         : "; the " + std::to_string(c.network().point.points) +
-                               " points the model read, orange by the attention they receive in its last block");
-    for (std::int64_t i = 0; i < shown; ++i) {
+    view.title = viz::page_title(vit ? "Vision Transformer" : "Point Transformer", o.model);
+    const auto count = [](std::int64_t n) { return static_cast<long long>(n); };
+    const std::string file = std::filesystem::path(o.images).filename().string();
+    std::string which;
+    if (!q.shown.empty()) {
+      which = format("%lld of the %lld images in ", count(static_cast<std::int64_t>(chosen.size())), count(images.count)) +
+              file + ", as --show-images chose them";
+    } else if (q.misclassified) {
+      std::int64_t wrong = 0;
+      for (std::int64_t i = 0; i < images.count; ++i)
+        wrong += predictions[static_cast<std::size_t>(i)].label != images.labels[static_cast<std::size_t>(i)];
+      which = format("the first %lld of the %lld images in ", count(static_cast<std::int64_t>(chosen.size())),
+                     count(wrong)) +
+              file + format(" the model got wrong (of %lld)", count(images.count));
+    } else {
+      which = format("the first %lld of the %lld images in ", count(static_cast<std::int64_t>(chosen.size())),
+                     count(images.count)) +
+              file;
+    }
+    view.subtitle =
+        which + (vit ? ". Over each, the class token's attention rollout over its " +
+                           std::to_string(c.network().vit.grid()) + "x" + std::to_string(c.network().vit.grid()) +
+                           " patches: the more weight, the warmer and more opaque the patch"
+                     : ". Over each, the " + std::to_string(c.network().point.points) +
+                           " points the model read, coloured by the attention they receive in its last block");
+    for (const std::int64_t i : chosen) {
       const vision::Prediction& p = predictions[static_cast<std::size_t>(i)];
       viz::ImageAttention im;
-      im.caption = format("#%lld %s %.3f", static_cast<long long>(i), class_name(c, p.label).c_str(), p.score) +
-                   (images.labels.empty() ? std::string()
-                                          : " (label: " + class_name(c, images.labels[static_cast<std::size_t>(i)]) + ")");
+      im.caption = format("#%lld %s %.3f", static_cast<long long>(i), class_name(c, p.label).c_str(), p.score);
+      if (!images.labels.empty()) {
+        const std::int64_t truth = images.labels[static_cast<std::size_t>(i)];
+        im.caption += truth == p.label ? " (right)" : " (wrong: it is " + class_name(c, truth) + ")";
+      }
       im.height = images.height;
       im.width = images.width;
       im.pixels.assign(images.pixels.begin() + i * images.height * images.width,

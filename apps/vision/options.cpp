@@ -1,6 +1,10 @@
 // The image classifiers' training options, declared once for the CLI and Python: one set
 // per model (vit, point), each with only its own options.
+#include <algorithm>
+#include <charconv>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "vision/vision.h"
 
@@ -41,6 +45,34 @@ void declare_common(options::OptionSet<T>& s) {
                                              "' needs the Fashion-MNIST directory (scripts/fetch_data.sh "
                                              "fashion-mnist DIR writes it)");
   });
+}
+
+// "3,17,42" -> {3, 17, 42}: what --show-images names, in its order (spaces allowed around
+// the commas). Whether each index is inside the file is known once the file is read.
+std::vector<std::int64_t> parse_image_indices(const std::string& text) {
+  std::vector<std::int64_t> out;
+  if (text.find_first_not_of(" \t") == std::string::npos) return out;
+  constexpr std::int64_t kMostImages = 1000;  // a page of more would not load in a browser
+  std::size_t at = 0;
+  while (true) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    std::string item = text.substr(at, comma - at);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    std::int64_t index = 0;
+    const auto [end, error] = std::from_chars(item.data(), item.data() + item.size(), index);
+    if (item.empty() || error != std::errc() || end != item.data() + item.size() || index < 0)
+      throw options::OptionError("show_images", "'" + item + "' is not an image index: give 0-based indices "
+                                                "separated by commas, e.g. 3,17,42");
+    if (std::find(out.begin(), out.end(), index) != out.end())
+      throw options::OptionError("show_images", "image " + std::to_string(index) + " is named twice");
+    out.push_back(index);
+    if (static_cast<std::int64_t>(out.size()) > kMostImages)
+      throw options::OptionError("show_images", "names more than " + std::to_string(kMostImages) +
+                                                    " images (the most a page shows)");
+    if (comma == text.size()) return out;
+    at = comma + 1;
+  }
 }
 
 }  // namespace
@@ -125,6 +157,19 @@ const options::OptionSet<ClassifyQueryOptions>& classify_options() {
     s.flag("tta", &Q::tta,
            "Test-time augmentation: each image's class probabilities are the mean of its own and its left-right "
            "mirror image's (two forwards per image; training flips images too)");
+    // The page's images. Both are the CLI's: `qkv classify --html` draws the page.
+    s.text("show_images", &Q::show_images,
+           "The images the --html page shows, by their 0-based indices in --images, e.g. 3,17,42 (instead of "
+           "the first --html-images)")
+        .fronts = options::kCli;
+    s.flag("misclassified", &Q::misclassified,
+           "The --html page shows the images the model got wrong (needs --labels), the first --html-images of them")
+        .fronts = options::kCli;
+    s.check([](Q& q) {
+      q.shown = parse_image_indices(q.show_images);
+      if (!q.shown.empty() && q.misclassified)
+        throw options::OptionError("show_images", "and --misclassified both pick the page's images: give one");
+    });
     return s;
   }();
   return set;

@@ -296,10 +296,14 @@ class Classifier {
 void register_vision_model_type();
 
 // The options of `qkv classify` and Classifier.classify / predict_proba, declared once
-// (qkv/options.h).
+// (qkv/options.h). show_images and misclassified pick the images of `qkv classify --html`'s
+// page: the CLI's alone (Python has the rollout itself, Classifier.rollout).
 struct ClassifyQueryOptions {
   std::int64_t batch = 256;  // images per forward
   bool tta = false;          // average each image's probabilities with its mirror image's
+  std::string show_images;   // "3,17,42": 0-based indices into the image file, as given
+  std::vector<std::int64_t> shown;  // show_images parsed, in the order given (the set's check)
+  bool misclassified = false;       // the page shows the images the model got wrong
 };
 const options::OptionSet<ClassifyQueryOptions>& classify_options();
 

@@ -1,6 +1,6 @@
-// The image page (qkv/viz.h, render_image_html): grey images drawn on canvases with a heat
-// overlay over their patch grid, or with a point model's points and, on hover, a point's
-// neighbours. Vanilla JavaScript and inline CSS, nothing fetched.
+// The image page (qkv/viz.h, render_image_html): grey images drawn on canvases with a
+// transparent heat overlay over their patch grid, or with a point model's points and, on
+// hover, a point's neighbours. Vanilla JavaScript and inline CSS, nothing fetched.
 #include <cmath>
 #include <string>
 
@@ -15,21 +15,26 @@ constexpr const char* kStyle = R"CSS(
 body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1b1b1b;background:#fafafa}
 header{padding:12px 20px;background:#fff;border-bottom:1px solid #ddd}
 h1{font-size:18px;margin:0}.sub{margin:4px 0 0;color:#555}
-#qkv-controls{padding:8px 20px;display:flex;gap:16px;align-items:center}
+#qkv-controls{padding:8px 20px;display:flex;flex-wrap:wrap;gap:16px;align-items:center}
+#qkv-ramp{display:inline-block;width:140px;height:12px;vertical-align:middle;border:1px solid #bbb;margin:0 6px}
 #qkv-cards{display:flex;flex-wrap:wrap;gap:14px;padding:8px 20px 20px}
 .card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px;width:232px}
-.card canvas{display:block;image-rendering:pixelated;cursor:crosshair}
+.pic{position:relative;line-height:0}
+.pic canvas{display:block;image-rendering:pixelated}
+.pic canvas.heat{position:absolute;left:0;top:0;cursor:crosshair}
 .cap{margin-top:6px;font-size:13px;word-wrap:break-word}.read{color:#555;font-size:12px;min-height:1.4em}
 footer{padding:8px 20px;color:#777;font-size:12px}
 #qkv-error{color:#b00020;padding:8px 20px}
 )CSS";
 
-// Each image is drawn at `scale` canvas pixels per image pixel; the heat, stretched from the
-// image's smallest value (transparent) to its largest (opaque: a rollout is never far from
-// uniform, so scaling to the largest alone would tint every patch alike), is painted over
-// each patch in orange with alpha t·opacity.
-constexpr const char* kBody = R"HTML(<div id="qkv-controls"><label>Overlay <input id="qkv-opacity" type="range" min="0" max="100" value="60"></label>
-<span class="read">Orange: the weight of each patch or point, from the image's smallest to its largest; hover a patch or a point for its value (and a point's neighbours).</span></div>
+// Each card holds two canvases of the same size, one over the other: the grey image as it
+// is (canvas.image, never tinted), and over it the heat (canvas.heat, transparent where
+// nothing is drawn). A value's tone t is its place between the image's smallest and largest
+// value (0..1, each image on its own: a rollout is never far from uniform, so one scale for
+// all would tint every patch alike); its colour is the ramp at t and its alpha t·opacity,
+// so the patches the model weighs least leave the image untouched.
+constexpr const char* kBody = R"HTML(<div id="qkv-controls"><label>Overlay <input id="qkv-opacity" type="range" min="0" max="100" value="70"></label>
+<span class="read">least <span id="qkv-ramp"></span> most: each patch's or point's weight, from the image's smallest (transparent) to its largest; hover for its value (and a point's neighbours).</span></div>
 <div id="qkv-error" hidden></div>
 <noscript><p>The images are drawn by JavaScript, which is off. The numbers are in the
 qkv-image-data element of this file.</p></noscript>
@@ -40,32 +45,50 @@ constexpr const char* kScript = R"JS(
 try{
 var data=JSON.parse(document.getElementById('qkv-image-data').textContent);
 var cards=document.getElementById('qkv-cards'),slider=document.getElementById('qkv-opacity');
+// The colour ramp (low to high: deep blue, magenta, orange, yellow; the stops of matplotlib's
+// plasma), linear between stops: [r, g, b] for t in [0, 1].
+var STOPS=[[13,8,135],[126,3,168],[204,71,120],[248,149,64],[240,249,33]];
+function ramp(t){
+  var x=Math.min(1,Math.max(0,t))*(STOPS.length-1),i=Math.min(STOPS.length-2,Math.floor(x)),f=x-i;
+  return [0,1,2].map(function(k){return Math.round(STOPS[i][k]+(STOPS[i+1][k]-STOPS[i][k])*f);});
+}
+document.getElementById('qkv-ramp').style.background='linear-gradient(to right,'+STOPS.map(function(c){return 'rgb('+c.join(',')+')';}).join(',')+')';
 var draws=[];
 data.images.forEach(function(im,n){
   var scale=Math.max(1,Math.floor(216/Math.max(im.width,im.height)));
   var card=document.createElement('div');card.className='card';
-  var c=document.createElement('canvas');c.width=im.width*scale;c.height=im.height*scale;
+  var pic=document.createElement('div');pic.className='pic';
+  var base=document.createElement('canvas'),c=document.createElement('canvas');
+  base.className='image';c.className='heat';
+  base.width=c.width=im.width*scale;base.height=c.height=im.height*scale;
+  pic.appendChild(base);pic.appendChild(c);
   var cap=document.createElement('div');cap.className='cap';cap.textContent=im.caption;
   var read=document.createElement('div');read.className='read';
-  card.appendChild(c);card.appendChild(cap);card.appendChild(read);cards.appendChild(card);
+  card.appendChild(pic);card.appendChild(cap);card.appendChild(read);cards.appendChild(card);
+  // The image, once: grey levels as they are, at full contrast.
+  var bg=base.getContext('2d'),img=bg.createImageData(im.width,im.height);
+  for(var i=0;i<im.width*im.height;i++){var p=im.pixels[i];img.data[4*i]=p;img.data[4*i+1]=p;img.data[4*i+2]=p;img.data[4*i+3]=255;}
+  var tmp=document.createElement('canvas');tmp.width=im.width;tmp.height=im.height;tmp.getContext('2d').putImageData(img,0,0);
+  bg.imageSmoothingEnabled=false;bg.drawImage(tmp,0,0,base.width,base.height);
   var pts=!!im.points,vals=pts?im.point_heat:im.heat,hover=-1;
   var max=-Infinity,min=Infinity;vals.forEach(function(v){if(v>max)max=v;if(v<min)min=v;});
   function tone(v){return max>min?(v-min)/(max-min):0;}
+  function rgba(t,alpha){var r=ramp(t);return 'rgba('+r[0]+','+r[1]+','+r[2]+','+alpha.toFixed(3)+')';}
   var ph=pts?1:im.height/im.grid_h,pw=pts?1:im.width/im.grid_w;
   function draw(){
-    var g=c.getContext('2d'),img=g.createImageData(im.width,im.height);
-    for(var i=0;i<im.width*im.height;i++){var p=im.pixels[i];img.data[4*i]=p;img.data[4*i+1]=p;img.data[4*i+2]=p;img.data[4*i+3]=255;}
-    var tmp=document.createElement('canvas');tmp.width=im.width;tmp.height=im.height;tmp.getContext('2d').putImageData(img,0,0);
-    g.imageSmoothingEnabled=false;g.drawImage(tmp,0,0,c.width,c.height);
-    var op=slider.value/100;
+    var g=c.getContext('2d'),op=slider.value/100;
+    g.clearRect(0,0,c.width,c.height);
     if(!pts){
       for(var y=0;y<im.grid_h;y++)for(var x=0;x<im.grid_w;x++){
-        g.fillStyle='rgba(255,110,0,'+(tone(im.heat[y*im.grid_w+x])*op).toFixed(3)+')';
-        g.fillRect(Math.round(x*pw*scale),Math.round(y*ph*scale),Math.round(pw*scale),Math.round(ph*scale));
+        var t=tone(im.heat[y*im.grid_w+x]);
+        if(t<=0)continue;  // the least-weighed patch: the image alone
+        g.fillStyle=rgba(t,t*op);
+        var x0=Math.round(x*pw*scale),y0=Math.round(y*ph*scale);
+        g.fillRect(x0,y0,Math.round((x+1)*pw*scale)-x0,Math.round((y+1)*ph*scale)-y0);
       }
       return;
     }
-    // Points at pixel centres: blue (little attention received) to orange (most).
+    // Points at pixel centres, coloured by the attention they receive.
     var P=im.point_heat.length,cx=function(n){return (im.points[2*n]+0.5)*scale;},cy=function(n){return (im.points[2*n+1]+0.5)*scale;};
     if(hover>=0){
       for(var k=0;k<im.neighbors;k++){
@@ -75,8 +98,7 @@ data.images.forEach(function(im,n){
       }
     }
     for(var n=0;n<P;n++){
-      var t=tone(im.point_heat[n]);
-      g.fillStyle='rgba('+Math.round(60+195*t)+','+Math.round(120-10*t)+','+Math.round(255-255*t)+','+(0.25+0.75*op).toFixed(3)+')';
+      g.fillStyle=rgba(tone(im.point_heat[n]),0.25+0.75*op);
       g.beginPath();g.arc(cx(n),cy(n),n===hover?4:2.5,0,2*Math.PI);g.fill();
     }
   }
@@ -90,7 +112,7 @@ data.images.forEach(function(im,n){
       return;
     }
     var x=Math.floor((e.clientX-r.left)/r.width*im.grid_w),y=Math.floor((e.clientY-r.top)/r.height*im.grid_h);
-    if(x>=0&&y>=0&&x<im.grid_w&&y<im.grid_h)read.textContent='patch ('+y+', '+x+'): '+im.heat[y*im.grid_w+x].toPrecision(3);
+    if(x>=0&&y>=0&&x<im.grid_w&&y<im.grid_h)read.textContent='patch (row '+y+', column '+x+'): '+im.heat[y*im.grid_w+x].toPrecision(3);
   });
   c.addEventListener('mouseleave',function(){read.textContent='';if(pts&&hover>=0){hover=-1;draw();}});
   draws.push(draw);draw();

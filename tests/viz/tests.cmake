@@ -17,3 +17,8 @@ set_tests_properties(viz.unit_tests viz.cli_html viz.browser PROPERTIES TIMEOUT 
 add_test(NAME viz.pages
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_pages.sh $<TARGET_FILE:qkv_cli>)
 set_tests_properties(viz.pages PROPERTIES TIMEOUT 120 LABELS viz)
+# `qkv classify --html` (the image page) drawn by headless Chromium: the chosen and the
+# misclassified images, a transparent overlay over the grey image, the model's name as title.
+add_test(NAME viz.image_page
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_image_page.sh $<TARGET_FILE:qkv_cli>)
+set_tests_properties(viz.image_page PROPERTIES TIMEOUT 120 LABELS viz)
