@@ -124,6 +124,16 @@ def positions(j, n=0):
     return g["from_positions"], g["to_positions"]
 
 
+def check_probe(d, model_type, text, tokens, source, target, rows, cols):
+    """qkv heads on one sentence of the model in `d` against its twin; rows and cols: the
+    positions of A and B, written out by hand."""
+    j = heads_json("--model", d, "--text", text, "--from", source, "--to", target)
+    assert j["model_type"] == model_type
+    assert j["probes"][0]["tokens"] == tokens
+    assert positions(j) == (rows, cols)
+    return j
+
+
 @pytest.mark.parametrize("source,target,rows,cols", [
     ("cat", "mat", [2], [6]),                 # one token each
     ("unhappy", "plays", [8, 9], [11, 12]),   # split words: mean of rows, sum of columns
@@ -132,10 +142,7 @@ def positions(j, n=0):
 ])
 def test_bert_heads_are_the_twins_probabilities(bert_dir, source, target, rows, cols):
     d, weights = bert_dir
-    j = heads_json("--model", d, "--text", BERT_TEXT, "--from", source, "--to", target)
-    assert j["model_type"] == "bert"
-    assert j["probes"][0]["tokens"] == BERT_TOKENS
-    assert positions(j) == (rows, cols)
+    j = check_probe(d, "bert", BERT_TEXT, BERT_TOKENS, source, target, rows, cols)
     check_heads(j, twin_weights(bert_twin(weights, BERT_TOKENS), rows, cols), len(cols) * ATOL_PROBS,
                 "self-attention", BERT_CONFIG["num_hidden_layers"], BERT_CONFIG["num_attention_heads"])
 
@@ -148,10 +155,7 @@ def test_bert_heads_are_the_twins_probabilities(bert_dir, source, target, rows, 
 ])
 def test_gpt2_heads_are_the_twins_probabilities(gpt_dir, source, target, rows, cols):
     d, weights = gpt_dir
-    j = heads_json("--model", d, "--text", GPT_TEXT, "--from", source, "--to", target)
-    assert j["model_type"] == "gpt2"
-    assert j["probes"][0]["tokens"] == GPT_TOKENS
-    assert positions(j) == (rows, cols)
+    j = check_probe(d, "gpt2", GPT_TEXT, GPT_TOKENS, source, target, rows, cols)
     probs = gpt_twin(weights, GPT_TOKENS)
     check_heads(j, twin_weights(probs, rows, cols), len(cols) * gpt_delta(probs), "causal self-attention",
                 GPT_LAYERS, GPT_HEADS)
