@@ -38,7 +38,7 @@ expect_status 0 "run gpt2 --token it"
 expect_in out "causal self-attention: the keys 'Ġit' \(query 11\) attends to most, top 5 per head" "names the query"
 for layer in 0 1 2 3; do
   for head in 0 1 2 3; do
-    expect_in out "^  layer $layer head $head:  " "a line for layer $layer head $head"
+    expect_in out "^  layer $layer, head $head:  " "a line for layer $layer, head $head"
   done
 done
 # Causal: "it" is token 11 of The Ġanim al Ġdid n 't Ġcross Ġthe Ġstre et Ġbecause Ġit Ġwas
@@ -64,7 +64,7 @@ for l in g["layers"]:
         w = [k["weight"] for k in keys]
         assert w == sorted(w, reverse=True) and all(0 < x <= 1 for x in w)
         assert all(j["tokens"][k["position"]] == k["token"] for k in keys)
-        want = "  layer %d head %d:" % (l["layer"], h["head"]) + "".join(
+        want = "  layer %d, head %d:" % (l["layer"], h["head"]) + "".join(
             "  %s %.3f" % (k["token"], k["weight"]) for k in keys)
         assert want in lines, (want, lines)
 '

@@ -19,19 +19,7 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
 source "$HERE/../cli/lib.sh"
-
-CHROMIUM=$(command -v chromium || true)
-if [[ -z $CHROMIUM ]]; then
-  fail "chromium is not installed; 'scripts/setup.sh test' (make test) installs it"
-  finish browser
-fi
-
-# chrome ARGS... URL: one headless run with a fresh profile, nothing fetched in the background.
-chrome() {
-  timeout 120 "$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
-    --disable-background-networking --disable-component-update --disable-sync \
-    --user-data-dir="$(mktemp -d -p "$TMP")" "$@" 2>>"$TMP/chrome.err"
-}
+source "$HERE/chrome.sh" browser  # CHROMIUM and chrome ARGS... URL
 
 M="$TMP/bert"
 if ! "$PYTHON" "$HERE/../python/test_bert.py" write "$M" 2>"$TMP/err"; then

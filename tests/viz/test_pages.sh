@@ -23,12 +23,7 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
 source "$HERE/../cli/lib.sh"
-
-CHROMIUM=$(command -v chromium || true)
-if [[ -z $CHROMIUM ]]; then
-  fail "chromium is not installed; 'scripts/setup.sh test' (make test) installs it"
-  finish pages
-fi
+source "$HERE/chrome.sh" pages  # CHROMIUM and chrome ARGS... URL
 
 # The probe, run after the page's script: what is on screen, as JSON in body data-probe.
 cat >"$TMP/probe.html" <<'EOF'
@@ -77,10 +72,7 @@ page, probe = open(sys.argv[1], encoding="utf-8").read(), open(sys.argv[2], enco
 at = page.rindex("</body>")
 open(sys.argv[3], "w", encoding="utf-8").write(page[:at] + probe + page[at:])
 EOF
-  timeout 60 "$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
-    --disable-background-networking --disable-component-update --disable-sync \
-    --user-data-dir="$TMP/profile-$name" --window-size=1200,900 \
-    --dump-dom "file://$TMP/$name.probe.html" >"$TMP/$name.dom" 2>>"$TMP/chrome.err"
+  chrome --window-size=1200,900 --dump-dom "file://$TMP/$name.probe.html" >"$TMP/$name.dom"
   "$PYTHON" - "$TMP/$name.dom" "$TMP/$name.json" <<'EOF'
 import html, re, sys
 m = re.search(r'<body[^>]*data-probe="([^"]*)"', open(sys.argv[1], encoding="utf-8").read())
