@@ -114,11 +114,11 @@ int run_classify(const ClassifyOptions& o, const vision::ClassifyQueryOptions& q
       std::int64_t wrong = 0;
       for (std::int64_t i = 0; i < images.count; ++i)
         wrong += predictions[static_cast<std::size_t>(i)].label != images.labels[static_cast<std::size_t>(i)];
-      which = format("the first %lld of the %lld images in ", count(static_cast<std::int64_t>(chosen.size())),
+      which = format("The first %lld of the %lld images in ", count(static_cast<std::int64_t>(chosen.size())),
                      count(wrong)) +
               file + format(" the model got wrong (of %lld)", count(images.count));
     } else {
-      which = format("the first %lld of the %lld images in ", count(static_cast<std::int64_t>(chosen.size())),
+      which = format("The first %lld of the %lld images in ", count(static_cast<std::int64_t>(chosen.size())),
                      count(images.count)) +
               file;
     }

@@ -138,10 +138,12 @@ struct VitWeights {
   nn::ParameterList parameters();
 };
 
-// Attention rollout (Abnar & Zuidema 2020): per layer the heads' mean probabilities plus
-// the identity (the residual path), rows renormalised, multiplied from the first layer to
-// the last; returns the class token's row without itself: (N) weights over the patches,
-// summing to at most 1. probs: what VitWeights::forward fills; b: the image in the batch.
+// Attention rollout (Abnar & Zuidema 2020, "Quantifying Attention Flow in Transformers"),
+// the variant with the heads averaged (not their maximum) and the residual path weighted
+// as much as attention: per layer A = 0.5·mean_h P_h + 0.5·I, each row divided by its sum,
+// R = A_{L−1}···A_1·A_0; returns R's class-token row without itself: (N) weights over the
+// patches, summing to at most 1 (the class token keeps the rest). Computed in double.
+// probs: what VitWeights::forward fills; b: the image in the batch.
 std::vector<float> attention_rollout(const std::vector<Tensor>& probs, std::int64_t b);
 
 }  // namespace qkv::models

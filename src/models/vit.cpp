@@ -346,8 +346,9 @@ std::vector<float> attention_rollout(const std::vector<Tensor>& probs, std::int6
             "attention_rollout: probabilities must be (B, heads, T, T) and b in [0, B), got "
                 << shape_to_string(first.shape()) << " and b = " << b);
   const std::int64_t H = first.size(1), T = first.size(2);
-  // rollout (T, T), starting from the identity; each layer: A = (mean_h P_h + I) / 2 per row
-  // (rows of mean_h P_h sum to 1, so this renormalises), rollout = A · rollout.
+  // rollout (T, T), starting from the identity; each layer: A = 0.5·mean_h P_h + 0.5·I, each
+  // row divided by its sum (1 up to the probabilities' rounding: the division makes every A
+  // exactly row-stochastic, as the definition has it), rollout = A · rollout.
   std::vector<double> rollout(static_cast<std::size_t>(T * T), 0.0), a(rollout.size()), next(rollout.size());
   for (std::int64_t i = 0; i < T; ++i) rollout[static_cast<std::size_t>(i * T + i)] = 1.0;
   for (const Tensor& layer : probs) {
@@ -356,10 +357,14 @@ std::vector<float> attention_rollout(const std::vector<Tensor>& probs, std::int6
                                                   << shape_to_string(first.shape()));
     const Tensor p = layer.contiguous();
     const float* pp = p.data_as<float>() + b * H * T * T;
-    for (std::int64_t i = 0; i < T * T; ++i) {
-      double mean = 0.0;
-      for (std::int64_t h = 0; h < H; ++h) mean += pp[h * T * T + i];
-      a[static_cast<std::size_t>(i)] = 0.5 * (mean / static_cast<double>(H) + (i / T == i % T ? 1.0 : 0.0));
+    for (std::int64_t i = 0; i < T; ++i) {
+      double row = 0.0;
+      for (std::int64_t j = 0; j < T; ++j) {
+        double mean = 0.0;
+        for (std::int64_t h = 0; h < H; ++h) mean += pp[(h * T + i) * T + j];
+        row += a[static_cast<std::size_t>(i * T + j)] = 0.5 * mean / static_cast<double>(H) + (i == j ? 0.5 : 0.0);
+      }
+      for (std::int64_t j = 0; j < T; ++j) a[static_cast<std::size_t>(i * T + j)] /= row;
     }
     for (std::int64_t i = 0; i < T; ++i)
       for (std::int64_t j = 0; j < T; ++j) {

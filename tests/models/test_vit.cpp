@@ -170,6 +170,73 @@ TEST(Vit, RolloutMatchesDirectProduct) {
   }
 }
 
+// Rollout on probabilities made here (not a forward's): three layers of random row-stochastic
+// maps with heads that differ, against Abnar & Zuidema's definition computed directly in
+// double — per layer A = 0.5·mean_h P_h + 0.5·I, each row divided by its sum, R = A₃·A₂·A₁,
+// the class token's row over the patches — and two closed forms: heads that attend only to
+// themselves leave the class token all its weight (every patch 0), and uniform attention
+// gives each patch (1 − 2^−L)/T (A = ½U + ½I with U idempotent: A^L = 2^−L·I + (1 − 2^−L)·U).
+TEST(Vit, RolloutIsAbnarZuidemaOnGivenProbabilities) {
+  const std::int64_t B = 2, H = 3, T = 5, L = 3;
+  std::vector<Tensor> probs;
+  for (std::int64_t l = 0; l < L; ++l) {
+    Tensor p = randn({B, H, T, T}, 40 + static_cast<std::uint64_t>(l));
+    float* v = p.data_as<float>();
+    for (std::int64_t row = 0; row < B * H * T; ++row) {  // exp, then each row summing to 1
+      double sum = 0;
+      for (std::int64_t j = 0; j < T; ++j) sum += (v[row * T + j] = std::exp(2.0f * v[row * T + j]));
+      for (std::int64_t j = 0; j < T; ++j) v[row * T + j] = static_cast<float>(v[row * T + j] / sum);
+    }
+    probs.push_back(p);
+  }
+  for (std::int64_t b = 0; b < B; ++b) {
+    std::vector<double> R(static_cast<std::size_t>(T * T), 0.0);
+    for (std::int64_t i = 0; i < T; ++i) R[static_cast<std::size_t>(i * T + i)] = 1;
+    for (std::int64_t l = 0; l < L; ++l) {
+      const auto p = probs[static_cast<std::size_t>(l)].to_vector();
+      std::vector<double> A(R.size()), next(R.size(), 0.0);
+      for (std::int64_t i = 0; i < T; ++i) {
+        double row = 0;
+        for (std::int64_t j = 0; j < T; ++j) {
+          double mean = 0;
+          for (std::int64_t h = 0; h < H; ++h) mean += p[static_cast<std::size_t>(((b * H + h) * T + i) * T + j)];
+          row += A[static_cast<std::size_t>(i * T + j)] = 0.5 * mean / H + 0.5 * (i == j);
+        }
+        for (std::int64_t j = 0; j < T; ++j) A[static_cast<std::size_t>(i * T + j)] /= row;
+      }
+      for (std::int64_t i = 0; i < T; ++i)
+        for (std::int64_t k = 0; k < T; ++k)
+          for (std::int64_t j = 0; j < T; ++j)
+            next[static_cast<std::size_t>(i * T + j)] +=
+                A[static_cast<std::size_t>(i * T + k)] * R[static_cast<std::size_t>(k * T + j)];
+      R = next;
+    }
+    const std::vector<float> got = models::attention_rollout(probs, b);
+    ASSERT_EQ(static_cast<std::int64_t>(got.size()), T - 1);
+    // float32 probabilities, double arithmetic, one rounding to float: a few u of values ≤ 1
+    for (std::int64_t j = 1; j < T; ++j)
+      EXPECT_NEAR(got[static_cast<std::size_t>(j - 1)], R[static_cast<std::size_t>(j)], 4 * kU)
+          << "b " << b << " patch " << j - 1;
+  }
+  const auto constant = [&](auto value) {
+    std::vector<Tensor> same;
+    for (std::int64_t l = 0; l < L; ++l) {
+      Tensor p = Tensor::zeros({1, H, T, T});
+      float* v = p.data_as<float>();
+      for (std::int64_t h = 0; h < H; ++h)
+        for (std::int64_t i = 0; i < T; ++i)
+          for (std::int64_t j = 0; j < T; ++j) v[(h * T + i) * T + j] = value(i, j);
+      same.push_back(p);
+    }
+    return models::attention_rollout(same, 0);
+  };
+  for (const float w : constant([](std::int64_t i, std::int64_t j) { return i == j ? 1.0f : 0.0f; }))
+    EXPECT_EQ(w, 0.0f) << "attention to oneself only: the class token keeps its weight";
+  const double uniform = (1.0 - std::pow(0.5, static_cast<double>(L))) / static_cast<double>(T);
+  for (const float w : constant([&](std::int64_t, std::int64_t) { return 1.0f / static_cast<float>(T); }))
+    EXPECT_NEAR(w, uniform, 4 * kU) << "uniform attention: (1 - 2^-L)/T each";
+}
+
 TEST(Vit, RandomPatchesAreUniformSortedSubsets) {
   const std::int64_t B = 3000, N = 9, K = 4;
   const std::vector<std::int64_t> kept = models::random_patches(B, N, K, 21);

@@ -192,22 +192,31 @@ def test_attention_probabilities_match_torch(name):
     w = perturbed_initial(config)
     x = images_of(config)
     _, probs = _qkv._vit_forward(config, w, x, probs=True)
-    twin = twin_of(config, w)
     T = (config["image_size"] // config["patch_size"]) ** 2 + 1
+    for n, want in enumerate(twin_probabilities(config, w, x)):
+        got = probs[n]
+        assert got.dtype == np.float32 and got.shape == (3, config["heads"], T, T)
+        # A probability p = softmax(s) moves by p(1 − p)·Δs ≤ Δs/4 for a score error Δs.
+        # A score s = q·k/√Dk (|s| ≲ 5 here) carries the block input's relative error
+        # (~1e-7, as the logits) plus Dk·u of its own sum: Δs ≲ 1e-6, Δp ≲ 3e-7; 2e-6
+        # absolute (measured: 7e-8). Rows sum to 1 within a rounding per term, T·u, x4.
+        np.testing.assert_allclose(got, want, rtol=0, atol=2e-6, err_msg=f"block {n}")
+        np.testing.assert_allclose(got.sum(-1), 1.0, rtol=0, atol=T * U * 4, err_msg=f"block {n}")
+
+
+def twin_probabilities(config, weights, x):
+    """The twin's float64 attention probabilities of each block, (B, heads, T, T) NumPy:
+    its self_attn on norm1(x) (nn.TransformerEncoderLayer returns none itself)."""
+    twin = twin_of(config, weights)
+    out = []
     with torch.no_grad():
         h = twin.embed(torch.from_numpy(x).double())
-        for n, block in enumerate(twin.blocks):
+        for block in twin.blocks:
             y = block.norm1(h)
-            _, want = block.self_attn(y, y, y, need_weights=True, average_attn_weights=False)
-            got = probs[n]
-            assert got.dtype == np.float32 and got.shape == (3, config["heads"], T, T)
-            # A probability p = softmax(s) moves by p(1 − p)·Δs ≤ Δs/4 for a score error Δs.
-            # A score s = q·k/√Dk (|s| ≲ 5 here) carries the block input's relative error
-            # (~1e-7, as the logits) plus Dk·u of its own sum: Δs ≲ 1e-6, Δp ≲ 3e-7; 2e-6
-            # absolute (measured: 7e-8). Rows sum to 1 within a rounding per term, T·u, x4.
-            np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=2e-6, err_msg=f"block {n}")
-            np.testing.assert_allclose(got.sum(-1), 1.0, rtol=0, atol=T * U * 4, err_msg=f"block {n}")
+            _, p = block.self_attn(y, y, y, need_weights=True, average_attn_weights=False)
+            out.append(p.numpy())
             h = block(h)
+    return out
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
@@ -241,13 +250,17 @@ def test_every_gradient_matches_torch(name):
         np.testing.assert_array_equal(grads["pos_embed"][0], grads["cls_token"])
 
 
-def rollout_numpy(probs, b):
+def rollout_numpy(probs, b, residual=True):
     """Abnar & Zuidema's rollout as vit.h states it: per layer A = (mean_h P_h + I) / 2,
-    R = A·R from the first layer to the last; the class token's row, without itself."""
+    each row divided by its sum, R = A·R from the first layer to the last; the class token's
+    row, without itself. residual=False: the product of the heads' means alone (the form
+    without the residual path, for contrast)."""
     T = probs[0].shape[-1]
     R = np.eye(T)
     for p in probs:
-        A = 0.5 * (np.asarray(p[b], dtype=np.float64).mean(axis=0) + np.eye(T))
+        mean = np.asarray(p[b], dtype=np.float64).mean(axis=0)
+        A = 0.5 * (mean + np.eye(T)) if residual else mean
+        A = A / A.sum(axis=1, keepdims=True)
         R = A @ R
     return R[0, 1:]
 
@@ -270,6 +283,30 @@ def test_rollout_matches_numpy(name):
         assert np.all(got > 0) and got.sum() < 1
     # tuples of layers too; one layer: A's row 0 itself
     np.testing.assert_allclose(_qkv._vit_rollout(tuple(probs[:1]), 0), rollout_numpy(probs[:1], 0), rtol=0, atol=2 * U)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_rollout_matches_the_torch_twin(name):
+    """qkv's rollout (its float32 probabilities) against Abnar & Zuidema's computed in float64
+    from the twin's own probabilities: the whole chain from the weights to the map, the
+    residual form included — the form without the residual is far from qkv's."""
+    config = CONFIGS[name]
+    w = perturbed_initial(config)
+    x = images_of(config)
+    _, probs = _qkv._vit_forward(config, w, x, probs=True)
+    twin = twin_probabilities(config, w, x)
+    T = twin[0].shape[-1]
+    for b in range(3):
+        got = _qkv._vit_rollout(probs, b).astype(np.float64)
+        want = rollout_numpy(twin, b)
+        # Each probability within 2e-6 of the twin's (test_attention_probabilities_match_torch),
+        # so each entry of A within 1e-6 and each row of A within T·1e-6 in sum; a product of
+        # row-stochastic matrices adds the rows' errors layer by layer: |ΔR| ≤ layers·T·1e-6
+        # (3.4e-5 for T = 17). Measured: below 1e-7.
+        tol = len(probs) * T * 1e-6
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg=f"b = {b}")
+        plain = rollout_numpy(twin, b, residual=False)
+        assert np.abs(got - plain).max() > 100 * tol, f"b = {b}: the rollout without the residual is as close"
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
