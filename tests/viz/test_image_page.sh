@@ -17,7 +17,7 @@
 #     own (the image reads through the overlay) and many colours;
 #   - the options' errors: an index out of range named with the file's count, --misclassified
 #     without --labels, either without --html, both at once.
-# Chromium is installed by `scripts/setup.sh test` (make test); without it this test FAILS.
+# Chromium: tests/viz/chrome.sh (without it this test FAILS).
 #   tests/viz/test_image_page.sh PATH/TO/qkv
 set -u
 
@@ -26,22 +26,11 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 PYTHON=/usr/bin/python3
 TMP=$(mktemp -d)
-trap '[[ -n ${KEEP:-} ]] || rm -rf "$TMP"' EXIT; [[ -n ${KEEP:-} ]] && echo "keeping $TMP"
+trap 'rm -rf "$TMP"' EXIT
 
 source "$HERE/../cli/lib.sh"
-
-CHROMIUM=$(command -v chromium || true)
-if [[ -z $CHROMIUM ]]; then
-  fail "chromium is not installed; 'scripts/setup.sh test' (make test) installs it"
-  finish image_page
-fi
-
-# chrome ARGS... URL: one headless run with a fresh profile, nothing fetched in the background.
-chrome() {
-  timeout 60 "$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
-    --disable-background-networking --disable-component-update --disable-sync --hide-scrollbars \
-    --window-size=1000,800 --user-data-dir="$(mktemp -d -p "$TMP")" "$@" 2>>"$TMP/chrome.err"
-}
+source "$HERE/chrome.sh" image_page  # CHROMIUM and chrome ARGS... URL
+WINDOW=(--window-size=1000,800 --hide-scrollbars)  # the same layout for the DOM and the screenshot
 
 "$PYTHON" - "$TMP" <<'PY'
 import gzip, random, struct, sys
@@ -156,14 +145,14 @@ script = r"""<script>
 at = page.rindex("</body>")
 open(sys.argv[2], "w", encoding="utf-8").write(page[:at] + script + page[at:])
 EOF
-  if chrome --dump-dom "file://$TMP/$page-read.html" >"$TMP/$page-dom.html" && [[ -s "$TMP/$page-dom.html" ]]; then
+  if chrome "${WINDOW[@]}" --dump-dom "file://$TMP/$page-read.html" >"$TMP/$page-dom.html" && [[ -s "$TMP/$page-dom.html" ]]; then
     pass
   else
     fail "chromium --dump-dom $page: $(tail -c 600 "$TMP/chrome.err")"
   fi
 done
 for page in show wrong; do
-  if chrome --screenshot="$TMP/$page.png" "file://$TMP/$page.html" >/dev/null && [[ -s "$TMP/$page.png" ]]; then
+  if chrome "${WINDOW[@]}" --screenshot="$TMP/$page.png" "file://$TMP/$page.html" >/dev/null && [[ -s "$TMP/$page.png" ]]; then
     pass
   else
     fail "chromium --screenshot $page: $(tail -c 600 "$TMP/chrome.err")"
