@@ -401,6 +401,15 @@ TEST(Files, TwoHundredRandomKillsNeverLeaveAMixedModel) {
     const std::string state = state_of(dir.path);
     ++seen[state];
     ASSERT_TRUE(state == "A" || state == "B" || state == "refused" || state == "empty") << "kill " << kill << ": " << state;
+    // The temporary files of killed writers are removed by the next writes, so they do not
+    // pile up. A kill usually leaves only its own set, but one that lands after a writer made
+    // its temporary file of a target and before it removed the last kill's leaves both (7
+    // names were once seen): allow two sets beside the three files. Without the removal
+    // there would be up to three more per kill.
+    const std::vector<std::string> left = names(dir.path);
+    std::string listing;
+    for (const std::string& n : left) listing += n + " ";
+    ASSERT_LE(left.size(), 9u) << "kill " << kill << ": " << listing;
     if (state == "refused" || state == "empty") write_version(dir.path.string(), 'A');  // start the next from a whole model
   }
   std::ostringstream summary;
@@ -410,7 +419,4 @@ TEST(Files, TwoHundredRandomKillsNeverLeaveAMixedModel) {
   // inside a commit's renames: those directories are refused, never loaded.)
   EXPECT_GT(seen["A"], 0) << summary.str();
   EXPECT_GT(seen["B"], 0) << summary.str();
-  // The temporary files of killed writers were removed by the next writes: at most one
-  // set (the last kill's) is left beside the three files.
-  EXPECT_LE(names(dir.path).size(), 6u) << summary.str();
 }
