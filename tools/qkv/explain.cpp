@@ -142,7 +142,7 @@ void walk_rest_of_layer(std::ostream& out, Checker& checker, qkv::Rng& rng, cons
                                      .activation = nn::Activation::gelu, .layer_norm_eps = eps,
                                      .norm_first = false, .bias = true});
   // in_proj (3E, E) holds W_q, W_k, W_v as torch's Linear: q = x·W_qᵀ, so the rows are the
-  // columns of step 4's X·[W_q¹ W_q²].
+  // columns of step 4's X·[W_q⁰ W_q¹].
   layer.self_attn.in_proj.weight = to_tensor(transpose(hconcat(in_proj)), {3 * E, E});
   layer.self_attn.in_proj.bias = Tensor::zeros({3 * E});
   layer.self_attn.out_proj.weight = to_tensor(transpose(Wo), {E, E});
@@ -370,7 +370,7 @@ int run_explain(const ExplainOptions& options, std::ostream& out) {
   }
   const Matrix Wo = random_matrix(weights_rng, kModelWidth, kModelWidth, w_std);  // (H·d, d_model)
   for (std::int64_t h = 0; h < kHeads; ++h) {
-    const std::string n = std::to_string(h + 1);
+    const std::string n = std::to_string(h);  // heads are 0-based, as --head and the pages
     out << '\n';
     print_side_by_side(
         out,
@@ -380,7 +380,7 @@ int run_explain(const ExplainOptions& options, std::ostream& out) {
                        style("W_v (head " + n + ")", indexed("v", kMultiHeadWidth), dims))});
   }
   // All heads' projections in one product each, as a model computes them:
-  // X·[W_q¹ W_q²] is (L, H·d) = (L, H, d) per token.
+  // X·[W_q⁰ W_q¹] is (L, H·d) = (L, H, d) per token.
   const Matrix Q_all = round_to_f32(matmul(X, hconcat(Wq_h)));  // (L, H·d)
   const Matrix K_all = round_to_f32(matmul(X, hconcat(Wk_h)));  // (L, H·d)
   const Matrix V_all = round_to_f32(matmul(X, hconcat(Wv_h)));  // (L, H·d)
@@ -403,17 +403,17 @@ int run_explain(const ExplainOptions& options, std::ostream& out) {
     O_heads.push_back(matmul(A_heads.back(), Vh));
     A_heads_lib.push_back(to_matrix(multi.probs.select(1, h), L, L));
     weight_blocks.push_back(render_matrix(
-        A_heads_lib.back(), weight_style(format("A (head %lld)", static_cast<long long>(h + 1)))));
+        A_heads_lib.back(), weight_style(format("A (head %lld)", static_cast<long long>(h)))));
   }
   out << '\n';
   print_paragraph(out,
                   "Each head's weights, from one call of qkv::attention with H = 2. Its q is "
-                  "X·[W_q¹ W_q²], a (1, L, 2, 2) tensor permuted to (1, 2, L, 2): a strided view, "
+                  "X·[W_q⁰ W_q¹], a (1, L, 2, 2) tensor permuted to (1, 2, L, 2): a strided view, "
                   "no copy.");
   print_side_by_side(out, weight_blocks);
   for (std::int64_t h = 0; h < kHeads; ++h) {
     checker.check(format("head %lld: the library's weights equal the step-by-step ones",
-                         static_cast<long long>(h + 1)),
+                         static_cast<long long>(h)),
                   A_heads_lib[static_cast<std::size_t>(h)], A_heads[static_cast<std::size_t>(h)]);
   }
   // The output from the default path (a fused kernel when built: attention() with
@@ -426,7 +426,7 @@ int run_explain(const ExplainOptions& options, std::ostream& out) {
   for (std::int64_t h = 0; h < kHeads; ++h) {
     for (std::int64_t d = 0; d < kMultiHeadWidth; ++d) {
       concat_labels.push_back(
-          format("h%lld.%lld", static_cast<long long>(h + 1), static_cast<long long>(d)));
+          format("h%lld.%lld", static_cast<long long>(h), static_cast<long long>(d)));
     }
   }
   out << '\n';
