@@ -74,6 +74,19 @@ expect_usage_error() {  # expect_usage_error NEEDLE ARGS...
 
 # finish LABEL: the summary line; exits 1 if any check failed, or if none ran (a script
 # that checks nothing must not pass).
+# json_check DESCRIPTION PYTHON-STATEMENTS: runs the assertions in /usr/bin/python3, with `j`
+# the JSON of the last run's stdout and `text` the file $TMP/text (a previous terminal
+# output the script saved; "" when there is none), and counts one check.
+json_check() {
+  if /usr/bin/python3 - "$TMP/out" "$TMP/text" 2>"$TMP/pyerr" <<PY
+import json, os, sys
+j = json.load(open(sys.argv[1]))
+text = open(sys.argv[2]).read() if os.path.exists(sys.argv[2]) else ""
+$2
+PY
+  then pass; else fail "$1: $(tail -c 600 "$TMP/pyerr")"; fi
+}
+
 finish() {
   if [[ $checks -eq 0 && $failures -eq 0 ]]; then
     echo "no checks ran ($1)" >&2

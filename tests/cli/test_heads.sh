@@ -20,15 +20,6 @@ GPT="$ROOT/models/sotu-gpt"
 DATES="$ROOT/models/dates"
 SENTENCE="The animal didn't cross the street because it was too tired"
 
-json_check() {  # json_check DESCRIPTION PYTHON (j: the JSON on stdout)
-  if "$PYTHON" - "$TMP/out" 2>"$TMP/pyerr" <<PY
-import json, sys
-j = json.load(open(sys.argv[1]))
-$2
-PY
-  then pass; else fail "$1: $(tail -c 600 "$TMP/pyerr")"; fi
-}
-
 # --- Working runs ---------------------------------------------------------------------------
 run heads --model "$GPT" --text "$SENTENCE" --from it --to animal
 expect_status 0 "heads gpt2 it -> animal"

@@ -20,18 +20,6 @@ source "$HERE/lib.sh"
 GPT="$ROOT/models/sotu-gpt"
 SENTENCE="The animal didn't cross the street because it was too tired"
 
-# json_check DESCRIPTION PYTHON-EXPRESSIONS: runs the assertions (python, `j` the JSON of
-# stdout, `text` the previous terminal output in $TMP/text) and counts one check.
-json_check() {
-  if "$PYTHON" - "$TMP/out" "$TMP/text" 2>"$TMP/pyerr" <<PY
-import json, sys
-j = json.load(open(sys.argv[1]))
-text = open(sys.argv[2]).read() if len(sys.argv) > 2 else ""
-$2
-PY
-  then pass; else fail "$1: $(tail -c 600 "$TMP/pyerr")"; fi
-}
-
 # --- The acceptance example: GPT-2, --token it ----------------------------------------------
 run run --model "$GPT" --text "$SENTENCE" --token it
 expect_status 0 "run gpt2 --token it"
