@@ -151,8 +151,9 @@ inline py::list specs_list(const std::vector<options::Spec>& specs) {
 }
 
 // Publishes a declaration for Python: the module's _option_sets[command] = (specs_list(set),
-// parse(keywords) -> {name: value} with every value checked, the defaults filled in and the
-// set's checks run), for qkv.options(command) and the methods that take a command's options.
+// parse(keywords) -> {name: value} of the Python options, every value checked, the defaults
+// filled in and the set's checks run), for qkv.options(command) and the methods that take a
+// command's options.
 template <class T>
 void def_options(py::module_& m, const options::OptionSet<T>& set) {
   if (!py::hasattr(m, "_option_sets")) m.attr("_option_sets") = py::dict();
@@ -160,8 +161,13 @@ void def_options(py::module_& m, const options::OptionSet<T>& set) {
   py::cpp_function parse([declared](const py::dict& keywords) {
     const T target = options_from(*declared, keywords);
     py::dict out;
-    for (const auto& [name, value] : declared->values(target))
+    for (const auto& [name, value] : declared->values(target)) {
+      // Python's options only: one the CLI alone takes (classify's show_images, which picks
+      // the --html page's images) is neither a keyword nor a value here.
+      const options::Spec* spec = options::find(declared->specs(), name);
+      if (spec != nullptr && !(spec->fronts & options::kPython)) continue;
       out[py::str(name)] = std::visit([](const auto& v) { return py::cast(v); }, value);
+    }
     return out;
   });
   m.attr("_option_sets")[py::str(set.command())] = py::make_tuple(specs_list(set.specs()), parse);
