@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -25,6 +26,7 @@
 #include "qkv/bert.h"
 #include "qkv/error.h"
 #include "qkv/gpt2.h"
+#include "qkv/heads.h"
 #include "qkv/model_registry.h"
 #include "qkv/tokenizer.h"
 #include "qkv/use_lite.h"
@@ -163,6 +165,22 @@ void register_models(py::module_& m) {
   m.def("_model_type", [](const std::string& dir) { return models::model_type_of(dir); }, py::arg("dir"),
         "config.json's model_type in dir; qkv::Error (ValueError) for a type the registry does not know, "
         "listing those it does.");
+  // ---- qkv heads (qkv/heads.h): the ranking as `qkv heads --json` writes it, parsed by qkv.heads.
+  m.def(
+      "_heads",
+      [](const std::string& dir, const std::vector<std::tuple<std::string, std::string, std::string, std::string>>& probes,
+         bool per_probe) {
+        py::gil_scoped_release release;
+        std::vector<models::HeadProbe> asked;
+        for (const auto& [text, from, to, where] : probes) asked.push_back({text, from, to, where});
+        const std::unique_ptr<models::Model> model = models::load_model(dir);
+        models::HeadsJsonOptions options;
+        options.per_probe = per_probe;
+        return models::heads_json(*model, asked, models::rank_heads(*model, asked), options);
+      },
+      py::arg("dir"), py::arg("probes"), py::arg("per_probe"),
+      "models::rank_heads of the model in dir over probes (text, from, to, where), as models::heads_json; "
+      "qkv::Error (ValueError) naming what is wrong.");
   // ---- BERT -------------------------------------------------------------------------
   py::class_<models::BertModel, std::shared_ptr<models::BertModel>>(
       m, "_BertModel", "qkv::models::BertModel (use qkv.load_model / qkv.BertModel).")

@@ -9,6 +9,7 @@
 #include "qkv/error.h"
 #include "qkv/files.h"
 #include "qkv/gpt2.h"
+#include "qkv/heads.h"
 #include "qkv/memory.h"
 #include "qkv/model_registry.h"
 #include "qkv/nn.h"

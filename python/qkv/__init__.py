@@ -73,6 +73,7 @@ __all__ = [
     "TransformerDecoderLayer",
     "Transformer",
     "load_model",
+    "heads",
     "translate_dates",
     "train",
     "options",
@@ -854,7 +855,7 @@ def self_attention_raw(x, scale=1.0):
     out = _qkv._self_attention_raw(c.tensor, _optional_float(scale, fn, "scale"))
     return _result(out, c, False)
 from .nn import MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer, Transformer  # noqa: E402
-from .models import (load_model, translate_dates, train_lm, train_dates, BertModel, GPT2Model,  # noqa: E402
+from .models import (load_model, heads, translate_dates, train_lm, train_dates, BertModel, GPT2Model,  # noqa: E402
                      UseLiteModel, DateTranslator, SearchIndex, search, Tokenizer)
 from .training import train, options  # noqa: E402
 from . import recommender, vision  # noqa: E402,F401

@@ -616,6 +616,69 @@ def load_model(directory, weights="f32"):
     return cls.load(directory) if hasattr(cls, "load") else cls(directory)
 
 
+def heads(model, text=None, source=None, target=None, probes=None, top=0):
+    """Every layer and head of a text model ranked by the weight a token or word `source` (A)
+    of `text` puts on a token or word `target` (B), or, with probes=[(text, A, B), ...], by
+    their mean weight over the probes (Clark et al. 2019) — `qkv heads` from Python, the same
+    C++ ranking (docs/heads.md).
+
+    model: a text model's directory (bert, gpt2, use_lite, qkv-seq2seq), read by qkv's model
+    registry as `qkv heads --model` reads it. A and B are named as `qkv heads --from/--to`
+    name them: a token (exactly, or without its tokenizer's mark "Ġ", "▁", "##"), a word of
+    several tokens (its rows' mean attends, its columns' sum is attended to), NAME@N the N-th
+    occurrence. top: the heads returned, heaviest first (0: all).
+
+    Returns the dict `qkv heads --json` writes (`--file` for probes=), same keys:
+    ``model_type``, ``description``; ``probes``: per probe ``text``, ``from``, ``to``,
+    ``tokens``, ``groups`` (each attention group with A among its queries and B among its
+    keys: ``name``, ``from_positions``, ``to_positions``, and ``query_tokens``/``key_tokens``
+    where they are not ``tokens``) and ``skipped`` (``group``, ``reason``); ``heads``: per head
+    ``rank`` (from 1), ``group``, ``layer``, ``head`` (0-based), ``weight`` (its mean over the
+    probes) and, with probes=, ``min``, ``max``, ``lines`` (the probes its group could rank)
+    and ``weights`` (per probe; None where its group was skipped).
+
+    Raises TypeError for arguments of the wrong type or a wrong combination (text, source and
+    target together, or probes), ValueError with the library's message for a model that does
+    not read text, a text it cannot read, or an A or B not in the text (listing its tokens;
+    with probes= led by "probes[i]: "), FileNotFoundError for a missing directory.
+    """
+    fn = "heads"
+    if isinstance(model, (_Model, DateTranslator)):
+        raise TypeError(f"{fn}: model must be the model's directory (qkv.heads reads it as `qkv heads "
+                        f"--model` does), got {_describe(model)}")
+    directory = _check_dir(model, fn)
+    top = _int(top, fn, "top")
+    if top < 0:
+        raise ValueError(f"{fn}: top must be >= 0 (0: every head), got {top}")
+    single = (text, source, target)
+    if probes is None:
+        if any(v is None for v in single):
+            missing = [n for n, v in zip(("text", "source", "target"), single) if v is None]
+            raise TypeError(f"{fn}: give text, source and target, or probes=[(text, source, target), ...]; "
+                            f"missing {', '.join(missing)}")
+        asked = [(_text(text, fn, "text"), _text(source, fn, "source"), _text(target, fn, "target"), "")]
+    else:
+        if any(v is not None for v in single):
+            raise TypeError(f"{fn}: give text, source and target, or probes, not both")
+        if isinstance(probes, (str, bytes, dict)) or not hasattr(probes, "__iter__"):
+            raise TypeError(f"{fn}: probes must be a list of (text, source, target), got {_describe(probes)}")
+        asked = []
+        for i, p in enumerate(probes):
+            where = f"probes[{i}]"
+            if isinstance(p, (str, bytes, dict)) or not hasattr(p, "__iter__"):
+                raise TypeError(f"{fn}: {where} must be a (text, source, target) tuple, got {_describe(p)}")
+            p = tuple(p)
+            if len(p) != 3:
+                raise ValueError(f"{fn}: {where} must be (text, source, target), got {len(p)} items")
+            asked.append(tuple(_text(v, fn, f"{where}[{k}]") for k, v in enumerate(p)) + (where,))
+        if not asked:
+            raise ValueError(f"{fn}: probes is empty; give at least one (text, source, target)")
+    result = json.loads(_qkv._heads(directory, asked, probes is not None))
+    if top:
+        del result["heads"][top:]
+    return result
+
+
 def train_lm(text, out, **options):
     """qkv.train("lm", text=text, out=out, **options): a GPT-2 language model trained on
     the text file `text` into the Hugging Face GPT-2 directory `out` (config.json,

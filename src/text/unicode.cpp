@@ -4,7 +4,10 @@
 #include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
+#include <unicode/utf8.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -329,6 +332,44 @@ std::string quoted(std::string_view text, std::size_t max_bytes) {
   }
   if (i < text.size()) return out + "\"... (" + std::to_string(text.size()) + " bytes)";
   return out + "\"";
+}
+
+std::string escaped(std::string_view text, std::size_t max_chars, bool quotes, bool* cut) {
+  std::string out;
+  const auto* s = reinterpret_cast<const std::uint8_t*>(text.data());
+  const auto length = static_cast<std::int32_t>(std::min<std::size_t>(text.size(), INT32_MAX));
+  std::int32_t i = 0;
+  std::size_t chars = 0;
+  *cut = false;
+  while (i < length) {
+    if (chars++ == max_chars) {
+      *cut = true;
+      return out;
+    }
+    const std::int32_t start = i;
+    UChar32 c = 0;
+    U8_NEXT(s, i, length, c);
+    // Cc (C0, DEL, C1), and Zl, Zp and Cf (bidi controls among them), which break or
+    // reorder the line a terminal shows.
+    const int type = c < 0 ? -1 : u_charType(c);
+    if (c < 0 || type == U_CONTROL_CHAR || type == U_FORMAT_CHAR || type == U_LINE_SEPARATOR ||
+        type == U_PARAGRAPH_SEPARATOR || (quotes && (c == '\'' || c == '\\'))) {
+      for (std::int32_t k = start; k < i; ++k) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned>(s[k]));
+        out += hex;
+      }
+    } else {
+      out.append(text.substr(static_cast<std::size_t>(start), static_cast<std::size_t>(i - start)));
+    }
+  }
+  return out;
+}
+
+std::string quote_value(std::string_view text, std::size_t max_chars) {
+  bool cut = false;
+  const std::string body = escaped(text, max_chars, true, &cut);
+  return "'" + body + (cut ? "…' (" + std::to_string(text.size()) + " bytes)" : "'");
 }
 
 }  // namespace qkv::text

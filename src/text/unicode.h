@@ -87,4 +87,14 @@ std::string read_text_file(const std::filesystem::path& path, const char* who);
 // text (cut at a character boundary, the full length noted).
 std::string quoted(std::string_view text, std::size_t max_bytes = 60);
 
+// At most max_chars characters of text, with control characters (Cc; Cf, Zl and Zp, which
+// break or reorder the line a terminal shows; and, when `quotes`, single quotes and
+// backslashes) and bytes that are not UTF-8 written \xNN; *cut tells whether characters
+// were left out.
+std::string escaped(std::string_view text, std::size_t max_chars, bool quotes, bool* cut);
+// A value given by a user, as messages quote it: in single quotes, at most max_chars
+// characters (then "…" and the full size in bytes), escaped as above, so that a hostile
+// value can neither flood the terminal nor drive it with escape sequences.
+std::string quote_value(std::string_view text, std::size_t max_chars = 60);
+
 }  // namespace qkv::text

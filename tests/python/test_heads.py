@@ -202,3 +202,91 @@ def test_text_table_is_the_json_ranking(gpt_dir):
     assert len(rows) == 3
     for row, h in zip(rows, j["heads"]):
         assert row[0] == str(h["rank"]) and row[-3:] == [str(h["layer"]), str(h["head"]), f"{h['weight']:.4f}"]
+
+
+# --- qkv.heads: the same ranking from Python ---------------------------------------------------
+
+def import_qkv():
+    import qkv
+    return qkv
+
+
+@pytest.mark.parametrize("fixture,text,source,target", [
+    ("bert_dir", BERT_TEXT, "unhappy", "plays"),
+    ("gpt_dir", GPT_TEXT, "boat", "hat"),
+])
+def test_python_heads_is_the_cli_json_and_the_twin(request, fixture, text, source, target):
+    """qkv.heads(text=, source=, target=) is `qkv heads --json`, key for key and head for head
+    in the same order, and each head's weight is the twin's."""
+    qkv = import_qkv()
+    d, weights = request.getfixturevalue(fixture)
+    got = qkv.heads(d, text=text, source=source, target=target)
+    assert got == heads_json("--model", d, "--text", text, "--from", source, "--to", target)
+    rows, cols = positions(got)
+    if fixture == "bert_dir":
+        assert (rows, cols) == ([8, 9], [11, 12])
+        check_heads(got, twin_weights(bert_twin(weights, BERT_TOKENS), rows, cols), len(cols) * ATOL_PROBS,
+                    "self-attention", BERT_CONFIG["num_hidden_layers"], BERT_CONFIG["num_attention_heads"])
+    else:
+        assert (rows, cols) == ([15, 16, 17], [8, 9, 10])
+        probs = gpt_twin(weights, GPT_TOKENS)
+        check_heads(got, twin_weights(probs, rows, cols), len(cols) * gpt_delta(probs), "causal self-attention",
+                    GPT_LAYERS, GPT_HEADS)
+    top = qkv.heads(d, text=text, source=source, target=target, top=3)
+    assert top["heads"] == got["heads"][:3]
+
+
+def test_python_heads_probes_are_the_cli_file(gpt_dir, tmp_path):
+    """probes=[...] is `qkv heads --file` over the same lines (less its "file" and "line" keys)."""
+    qkv = import_qkv()
+    d, weights = gpt_dir
+    probes = [("the cat is in the hat, on a boat", "boat", "cat"), ("a cat sat on a mat", "mat", "cat"),
+              ("where is the cat", "cat", "where")]
+    f = tmp_path / "pairs.tsv"
+    f.write_text("".join(f"{s}\t{a}\t{b}\n" for s, a, b in probes))
+    want = heads_json("--model", d, "--file", str(f))
+    assert want.pop("file") == str(f)
+    for p in want["probes"]:
+        p.pop("line")
+    got = qkv.heads(d, probes=probes)
+    assert got == want
+    assert [h["lines"] for h in got["heads"]] == [3] * (GPT_LAYERS * GPT_HEADS)
+    # The first probe's weights are the twin's, as test_gpt2_file_means_are_the_twins_means
+    # checks the means.
+    probs = gpt_twin(weights, GPT_TOKENS)
+    want0 = twin_weights(probs, [15, 16, 17], [2])
+    for h in got["heads"]:
+        assert abs(h["weights"][0] - want0[(h["layer"], h["head"])]) <= gpt_delta(probs)
+
+
+def test_python_heads_refusals(gpt_dir):
+    qkv = import_qkv()
+    d, _ = gpt_dir
+    with pytest.raises(ValueError, match=r"^'dog' is not a token or word of the text; its tokens: 't' 'he' 'Ġcat'"):
+        qkv.heads(d, text=GPT_TEXT, source="dog", target="cat")
+    with pytest.raises(ValueError, match=r"^'dog' is not a token or word of the text"):
+        qkv.heads(d, text=GPT_TEXT, source="cat", target="dog")
+    with pytest.raises(ValueError, match=r"^T@N counts occurrences from 1, got 'cat@0'$"):
+        qkv.heads(d, text=GPT_TEXT, source="cat@0", target="hat")
+    with pytest.raises(ValueError, match=r"^probes\[1\]: 'dog' is not a token or word of the sentence; its tokens: "
+                                         r"'a' 'Ġcat'"):
+        qkv.heads(d, probes=[(GPT_TEXT, "boat", "cat"), ("a cat sat", "dog", "cat")])
+    vit = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                       "models", "fashion-vit")
+    with pytest.raises(ValueError, match=r"^qkv heads takes text models only \(bert, gpt2, use_lite, qkv-seq2seq\); "
+                                         r"the model is qkv-vision, whose input is an image$"):
+        qkv.heads(vit, text="x", source="x", target="x")
+    with pytest.raises(TypeError, match="give text, source and target, or probes.*missing target"):
+        qkv.heads(d, text=GPT_TEXT, source="cat")
+    with pytest.raises(TypeError, match="not both"):
+        qkv.heads(d, text=GPT_TEXT, source="cat", target="hat", probes=[(GPT_TEXT, "cat", "hat")])
+    with pytest.raises(TypeError, match=r"heads: probes\[0\]\[1\] must be a str, got int"):
+        qkv.heads(d, probes=[(GPT_TEXT, 1, "hat")])
+    with pytest.raises(ValueError, match=r"heads: probes\[0\] must be \(text, source, target\), got 2 items"):
+        qkv.heads(d, probes=[(GPT_TEXT, "cat")])
+    with pytest.raises(ValueError, match="probes is empty"):
+        qkv.heads(d, probes=[])
+    with pytest.raises(TypeError, match="model must be the model's directory"):
+        qkv.heads(qkv.load_model(d), text=GPT_TEXT, source="cat", target="hat")
+    with pytest.raises(ValueError, match="top must be >= 0"):
+        qkv.heads(d, text=GPT_TEXT, source="cat", target="hat", top=-1)

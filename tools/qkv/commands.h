@@ -159,7 +159,7 @@ struct HeadsOptions {
   std::string model;
   std::string text;
   bool has_text = false;
-  std::string from, to;  // token or word names (token_choice.h)
+  std::string from, to;  // token or word names (src/models/token_choice.h)
   bool has_from = false, has_to = false;
   std::string file;
   bool has_file = false;

@@ -18,9 +18,15 @@
 #include "print.h"
 #include "qkv/model_registry.h"
 #include "qkv/qkv.h"
-#include "token_choice.h"
+#include "models/token_choice.h"
 
 namespace qkv::cli {
+
+using models::parse_token_choice;
+using models::token_list;
+using models::token_span;
+using models::TokenSpan;
+
 namespace {
 
 constexpr std::int64_t kShownColumns = 6;  // columns printed of a wide matrix
@@ -96,7 +102,13 @@ int run_explain_model(const ExplainOptions& o, std::ostream& out) {
   const auto L = static_cast<std::int64_t>(tokens.size());
   std::int64_t a_pos = L - 1;  // the token whose softmax row is shown; default the last
   if (!o.token.empty()) {
-    const TokenSpan span = token_span(tokens, parse_token_choice("--token", o.token, {tokens}));
+    models::TokenChoice choice;
+    try {
+      choice = parse_token_choice(o.token, {tokens});
+    } catch (const Error& e) {
+      throw UsageError("--token", e.what());
+    }
+    const TokenSpan span = token_span(tokens, choice);
     if (!span.found())
       throw UsageError("--token", quote_value(o.token) + " is not a token of the input; its tokens: " + token_list(tokens));
     a_pos = span.first;

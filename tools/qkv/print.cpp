@@ -8,52 +8,7 @@
 #include <cstdio>
 #include <iostream>
 
-#include <unicode/uchar.h>
-#include <unicode/utf8.h>
-
 namespace qkv::cli {
-
-namespace {
-
-// At most max_chars characters of text, with control characters (and, when `quotes`,
-// single quotes and backslashes) and bytes that are not UTF-8 written \xNN; *cut tells
-// whether characters were left out.
-std::string escaped(std::string_view text, std::size_t max_chars, bool quotes, bool* cut) {
-  std::string out;
-  const auto* s = reinterpret_cast<const std::uint8_t*>(text.data());
-  const auto length = static_cast<std::int32_t>(std::min<std::size_t>(text.size(), INT32_MAX));
-  std::int32_t i = 0;
-  std::size_t chars = 0;
-  *cut = false;
-  while (i < length) {
-    if (chars++ == max_chars) {
-      *cut = true;
-      return out;
-    }
-    const std::int32_t start = i;
-    UChar32 c = 0;
-    U8_NEXT(s, i, length, c);
-    // Cc (C0, DEL, C1), and Zl, Zp and Cf (bidi controls among them), which break or
-    // reorder the line a terminal shows.
-    const int type = c < 0 ? -1 : u_charType(c);
-    if (c < 0 || type == U_CONTROL_CHAR || type == U_FORMAT_CHAR || type == U_LINE_SEPARATOR ||
-        type == U_PARAGRAPH_SEPARATOR || (quotes && (c == '\'' || c == '\\'))) {
-      for (std::int32_t k = start; k < i; ++k)
-        out += format("\\x%02x", static_cast<unsigned>(s[k]));
-    } else {
-      out.append(text.substr(static_cast<std::size_t>(start), static_cast<std::size_t>(i - start)));
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
-std::string quote_value(std::string_view text, std::size_t max_chars) {
-  bool cut = false;
-  const std::string body = escaped(text, max_chars, true, &cut);
-  return "'" + body + (cut ? format("…' (%zu bytes)", text.size()) : "'");
-}
 
 std::string quote_path(std::string_view path) { return quote_value(path, path.size()); }
 
@@ -84,7 +39,7 @@ void warn_unused_tensors(const std::vector<std::string>& names, std::string_view
 
 std::string printable(std::string_view message, std::size_t max_chars) {
   bool cut = false;
-  const std::string body = escaped(message, max_chars, false, &cut);
+  const std::string body = text::escaped(message, max_chars, false, &cut);
   return cut ? body + format("… (%zu bytes in all)", message.size()) : body;
 }
 

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "text/unicode.h"
+
 namespace qkv::cli {
 
 // A small dense matrix for display and for the walkthrough's step-by-step arithmetic.
@@ -84,11 +86,9 @@ void print_attention_heatmap(std::ostream& out, const Matrix& probs,
 // "a", "a and b", "a, b and c": names as a sentence lists them.
 std::string english_list(const std::vector<std::string>& names);
 
-// A value given by the user, as messages quote it: in single quotes, at most max_chars
-// characters (then "…" and the full size in bytes), with control characters, single
-// quotes, backslashes and bytes that are not UTF-8 written \xNN, so that a hostile value can
-// neither flood the terminal nor drive it with escape sequences.
-std::string quote_value(std::string_view text, std::size_t max_chars = 60);
+// A value given by the user, as messages quote it (text/unicode.h, where the library's
+// messages quote values so too).
+using text::quote_value;
 // A file or directory name as messages quote it: as quote_value, but whole (a path cut
 // short hides which file is meant; the system bounds its length).
 std::string quote_path(std::string_view path);

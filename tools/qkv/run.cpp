@@ -30,9 +30,16 @@
 #include "qkv/tokenizer.h"
 #include "qkv/use_lite.h"
 #include "qkv/viz.h"
-#include "token_choice.h"
+#include "models/token_choice.h"
 
 namespace qkv::cli {
+
+using models::parse_token_choice;
+using models::token_list;
+using models::token_span;
+using models::TokenChoice;
+using models::TokenSpan;
+
 namespace {
 
 struct Stats {
@@ -223,7 +230,12 @@ int show_token(const RunOptions& o, const models::Model& model, const models::Mo
                std::ostream& out) {
   std::vector<std::vector<std::string>> queries;
   for (const auto& g : a.view.groups) queries.push_back(g.query_tokens);
-  const TokenChoice choice = parse_token_choice("--token", o.token, queries);
+  TokenChoice choice;
+  try {
+    choice = parse_token_choice(o.token, queries);
+  } catch (const Error& e) {
+    throw UsageError("--token", e.what());
+  }
   bool found = false;
   for (const auto& g : a.view.groups) found = found || query_position(g, choice) >= 0;
   if (!found) {

@@ -1,6 +1,8 @@
-// A token or word of a model's input, named on the command line: `qkv run --token T` (the
-// token whose attention is listed) and `qkv heads --from A --to B` (the token or word whose
-// attention to another is ranked). One matcher, so the two commands read a name alike.
+// A token or word of a model's input, named by a user: `qkv run --token T` and `qkv explain
+// --model --token T` (the token whose attention is listed), rank_heads (qkv/heads.h: `qkv
+// heads --from A --to B`, Python's qkv.heads; the token or word whose attention to another
+// is ranked). One matcher, so that every front end reads a name alike. (Internal to the
+// library and the CLI: not installed.)
 //
 // A name is
 //   1. a token: one spelled exactly so, or equal to it without the mark its tokenizer adds
@@ -20,7 +22,7 @@
 #include <string>
 #include <vector>
 
-namespace qkv::cli {
+namespace qkv::models {
 
 // A token without the mark its tokenizer adds: GPT-2's byte-level "Ġ" (a leading space),
 // SentencePiece's "▁", WordPiece's "##" continuation, a leading space. A token that is only
@@ -40,9 +42,9 @@ struct TokenChoice {
   std::int64_t occurrence = 0;  // N of NAME@N; 0 = the first occurrence
 };
 
-// `option` names the option in the error for "NAME@0" (a UsageError).
-TokenChoice parse_token_choice(const std::string& option, const std::string& text,
-                               const std::vector<std::vector<std::string>>& lists);
+// Throws qkv::Error "T@N counts occurrences from 1, got 'NAME@0'" (the caller names its
+// option or argument).
+TokenChoice parse_token_choice(const std::string& name, const std::vector<std::vector<std::string>>& lists);
 
 // The tokens tokens[first, first + count) a choice names; count = 0 when it names none.
 struct TokenSpan {
@@ -59,4 +61,4 @@ TokenSpan word_span(const std::vector<std::string>& tokens, const TokenChoice& c
 // The tokens, each quoted, for the message that a name is not among them.
 std::string token_list(const std::vector<std::string>& tokens);
 
-}  // namespace qkv::cli
+}  // namespace qkv::models

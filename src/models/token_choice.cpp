@@ -1,13 +1,13 @@
 // The matcher of token_choice.h: names -> positions in a list of tokens.
-#include "token_choice.h"
+#include "models/token_choice.h"
 
 #include <algorithm>
 #include <cstddef>
 
-#include "commands.h"
-#include "print.h"
+#include "qkv/error.h"
+#include "text/unicode.h"
 
-namespace qkv::cli {
+namespace qkv::models {
 namespace {
 
 const std::string kMarks[] = {"Ġ", "▁", "##", " "};  // each a prefix some tokenizer adds
@@ -100,19 +100,18 @@ bool begins_word(const std::vector<std::string>& tokens, std::size_t i) {
   return begins_word(tokens, i, marks_word_starts(tokens));
 }
 
-TokenChoice parse_token_choice(const std::string& option, const std::string& text,
-                               const std::vector<std::vector<std::string>>& lists) {
-  const std::size_t at = text.rfind('@');
-  if (at == std::string::npos || at == 0 || at + 1 == text.size()) return {text, 0};
+TokenChoice parse_token_choice(const std::string& name, const std::vector<std::vector<std::string>>& lists) {
+  const std::size_t at = name.rfind('@');
+  if (at == std::string::npos || at == 0 || at + 1 == name.size()) return {name, 0};
   for (const auto& tokens : lists)
-    if (word_span(tokens, {text, 0}).found()) return {text, 0};
+    if (word_span(tokens, {name, 0}).found()) return {name, 0};
   std::int64_t n = 0;
-  for (std::size_t i = at + 1; i < text.size(); ++i) {
-    if (text[i] < '0' || text[i] > '9' || n > (1 << 20)) return {text, 0};
-    n = n * 10 + (text[i] - '0');
+  for (std::size_t i = at + 1; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || n > (1 << 20)) return {name, 0};
+    n = n * 10 + (name[i] - '0');
   }
-  if (n < 1) throw UsageError(option, "T@N counts occurrences from 1, got " + quote_value(text));
-  return {text.substr(0, at), n};
+  if (n < 1) throw Error("T@N counts occurrences from 1, got " + text::quote_value(name));
+  return {name.substr(0, at), n};
 }
 
 TokenSpan token_span(const std::vector<std::string>& tokens, const TokenChoice& choice) {
@@ -139,9 +138,9 @@ std::string token_list(const std::vector<std::string>& tokens) {
   std::string s;
   for (const std::string& t : tokens) {
     if (!s.empty()) s += ' ';
-    s += quote_value(t, 30);
+    s += text::quote_value(t, 30);
   }
   return s;
 }
 
-}  // namespace qkv::cli
+}  // namespace qkv::models
