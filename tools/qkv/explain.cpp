@@ -85,11 +85,13 @@ void walk_rest_of_layer(std::ostream& out, Checker& checker, qkv::Rng& rng, cons
                   6, 88, 3);
   print_side_by_side(out, {render_matrix(stats, token_style("row statistics", {"μ", "σ²"})),
                            render_matrix(N1, token_style("LN(X + result)", dims))});
-  MatrixStyle gamma_style, beta_style;
-  gamma_style.title = "γ";
-  beta_style.title = "β";
-  gamma_style.col_labels = beta_style.col_labels = dims;
-  print_side_by_side(out, {render_matrix(gamma, gamma_style), render_matrix(beta, beta_style)});
+  const auto column_style = [&dims](std::string title) {  // a (1, E) row: columns named, no row label
+    MatrixStyle s;
+    s.title = std::move(title);
+    s.col_labels = dims;
+    return s;
+  };
+  print_side_by_side(out, {render_matrix(gamma, column_style("γ")), render_matrix(beta, column_style("β"))});
   nn::LayerNorm norm1({E}, eps), norm2({E}, eps);
   norm1.weight = to_tensor(gamma, {E});
   norm1.bias = to_tensor(beta, {E});
@@ -194,8 +196,8 @@ int run_explain(const ExplainOptions& options, std::ostream& out) {
   std::vector<std::string> rows_tok, cols_tok;
   for (std::int64_t i = 0; i < L; ++i) {
     const std::string t = truncate_display(tokens[static_cast<std::size_t>(i)], kLabelWidth);
-    rows_tok.push_back(wide ? format("%2lld %s", static_cast<long long>(i + 1), t.c_str()) : t);
-    cols_tok.push_back(wide ? std::to_string(i + 1) : t);
+    rows_tok.push_back(wide ? format("%2lld %s", static_cast<long long>(i), t.c_str()) : t);  // 0-based, as --token
+    cols_tok.push_back(wide ? std::to_string(i) : t);
   }
   auto style = [&](std::string title, std::vector<std::string> col_labels,
                    std::vector<std::string> row_labels) {
