@@ -103,7 +103,7 @@ run train mf --data "$DATA" --epochs 3 --out "$MF" --quiet
 expect_status 0 "train mf"
 no_crash "train mf"
 expect_in out "^training matrix factorisation on $DATA: dim [0-9]+" "mf: the first line"
-expect_in out "^test RMSE: global mean [0-9.]+, user \+ movie biases [0-9.]+, matrix factorisation [0-9.]+" \
+expect_in out "^test RMSE: global mean [0-9.]+, user \+ movie biases [0-9.]+ \(λ [0-9.]+ by validation\), matrix factorisation [0-9.]+" \
   "mf: the RMSE line"
 expect_in out "^  mf +[0-9.]+ " "mf: the ranking line"
 expect_in out "^wrote $MF/\{config.json, model.safetensors, users.csv, movies.csv, history.csv\}$" "mf: says what it wrote"
@@ -122,6 +122,8 @@ assert j["model"] == "mf" and j["users"] == 40 and j["movies"] == 30 and j["rati
 for k in ("rmse_mf", "rmse_biases", "rmse_global_mean"):
     assert isinstance(j[k], float) and 0 < j[k] < 4.5, (k, j[k])
 assert 0 <= j["trained"]["hr10"] <= 1 and j["trained"]["users"] == 40, j["trained"]
+# The biases' λ is one of the grid's (recommender.h, kBiasL2Grid).
+assert j["biases_l2"] in (0, 0.3, 1, 2, 3, 5, 10, 20, 50, 100), j["biases_l2"]
 assert 1 <= j["best_epoch"] <= 3 and j["split"].startswith("split per user by time"), j
 PY
 

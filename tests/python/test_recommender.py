@@ -48,6 +48,7 @@ def mf(data, tmp_path_factory):
     assert report["model"] == "mf" and report["users"] == 30 and report["movies"] == 25
     for key in ("rmse_global_mean", "rmse_biases", "rmse_mf"):
         assert 0 < report[key] < 5
+    assert report["biases_l2"] in (0, 0.3, 1, 2, 3, 5, 10, 20, 50, 100)
     return rec.Recommender(out)
 
 

@@ -282,9 +282,9 @@ int run_train_recommender(recommender::RecommenderOptions t, const TrainFlags& f
   out << r.ratings << " ratings by " << r.users << " users of " << r.movies << " movies\n"
       << r.split << "\n";
   if (mf)
-    out << format("test RMSE: global mean %.4f, user + movie biases %.4f, matrix factorisation %.4f "
-                  "(best validation epoch %lld)\n",
-                  r.rmse_global_mean, r.rmse_biases, r.rmse_mf, static_cast<long long>(r.best_epoch));
+    out << format("test RMSE: global mean %.4f, user + movie biases %.4f (λ %g by validation), "
+                  "matrix factorisation %.4f (best validation epoch %lld)\n",
+                  r.rmse_global_mean, r.rmse_biases, r.biases_l2, r.rmse_mf, static_cast<long long>(r.best_epoch));
   else
     out << format("best validation HR@10 at epoch %lld; %lld steps in %.1f s (%.1f ms/step)\n",
                   static_cast<long long>(r.best_epoch), static_cast<long long>(r.train_steps), r.train_seconds,

@@ -215,9 +215,7 @@ TEST(MatrixFactorisation, BeatsTheBiasesOnPlantedFactors) {
   const rec::MfModel m = rec::train_mf(fit, val, 120, 80, o, [&](const qkv::train::Progress& p) {
     if (p.evaluated) validation.push_back(p.score);
   }).model;
-  rec::MfOptions biases = o;
-  biases.dim = 0;
-  const rec::MfModel b = rec::train_mf(fit, val, 120, 80, biases).model;
+  const rec::MfModel b = rec::tune_biases(fit, val, 120, 80).fit.model;
   const double mean_rmse = rec::rmse_constant(m.mean, test);
   EXPECT_LT(rec::rmse(m, test), 0.7 * mean_rmse);
   EXPECT_LT(rec::rmse(m, test), 0.7 * rec::rmse(b, test));
@@ -231,6 +229,123 @@ TEST(MatrixFactorisation, BeatsTheBiasesOnPlantedFactors) {
   for (int j = 0; j < 4; ++j) want += P[5 * 4 + j] * Q[7 * 4 + j];
   EXPECT_NEAR(m.predict(5, 7, false), want, 1e-5);
   EXPECT_EQ(m.predict(5, 7), std::clamp(m.predict(5, 7, false), 0.5f, 5.0f));
+}
+
+namespace {
+
+// Ratings r = 3.5 + b_u + b_i + N(0, σ²), unrounded, with b_u, b_i ~ N(0, 0.5²): each user rates
+// each movie with probability `density`; every user and movie rates / is rated at least once.
+struct PlantedBiases {
+  std::vector<rec::Rating> ratings;
+  std::vector<double> user, movie;
+};
+PlantedBiases planted_biases(int U, int I, double density, double sigma, std::uint64_t seed) {
+  qkv::Rng rng(seed);
+  PlantedBiases p;
+  for (int u = 0; u < U; ++u) p.user.push_back(0.5 * rng.normal());
+  for (int i = 0; i < I; ++i) p.movie.push_back(0.5 * rng.normal());
+  for (int u = 0; u < U; ++u)
+    for (int i = 0; i < I; ++i)
+      if (u % I == i || i % U == u || rng.uniform() < density)
+        p.ratings.push_back({.user = u, .movie = i,
+                             .rating = static_cast<float>(3.5 + p.user[u] + p.movie[i] + sigma * rng.normal())});
+  return p;
+}
+
+double centred_rms_error(const float* fitted, const std::vector<double>& truth) {
+  const auto n = static_cast<double>(truth.size());
+  double mf = 0, mt = 0;
+  for (std::size_t j = 0; j < truth.size(); ++j) mf += fitted[j] / n, mt += truth[j] / n;
+  double s = 0;
+  for (std::size_t j = 0; j < truth.size(); ++j) s += std::pow((fitted[j] - mf) - (truth[j] - mt), 2) / n;
+  return std::sqrt(s);
+}
+
+}  // namespace
+
+// b_u − b_i' offsets are all a rating set identifies (a constant moves between the sides), so
+// the centred biases are compared. With n ratings per user, b̂_u − b_u ≈ the mean of its n
+// noises and of its movies' errors, sd ≈ σ·sqrt(1/n + 1/(n·n_i)) ≈ σ/√n; λ = 1 shrinks by
+// λ/(λ + n) < 1%, 0.005 at |b| = 0.5. So the RMS error over 200 users (or movies) is
+// σ/√n ± 10%: bound it by 1.5·σ/√n (n ≈ 100, σ = 0.3: 0.045; not fitting at all gives 0.5).
+TEST(MfBiases, AlternatingLeastSquaresRecoversPlantedBiases) {
+  const double sigma = 0.3;
+  const PlantedBiases p = planted_biases(200, 200, 0.5, sigma, 11);
+  const rec::BiasFit f = rec::fit_biases(p.ratings, 200, 200, 1.0);
+  EXPECT_TRUE(f.converged) << f.sweeps << " sweeps";
+  EXPECT_EQ(f.model.user_factors.size(1), 0);
+  const double bound = 1.5 * sigma / std::sqrt(100.0);
+  EXPECT_LT(centred_rms_error(f.model.user_bias.data_as<float>(), p.user), bound);
+  EXPECT_LT(centred_rms_error(f.model.movie_bias.data_as<float>(), p.movie), bound);
+  double mean = 0;
+  for (const rec::Rating& r : p.ratings) mean += r.rating / static_cast<double>(p.ratings.size());
+  EXPECT_NEAR(f.model.mean, mean, 1e-5);  // μ is the fit ratings' mean
+}
+
+// A tiny case against the normal equations of the same objective, (AᵀA + λ·1) x = Aᵀ(r − μ),
+// x = (b_u..., b_i...), A's row per rating one-hot at its user and its movie; solved densely
+// in double by Gaussian elimination with partial pivoting. A user and a movie without
+// ratings keep 0 (their rows of the system: λ·x = 0).
+TEST(MfBiases, AlternatingLeastSquaresEqualsTheNormalEquations) {
+  const int U = 5, I = 5;  // user 4 and movie 4 rate / are rated nothing
+  const std::vector<rec::Rating> fit = {
+      {.user = 0, .movie = 0, .rating = 4}, {.user = 0, .movie = 1, .rating = 3.5f}, {.user = 0, .movie = 3, .rating = 5},
+      {.user = 1, .movie = 0, .rating = 2}, {.user = 1, .movie = 2, .rating = 1.5f}, {.user = 2, .movie = 1, .rating = 4.5f},
+      {.user = 2, .movie = 2, .rating = 3}, {.user = 2, .movie = 3, .rating = 4}, {.user = 3, .movie = 0, .rating = 0.5f},
+      {.user = 3, .movie = 3, .rating = 2.5f}, {.user = 1, .movie = 3, .rating = 3}};
+  for (const double l2 : {0.7, 3.0}) {
+    const rec::BiasFit f = rec::fit_biases(fit, U, I, l2);
+    ASSERT_TRUE(f.converged) << "λ " << l2;
+    const int n = U + I;
+    std::vector<std::vector<double>> a(n, std::vector<double>(n + 1, 0.0));  // [AᵀA + λ | Aᵀ(r − μ)]
+    for (int j = 0; j < n; ++j) a[j][j] = l2;
+    for (const rec::Rating& r : fit) {
+      const int cols[2] = {static_cast<int>(r.user), U + static_cast<int>(r.movie)};
+      for (const int x : cols) {
+        for (const int y : cols) a[x][y] += 1;
+        a[x][n] += r.rating - static_cast<double>(f.model.mean);
+      }
+    }
+    for (int c = 0; c < n; ++c) {
+      int pivot = c;
+      for (int r = c + 1; r < n; ++r)
+        if (std::abs(a[r][c]) > std::abs(a[pivot][c])) pivot = r;
+      std::swap(a[c], a[pivot]);
+      for (int r = 0; r < n; ++r)
+        if (r != c) {
+          const double m = a[r][c] / a[c][c];
+          for (int k = c; k <= n; ++k) a[r][k] -= m * a[c][k];
+        }
+    }
+    for (int u = 0; u < U; ++u)
+      EXPECT_NEAR(f.model.user_bias.data_as<float>()[u], a[u][n] / a[u][u], 1e-6) << "user " << u << ", λ " << l2;
+    for (int i = 0; i < I; ++i)
+      EXPECT_NEAR(f.model.movie_bias.data_as<float>()[i], a[U + i][n] / a[U + i][U + i], 1e-6)
+          << "movie " << i << ", λ " << l2;
+  }
+}
+
+// Few noisy ratings per user (σ = 1, n ≈ 6): too little λ overfits, too much flattens the
+// biases (the best is near σ²/var(b) = 4), so the choice is inside the grid, and it must be
+// the grid value whose fit has the lowest RMSE on the validation ratings.
+TEST(MfBiases, TuneChoosesTheLowestValidationRmse) {
+  const PlantedBiases p = planted_biases(150, 150, 0.05, 1.0, 5);
+  std::vector<rec::Rating> fit, val;
+  for (std::size_t j = 0; j < p.ratings.size(); ++j) (j % 4 == 3 ? val : fit).push_back(p.ratings[j]);
+  const std::vector<double> grid = {0, 0.3, 1, 3, 10, 100, 1000};
+  const rec::TunedBiases t = rec::tune_biases(fit, val, 150, 150, grid);
+  ASSERT_EQ(t.validation_rmses.size(), grid.size());
+  std::size_t best = 0;
+  for (std::size_t g = 0; g < grid.size(); ++g) {
+    const double v = rec::rmse(rec::fit_biases(fit, 150, 150, grid[g]).model, val);
+    EXPECT_NEAR(t.validation_rmses[g], v, 1e-12) << "λ " << grid[g];
+    if (v < rec::rmse(rec::fit_biases(fit, 150, 150, grid[best]).model, val)) best = g;
+  }
+  EXPECT_GT(best, 0u);
+  EXPECT_LT(best, grid.size() - 1);
+  EXPECT_EQ(t.l2, grid[best]);
+  EXPECT_NEAR(t.validation_rmse, rec::rmse(t.fit.model, val), 1e-12);
+  EXPECT_NEAR(t.validation_rmse, t.validation_rmses[best], 1e-12);
 }
 
 // A model directory written by train_recommender, read back: every query against its
