@@ -12,12 +12,14 @@
 // Activations are batch-first: (B, L, E). Matrix products go through oneDNN (kept out of
 // these headers).
 //   qkv/nn/functional.h        elementwise helpers, linear, layer_norm, activations, positions
+//   qkv/nn/dropout.h           Dropout (residual and embedding dropout)
 //   qkv/nn/layers.h            Linear, Embedding, LearnedPositionalEmbedding, LayerNorm, state dicts
 //   qkv/nn/multihead_attention.h  AttentionMasks, KVCache, MultiheadAttention
 //   qkv/nn/transformer.h       FeedForward, encoder and decoder layers, Transformer
 //   qkv/nn/vector_attention.h  VectorAttention (Point Transformer)
 #pragma once
 
+#include "qkv/nn/dropout.h"
 #include "qkv/nn/functional.h"
 #include "qkv/nn/layers.h"
 #include "qkv/nn/multihead_attention.h"

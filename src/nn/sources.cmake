@@ -3,6 +3,7 @@
 list(APPEND QKV_SOURCES
   src/nn/onednn.cpp
   src/nn/elementwise.cpp
+  src/nn/dropout.cpp
   src/nn/linear.cpp
   src/nn/layer_norm.cpp
   src/nn/activation.cpp

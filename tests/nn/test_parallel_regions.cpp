@@ -85,6 +85,7 @@ std::vector<Site> sites() {
          Tensor a = x.clone();
          nn::scale_(a, 2.0f);
        }},
+      {"nn.dropout", [=] { nn::Dropout(0.5).forward(x, 1); }},
       {"nn.adamw", [=] {
          Tensor p = x.clone(), g = x.clone();
          train::AdamW opt({{"p", &p}}, {});

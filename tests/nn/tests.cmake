@@ -2,6 +2,7 @@
 # file per module of src/nn, its forward and backward together.
 list(APPEND QKV_UNIT_TESTS
   nn/test_elementwise.cpp
+  nn/test_dropout.cpp
   nn/test_linear.cpp
   nn/test_layer_norm.cpp
   nn/test_activation.cpp
