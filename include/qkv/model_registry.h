@@ -37,6 +37,9 @@ enum class AttentionInput {
   user,   // a user id whose history is attended over: qkv-recommender (sasrec)
 };
 const char* to_string(AttentionInput input);
+// The input in words, for messages: "a text", "an image", "a user's history", "nothing (it
+// has no attention)" (what `qkv heads` and `qkv explain --model` say of a model they refuse).
+const char* describe(AttentionInput input);
 
 struct AttentionRequest {
   std::string text;                // text models

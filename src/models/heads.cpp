@@ -144,23 +144,13 @@ std::vector<HeadWeights> rank(const std::vector<HeadProbeResult>& results) {
   return rows;
 }
 
-const char* input_words(AttentionInput input) {
-  switch (input) {
-    case AttentionInput::image: return "an image";
-    case AttentionInput::user: return "a user's history";
-    case AttentionInput::none: return "nothing (it has no attention)";
-    case AttentionInput::text: break;
-  }
-  return "a text";
-}
-
 }  // namespace
 
 HeadRanking rank_heads(const Model& model, const std::vector<HeadProbe>& probes) {
   if (model.attention_input() != AttentionInput::text)
     throw HeadsError(HeadsInput::model, "qkv heads takes text models only (bert, gpt2, use_lite, qkv-seq2seq); the "
                                         "model is " + model.model_type() + ", whose input is " +
-                                        input_words(model.attention_input()));
+                                        describe(model.attention_input()));
   if (probes.empty()) throw HeadsError(HeadsInput::text, "give at least one probe (a text, its A and its B)");
   HeadRanking ranking;
   for (const HeadProbe& p : probes) ranking.probes.push_back(probe_model(model, p));

@@ -22,9 +22,7 @@ LayerWalk walk_layer(LayerWalk walk, const std::vector<Tensor>& hidden_states,
 
 LayerWalk Model::layer_walk(const AttentionRequest&, std::int64_t) const {
   throw Error("a layer walk takes a model whose input is a text; this model is " + model_type() +
-              ", whose input is " + (attention_input() == AttentionInput::image  ? "an image"
-                                               : attention_input() == AttentionInput::user ? "a user"
-                                                                                          : "not attended over"));
+              ", whose input is " + describe(attention_input()));
 }
 
 }  // namespace qkv::models

@@ -29,6 +29,16 @@ const char* to_string(AttentionInput input) {
   return "none";
 }
 
+const char* describe(AttentionInput input) {
+  switch (input) {
+    case AttentionInput::image: return "an image";
+    case AttentionInput::user: return "a user's history";
+    case AttentionInput::none: return "nothing (it has no attention)";
+    case AttentionInput::text: break;
+  }
+  return "a text";
+}
+
 namespace {
 
 std::mutex& registry_mutex() {
