@@ -22,7 +22,8 @@
 // the f32 range to ±inf). F64, I64, I32, I16, I8, U8, U16, U32, U64, F8_E4M3 and F8_E5M2
 // are accepted in files and listed by names()/info(), but get() of any of them except F64
 // throws Error(ErrorKind::type) naming the tensor and its dtype; callers skip such tensors
-// by name (BERT checkpoints carry an I64 `position_ids`). F64 stays f32 on reading although
+// by name (BERT checkpoints carry an I64 `position_ids`) or read their bytes() (and write
+// them as RawTensor). F64 stays f32 on reading although
 // DType::f64 exists: the models and layers that load checkpoints compute in f32, and f64
 // serves only the reference attention path. save_safetensors writes DType::f64 as F64.
 //
@@ -56,6 +57,15 @@ struct TensorInfo {
   std::uint64_t end = 0;
 };
 
+// A tensor of a dtype qkv does not compute with (I32, U8, ...), as its bytes: written by
+// save_safetensors beside the Tensors, read back with SafeTensors::bytes (the search index's
+// BM25 postings, apps/search/bm25.h).
+struct RawTensor {
+  std::string dtype;            // a safetensors dtype name: "I32", "U8", ...
+  Shape shape;
+  std::vector<std::byte> data;  // numel(shape) elements, little-endian, row-major
+};
+
 class SafeTensors {
  public:
   // One .safetensors file, memory-mapped.
@@ -78,6 +88,9 @@ class SafeTensors {
   const TensorInfo& info(const std::string& name) const;  // throws naming a missing tensor
   // A view into the loaded file, or a copy (unaligned data, F64 → f32); see the top of the file.
   Tensor get(const std::string& name) const;
+  // The bytes of any tensor, of any dtype, as in the file (a view that lives as long as this
+  // SafeTensors; not necessarily aligned): how integer tensors are read.
+  std::span<const std::byte> bytes(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:
@@ -102,16 +115,20 @@ class SafeTensors {
 // aligned and reads back zero-copy. Metadata keys are written sorted.
 // Names must be unique and not "__metadata__". The file is written whole or not at all
 // (an AtomicFile, qkv/files.h: beside the target, fsynced, renamed over it).
+// `raw` tensors are written as they are, placed among the others by their dtype.
 void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
-                      const std::map<std::string, std::string>& metadata = {});
+                      const std::map<std::string, std::string>& metadata = {},
+                      const std::vector<std::pair<std::string, RawTensor>>& raw = {});
 // The same into an AtomicFile the caller commits (a file of a ModelFiles directory).
 void save_safetensors(AtomicFile& file,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
-                      const std::map<std::string, std::string>& metadata = {});
+                      const std::map<std::string, std::string>& metadata = {},
+                      const std::vector<std::pair<std::string, RawTensor>>& raw = {});
 // The same bytes, in memory.
 std::vector<std::byte> serialize_safetensors(
     const std::vector<std::pair<std::string, Tensor>>& tensors,
-    const std::map<std::string, std::string>& metadata = {});
+    const std::map<std::string, std::string>& metadata = {},
+    const std::vector<std::pair<std::string, RawTensor>>& raw = {});
 
 }  // namespace qkv

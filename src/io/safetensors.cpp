@@ -513,12 +513,21 @@ Tensor SafeTensors::get(const std::string& name) const {
   return {};
 }
 
+std::span<const std::byte> SafeTensors::bytes(const std::string& name) const {
+  const auto it = entries_.find(name);
+  QKV_CHECK(it != entries_.end(), "safetensors: no tensor named '" << name << "' (" << entries_.size()
+                                                                   << " tensors present)");
+  const TensorInfo& info = it->second.info;
+  return {it->second.source->data + info.begin, static_cast<std::size_t>(info.end - info.begin)};
+}
+
 namespace {
 
-// The header and the tensors in data order, as the reference `prepare` lays them out.
+// The header and the tensors' bytes in data order, as the reference `prepare` lays them out.
 struct Plan {
-  std::string header;           // padded with spaces to a multiple of 8
-  std::vector<Tensor> tensors;  // contiguous, in data order
+  std::string header;                // padded with spaces to a multiple of 8
+  std::vector<Tensor> keep;          // contiguous copies of the Tensors, which `data` points into
+  std::vector<std::span<const std::byte>> data;  // every tensor's bytes, in data order
 };
 
 std::string quoted(const std::string& s, const char* what) {
@@ -530,36 +539,56 @@ std::string quoted(const std::string& s, const char* what) {
 }
 
 Plan plan(const std::vector<std::pair<std::string, Tensor>>& tensors,
-          const std::map<std::string, std::string>& metadata) {
+          const std::map<std::string, std::string>& metadata,
+          const std::vector<std::pair<std::string, RawTensor>>& raw) {
+  struct Item {
+    const std::string* name;
+    std::string_view dtype;
+    Shape shape;
+    std::span<const std::byte> data;
+  };
+  Plan p;
+  p.keep.reserve(tensors.size());
+  std::vector<Item> items;
   std::set<std::string> seen;
-  std::vector<std::size_t> order;
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const auto& [name, t] = tensors[i];
-    QKV_CHECK(t.defined(), "save_safetensors: tensor '" << name << "' is undefined");
+  const auto check_name = [&](const std::string& name) {
     QKV_CHECK(name != "__metadata__",
               "save_safetensors: the name \"__metadata__\" is reserved for the metadata");
     QKV_CHECK(seen.insert(name).second, "save_safetensors: tensor name '" << name
                                                                           << "' appears twice");
-    order.push_back(i);
-  }
-  // As the reference `prepare`: by dtype, descending in its enum order (F64, F32, BF16,
-  // F16, BOOL), then by name. Largest elements first, so every tensor starts aligned.
-  const auto rank = [&](std::size_t i) {
-    switch (tensors[i].second.dtype()) {
-      case DType::f64: return 4;
-      case DType::f32: return 3;
-      case DType::bf16: return 2;
-      case DType::f16: return 1;
-      case DType::boolean: return 0;
-    }
-    return 0;
   };
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+  for (const auto& [name, t] : tensors) {
+    QKV_CHECK(t.defined(), "save_safetensors: tensor '" << name << "' is undefined");
+    check_name(name);
+    p.keep.push_back(t.contiguous());
+    const Tensor& c = p.keep.back();
+    items.push_back({&name, file_dtype(t.dtype()), t.shape(),
+                     {static_cast<const std::byte*>(c.data()), static_cast<std::size_t>(c.nbytes())}});
+  }
+  for (const auto& [name, r] : raw) {
+    check_name(name);
+    const DTypeEntry* d = find_dtype(r.dtype);
+    QKV_CHECK(d != nullptr, "save_safetensors: tensor '" << name << "' has dtype '" << r.dtype
+                                                         << "', not one of " << accepted_dtypes());
+    std::uint64_t n = 1;
+    for (const std::int64_t s : r.shape) {
+      QKV_CHECK(s >= 0, "save_safetensors: tensor '" << name << "' has a negative size");
+      n *= static_cast<std::uint64_t>(s);
+    }
+    QKV_CHECK(r.data.size() == n * d->size,
+              "save_safetensors: tensor '" << name << "' (" << r.dtype << ", " << n << " elements) holds "
+                                           << r.data.size() << " bytes, not " << n * d->size);
+    items.push_back({&name, d->name, r.shape, r.data});
+  }
+  // As the reference `prepare`: by dtype, descending in its enum order (kDTypes: U64, I64,
+  // F64, F32, U32, I32, BF16, ... BOOL), then by name. Largest elements first, so every
+  // tensor starts aligned.
+  const auto rank = [](const Item& i) { return find_dtype(i.dtype) - kDTypes; };
+  std::stable_sort(items.begin(), items.end(), [&](const Item& a, const Item& b) {
     if (rank(a) != rank(b)) return rank(a) > rank(b);
-    return tensors[a].first < tensors[b].first;
+    return *a.name < *b.name;
   });
 
-  Plan p;
   std::string& h = p.header;
   h = "{";
   if (!metadata.empty()) {
@@ -575,25 +604,24 @@ Plan plan(const std::vector<std::pair<std::string, Tensor>>& tensors,
     h += "}";
   }
   std::uint64_t offset = 0;
-  for (std::size_t i : order) {
-    const auto& [name, t] = tensors[i];
+  for (const Item& item : items) {
     if (h.size() > 1) h += ',';
-    h += quoted(name, "a tensor name");
+    h += quoted(*item.name, "a tensor name");
     h += ":{\"dtype\":\"";
-    h += file_dtype(t.dtype());
+    h += item.dtype;
     h += "\",\"shape\":[";
-    for (std::size_t d = 0; d < t.shape().size(); ++d) {
+    for (std::size_t d = 0; d < item.shape.size(); ++d) {
       if (d > 0) h += ',';
-      h += std::to_string(t.shape()[d]);
+      h += std::to_string(item.shape[d]);
     }
-    const std::uint64_t bytes = t.nbytes();
+    const std::uint64_t bytes = item.data.size();
     h += "],\"data_offsets\":[";
     h += std::to_string(offset);
     h += ',';
     h += std::to_string(offset + bytes);
     h += "]}";
     offset += bytes;
-    p.tensors.push_back(t.contiguous());
+    p.data.push_back(item.data);
   }
   h += "}";
   h.append((8 - h.size() % 8) % 8, ' ');
@@ -610,17 +638,15 @@ void append_u64(std::string* out, std::uint64_t v) {
 
 std::vector<std::byte> serialize_safetensors(
     const std::vector<std::pair<std::string, Tensor>>& tensors,
-    const std::map<std::string, std::string>& metadata) {
-  const Plan p = plan(tensors, metadata);
+    const std::map<std::string, std::string>& metadata,
+    const std::vector<std::pair<std::string, RawTensor>>& raw) {
+  const Plan p = plan(tensors, metadata, raw);
   std::string prefix;
   append_u64(&prefix, p.header.size());
   prefix += p.header;
   std::vector<std::byte> out(reinterpret_cast<const std::byte*>(prefix.data()),
                              reinterpret_cast<const std::byte*>(prefix.data()) + prefix.size());
-  for (const Tensor& t : p.tensors) {
-    const auto* data = static_cast<const std::byte*>(t.data());
-    if (t.nbytes() > 0) out.insert(out.end(), data, data + t.nbytes());
-  }
+  for (const std::span<const std::byte> data : p.data) out.insert(out.end(), data.begin(), data.end());
   return out;
 }
 
@@ -631,22 +657,24 @@ void write_plan(AtomicFile& file, const Plan& p) {
   append_u64(&prefix, p.header.size());
   prefix += p.header;
   file.write(prefix);
-  for (const Tensor& t : p.tensors)
-    if (t.nbytes() > 0) file.write(t.data(), t.nbytes());
+  for (const std::span<const std::byte> data : p.data)
+    if (!data.empty()) file.write(data.data(), data.size());
 }
 
 }  // namespace
 
 void save_safetensors(AtomicFile& file,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
-  write_plan(file, plan(tensors, metadata));
+                      const std::map<std::string, std::string>& metadata,
+                      const std::vector<std::pair<std::string, RawTensor>>& raw) {
+  write_plan(file, plan(tensors, metadata, raw));
 }
 
 void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
-  const Plan p = plan(tensors, metadata);  // bad names or tensors: refused before any file
+                      const std::map<std::string, std::string>& metadata,
+                      const std::vector<std::pair<std::string, RawTensor>>& raw) {
+  const Plan p = plan(tensors, metadata, raw);  // bad names or tensors: refused before any file
   AtomicFile file(path, "save_safetensors");
   write_plan(file, p);
   file.commit();

@@ -305,6 +305,49 @@ TEST(SafeTensorsWriter, F64IsWrittenAsF64First) {
   EXPECT_EQ(st.get("d").to_vector(), (std::vector<float>{0.1f, -std::numeric_limits<float>::infinity()}));
 }
 
+// Raw tensors (I32, U8, ... as bytes) take their place in the reference's dtype order
+// (U64, I64, F64, F32, U32, I32, BF16, F16, U16, I16, F8, I8, U8, BOOL), and bytes() reads
+// any tensor back as written.
+TEST(SafeTensorsWriter, RawTensorsAreWrittenInTheReferenceOrder) {
+  const Tensor f = Tensor::from_vector({1}, std::vector<float>{2.0f});
+  const Tensor h = Tensor::from_vector({1}, std::vector<float>{1.0f}, DType::f16);
+  const Tensor a = Tensor::from_vector({1}, std::vector<float>{1}, DType::boolean);
+  Bytes i32;
+  append_value<std::int32_t>(&i32, -7);
+  append_value<std::int32_t>(&i32, 70000);
+  const Bytes u8 = {std::byte{'h'}, std::byte{'i'}, std::byte{'\n'}};
+  const Bytes bytes = qkv::serialize_safetensors(
+      {{"h", h}, {"a", a}, {"f", f}}, {},
+      {{"u", qkv::RawTensor{"U8", {3}, u8}}, {"i", qkv::RawTensor{"I32", {2}, i32}}});
+  const std::string header =
+      "{\"f\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+      "\"i\":{\"dtype\":\"I32\",\"shape\":[2],\"data_offsets\":[4,12]},"
+      "\"h\":{\"dtype\":\"F16\",\"shape\":[1],\"data_offsets\":[12,14]},"
+      "\"u\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[14,17]},"
+      "\"a\":{\"dtype\":\"BOOL\",\"shape\":[1],\"data_offsets\":[17,18]}}";
+  Bytes data;
+  append_value<float>(&data, 2.0f);
+  data.insert(data.end(), i32.begin(), i32.end());
+  append_value<std::uint16_t>(&data, 0x3c00);  // f16 1.0
+  data.insert(data.end(), u8.begin(), u8.end());
+  append_value<std::uint8_t>(&data, 1);
+  const Bytes expected = image(header + std::string((8 - header.size() % 8) % 8, ' '), data);
+  EXPECT_TRUE(bytes == expected) << std::string(reinterpret_cast<const char*>(bytes.data()) + 8,
+                                                bytes.size() - 8);
+  const SafeTensors st = SafeTensors::parse(bytes);
+  const auto back = st.bytes("i");
+  EXPECT_TRUE(Bytes(back.begin(), back.end()) == i32);
+  EXPECT_EQ(st.bytes("u").size(), 3u);
+  EXPECT_EQ(st.bytes("f").size(), 4u);
+  expect_error([&] { st.bytes("none"); }, {"'none'"});
+  expect_error([&] { qkv::serialize_safetensors({}, {}, {{"x", qkv::RawTensor{"I32", {3}, i32}}}); },
+               {"'x'", "8 bytes", "not 12"});
+  expect_error([&] { qkv::serialize_safetensors({}, {}, {{"x", qkv::RawTensor{"Q7", {0}, {}}}}); },
+               {"'x'", "'Q7'"});
+  expect_error([&] { qkv::serialize_safetensors({{"x", f}}, {}, {{"x", qkv::RawTensor{"U8", {3}, u8}}}); },
+               {"'x'", "twice"});
+}
+
 TEST(SafeTensorsWriter, HeaderIsPaddedToEightBytesForEveryLength) {
   // Names of length 1..16 move the header length through every residue mod 8.
   for (int len = 1; len <= 16; ++len) {
