@@ -121,30 +121,44 @@ int run_search(const SearchOptions& o, const SearchQueryOptions& q, std::ostream
     throw Error(std::string("--query: ") + e.what(), e.kind());
   }
   if (clipped) warn_clipped("--query", model.config.max_length);
+  const SearchRanking ranking = q.ranking();
+  if (ranking != SearchRanking::dense && lexical_terms(o.query).empty())  // before an index is built
+    throw UsageError("--query", "has no word for BM25 (" + std::string(q.hybrid ? "--hybrid" : "--lexical") +
+                                    ") to match: it needs letters or digits");
 
   ProgressBar bar("indexing " + o.corpus);
-  bool built = false;
+  bool built = false, lexical_added = false;
   const SearchIndex index = SearchIndex::open_or_build(
       model, o.model, o.corpus, index_path, [&](std::int64_t d, std::int64_t t) { bar(d, t); },
-      q.reindex, &built);
+      q.reindex, &built, &lexical_added);
   if (built) {
     std::cerr << "qkv: indexed " << o.corpus << " into " << index_path << "\n";
     if (index.clipped_lines() > 0)
       warn_clipped(std::to_string(index.clipped_lines()) + " corpus line(s)", model.config.max_length);
   }
+  if (lexical_added)
+    std::cerr << "qkv: " << index_path << " had no lexical (BM25) index (an older qkv wrote it): added it, "
+              << "the embeddings kept\n";
   const Tensor query = model.embed_ids({query_ids}).embeddings;  // (1, O)
-  const std::vector<SearchHit> hits = index.search(query.select(0, 0), q.top);
+  const std::vector<SearchHit> hits =
+      ranking == SearchRanking::lexical  ? index.search_lexical(o.query, q.top)
+      : ranking == SearchRanking::hybrid ? index.search_hybrid(query.select(0, 0), o.query, q.top)
+                                         : index.search(query.select(0, 0), q.top);
+  if (hits.empty()) std::cerr << "qkv: no line of " << o.corpus << " shares a word with the query\n";
+  // The score is the ranking's: its name heads the text column and is each JSON hit's "scoring".
+  if (!o.json && !hits.empty()) out << format("rank %7s %6s  text\n", score_name(ranking), "line");
   for (const SearchHit& h : hits) {
     if (o.json) {
       nlohmann::ordered_json j;
       j["rank"] = h.rank;
       j["score"] = h.score;
+      j["scoring"] = score_name(ranking);
       j["line"] = h.line;
       j["text"] = h.text;
       out << j.dump() << '\n';
       continue;
     }
-    out << format("%3lld. %.4f  %6lld: ", static_cast<long long>(h.rank), double{h.score},
+    out << format("%3lld. %7.4f %6lld: ", static_cast<long long>(h.rank), double{h.score},
                   static_cast<long long>(h.line))
         << truncate_display(printable(h.text, kMaxWidth), kMaxWidth - 22) << '\n';
   }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -20,12 +21,20 @@ using qkv_python::naming_allocations;
 
 namespace {
 
-py::list search_hits(const std::vector<qkv::SearchHit>& hits) {
+qkv::SearchRanking parse_ranking(const std::string& name) {
+  if (name == "dense") return qkv::SearchRanking::dense;
+  if (name == "lexical") return qkv::SearchRanking::lexical;
+  if (name == "hybrid") return qkv::SearchRanking::hybrid;
+  throw qkv::Error("ranking must be dense, lexical or hybrid, got '" + name + "'");
+}
+
+py::list search_hits(const std::vector<qkv::SearchHit>& hits, qkv::SearchRanking ranking) {
   py::list out;
   for (const auto& h : hits) {
     py::dict d;
     d["rank"] = h.rank;
     d["score"] = h.score;
+    d["scoring"] = qkv::score_name(ranking);
     d["line"] = h.line;
     d["text"] = h.text;
     out.append(d);
@@ -43,29 +52,57 @@ void register_search(py::module_& m) {
           "open_or_build",
           [](const models::UseLiteModel& model, const std::string& model_dir,
              const std::string& corpus, const std::string& index, bool rebuild) {
-            bool built = false;
+            bool built = false, lexical_added = false;
             py::gil_scoped_release release;
             auto result = naming_allocations("SearchIndex of '" + corpus + "'", [&] {
               return std::make_shared<qkv::SearchIndex>(qkv::SearchIndex::open_or_build(
-                  model, model_dir, corpus, index, {}, rebuild, &built));
+                  model, model_dir, corpus, index, {}, rebuild, &built, &lexical_added));
             });
-            return std::make_pair(result, built);
+            return std::make_tuple(result, built, lexical_added);
           },
           py::arg("model"), py::arg("model_dir"), py::arg("corpus"), py::arg("index"),
-          py::arg("rebuild"), "(index, whether it was built). Releases the GIL.")
+          py::arg("rebuild"),
+          "(index, whether it was built, whether its lexical part was added). Releases the GIL.")
       .def_property_readonly("embeddings", [](const qkv::SearchIndex& s) { return s.embeddings(); })
       .def_property_readonly("lines", [](const qkv::SearchIndex& s) { return s.lines(); })
+      .def_property_readonly("lexical", [](const qkv::SearchIndex& s) { return s.lexical(); })
       .def(
           "search",
           [](const qkv::SearchIndex& s, const models::UseLiteModel& model, const std::string& query,
-             std::int64_t top) {
+             std::int64_t top, const std::string& ranking) {
+            const qkv::SearchRanking r = parse_ranking(ranking);
             std::vector<qkv::SearchHit> hits;
             {
               py::gil_scoped_release release;
-              hits = s.search(model, query, top);
+              hits = s.search(model, query, top, r);
             }
-            return search_hits(hits);
+            return search_hits(hits, r);
           },
-          py::arg("model"), py::arg("query"), py::arg("top"),
-          "[{rank, score, line, text}] best first. Releases the GIL.");
+          py::arg("model"), py::arg("query"), py::arg("top"), py::arg("ranking"),
+          "[{rank, score, scoring, line, text}] best first; ranking: dense, lexical or hybrid. "
+          "Releases the GIL.");
+  // BM25 alone, without a model (bm25.h): the tests' naive twin and the search benchmark's
+  // build time and memory read it.
+  py::class_<qkv::Bm25Index>(m, "_Bm25Index", "qkv::Bm25Index: BM25 over lines (k1 1.2, b 0.75).")
+      .def(py::init([](const std::vector<std::string>& lines) {
+             py::gil_scoped_release release;
+             return qkv::Bm25Index::build(lines);
+           }),
+           py::arg("lines"), "The index of `lines`. Releases the GIL.")
+      .def("rank", &qkv::Bm25Index::rank, py::arg("query"),
+           "[(BM25 score, 0-based line)] of every line sharing a term with the query, best first")
+      .def_property_readonly("documents", &qkv::Bm25Index::documents)
+      .def_property_readonly("vocabulary", &qkv::Bm25Index::vocabulary)
+      .def_property_readonly("postings", &qkv::Bm25Index::postings)
+      .def_property_readonly("average_length", &qkv::Bm25Index::average_length)
+      .def_property_readonly("memory_bytes", &qkv::Bm25Index::memory_bytes)
+      .def_readonly_static("k1", &qkv::Bm25Index::kK1)
+      .def_readonly_static("b", &qkv::Bm25Index::kB);
+  m.def("_lexical_terms", &qkv::lexical_terms, py::arg("text"), "The BM25 terms of text (bm25.h), in order.");
+  m.def(
+      "_reciprocal_rank_fusion",
+      [](const std::vector<std::vector<std::int64_t>>& rankings, double k) {
+        return qkv::reciprocal_rank_fusion(rankings, k);
+      },
+      py::arg("rankings"), py::arg("k") = 60.0, "[(RRF score, item)] best first");
 }

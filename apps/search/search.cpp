@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <utility>
@@ -85,6 +86,7 @@ SearchIndex SearchIndex::embed_corpus(const models::UseLiteModel& model, std::st
       index.lines_.push_back(std::move(line));
     }
   }
+  index.lexical_ = Bm25Index::build(index.lines_);
   const auto N = static_cast<std::int64_t>(index.lines_.size());
   std::vector<std::size_t> order;  // the non-blank lines, longest first: batches pad little
   for (std::size_t i = 0; i < index.lines_.size(); ++i)
@@ -179,7 +181,8 @@ SearchIndex SearchIndex::open_or_build(const models::UseLiteModel& model,
                                        const std::string& model_dir,
                                        const std::string& corpus_path,
                                        const std::string& index_path, const IndexProgress& progress,
-                                       bool rebuild, bool* built) {
+                                       bool rebuild, bool* built, bool* lexical_added) {
+  if (lexical_added) *lexical_added = false;
   // Each hashed once: the model's files are tens of MB, the corpus may be too.
   const std::string fingerprint = model_fingerprint(model_dir);
   const std::string corpus_sha = corpus_sha256(corpus_path);
@@ -227,6 +230,13 @@ SearchIndex SearchIndex::open_or_build(const models::UseLiteModel& model,
       // the file under a running search changes nothing here.
       index.embeddings_ = e;
       models::detail::check_finite(e, "index '" + index_path + "' is damaged", "embeddings");
+      if (!Bm25Index::read(file, N, "index '" + index_path + "'", &index.lexical_)) {
+        // An index written before the lexical part (or by other term rules): the embeddings
+        // stay, the BM25 index is made from the lines, and the file is written whole again.
+        index.lexical_ = Bm25Index::build(index.lines_);
+        index.save(index_path);
+        if (lexical_added) *lexical_added = true;
+      }
       if (built) *built = false;
       return index;
     }
@@ -241,41 +251,90 @@ void SearchIndex::save(const std::string& path) const {
   // save_safetensors writes beside and renames: an interrupted save leaves the old file
   // or none, never half of one.
   save_safetensors(path, {{"embeddings", embeddings_}},
-                   {{"format", kFormat}, {"model", model_fingerprint_},
-                    {"corpus", corpus_sha256_}, {"lines", std::to_string(lines_.size())}});
+                   {{"format", kFormat}, {"model", model_fingerprint_}, {"corpus", corpus_sha256_},
+                    {"lines", std::to_string(lines_.size())}, {"lexical", Bm25Index::kTermsVersion}},
+                   lexical_.tensors());
 }
 
-std::vector<SearchHit> SearchIndex::search(const models::UseLiteModel& model,
-                                           std::string_view query, std::int64_t top_k) const {
+const char* score_name(SearchRanking ranking) {
+  switch (ranking) {
+    case SearchRanking::dense: return "cosine";
+    case SearchRanking::lexical: return "bm25";
+    case SearchRanking::hybrid: return "rrf";
+  }
+  return "?";
+}
+
+std::vector<SearchHit> SearchIndex::search(const models::UseLiteModel& model, std::string_view query,
+                                           std::int64_t top_k, SearchRanking ranking) const {
+  if (ranking == SearchRanking::lexical) return search_lexical(query, top_k);
   const Tensor q = model.embed({std::string(query)}).embeddings;  // (1, O)
-  return search(q.select(0, 0), top_k);
+  return ranking == SearchRanking::hybrid ? search_hybrid(q.select(0, 0), query, top_k)
+                                          : search(q.select(0, 0), top_k);
 }
 
 std::vector<SearchHit> SearchIndex::search(const Tensor& query, std::int64_t top_k) const {
   QKV_CHECK(top_k >= 1, "search: top_k must be >= 1, got " << top_k);
+  return hits(dense_ranking(query, top_k), top_k);
+}
+
+std::vector<SearchHit> SearchIndex::search_lexical(std::string_view query, std::int64_t top_k) const {
+  QKV_CHECK(top_k >= 1, "search: top_k must be >= 1, got " << top_k);
+  return hits(lexical_.rank(query), top_k);
+}
+
+std::vector<SearchHit> SearchIndex::search_hybrid(const Tensor& query_embedding, std::string_view query,
+                                                  std::int64_t top_k) const {
+  QKV_CHECK(top_k >= 1, "search: top_k must be >= 1, got " << top_k);
+  std::vector<std::vector<std::int64_t>> rankings(2);
+  for (const auto& [score, line] : lexical_.rank(query)) rankings[1].push_back(line);  // first: it checks the query
+  for (const auto& [score, line] : dense_ranking(query_embedding, options::kMaxInt)) rankings[0].push_back(line);
+  return hits(reciprocal_rank_fusion(rankings), top_k);
+}
+
+std::vector<std::pair<double, std::int64_t>> SearchIndex::dense_ranking(const Tensor& query,
+                                                                        std::int64_t top_k) const {
   const std::int64_t N = embeddings_.size(0), O = embeddings_.size(1);
   QKV_CHECK(query.defined() && query.dim() == 1 && query.size(0) == O && query.dtype() == DType::f32,
             "search: the query must be an f32 vector of " << O << ", got "
                 << (query.defined() ? query.shape_string() : std::string("undefined")));
   const Tensor q = query.contiguous();
   const float* e = embeddings_.data_as<float>();
-  std::vector<std::pair<float, std::int64_t>> scored;  // (score, line index)
+  std::vector<std::pair<double, std::int64_t>> scored;  // (score, line index)
   for (std::int64_t i = 0; i < N; ++i) {
     if (blank(lines_[static_cast<std::size_t>(i)])) continue;
     double s = 0;
     for (std::int64_t o = 0; o < O; ++o) s += double{e[i * O + o]} * q.data_as<float>()[o];
-    scored.emplace_back(static_cast<float>(s), i);
+    scored.emplace_back(static_cast<float>(s), i);  // the f32 score a hit shows orders the hits
   }
   const auto k = static_cast<std::size_t>(std::min<std::int64_t>(top_k, static_cast<std::int64_t>(scored.size())));
   std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(k), scored.end(),
                     [](const auto& a, const auto& b) {
                       return a.first != b.first ? a.first > b.first : a.second < b.second;
                     });
-  std::vector<SearchHit> hits;
-  for (std::size_t r = 0; r < k; ++r)
-    hits.push_back({static_cast<std::int64_t>(r) + 1, scored[r].first, scored[r].second + 1,
-                    lines_[static_cast<std::size_t>(scored[r].second)]});
-  return hits;
+  scored.resize(k);
+  return scored;
+}
+
+std::vector<SearchHit> SearchIndex::hits(const std::vector<std::pair<double, std::int64_t>>& ranked,
+                                         std::int64_t top_k) const {
+  std::vector<SearchHit> out;
+  for (std::size_t r = 0; r < ranked.size() && static_cast<std::int64_t>(r) < top_k; ++r)
+    out.push_back({static_cast<std::int64_t>(r) + 1, static_cast<float>(ranked[r].first), ranked[r].second + 1,
+                   lines_[static_cast<std::size_t>(ranked[r].second)]});
+  return out;
+}
+
+std::vector<std::pair<double, std::int64_t>> reciprocal_rank_fusion(
+    const std::vector<std::vector<std::int64_t>>& rankings, double k) {
+  std::map<std::int64_t, double> score;
+  for (const auto& ranking : rankings)
+    for (std::size_t r = 0; r < ranking.size(); ++r) score[ranking[r]] += 1.0 / (k + static_cast<double>(r + 1));
+  std::vector<std::pair<double, std::int64_t>> fused;
+  fused.reserve(score.size());
+  for (const auto& [item, s] : score) fused.emplace_back(s, item);
+  std::stable_sort(fused.begin(), fused.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return fused;  // the map gave them in item order: stable_sort keeps ties so
 }
 
 }  // namespace qkv

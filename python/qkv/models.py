@@ -9,7 +9,7 @@ Sentence Encoder lite, tokenizers, semantic search.
 >>> gpt.generate("the cat", max_new_tokens=10)        # list of generated ids
 >>> use = qkv.load_model("use-lite")                  # scripts/fetch_model.sh use-lite use-lite
 >>> use.encode(["How old are you?", "What is your age?"])   # (2, 512) float32, unit rows
->>> qkv.search(use, "corpus.txt", "a query", top=5)   # [{"rank", "score", "line", "text"}]
+>>> qkv.search(use, "corpus.txt", "a query", top=5)   # [{"rank", "score", "scoring", "line", "text"}]
 
 Inputs ids are (B, L) integer NumPy arrays, CPU torch tensors or lists of lists; results
 are float32 NumPy arrays, or torch tensors when the ids were a torch tensor. Inference
@@ -474,9 +474,12 @@ class SearchIndex:
     model are unchanged (SHA-256 of their bytes); a changed corpus is indexed again. An
     index built by another model, or damaged, is a ValueError unless reindex=True. index and
     reindex are `qkv search`'s --index and --reindex, declared once (qkv.options("search")).
+    The index holds the lines' BM25 index too; one written before it had one gets it added
+    (lexical_added is then True).
 
     >>> index = qkv.SearchIndex(model, "corpus.txt")
-    >>> index.search("a query", top=5)       # [{"rank", "score", "line", "text"}]
+    >>> index.search("a query", top=5)       # [{"rank", "score", "scoring", "line", "text"}]
+    >>> index.search("a query", hybrid=True) # BM25 and cosine fused (lexical=True: BM25 alone)
     """
 
     def __init__(self, model, corpus, index=None, reindex=None, **renamed):
@@ -486,7 +489,7 @@ class SearchIndex:
         corpus = _path(corpus, fn, "corpus")
         o = _parsed("search", index=index, reindex=reindex, **renamed)  # rebuild: now reindex
         self.model = model
-        self._impl, self.built = _qkv._SearchIndex.open_or_build(
+        self._impl, self.built, self.lexical_added = _qkv._SearchIndex.open_or_build(
             model._impl, model._directory, corpus, o["index"] or corpus + ".qkv-index", o["reindex"])
 
     @property
@@ -498,18 +501,24 @@ class SearchIndex:
     def lines(self):
         return list(self._impl.lines)
 
-    def search(self, query, top=None):
+    def search(self, query, top=None, hybrid=None, lexical=None):
         """The `top` lines (default 10) most similar to query (cosine), best first, as dicts
-        {"rank": 1-based, "score": float, "line": 1-based line number, "text": str}."""
+        {"rank": 1-based, "score": float, "scoring": "cosine", "line": 1-based line number,
+        "text": str}. hybrid=True ranks by reciprocal rank fusion of the cosine and BM25
+        rankings ("scoring": "rrf"), lexical=True by BM25 alone ("bm25"): `qkv search`'s
+        --hybrid and --lexical. A query without a word (letters or digits) is a ValueError
+        for either."""
         fn = "SearchIndex.search"
         query = _text(query, fn, "query")
-        return self._impl.search(self.model._impl, query, _parsed("search", top=top)["top"])
+        o = _parsed("search", top=top, hybrid=hybrid, lexical=lexical)
+        ranking = "hybrid" if o["hybrid"] else "lexical" if o["lexical"] else "dense"
+        return self._impl.search(self.model._impl, query, o["top"], ranking)
 
 
-def search(model, corpus, query, top=None, index=None, reindex=None, **renamed):
-    """qkv search from Python: SearchIndex(model, corpus, index, reindex).search(query, top),
-    with `qkv search`'s options (qkv.options("search"))."""
-    return SearchIndex(model, corpus, index, reindex, **renamed).search(query, top)
+def search(model, corpus, query, top=None, index=None, reindex=None, hybrid=None, lexical=None, **renamed):
+    """qkv search from Python: SearchIndex(model, corpus, index, reindex).search(query, top,
+    hybrid, lexical), with `qkv search`'s options (qkv.options("search"))."""
+    return SearchIndex(model, corpus, index, reindex, **renamed).search(query, top, hybrid, lexical)
 
 
 class DateTranslator:

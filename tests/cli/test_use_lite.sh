@@ -60,14 +60,52 @@ expect_failure "num_attention_heads" embed --model "$TMP/m" --text x
 printf 'I like pizza\nthe weather is nice today\n\nquantum physics lecture notes\nplay chess against the computer\n' > "$TMP/corpus.txt"
 run search --model "$MODEL" --corpus "$TMP/corpus.txt" --query "a chess engine" --top 2 --json
 expect_status 0 "search --json"
-expect_in out '^\{"rank":1,"score":0\.[0-9]+,"line":5,"text":"play chess against the computer"\}$' "the best hit"
+expect_in out '^\{"rank":1,"score":0\.[0-9]+,"scoring":"cosine","line":5,"text":"play chess against the computer"\}$' "the best hit"
 expect_in err "indexed" "the first query builds the index"
 [[ -f "$TMP/corpus.txt.qkv-index" ]] && pass || fail "no index beside the corpus"
 run search --model "$MODEL" --corpus "$TMP/corpus.txt" --query "food"
 expect_status 0 "search (text)"
-expect_in out '^  1\. 0\.[0-9]{4} +1: I like pizza' "text hits: rank, score, line, text"
+expect_in out '^rank +cosine +line  text$' "the text names the score"
+expect_in out '^  1\. +0\.[0-9]{4} +1: I like pizza' "text hits: rank, score, line, text"
 expect_not_in err "indexed" "the second query reuses the index"
-[[ $(wc -l < "$TMP/out") -eq 4 ]] && pass || fail "4 non-blank lines, 4 hits: $(cat "$TMP/out")"
+[[ $(wc -l < "$TMP/out") -eq 5 ]] && pass || fail "a header and 4 non-blank lines, 4 hits: $(cat "$TMP/out")"
+
+# --lexical (BM25) and --hybrid (RRF) say which score they print; a query without a word is
+# a usage error for both, and the two together are one.
+run search --model "$MODEL" --corpus "$TMP/corpus.txt" --query "Chess computers" --lexical --json
+expect_status 0 "search --lexical"
+expect_in out '^\{"rank":1,"score":[0-9.]+,"scoring":"bm25","line":5,"text":"play chess against the computer"\}$' "BM25's hit"
+[[ $(wc -l < "$TMP/out") -eq 1 ]] && pass || fail "one line shares a word with the query: $(cat "$TMP/out")"
+run search --model "$MODEL" --corpus "$TMP/corpus.txt" --query "chess engine" --hybrid
+expect_status 0 "search --hybrid"
+expect_in out '^rank +rrf +line  text$' "the hybrid's score is RRF's"
+expect_in out '^  1\. +0\.0328 +5: play chess' "first in both rankings: 2/61"
+run search --model "$MODEL" --corpus "$TMP/corpus.txt" --query "zebra" --lexical
+expect_status 0 "search --lexical, no line matches"
+expect_in err "no line of .* shares a word with the query" "says that nothing matched"
+expect_usage_error "--query: has no word for BM25 (--lexical)" search --model "$MODEL" --corpus "$TMP/corpus.txt" --query "?!" --lexical
+expect_usage_error "--query: has no word for BM25 (--hybrid)" search --model "$MODEL" --corpus "$TMP/corpus.txt" --query " " --hybrid
+expect_usage_error "--lexical: and --hybrid" search --model "$MODEL" --corpus "$TMP/corpus.txt" --query x --lexical --hybrid
+# An index written before the lexical part (the embeddings and metadata alone): --hybrid
+# adds the BM25 index, says so, and answers.
+"$PYTHON" - "$TMP/corpus.txt.qkv-index" <<'PY'
+import json, struct, sys
+path = sys.argv[1]
+data = open(path, "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+meta = {k: v for k, v in header["__metadata__"].items() if k != "lexical"}
+begin, end = header["embeddings"]["data_offsets"]
+head = json.dumps({"__metadata__": meta, "embeddings": {"dtype": "F32", "shape": header["embeddings"]["shape"],
+                   "data_offsets": [0, end - begin]}}, separators=(",", ":"))
+head += " " * (-len(head) % 8)
+open(path, "wb").write(struct.pack("<Q", len(head)) + head.encode() + data[8 + n + begin:8 + n + end])
+PY
+run search --model "$MODEL" --corpus "$TMP/corpus.txt" --query "chess engine" --hybrid
+expect_status 0 "--hybrid on an older index"
+expect_in err "had no lexical \(BM25\) index .*: added it" "says it added the lexical part"
+expect_not_in err "indexed" "the embeddings are kept"
+grep -q "bm25.lengths" "$TMP/corpus.txt.qkv-index" && pass || fail "the index file has its lexical part now"
 
 expect_usage_error "--top" search --model "$MODEL" --corpus "$TMP/corpus.txt" --query x --top 0
 : > "$TMP/empty.txt"

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
@@ -316,6 +317,60 @@ TEST(UseLite, IndexFileIsReusedAndChecked) {
   EXPECT_THROW(open(model_dir, true), qkv::Error);  // nothing but blank lines
   write_text(corpus, "fine\nnot \xc3\x28 utf-8\n");
   EXPECT_THROW(open(model_dir, true), qkv::Error);
+}
+
+// The lexical part: an index written before it (embeddings and metadata only, as qkv wrote
+// them) gets it added, the embeddings kept and the file rewritten; lexical and hybrid
+// rankings score what they say; a query without a word is refused by both.
+TEST(UseLite, AnIndexWithoutItsLexicalPartGetsIt) {
+  TempDir dir("lexical");
+  const fs::path corpus = dir.path / "c.txt", index = dir.path / "c.idx";
+  const std::string model_dir = env("QKV_TEST_USE_DIR");
+  write_text(corpus, "gnumeric: spreadsheet application\n\nvlc: multimedia player\nchess: play chess\n");
+  bool built = false, added = false;
+  auto open = [&] {
+    return qkv::SearchIndex::open_or_build(model(), model_dir, corpus.string(), index.string(), {}, false, &built,
+                                           &added);
+  };
+  const auto first = open();
+  EXPECT_TRUE(built);
+  EXPECT_FALSE(added);
+  EXPECT_TRUE(qkv::SafeTensors::open(index.string()).contains("bm25.lengths"));
+  {  // the file as an older qkv wrote it
+    const qkv::SafeTensors file = qkv::SafeTensors::open(index.string());
+    std::map<std::string, std::string> meta = file.metadata();
+    meta.erase("lexical");
+    qkv::save_safetensors(index.string(), {{"embeddings", file.get("embeddings").clone()}}, meta);
+  }
+  EXPECT_FALSE(qkv::SafeTensors::open(index.string()).contains("bm25.lengths"));
+  const auto upgraded = open();
+  EXPECT_FALSE(built);
+  EXPECT_TRUE(added);
+  EXPECT_EQ(upgraded.embeddings().to_vector(), first.embeddings().to_vector());
+  EXPECT_TRUE(qkv::SafeTensors::open(index.string()).contains("bm25.lengths"));
+  const auto again = open();
+  EXPECT_FALSE(built || added);
+
+  const auto lexical = again.search(model(), "spreadsheets", 10, qkv::SearchRanking::lexical);
+  ASSERT_EQ(lexical.size(), 1u);  // only line 1 holds the term
+  EXPECT_EQ(lexical[0].line, 1);
+  EXPECT_EQ(lexical[0].score, static_cast<float>(again.lexical().rank("spreadsheets")[0].first));
+  const auto hybrid = again.search(model(), "play chess", 10, qkv::SearchRanking::hybrid);
+  ASSERT_EQ(hybrid.size(), 3u);  // every non-blank line: the dense ranking holds them all
+  EXPECT_EQ(hybrid[0].line, 4);  // first in both rankings: 2 / 61
+  EXPECT_FLOAT_EQ(hybrid[0].score, 2.0f / 61);
+  EXPECT_STREQ(qkv::score_name(qkv::SearchRanking::hybrid), "rrf");
+  EXPECT_THROW(again.search(model(), "?!", 10, qkv::SearchRanking::lexical), qkv::Error);
+  EXPECT_THROW(again.search(model(), "--", 10, qkv::SearchRanking::hybrid), qkv::Error);
+
+  // A lexical part that disagrees with the corpus is damage, not an older index.
+  {
+    const qkv::SafeTensors file = qkv::SafeTensors::open(index.string());
+    const auto other = qkv::Bm25Index::build({"one line", "two", "three"});  // 3 lines, not 4
+    qkv::save_safetensors(index.string(), {{"embeddings", file.get("embeddings").clone()}}, file.metadata(),
+                          other.tensors());
+  }
+  EXPECT_THROW(open(), qkv::Error);
 }
 
 }  // namespace

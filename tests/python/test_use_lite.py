@@ -160,6 +160,27 @@ def test_search_and_its_index(model, tmp_path):
         qkv.SearchIndex(model, empty)
 
 
+def test_lexical_and_hybrid_search(model, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("gnumeric: spreadsheet application\n\nvlc: multimedia player\nchess: play chess\n",
+                      encoding="utf-8")
+    index = qkv.SearchIndex(model, corpus)
+    assert index.built and not index.lexical_added
+    assert [h["scoring"] for h in index.search("chess", top=1)] == ["cosine"]
+    lexical = index.search("Spreadsheets", lexical=True)
+    assert [(h["line"], h["scoring"]) for h in lexical] == [(1, "bm25")]
+    hybrid = qkv.search(model, str(corpus), "play chess", hybrid=True)
+    assert [h["scoring"] for h in hybrid] == ["rrf"] * 3 and hybrid[0]["line"] == 4
+    assert hybrid[0]["score"] == pytest.approx(2 / 61, rel=1e-6)  # first in both rankings
+    with pytest.raises(ValueError, match="lexical: and --hybrid"):
+        index.search("chess", hybrid=True, lexical=True)
+    for query in ("?!", ""):
+        with pytest.raises(ValueError, match="no terms"):
+            index.search(query, lexical=True)
+        with pytest.raises(ValueError, match="no terms"):
+            index.search(query, hybrid=True)
+
+
 def _convert(dist, out):
     return subprocess.run([sys.executable, _CONVERTER, str(dist), str(out)], capture_output=True,
                           text=True, timeout=120)

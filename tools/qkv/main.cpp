@@ -327,18 +327,21 @@ int run(int argc, char** argv) {
 
   SearchOptions so;
   CLI::App* search = app.add_subcommand(
-      "search", "Rank the lines of a corpus by cosine similarity to a query (semantic search)");
+      "search", "Rank the lines of a corpus by cosine similarity to a query (semantic search), by BM25 "
+                "(--lexical), or by both fused (--hybrid)");
   search->add_option("--model", so.model, "Model directory from scripts/fetch_model.sh use-lite DIR")
       ->required();
   search->add_option("--corpus", so.corpus, "Corpus file: one document per line (UTF-8)")->required();
   search->add_option("--query", so.query, "The query")->required();
-  // --top, --index, --reindex: declared once with qkv.search's (search_options).
+  // --top, --index, --reindex, --hybrid, --lexical: declared once with qkv.search's (search_options).
   const CliOptions<SearchQueryOptions> search_query(search, search_options());
   search->add_flag("--json", so.json,
-                   "Print {\"rank\", \"score\", \"line\" (1-based), \"text\"} per hit");
+                   "Print {\"rank\", \"score\", \"scoring\" (cosine, bm25 or rrf), \"line\" (1-based), "
+                   "\"text\"} per hit");
   search->footer("The first query of a corpus embeds all of its lines (a progress bar on stderr);\n"
                  "later ones read the index. A changed corpus is indexed again; an index built\n"
-                 "by another model, or damaged, is an error unless --reindex.\n\n"
+                 "by another model, or damaged, is an error unless --reindex. The index holds the\n"
+                 "lines' BM25 index too (an index made before it gets it added).\n\n"
                  "Example: scripts/fetch_data.sh debian-packages data &&\n"
                  "  qkv search --model use-lite/ --corpus data/debian-packages.txt "
                  "--query \"play chess against the computer\"");
