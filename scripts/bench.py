@@ -33,6 +33,7 @@ SUITES = {
     "recommender": ("bench_recommender", "SASRec and matrix factorisation beside their PyTorch twins"),
     "vision": ("bench_vision", "the ViT on Fashion-MNIST beside its PyTorch twin (training and classifying)"),
     "use_lite": ("bench_use_lite", "the Universal Sentence Encoder lite beside its published pipeline, torch, ORT"),
+    "search": ("bench_search", "qkv search's dense, lexical (BM25) and hybrid rankings on the judged query set"),
 }
 
 

@@ -34,13 +34,14 @@ IMAGE_PREFIX = "bench-"
 
 ENGINE_NAMES = {"qkv": "qkv", "torch": "PyTorch", "ort": "ONNX Runtime", "ort_bias": "ORT, causal as bias",
                 "ort_unidirectional": "ORT, causal as unidirectional", "onednn_products": "oneDNN products alone",
-                "torch_sdpa": "torch SDPA", "qkv_direct": "qkv direct", "tfjs": "TF.js pipeline"}
+                "torch_sdpa": "torch SDPA", "qkv_direct": "qkv direct", "tfjs": "TF.js pipeline",
+                "dense": "dense (cosine)", "lexical": "lexical (BM25)", "hybrid": "hybrid (RRF)"}
 CEILING_NAMES = {"f32_fma": "f32 FMA", "bf16_dpbf16ps": "vdpbf16ps", "amx_bf16": "AMX bf16", "mem_read": "memory read"}
 SUITE_TITLES = {"attention": "Attention forward", "autograd": "Attention through torch autograd",
                 "options": "Attention options inside the kernel", "models": "Models: BERT and GPT-2",
                 "before_after": "Before and after a change", "training": "Training: the date translator",
                 "lm": "Language model", "recommender": "Recommender", "vision": "Vision",
-                "use_lite": "Universal Sentence Encoder lite"}
+                "use_lite": "Universal Sentence Encoder lite", "search": "Search quality"}
 # The headline's rows of the attention suite: these cases where recorded (others: one row
 # per subject that has a peer, its last case).
 HEADLINE_ATTENTION = ("f32 L=512", "f32 L=2048", "f32 L=4096", "f32 L=2048 causal", "bf16 L=2048",
