@@ -1,5 +1,5 @@
-// TransformerEncoderLayer (torch.nn's, batch-first, eval-mode dropout): one forward for
-// inference, KV-cache decoding and training, and its backward.
+// TransformerEncoderLayer (torch.nn's, batch-first; its dropouts in training when given a
+// DropoutDraw): one forward for inference, KV-cache decoding and training, and its backward.
 
 #include "nn/common.h"
 
@@ -56,9 +56,10 @@ void add_first_rows(Tensor& whole, const Tensor& part) {
 }  // namespace
 
 Tensor TransformerEncoderLayer::forward(const Tensor& src, const AttentionMasks& masks,
-                                        KVCache* cache, Tensor* probs, Record* record) const {
+                                        KVCache* cache, Tensor* probs, Record* record,
+                                        const DropoutDraw& dropout) const {
   detail::check_batch_first(src, config.d_model, "TransformerEncoderLayer", "src");
-  return forward_rows(src, src.size(1), masks, cache, probs, record);
+  return forward_rows(src, src.size(1), masks, cache, probs, record, dropout);
 }
 
 Tensor TransformerEncoderLayer::forward_first(const Tensor& src, std::int64_t rows,
@@ -68,7 +69,7 @@ Tensor TransformerEncoderLayer::forward_first(const Tensor& src, std::int64_t ro
   const std::int64_t L = src.size(1);
   QKV_CHECK(rows >= 1 && rows <= L, "TransformerEncoderLayer::forward_first: rows must be in [1, L = "
                                         << L << "], got " << rows);
-  return forward_rows(src, rows, masks, nullptr, probs, record);
+  return forward_rows(src, rows, masks, nullptr, probs, record, {});
 }
 
 // The one forward: the first `rows` positions are the queries (rows = L: all of them, and
@@ -76,29 +77,52 @@ Tensor TransformerEncoderLayer::forward_first(const Tensor& src, std::int64_t ro
 // is a key and value.
 Tensor TransformerEncoderLayer::forward_rows(const Tensor& src, std::int64_t rows,
                                              const AttentionMasks& masks, KVCache* cache,
-                                             Tensor* probs, Record* record) const {
+                                             Tensor* probs, Record* record,
+                                             const DropoutDraw& dropout) const {
   const bool all = rows == src.size(1);
   Record* r = record;
-  if (r) r->rows = all ? 0 : rows;
+  if (r) {
+    r->rows = all ? 0 : rows;
+    r->dropout1 = r->dropout2 = {};
+  }
   const Tensor head = all ? src : first_rows(src, rows);  // the queries' rows (B, rows, d_model)
-  // The residual adds run inside the output products (out_proj, linear2). A width change
-  // projects the residual first: r(x) (B, rows, d_out).
+  // The residual adds run inside the output products (out_proj, linear2), except under
+  // dropout: a branch is dropped before its residual is added. A width change projects the
+  // residual first: r(x) (B, rows, d_out).
   const bool project = residual_proj.weight.defined() || residual_proj.packed.defined();
   const Tensor res = project ? residual_proj.forward(head, {}, r ? &r->residual_proj : nullptr)
                              : head;
+  const bool drop = dropout.active();
+  // With dropout: base + drop_site(branch), a fresh (B, rows, d_out) tensor; without: the
+  // branch, whose product already added base.
+  const auto join = [&](const Tensor& branch, const Tensor& base, DropoutSite site,
+                        Dropout::Record* kept) {
+    if (!drop) return branch;
+    Tensor y = Dropout(dropout.p).forward(branch, dropout.site(site).seed, 0, kept);
+    add_(y, base);
+    return y;
+  };
+  const DropoutDraw attention_dropout = dropout.site(kAttentionDropout);  // p = 0 without
+  const DropoutDraw activation_dropout = dropout.site(kActivationDropout);
   if (config.norm_first) {
-    // x1 = r(x) + sa(norm1(x)[:rows], norm1(x)); y = x1 + ff(norm2(x1))
+    // x1 = r(x) + drop1(sa(norm1(x)[:rows], norm1(x))); y = x1 + drop2(ff(norm2(x1)))
     const Tensor n1 = norm1.forward(src, r ? &r->norm1 : nullptr);  // (B, L, d_model)
-    const Tensor x1 = self_attn.forward(all ? n1 : first_rows(n1, rows), n1, n1, masks, res, cache,
-                                        probs, r ? &r->self_attn : nullptr);  // (B, rows, d_out)
+    const Tensor a = self_attn.forward(all ? n1 : first_rows(n1, rows), n1, n1, masks,
+                                       drop ? Tensor() : res, cache, probs,
+                                       r ? &r->self_attn : nullptr, attention_dropout);  // (B, rows, d_out)
+    const Tensor x1 = join(a, res, kAttentionBranchDropout, r ? &r->dropout1 : nullptr);
     const Tensor n2 = norm2.forward(x1, r ? &r->norm2 : nullptr);
-    return ff.forward(n2, x1, r ? &r->ff : nullptr);
+    const Tensor f = ff.forward(n2, drop ? Tensor() : x1, r ? &r->ff : nullptr, activation_dropout);
+    return join(f, x1, kFeedForwardBranchDropout, r ? &r->dropout2 : nullptr);
   }
-  // x1 = norm1(r(x) + sa(x[:rows], x)); y = norm2(x1 + ff(x1))
-  const Tensor x1 = norm1.forward(
-      self_attn.forward(head, src, src, masks, res, cache, probs, r ? &r->self_attn : nullptr),
-      r ? &r->norm1 : nullptr);
-  return norm2.forward(ff.forward(x1, x1, r ? &r->ff : nullptr), r ? &r->norm2 : nullptr);
+  // x1 = norm1(r(x) + drop1(sa(x[:rows], x))); y = norm2(x1 + drop2(ff(x1)))
+  const Tensor a = self_attn.forward(head, src, src, masks, drop ? Tensor() : res, cache, probs,
+                                     r ? &r->self_attn : nullptr, attention_dropout);
+  const Tensor x1 = norm1.forward(join(a, res, kAttentionBranchDropout, r ? &r->dropout1 : nullptr),
+                                  r ? &r->norm1 : nullptr);
+  const Tensor f = ff.forward(x1, drop ? Tensor() : x1, r ? &r->ff : nullptr, activation_dropout);
+  return norm2.forward(join(f, x1, kFeedForwardBranchDropout, r ? &r->dropout2 : nullptr),
+                       r ? &r->norm2 : nullptr);
 }
 
 Tensor TransformerEncoderLayer::backward(const Tensor& dy, const Record& r,
@@ -119,22 +143,26 @@ Tensor TransformerEncoderLayer::backward(const Tensor& dy, const Record& r,
     else
       add_first_rows(dx, dr);
   };
+  // d through a branch's dropout: the forward's mask, regenerated (d itself without one)
+  const auto undrop = [](const Tensor& d, const Dropout::Record& kept) {
+    return kept.dropped ? Dropout().backward(d, kept) : d;
+  };
   if (config.norm_first) {
-    // y = x1 + ff(norm2(x1))
-    Tensor dx1 = norm2.backward(ff.backward(dy, r.ff, g.ff), r.norm2, g.norm2);
+    // y = x1 + drop2(ff(norm2(x1)))
+    Tensor dx1 = norm2.backward(ff.backward(undrop(dy, r.dropout2), r.ff, g.ff), r.norm2, g.norm2);
     add_(dx1, dy);
-    // x1 = r(x) + sa(norm1(x)[:rows], norm1(x))
-    Tensor dx = norm1.backward(attention_backward(dx1), r.norm1, g.norm1);
+    // x1 = r(x) + drop1(sa(norm1(x)[:rows], norm1(x)))
+    Tensor dx = norm1.backward(attention_backward(undrop(dx1, r.dropout1)), r.norm1, g.norm1);
     add_residual(dx, dx1);
     return dx;
   }
-  // y = norm2(x1 + ff(x1))
+  // y = norm2(x1 + drop2(ff(x1)))
   const Tensor ds2 = norm2.backward(dy, r.norm2, g.norm2);
-  Tensor dx1 = ff.backward(ds2, r.ff, g.ff);
+  Tensor dx1 = ff.backward(undrop(ds2, r.dropout2), r.ff, g.ff);
   add_(dx1, ds2);
-  // x1 = norm1(r(x) + sa(x[:rows], x))
+  // x1 = norm1(r(x) + drop1(sa(x[:rows], x)))
   const Tensor ds1 = norm1.backward(dx1, r.norm1, g.norm1);
-  Tensor dx = attention_backward(ds1);
+  Tensor dx = attention_backward(undrop(ds1, r.dropout1));
   add_residual(dx, ds1);
   return dx;
 }

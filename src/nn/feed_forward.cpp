@@ -1,5 +1,5 @@
-// FeedForward: linear2(activation(linear1(x))) [+ residual], torch's _ff_block without
-// dropout, and its backward.
+// FeedForward: linear2(dropout(activation(linear1(x)))) [+ residual], torch's _ff_block
+// without its dropout2 (the layer's), and its backward.
 
 #include "nn/common.h"
 
@@ -49,20 +49,27 @@ void FeedForward::pack(DType dtype) {
   linear2.pack(dtype);
 }
 
-// forward: y = linear2(act(linear1(x))) + residual
-Tensor FeedForward::forward(const Tensor& x, const Tensor& residual, Record* record) const {
-  if (record == nullptr) {
+// forward: y = linear2(drop(act(linear1(x)))) + residual
+Tensor FeedForward::forward(const Tensor& x, const Tensor& residual, Record* record,
+                            const DropoutDraw& dropout) const {
+  if (record == nullptr && !dropout.active()) {
     // The activation and the residual run inside the products (oneDNN post-ops).
     const Tensor h = linear1.forward(x, {fused(activation), Tensor()});          // (..., F)
     return linear2.forward(h, {LinearActivation::none, residual});               // (..., E)
   }
-  record->hidden_pre = linear1.forward(x, {}, &record->linear1);               // (..., F)
-  const Tensor h = activate(record->hidden_pre, activation);                   // (..., F)
-  return linear2.forward(h, {LinearActivation::none, residual}, &record->linear2);  // (..., E)
+  Record scratch;  // the pre-activation must live somewhere when nobody keeps a record
+  Record& r = record ? *record : scratch;
+  r.hidden_pre = linear1.forward(x, {}, record ? &r.linear1 : nullptr);         // (..., F)
+  Tensor h = activate(r.hidden_pre, activation);                               // (..., F)
+  r.dropout = {};
+  if (dropout.active()) h = Dropout(dropout.p).forward(h, dropout.seed, 0, &r.dropout);
+  return linear2.forward(h, {LinearActivation::none, residual}, record ? &r.linear2 : nullptr);  // (..., E)
 }
 
 Tensor FeedForward::backward(const Tensor& dy, const Record& record, FeedForward& grads) const {
   Tensor dh = linear2.backward(dy, record.linear2, grads.linear2);  // (..., F)
+  // h = drop(act(pre)): the same mask, regenerated from the record
+  if (record.dropout.dropped) dh = Dropout().backward(dh, record.dropout);
   // relu' in place: dh is ours, and the pass is bound by memory traffic.
   if (activation == Activation::relu) {
     relu_backward_(dh, record.hidden_pre);

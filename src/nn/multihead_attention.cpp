@@ -213,7 +213,8 @@ void MultiheadAttention::pack(DType dtype) {
 // forward: q, k, v = split(x·W_inᵀ + b_in); o = attention(q, k, v); y = out_proj(merge(o)) [+ r]
 Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                    const AttentionMasks& masks, const Tensor& residual,
-                                   KVCache* cache, Tensor* probs, Record* record) const {
+                                   KVCache* cache, Tensor* probs, Record* record,
+                                   const DropoutDraw& dropout) const {
   const std::int64_t E = config.embed_dim, H = config.num_heads, D = head_dim();
   QKV_CHECK(query.defined() && query.dim() == 3 && query.size(2) == E,
             "MultiheadAttention: query must be (B, L, embed_dim = " << E << "), got "
@@ -285,6 +286,10 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
     options.alignment = Alignment::bottom_right;  // the L new queries are the last positions
   }
   resolve_masks(masks, B, H, L, keys, options);
+  if (dropout.active()) {
+    options.dropout_p = dropout.p;
+    options.seed = dropout.seed;
+  }
   options.return_lse = record != nullptr;
   options.return_probs = probs != nullptr;
   AttentionResult r = attention(q, k, v, options);  // out (B, H, L, D)

@@ -15,13 +15,32 @@
 // regenerates the mask from its record instead of storing it. `offset` lets several dropout
 // sites of one step share a seed without sharing masks: give them disjoint counter ranges
 // (site k at offset k·numel, say), or different seeds.
+//
+// DropoutDraw is what a training forward through a layer or model takes: the probability
+// and the seed of its every dropout site, one seed per step from which each site derives
+// its own (site()), so that no two sites share a mask.
 #pragma once
 
 #include <cstdint>
 
+#include "qkv/rng.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
+
+// The dropout of one training forward: p at every site (torch's layers take one `dropout`
+// for all of theirs) and the seed the sites' masks derive from. The default, p = 0, is eval
+// mode: a layer given it computes exactly what it computes without one.
+struct DropoutDraw {
+  double p = 0.0;          // in [0, 1)
+  std::uint64_t seed = 0;  // the step's
+
+  bool active() const { return p > 0.0; }
+  // Sub-site k's draw: the same p, seed mix64(mix64(seed) + k). mix64 is a bijection, so
+  // distinct k give distinct seeds and distinct mask streams; a model hands each layer a
+  // site and the layer hands each of its dropouts one of its own (transformer.h).
+  DropoutDraw site(std::uint64_t k) const { return {p, mix64(mix64(seed) + k)}; }
+};
 
 struct Dropout {
   double p = 0.0;         // the probability of dropping an element, in [0, 1)

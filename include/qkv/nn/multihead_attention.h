@@ -7,7 +7,10 @@
 // - `is_causal` applies a causal (top-left) mask by itself; torch 2.x treats it only as
 //   a hint that attn_mask is causal (and 1.13 has no such argument). Both may be given:
 //   they combine.
-// - Dropout is not applied (torch's eval mode).
+// - Dropout applies only when a forward is given an active DropoutDraw (training): the
+//   attention probabilities are dropped with the engine's dropout (qkv/attention.h:
+//   a pure function of (seed, b, h, i, j)), as torch's dropout_p in training mode; the
+//   probabilities returned in `probs` are those before dropout.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "qkv/attention.h"
+#include "qkv/nn/dropout.h"
 #include "qkv/nn/layers.h"
 #include "qkv/tensor.h"
 
@@ -121,10 +125,12 @@ class MultiheadAttention {
   //   value, and a filled one (S entries) is used instead of projecting them again.
   // - probs, when given, receives the softmax probabilities (B, H, L, S) (the reference
   //   attention path computes them); average_heads() gives torch's head average.
+  // - dropout (training): the attention probabilities dropped with p and its seed; the
+  //   record keeps both, so the backward drops the same ones.
   Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value,
                  const AttentionMasks& masks = {}, const Tensor& residual = {},
                  KVCache* cache = nullptr, Tensor* probs = nullptr,
-                 Record* record = nullptr) const;
+                 Record* record = nullptr, const DropoutDraw& dropout = {}) const;
   // dy (B, L, out_dim) -> the inputs' gradients (the residual's is dy itself: the caller's).
   Gradients backward(const Tensor& dy, const Record& record, MultiheadAttention& grads) const;
 

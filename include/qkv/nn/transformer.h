@@ -1,7 +1,9 @@
 // Transformer blocks with torch.nn's semantics and parameter names:
 // FeedForward (torch's _ff_block), TransformerEncoderLayer, TransformerDecoderLayer and
-// Transformer (batch_first = True, dropout = 0: torch's eval mode). One forward each, for
-// inference, decoding and training (see qkv/nn/layers.h), and its backward.
+// Transformer (batch_first = True). One forward each, for inference, decoding and training
+// (see qkv/nn/layers.h), and its backward. Without a DropoutDraw they are torch's eval mode;
+// FeedForward and TransformerEncoderLayer take one for training with torch's dropout
+// (TransformerEncoderLayer(dropout = p) in train mode), the others do not.
 //
 // These compose every model qkv runs: BERT is a stack of post-norm encoder layers with
 // GELU, GPT-2 a stack of pre-norm causal encoder layers with GELU (tanh) and a KV cache,
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/nn/dropout.h"
 #include "qkv/nn/layers.h"
 #include "qkv/nn/multihead_attention.h"
 #include "qkv/tensor.h"
@@ -40,7 +43,8 @@ struct TransformerLayerConfig {
   std::int64_t d_out = 0;
 };
 
-// linear2(activation(linear1(x))) [+ residual].
+// linear2(dropout(activation(linear1(x)))) [+ residual]; the dropout only when given one
+// (torch's _ff_block without its dropout2, which the layer applies).
 struct FeedForward {
   Linear linear1;  // (F, E)
   Linear linear2;  // (E, F)
@@ -49,7 +53,8 @@ struct FeedForward {
   struct Record {
     Linear::Record linear1;  // x
     Tensor hidden_pre;       // (..., F) linear1's output, before the activation
-    Linear::Record linear2;  // the activation's output (..., F)
+    Dropout::Record dropout;  // the activation's dropout (dropped = false without one)
+    Linear::Record linear2;  // linear2's input (..., F): the activation's output, dropped
   };
 
   FeedForward() = default;
@@ -57,8 +62,11 @@ struct FeedForward {
               bool bias = true, std::uint64_t seed = 0);
   void pack(DType dtype = DType::f32);  // both Linears (Linear::pack)
   // (..., E) -> (..., E); + residual (same shape) when given, added inside linear2's
-  // product. Without a record the activation runs inside linear1's product too.
-  Tensor forward(const Tensor& x, const Tensor& residual = {}, Record* record = nullptr) const;
+  // product. Without a record and without dropout the activation runs inside linear1's
+  // product too. dropout (training): the activation's output dropped with dropout.p, its
+  // mask drawn from dropout.seed itself (the caller gives the feed-forward its own site).
+  Tensor forward(const Tensor& x, const Tensor& residual = {}, Record* record = nullptr,
+                 const DropoutDraw& dropout = {}) const;
   // -> dx (the residual's gradient is dy itself: the caller's)
   Tensor backward(const Tensor& dy, const Record& record, FeedForward& grads) const;
   ParameterList parameters(const std::string& prefix = "");  // linear1.*, linear2.*
@@ -76,19 +84,32 @@ struct TransformerEncoderLayer {
     MultiheadAttention::Record self_attn;
     FeedForward::Record ff;
     Linear::Record residual_proj;
+    Dropout::Record dropout1, dropout2;  // the branches' dropouts (dropped = false without)
     std::int64_t rows = 0;  // forward_first's `rows` (0: a whole forward)
+  };
+
+  // The layer's dropout sites under a forward's DropoutDraw d (torch's
+  // TransformerEncoderLayer(dropout = p) in train mode): each draws from d.site(k).
+  enum DropoutSite : std::uint64_t {
+    kAttentionDropout = 0,   // the attention probabilities (MultiheadAttention's dropout)
+    kActivationDropout = 1,  // the feed-forward's activation (torch's `dropout`)
+    kAttentionBranchDropout = 2,  // sa(·) before the residual add (torch's dropout1)
+    kFeedForwardBranchDropout = 3,  // ff(·) before the residual add (torch's dropout2)
   };
 
   TransformerEncoderLayer() = default;
   explicit TransformerEncoderLayer(const TransformerLayerConfig& config, std::uint64_t seed = 0);
   void pack(DType dtype = DType::f32);  // the attention's and feed-forward's Linears
-  //   norm_first:  x = r(x) + sa(norm1(x));  y = x + ff(norm2(x))
-  //   otherwise:   x = norm1(r(x) + sa(x));  y = norm2(x + ff(x))
-  // where r is residual_proj when the width changes, else the identity.
-  // src (B, L, d_model) -> (B, L, d_out). cache: self-attention decoding (see
-  // MultiheadAttention); probs receives the self-attention probabilities (B, H, L, S).
+  //   norm_first:  x = r(x) + drop1(sa(norm1(x)));  y = x + drop2(ff(norm2(x)))
+  //   otherwise:   x = norm1(r(x) + drop1(sa(x)));  y = norm2(x + drop2(ff(x)))
+  // where r is residual_proj when the width changes, else the identity, and the drops
+  // (and the attention's and the feed-forward's own) are the identity unless `dropout` is
+  // active (training; see DropoutSite). src (B, L, d_model) -> (B, L, d_out). cache:
+  // self-attention decoding (see MultiheadAttention); probs receives the self-attention
+  // probabilities (B, H, L, S), before dropout.
   Tensor forward(const Tensor& src, const AttentionMasks& masks = {}, KVCache* cache = nullptr,
-                 Tensor* probs = nullptr, Record* record = nullptr) const;
+                 Tensor* probs = nullptr, Record* record = nullptr,
+                 const DropoutDraw& dropout = {}) const;
   // The first `rows` positions of forward(src) and nothing else: (B, rows, d_out). Every
   // position of src still serves as a key and value, but only the first rows are queries
   // and go through out_proj and the feed-forward. A classifier that reads only its class
@@ -106,7 +127,8 @@ struct TransformerEncoderLayer {
  private:
   // forward() (rows = L) and forward_first(), src already checked
   Tensor forward_rows(const Tensor& src, std::int64_t rows, const AttentionMasks& masks,
-                      KVCache* cache, Tensor* probs, Record* record) const;
+                      KVCache* cache, Tensor* probs, Record* record,
+                      const DropoutDraw& dropout) const;
   // d (B, L, d_out), the gradient of r(x) -> its share of dx (B, L, d_model)
   Tensor residual_backward(const Tensor& d, const Record& record,
                            TransformerEncoderLayer& grads) const;
