@@ -87,7 +87,11 @@ const options::OptionSet<T>& sasrec_training_options() {
              "AdamW's decoupled weight decay");
     s.integer("eval_every", [](T& t) -> auto& { return t.sasrec.eval_every; }, 1, 100000,
               "Epochs between validation HR@10");
-    s.seed("seed", [](T& t) -> auto& { return t.sasrec.seed; }, "Seed of the weights, the order and the negatives");
+    s.seed("seed", [](T& t) -> auto& { return t.sasrec.seed; },
+           "Seed of the weights, the order, the negatives and the dropout masks");
+    s.number("dropout", [](T& t) -> auto& { return t.sasrec.dropout; }, 0.0, false, 1.0, true,
+             "Dropout p in training: after the embedding and at each block's attention probabilities, "
+             "feed-forward activation and both residual branches (the paper's 0.2; 0 = none)");
     s.integer("patience", [](T& t) -> auto& { return t.sasrec.patience; }, 0, options::kMaxSteps, kPatience);
     train::declare_run_options(s, "config.json, model.safetensors, users.csv, movies.csv, history.csv");
     s.check([](T& t) {

@@ -347,7 +347,7 @@ void register_recommender(py::module_& m) {
   m.def(
       "_sasrec_loss",
       [](const py::dict& weights, const py::dict& batch, std::int64_t dim, std::int64_t layers, std::int64_t heads,
-         std::int64_t max_len) {
+         std::int64_t max_len, double dropout, std::uint64_t seed) {
         const models::SasRecConfig c = sasrec_config(num_items_of(weights), dim, layers, heads, max_len);
         const models::SasRecWeights w = sasrec_weights(weights, c);
         models::SasRecBatch b;
@@ -360,11 +360,11 @@ void register_recommender(py::module_& m) {
         b.positives.assign(pos.data(), pos.data() + pos.size());
         b.negatives.assign(neg.data(), neg.data() + neg.size());
         models::SasRecWeights grads = models::SasRecWeights::zeros_like(c);
-        const double loss = models::sasrec_loss(c, w, b, &grads);
+        const double loss = models::sasrec_loss(c, w, b, &grads, qkv::nn::DropoutDraw{dropout, seed});
         return py::make_tuple(loss, weights_dict(grads));
       },
       py::arg("weights"), py::arg("batch"), py::arg("dim"), py::arg("layers"), py::arg("heads"),
-      py::arg("max_len"));
+      py::arg("max_len"), py::arg("dropout") = 0.0, py::arg("seed") = 0);
 
   // A model directory's weights replaced by `weights` (a torch twin's), checked by loading.
   m.def(

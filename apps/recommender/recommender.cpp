@@ -627,7 +627,11 @@ struct SasRecTask : train::Task {
     ctx.weigh(targets);
     // A rank's share of a short last batch may be empty: no loss, no gradient.
     if (targets == 0) return {};
-    const double loss = models::sasrec_loss(o.model, w, b, &grads);
+    // Every step and rank its own masks, the same on a resumed run: (seed, step, rank).
+    const nn::DropoutDraw dropout =
+        nn::DropoutDraw{o.dropout, mix64(o.seed ^ 0x44726f70ull)}.site(static_cast<std::uint64_t>(ctx.step))
+            .site(static_cast<std::uint64_t>(ctx.rank));  // "Drop": apart from the seed's other uses
+    const double loss = models::sasrec_loss(o.model, w, b, &grads, dropout);
     return {.loss = loss, .count = targets, .items = static_cast<double>(b.B)};
   }
   double evaluate() override {
@@ -640,8 +644,9 @@ struct SasRecTask : train::Task {
 SasRecTraining train_sasrec(const Split& split, const SasRecOptions& o, const train::ProgressCallback& on_progress,
                             const std::atomic<bool>* stop) {
   QKV_CHECK(o.epochs >= 1 && o.batch >= 1 && o.lr > 0 && std::isfinite(o.lr) && o.eval_every >= 1 &&
-                o.weight_decay >= 0,
-            "train sasrec: need epochs >= 1, batch >= 1, lr > 0, eval_every >= 1 and weight_decay >= 0");
+                o.weight_decay >= 0 && o.dropout >= 0 && o.dropout < 1,
+            "train sasrec: need epochs >= 1, batch >= 1, lr > 0, eval_every >= 1, weight_decay >= 0 and "
+            "dropout in [0, 1)");
   const int ranks = o.run.communicator != nullptr ? o.run.communicator->size() : 1;
   QKV_CHECK(o.batch >= ranks, "train sasrec: --batch " << o.batch << " gives some of the " << ranks
                                                       << " ranks no users; it must be at least the number of ranks");
@@ -667,7 +672,8 @@ SasRecTraining train_sasrec(const Split& split, const SasRecOptions& o, const tr
                                   std::to_string(c.layers) + " blocks, " + std::to_string(c.heads) + " heads, max_len " +
                                   std::to_string(c.max_len)},
                    {"batch", std::to_string(o.batch)},
-                   {"seed", std::to_string(o.seed)}};
+                   {"seed", std::to_string(o.seed)},
+                   {"dropout", std::to_string(o.dropout)}};
   SasRecTraining result;
   static_cast<train::LoopResult&>(result) = train::fit(task, loop, on_progress, stop);
   result.weights = std::move(task.w);
@@ -896,6 +902,7 @@ std::string RecommenderReport::to_json() const {
   j["trained"] = metrics_json(trained);
   j["best_epoch"] = best_epoch;
   j["validation"] = validation;
+  if (model == "sasrec") j["dropout"] = dropout;
   j["train_seconds"] = train_seconds;
   j["train_steps"] = train_steps;
   j["num_parameters"] = num_parameters;
@@ -969,6 +976,7 @@ RecommenderReport train_recommender(const RecommenderOptions& o,
     if (t.interrupted) return report;
     report.best_epoch = t.best_epoch;
     report.validation = t.best_validation;
+    report.dropout = so.dropout;
     report.train_seconds = t.step_seconds;
     report.train_steps = t.steps;
     report.trained = evaluate_ranking(split, I, sasrec_scorer(so.model, t.weights));
@@ -977,6 +985,7 @@ RecommenderReport train_recommender(const RecommenderOptions& o,
     config["layers"] = so.model.layers;
     config["heads"] = so.model.heads;
     config["max_len"] = so.model.max_len;
+    config["dropout"] = so.dropout;  // training's; the model itself never drops
     for (auto& [name, p] : t.weights.parameters()) tensors.emplace_back(name, *p);
   }
   // Rank 0 alone writes the model (data-parallel runs).

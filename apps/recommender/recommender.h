@@ -193,6 +193,9 @@ struct SasRecOptions {
   std::int64_t eval_every = 5;  // epochs between validation HR@10
   std::uint64_t seed = 0;
   std::int64_t patience = 0;    // > 0: stop after this many evaluations without a higher HR@10
+  // The paper's dropout p in training (qkv/sasrec.h: the embedding and every block's four
+  // sites), one seed per step derived from seed, the step and the rank; 0 = none.
+  double dropout = 0.0;
   train::RunOptions run;        // checkpoint, resume, stop_at, ranks
 };
 
@@ -290,6 +293,7 @@ struct RecommenderReport {
   RankingMetrics popularity, trained;  // the model's ranking metrics, beside popularity's
   std::int64_t best_epoch = 0;
   double validation = 0;               // at best_epoch: MF validation RMSE, SASRec HR@10
+  double dropout = 0;                  // sasrec only: the dropout it trained with
   double train_seconds = 0;
   std::int64_t train_steps = 0;
   std::int64_t num_parameters = 0;

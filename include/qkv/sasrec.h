@@ -4,6 +4,7 @@
 // input embedding).
 //
 //   x = item_emb[ids]·√d + pos_emb[0, T)          ids (B, T): item index + 1, 0 = padding
+//   x = drop(x)                                   the embedding dropout (training only)
 //   x = block_n(x), n < layers                    pre-norm TransformerEncoderLayer, causal,
 //                                                 ReLU feed-forward of width d
 //   h = last_norm(x)                              (B, T, d)
@@ -14,8 +15,15 @@
 // Unlike the paper's code (its queries alone are layer-normalised before attention), the
 // blocks are torch.nn.TransformerEncoderLayer(norm_first=True) exactly, under torch's
 // parameter names, so a torch model of the same class loads these weights one to one.
-// Dropout is not implemented (qkv's layers are eval-mode): the training loop regularises
-// by early stopping on the validation split instead.
+//
+// Dropout (the paper's, rate 0.2 in its MovieLens runs) applies in training only, when the
+// forward or the loss is given an active nn::DropoutDraw: the same p after the embedding
+// (the paper's emb_dropout) and at the four sites of each block that torch's
+// TransformerEncoderLayer(dropout = p) has in train mode (the attention probabilities, the
+// feed-forward's activation, each branch before its residual add). The sites' masks come
+// from one seed per step: the embedding draws from draw.site(0), block n from
+// draw.site(1 + n) (TransformerEncoderLayer::DropoutSite within it); sasrec_loss gives the
+// length group g the draw dropout.site(g). Evaluation and recommendation never drop.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +54,7 @@ struct SasRecWeights {
 
   struct Record {
     nn::Embedding::Record item, pos;
+    nn::Dropout::Record embedding_dropout;
     std::vector<nn::TransformerEncoderLayer::Record> blocks;
     nn::LayerNorm::Record last_norm;
   };
@@ -56,9 +65,11 @@ struct SasRecWeights {
   static SasRecWeights zeros_like(const SasRecConfig& config);
 
   // ids (B·T, row-major), each in [0, num_items] -> h (B, T, d). probs, when given,
-  // receives each block's attention probabilities (B, heads, T, T).
+  // receives each block's attention probabilities (B, heads, T, T). dropout: training's
+  // (see above); the default is none.
   Tensor forward(std::span<const std::int64_t> ids, std::int64_t B, std::int64_t T,
-                 std::vector<Tensor>* probs = nullptr, Record* record = nullptr) const;
+                 std::vector<Tensor>* probs = nullptr, Record* record = nullptr,
+                 const nn::DropoutDraw& dropout = {}) const;
   // dh (B, T, d) -> adds ∂/∂θ into `grads`.
   void backward(const Tensor& dh, const Record& record, SasRecWeights& grads) const;
   nn::ParameterList parameters();
@@ -91,8 +102,11 @@ inline constexpr std::int64_t kSasRecGroupTokens = 8192;
 // scores at every position with a target,
 //   loss = mean over (b, t) with a target of  softplus(−h·e_pos) + softplus(h·e_neg),
 // and its gradient added into `grads` (zeroed by the caller). Returns the loss. Rows run in
-// length groups (length_groups): the same loss and gradients as one padded batch.
+// length groups (length_groups): without dropout, the same loss and gradients as one
+// padded batch; with it, each group draws its own masks (dropout.site(group)), so the
+// masks depend on the grouping, and the result is the padded batch's in distribution.
 double sasrec_loss(const SasRecConfig& config, const SasRecWeights& weights,
-                   const SasRecBatch& batch, SasRecWeights* grads);
+                   const SasRecBatch& batch, SasRecWeights* grads,
+                   const nn::DropoutDraw& dropout = {});
 
 }  // namespace qkv::models

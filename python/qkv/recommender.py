@@ -250,5 +250,7 @@ def _sasrec_forward(weights, ids, dim=50, layers=2, heads=1, max_len=200):
     return _qkv._sasrec_forward(weights, np.ascontiguousarray(ids, dtype=np.int64), dim, layers, heads, max_len)
 
 
-def _sasrec_loss(weights, batch, dim=50, layers=2, heads=1, max_len=200):
-    return _qkv._sasrec_loss(weights, batch, dim, layers, heads, max_len)
+def _sasrec_loss(weights, batch, dim=50, layers=2, heads=1, max_len=200, dropout=0.0, seed=0):
+    """The loss and its gradients; dropout p > 0 trains' dropout, its masks from seed
+    (sasrec_loss's nn::DropoutDraw{dropout, seed})."""
+    return _qkv._sasrec_loss(weights, batch, dim, layers, heads, max_len, dropout, seed)

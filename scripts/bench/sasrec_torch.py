@@ -16,20 +16,23 @@ sasrec`), for scripts/bench_recommender.py and tests/python/test_sasrec.py.
 The model, as sasrec.h writes it:
 
   x = item_emb[ids]·√d + pos_emb[0:T]        ids (B, T): item index + 1, 0 = padding
+  x = emb_dropout(x)                         nn.Dropout(dropout) (the paper's)
   x = block_n(x)                             nn.TransformerEncoderLayer(d, heads,
-                                             dim_feedforward=d, dropout=0, relu,
+                                             dim_feedforward=d, dropout, relu,
                                              batch_first, norm_first), causal mask
   h = last_norm(x)                           nn.LayerNorm(d), eps 1e-5
   loss = mean over (b, t) with positives != 0 of
          softplus(−h·item_emb[pos]) + softplus(h·item_emb[neg])
 
 Sequences are right-padded, so with the causal mask a real position never attends to a
-padding one: no key padding mask.
+padding one: no key padding mask. The dropouts (default 0) act in train mode only, with
+torch's random numbers: qkv's masks are other ones, so the two trainings with dropout agree
+in distribution, not step by step.
 
 As a program (Debian's python3 with python3-torch; qkv's module from --build-dir):
 
-  scripts/bench/sasrec_torch.py --data DIR_OR_CSV [--epochs 200] [--seed 0] [--threads 2]
-        [--out DIR] [--json]
+  scripts/bench/sasrec_torch.py --data DIR_OR_CSV [--epochs 200] [--seed 0] [--dropout 0]
+        [--threads 2] [--out DIR] [--json]
       trains the twin from qkv's initial weights (sasrec_initial, --seed) on qkv's batches
       and prints the loss of every epoch, the training seconds per step and steps/s, the
       best validation epoch and the test metrics (qkv's evaluation of the twin's weights,
@@ -81,16 +84,18 @@ def make_sasrec_class():
 
     class TorchSasRec(nn.Module):
         """forward(ids (B, T) int64) -> h (B, T, d); loss(inputs, positives, negatives).
-        weights: name -> array or tensor (any float dtype; the module takes `dtype`)."""
+        weights: name -> array or tensor (any float dtype; the module takes `dtype`);
+        dropout: p of the embedding dropout and of the blocks' (train mode only)."""
 
-        def __init__(self, weights, heads=1, dtype=torch.float32):
+        def __init__(self, weights, heads=1, dtype=torch.float32, dropout=0.0):
             super().__init__()
             num_items, d, layers, max_len = sizes(weights)
             self.num_items, self.dim, self.heads, self.max_len = num_items, d, heads, max_len
             self.item_emb = nn.Embedding(num_items + 1, d)
             self.pos_emb = nn.Embedding(max_len, d)
+            self.emb_dropout = nn.Dropout(dropout)
             self.blocks = nn.ModuleList(
-                nn.TransformerEncoderLayer(d_model=d, nhead=heads, dim_feedforward=d, dropout=0.0,
+                nn.TransformerEncoderLayer(d_model=d, nhead=heads, dim_feedforward=d, dropout=dropout,
                                            activation="relu", layer_norm_eps=1e-5, batch_first=True,
                                            norm_first=True)
                 for _ in range(layers))
@@ -115,7 +120,7 @@ def make_sasrec_class():
             T = ids.shape[1]
             if T > self.max_len:
                 raise ValueError(f"sequence length {T} is above max_len {self.max_len}")
-            x = self.item_emb(ids) * math.sqrt(self.dim) + self.pos_emb.weight[:T]
+            x = self.emb_dropout(self.item_emb(ids) * math.sqrt(self.dim) + self.pos_emb.weight[:T])
             mask = self.causal_mask(T)
             for block in self.blocks:
                 x = block(x, src_mask=mask)
@@ -307,7 +312,8 @@ def run_train(args):
     batches = rec.SasRecBatches(csv, batch=args.batch, max_len=args.max_len, seed=args.seed)
     weights = rec.sasrec_initial(batches.num_items, dim=args.dim, layers=args.layers, heads=args.heads,
                                  max_len=args.max_len, seed=args.seed)
-    model = make_sasrec_class()(weights, heads=args.heads)
+    torch.manual_seed(args.seed)  # the dropout masks
+    model = make_sasrec_class()(weights, heads=args.heads, dropout=args.dropout)
     scratch = tempfile.mkdtemp(prefix="qkv-sasrec-torch-")
     try:
         out = args.out or os.path.join(scratch, "model")
@@ -368,6 +374,7 @@ def main():
     parser.add_argument("--heads", type=int, default=1)
     parser.add_argument("--max-len", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dropout", type=float, default=0.0, help="the embedding's and the blocks' dropout p")
     parser.add_argument("--eval-every", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", help="model directory to write the twin's best weights into")

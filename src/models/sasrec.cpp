@@ -108,7 +108,8 @@ nn::ParameterList SasRecWeights::parameters() {
 }
 
 Tensor SasRecWeights::forward(std::span<const std::int64_t> ids, std::int64_t B, std::int64_t T,
-                              std::vector<Tensor>* probs, Record* record) const {
+                              std::vector<Tensor>* probs, Record* record,
+                              const nn::DropoutDraw& dropout) const {
   const std::int64_t d = item_emb.weight.size(1);
   QKV_CHECK(B >= 1 && T >= 1 && T <= pos_emb.weight.size(0),
             "sasrec: need B >= 1 sequences of T in [1, max_len = " << pos_emb.weight.size(0)
@@ -121,13 +122,16 @@ Tensor SasRecWeights::forward(std::span<const std::int64_t> ids, std::int64_t B,
   Tensor x = item_emb.forward(ids, {B, T}, record ? &record->item : nullptr);
   nn::scale_(x, static_cast<float>(std::sqrt(static_cast<double>(d))));
   nn::add_(x, pos_emb.forward(positions, {B, T}, record ? &record->pos : nullptr));
+  if (record) record->embedding_dropout = {};
+  if (dropout.active())  // x = drop(x), the paper's emb_dropout
+    x = nn::Dropout(dropout.p).forward(x, dropout.site(0).seed, 0, record ? &record->embedding_dropout : nullptr);
   nn::AttentionMasks causal;
   causal.is_causal = true;
   if (probs) probs->assign(blocks.size(), Tensor());
   if (record) record->blocks.assign(blocks.size(), {});
   for (std::size_t i = 0; i < blocks.size(); ++i)
     x = blocks[i].forward(x, causal, nullptr, probs ? &(*probs)[i] : nullptr,
-                          record ? &record->blocks[i] : nullptr);
+                          record ? &record->blocks[i] : nullptr, dropout.site(1 + i));
   return last_norm.forward(x, record ? &record->last_norm : nullptr);  // (B, T, d)
 }
 
@@ -138,6 +142,8 @@ void SasRecWeights::backward(const Tensor& dh, const Record& record, SasRecWeigh
   const std::int64_t d = item_emb.weight.size(1);
   Tensor dx = last_norm.backward(dh, record.last_norm, grads.last_norm);  // h = last_norm(x)
   for (std::size_t i = blocks.size(); i-- > 0;) dx = blocks[i].backward(dx, record.blocks[i], grads.blocks[i]);
+  // x = drop(x): the same mask
+  if (record.embedding_dropout.dropped) dx = nn::Dropout().backward(dx, record.embedding_dropout);
   // x = item_emb[ids]·√d + pos_emb[positions]
   pos_emb.backward(dx, record.pos, grads.pos_emb);
   nn::scale_(dx, static_cast<float>(std::sqrt(static_cast<double>(d))));
@@ -145,7 +151,7 @@ void SasRecWeights::backward(const Tensor& dh, const Record& record, SasRecWeigh
 }
 
 double sasrec_loss(const SasRecConfig& c, const SasRecWeights& w, const SasRecBatch& batch,
-                   SasRecWeights* grads) {
+                   SasRecWeights* grads, const nn::DropoutDraw& dropout) {
   const std::int64_t B = batch.B, T = batch.T, d = c.dim, N = B * T;
   QKV_CHECK(static_cast<std::int64_t>(batch.inputs.size()) == N &&
                 static_cast<std::int64_t>(batch.positives.size()) == N &&
@@ -172,7 +178,9 @@ double sasrec_loss(const SasRecConfig& c, const SasRecWeights& w, const SasRecBa
   // Each group of rows of similar length is a batch of its own, padded to its longest row:
   // with right padding and a causal mask, positions past a row's length change nothing
   // before it, so the result is the whole batch's, without the layers' work on padding.
-  for (const LengthGroup& g : length_groups(lengths, kSasRecGroupTokens)) {
+  const std::vector<LengthGroup> groups = length_groups(lengths, kSasRecGroupTokens);
+  for (std::size_t gi = 0; gi < groups.size(); ++gi) {
+    const LengthGroup& g = groups[gi];
     const auto Bg = static_cast<std::int64_t>(g.rows.size()), Tg = g.T;
     std::vector<std::int64_t> ids(static_cast<std::size_t>(Bg * Tg), 0), at(static_cast<std::size_t>(Bg * Tg), -1);
     for (std::int64_t r = 0; r < Bg; ++r)
@@ -182,7 +190,7 @@ double sasrec_loss(const SasRecConfig& c, const SasRecWeights& w, const SasRecBa
         at[static_cast<std::size_t>(r * Tg + t)] = i;
       }
     SasRecWeights::Record record;
-    const Tensor h = w.forward(ids, Bg, Tg, nullptr, grads ? &record : nullptr);  // (Bg, Tg, d)
+    const Tensor h = w.forward(ids, Bg, Tg, nullptr, grads ? &record : nullptr, dropout.site(gi));  // (Bg, Tg, d)
     const float* hp = h.data_as<float>();
     Tensor dh = grads ? Tensor::zeros({Bg, Tg, d}) : Tensor();
     float* dhp = grads ? dh.data_as<float>() : nullptr;

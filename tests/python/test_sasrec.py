@@ -1,12 +1,13 @@
 """SASRec (include/qkv/sasrec.h, qkv.recommender) against its torch 1.13 twin,
 scripts/bench/sasrec_torch.py's TorchSasRec: torch.nn.TransformerEncoderLayer(norm_first,
-dim_feedforward=d, relu, dropout 0) blocks under a causal mask between the scaled item and
+dim_feedforward=d, relu, dropout p) blocks under a causal mask between the scaled item and
 position embeddings and a last LayerNorm, with the paper's loss.
 
   - the initial weights (sasrec_initial): the twin's names and shapes, float32, as sasrec.h
     says they are drawn;
   - the forward h (_sasrec_forward) of the same weights and ids, one row right-padded;
-  - the loss and every gradient (_sasrec_loss) against torch autograd;
+  - the loss and every gradient (_sasrec_loss) against torch autograd, without dropout and
+    with p = 0.2, qkv's masks rebuilt here and handed to the twin's dropouts;
   - padding and later items change nothing at a real position (right padding + causal);
   - qkv's batches (SasRecBatches) of a small ratings file: their layout, and the loss of
     one of them beside scripts/bench/sasrec_torch.py --check;
@@ -132,23 +133,22 @@ def test_forward_matches_torch(dim, layers, heads):
     np.testing.assert_allclose(h[real], want[real], rtol=0, atol=1e-5 * np.abs(want[real]).max())
 
 
-@pytest.mark.parametrize("dim, layers, heads", CONFIGS)
-def test_loss_and_every_gradient_match_torch(dim, layers, heads):
-    w = perturbed_initial(dim, layers, heads)
-    # The sequences s; inputs s[:-1], positives s[1:], right-padded to T = 7, as SasRecBatches.
-    sequences = [[3, 1, 4, 1, 5, 9, 2, 6], [6, 5, 3, 5, 8], [30, 29, 28, 27, 26, 25, 24]]
-    B, T = len(sequences), 7
+def batch_of(sequences):
+    """The sequences s as SasRecBatches makes them: inputs s[:-1], positives s[1:],
+    right-padded to T = the longest input, negatives drawn from the items s lacks."""
+    B, T = len(sequences), max(len(s) for s in sequences) - 1
     inputs, positives, negatives = (np.zeros((B, T), dtype=np.int64) for _ in range(3))
     rng = np.random.default_rng(11)
     for b, s in enumerate(sequences):
         n = len(s) - 1
         inputs[b, :n], positives[b, :n] = s[:-1], s[1:]
         negatives[b, :n] = [rng.choice(sorted(set(range(1, NUM_ITEMS + 1)) - set(s))) for _ in range(n)]
-    batch = {"users": np.arange(B, dtype=np.int64), "inputs": inputs, "positives": positives,
-             "negatives": negatives}
-    loss, grads = rec._sasrec_loss(w, batch, dim, layers, heads, MAX_LEN)
+    return {"users": np.arange(B, dtype=np.int64), "inputs": inputs, "positives": positives,
+            "negatives": negatives}
 
-    twin = TorchSasRec(w, heads=heads, dtype=torch.float64)
+
+def assert_loss_and_gradients_match(loss, grads, twin, batch, layers):
+    """qkv's loss and gradients against the float64 twin's loss of the batch and autograd."""
     want = twin.loss(*(torch.from_numpy(batch[k]) for k in ("inputs", "positives", "negatives")))
     want.backward()
     # The loss: a mean of 17 softplus terms of scores h·e, each off by ~d·u relative: 1e-5
@@ -168,6 +168,100 @@ def test_loss_and_every_gradient_match_torch(dim, layers, heads):
         np.testing.assert_allclose(g, ref, rtol=0, atol=1e-4 * np.abs(ref).max() + 1e-7, err_msg=name)
     # The padding row is never an input of a real position nor a target: no gradient.
     np.testing.assert_array_equal(np.asarray(grads["item_emb.weight"])[0], 0)
+
+
+@pytest.mark.parametrize("dim, layers, heads", CONFIGS)
+def test_loss_and_every_gradient_match_torch(dim, layers, heads):
+    w = perturbed_initial(dim, layers, heads)
+    batch = batch_of([[3, 1, 4, 1, 5, 9, 2, 6], [6, 5, 3, 5, 8], [30, 29, 28, 27, 26, 25, 24]])
+    loss, grads = rec._sasrec_loss(w, batch, dim, layers, heads, MAX_LEN)
+    assert_loss_and_gradients_match(loss, grads, TorchSasRec(w, heads=heads, dtype=torch.float64), batch, layers)
+
+
+# ---------------------------------------------------------------------------------------
+# Dropout: qkv's masks rebuilt from their documented derivation (qkv/rng.h's
+# counter_uniform; nn::DropoutDraw::site; the sites of sasrec.h and of transformer.h's
+# TransformerEncoderLayer::DropoutSite), handed to the twin's dropouts in the order torch
+# calls them, so that both compute one function and torch autograd is its oracle.
+
+MASK64 = (1 << 64) - 1
+
+
+def mix64(z):
+    """qkv/rng.h's mix64, of a Python int or of a uint64 array (wrapping as C++ does)."""
+    if isinstance(z, int):
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9 & MASK64
+        z = (z ^ (z >> 27)) * 0x94d049bb133111eb & MASK64
+        return z ^ (z >> 31)
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xbf58476d1ce4e5b9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94d049bb133111eb)
+        return z ^ (z >> np.uint64(31))
+
+
+def site(seed, k):
+    """nn::DropoutDraw{p, seed}.site(k).seed"""
+    return mix64((mix64(seed) + k) & MASK64)
+
+
+def keep_mask(seed, p, shape):
+    """counter_uniform(seed, i) >= p for each flat row-major index i of `shape`: what
+    nn::Dropout keeps at offset 0 and what the attention keeps of (b, h, i, j)."""
+    key = np.uint64(mix64((seed + 0x9e3779b97f4a7c15) & MASK64))
+    bits = mix64(key ^ np.arange(int(np.prod(shape)), dtype=np.uint64)) >> np.uint64(11)
+    return (bits.astype(np.float64) * 2.0 ** -53 >= p).reshape(shape)
+
+
+def qkv_masks(seed, p, B, T, dim, layers, heads):
+    """The keep masks of sasrec_loss(dropout = {p, seed}) on a batch that is one length
+    group, in the order torch's twin drops: the embedding, then per block the attention
+    probabilities ((B·H, T, T) as torch holds them), dropout1, the activation's, dropout2."""
+    group = site(seed, 0)
+    masks = [keep_mask(site(group, 0), p, (B, T, dim))]
+    for n in range(layers):
+        block = site(group, 1 + n)
+        masks += [keep_mask(site(block, 0), p, (B, heads, T, T)).reshape(B * heads, T, T),
+                  keep_mask(site(block, 2), p, (B, T, dim)),
+                  keep_mask(site(block, 1), p, (B, T, dim)),  # dim_feedforward = d
+                  keep_mask(site(block, 3), p, (B, T, dim))]
+    return masks
+
+
+def test_mask_rebuild_matches_qkvs_dropout():
+    """keep_mask against the engine's attention dropout itself: with value = the identity,
+    the output row is the dropped-and-rescaled probabilities (tests/python/test_dropout.py)."""
+    B, H, L = 2, 3, 9
+    rng = np.random.default_rng(0)
+    q, k = (rng.standard_normal((B, H, L, 4)).astype(np.float32) for _ in range(2))
+    eye = np.ascontiguousarray(np.broadcast_to(np.eye(L, dtype=np.float32), (B, H, L, L)))
+    out = qkv.scaled_dot_product_attention(q, k, eye, dropout_p=0.3, seed=77)
+    np.testing.assert_array_equal(out != 0, keep_mask(77, 0.3, (B, H, L, L)))
+
+
+@pytest.mark.parametrize("dim, layers, heads", CONFIGS)
+def test_dropout_loss_and_every_gradient_match_torch_with_qkvs_masks(dim, layers, heads, monkeypatch):
+    p, seed = 0.2, 12345
+    w = perturbed_initial(dim, layers, heads)
+    # Rows longest first and T the longest row: one length group holding the batch's rows in
+    # the batch's order, so its masks are (B, T, ·).
+    batch = batch_of([[3, 1, 4, 1, 5, 9, 2, 6], [30, 29, 28, 27, 26, 25, 24], [6, 5, 3, 5, 8]])
+    B, T = batch["inputs"].shape
+    loss, grads = rec._sasrec_loss(w, batch, dim, layers, heads, MAX_LEN, dropout=p, seed=seed)
+    plain, _ = rec._sasrec_loss(w, batch, dim, layers, heads, MAX_LEN)
+    assert abs(loss - plain) > 1e-3 * abs(plain), "dropout 0.2 left the loss as it was"
+
+    calls = iter(qkv_masks(seed, p, B, T, dim, layers, heads))
+
+    def dropout_with_qkvs_masks(input, p=0.5, training=True, inplace=False):
+        keep = next(calls)
+        assert training and tuple(input.shape) == keep.shape, (tuple(input.shape), keep.shape)
+        return input * torch.from_numpy(keep).to(input.dtype) / (1 - p)
+
+    # torch.nn.Dropout and multi_head_attention_forward both call torch.nn.functional.dropout.
+    monkeypatch.setattr(torch.nn.functional, "dropout", dropout_with_qkvs_masks)
+    twin = TorchSasRec(w, heads=heads, dtype=torch.float64, dropout=p)
+    assert_loss_and_gradients_match(loss, grads, twin, batch, layers)
+    assert next(calls, None) is None, "the twin dropped at fewer sites than qkv"
 
 
 @pytest.mark.parametrize("dim, layers, heads", CONFIGS)
