@@ -5,7 +5,8 @@ and matrix factorisation beside its baselines, on MovieLens (dslabs' 100,004 rat
 Run with Debian's Python (it builds build/'s _qkv and qkv_ceilings when missing):
 
     /usr/bin/python3 scripts/bench.py recommender [--data-dir DIR] [--epochs 200]
-                                                  [--seeds 0,1,2] [--threads 2] [--quick]
+                                                  [--seeds 0,1,2] [--dropout 0,0.2]
+                                                  [--threads 2] [--quick]
 
 It prints its tables and records each seed's numbers (a seed is a round), the loss
 curves and MF's RMSEs in bench/records/recommender/<host kind>.json
@@ -18,14 +19,18 @@ SASRec, per seed: qkv.recommender.train(model="sasrec") runs in a child process
 (scripts/bench/twins.py; so the two never share threads); torch runs scripts/bench/sasrec_torch.py's TorchSasRec with
 train_twin: the same initial weights (qkv.recommender.sasrec_initial of the seed), the
 same batches in the same order (qkv.recommender.SasRecBatches of the seed: epoch e, step s),
-AdamW (0.9, 0.98, 1e-8, no weight decay), constant lr, no clipping, no dropout. Both keep
+AdamW (0.9, 0.98, 1e-8, no weight decay), constant lr, no clipping. Each seed trains once
+per --dropout setting p: qkv with `--dropout p` (qkv/sasrec.h: the embedding and every
+block's four sites), the twin with nn.Dropout(p) on the embedding and
+TransformerEncoderLayer(dropout=p), torch.manual_seed(seed) first; the two draw different
+masks, so with p > 0 they agree in distribution only (compare the means of the seeds). Both keep
 the weights of the best validation HR@10, measured every --eval-every epochs (the twin:
 its weights written into a copy of qkv's model directory, qkv.recommender.evaluate(...,
 validation=True)); the test metrics of both come from qkv's evaluation of those weights
 (qkv.recommender.evaluate), so the two differ by their training alone. The runs alternate
 qkv, torch | torch, qkv | qkv, torch ... so that a drift of the machine falls on both.
 
-Reported per seed and as the mean of the seeds: HR@10 and NDCG@10 of the next movie among
+Reported per dropout setting, per seed and as the mean of the seeds: HR@10 and NDCG@10 of the next movie among
 101 (the paper's protocol), among the whole catalogue, and of every test movie among 101;
 popularity's beside them; |ΔHR@10| of the means; the epoch-1 and last-epoch training
 losses; seconds per training step (training time / steps: forward, backward and AdamW,
@@ -68,20 +73,23 @@ def run_qkv(args, build_dir, csv, out, **kwargs):
     return twins.train_in_child("recommender", build_dir, args.threads, "recommender.train", [csv, out], kwargs)
 
 
-def sasrec_kwargs(args, seed):
+def sasrec_kwargs(args, seed, dropout):
     return {"model": "sasrec", "epochs": args.epochs, "batch": args.batch, "lr": args.lr, "dim": args.dim,
             "layers": args.layers, "heads": args.heads, "max_len": args.max_len, "seed": seed,
-            "eval_every": args.eval_every}
+            "eval_every": args.eval_every, "dropout": dropout}
 
 
-def run_torch(args, qkv, csv, template, seed):
-    """The twin of one seed; the test metrics from qkv's evaluation of its best weights."""
+def run_torch(args, qkv, csv, template, seed, dropout):
+    """The twin of one seed and dropout p; the test metrics from qkv's evaluation of its best
+    weights."""
+    import torch
     from bench.sasrec_torch import make_sasrec_class, train_twin
     rec = qkv.recommender
     batches = rec.SasRecBatches(csv, batch=args.batch, max_len=args.max_len, seed=seed)
     weights = rec.sasrec_initial(batches.num_items, dim=args.dim, layers=args.layers, heads=args.heads,
                                  max_len=args.max_len, seed=seed)
-    model = make_sasrec_class()(weights, heads=args.heads)
+    torch.manual_seed(seed)  # the dropout masks
+    model = make_sasrec_class()(weights, heads=args.heads, dropout=dropout)
     with tempfile.TemporaryDirectory(prefix="qkv-bench-sasrec-torch-") as scratch:
         out = os.path.join(scratch, "model")
         shutil.copytree(template, out)
@@ -93,7 +101,8 @@ def run_torch(args, qkv, csv, template, seed):
         def on_epoch(info):
             if info["validation"] is not None or info["epoch"] == 1:
                 v = "" if info["validation"] is None else f", validation HR@10 {info['validation']:.4f}"
-                log(f"  torch seed {seed} epoch {info['epoch']}/{info['total']}: loss {info['loss']:.4f}{v}")
+                log(f"  torch seed {seed} dropout {dropout:g} epoch {info['epoch']}/{info['total']}: "
+                    f"loss {info['loss']:.4f}{v}")
 
         result = train_twin(model, batches, args.epochs, lr=args.lr, eval_every=args.eval_every,
                             evaluate=evaluate, on_epoch=on_epoch)
@@ -121,6 +130,9 @@ def add_arguments(parser):
                         "default: scripts/fetch_data.sh movielens into the bench cache)")
     parser.add_argument("--epochs", type=int, default=200)
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated (default 0,1,2)")
+    parser.add_argument("--dropout", default="0,0.2",
+                        help="SASRec's dropout p, comma-separated: each seed trains once per p (default 0,0.2: "
+                        "none and the paper's)")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--dim", type=int, default=50)
@@ -131,6 +143,8 @@ def add_arguments(parser):
     parser.add_argument("--mf-epochs", type=int, help="MF's epochs (default: qkv's)")
     parser.add_argument("--no-mf", action="store_true", help="leave matrix factorisation out")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--note", action="append", default=[],
+                        help="a line for the record's notes (how busy the machine was, say); repeatable")
     parser.add_argument("--quick", action="store_true",
                         help="2 epochs, validation every epoch, MF 2 epochs: checks that the script runs")
     twins.add_child_arguments(parser)
@@ -145,10 +159,11 @@ def run(args):
         args.epochs, args.eval_every = min(args.epochs, 2), 1
         args.mf_epochs = args.mf_epochs or 2
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    dropouts = dropout_settings(args.dropout)
     peers.reexec_with_openblas(args)  # does not return when it re-runs the script
     csv = os.path.join(twins.fetch_data("movielens", args.data_dir), "ratings.csv")
     rec = record.new("recommender", args.threads, settings={
-        "epochs": args.epochs, "seeds": seeds, "batch": args.batch, "lr": args.lr, "dim": args.dim,
+        "epochs": args.epochs, "seeds": seeds, "dropout": dropouts, "batch": args.batch, "lr": args.lr, "dim": args.dim,
         "layers": args.layers, "heads": args.heads, "max_len": args.max_len, "eval_every": args.eval_every,
         "mf_epochs": args.mf_epochs, "mf": not args.no_mf, "quick": args.quick})
 
@@ -172,24 +187,28 @@ def run(args):
     template = None
     samples = []  # the f32 FMA ceiling after each seed's two runs
     try:
-        for i, seed in enumerate(seeds):
-            order = ("qkv", "torch") if i % 2 == 0 or template is None else ("torch", "qkv")
-            for impl in order:
-                if impl == "qkv":
-                    log(f"qkv SASRec seed {seed}: {args.epochs} epochs")
-                    out = os.path.join(work, f"sasrec-{seed}")
-                    progress, result, seconds = run_qkv(args, build_dir, csv, out, **sasrec_kwargs(args, seed))
-                    template = template or out
-                    runs[("qkv", seed)] = {"report": result, "progress": progress, "call_s": seconds,
-                                           "flops": run_flops(qkv, args, csv, seed, result["train_steps"])}
-                    log(f"  qkv seed {seed}: best epoch {result['best_epoch']}, test HR@10 "
-                        f"{result['trained']['hr10']:.4f}, {result['train_seconds'] / result['train_steps']:.4f} s/step")
-                elif not args.no_torch:
-                    log(f"torch {torch_version} SASRec seed {seed}: {args.epochs} epochs")
-                    runs[("torch", seed)] = run_torch(args, qkv, csv, template, seed)
-                    t = runs[("torch", seed)]
-                    log(f"  torch seed {seed}: best epoch {t['best_epoch']}, test HR@10 {t['test']['hr10']:.4f}, "
-                        f"{t['train_seconds'] / t['steps']:.4f} s/step")
+        turn = 0
+        for seed in seeds:
+            for p in dropouts:
+                order = ("qkv", "torch") if turn % 2 == 0 or template is None else ("torch", "qkv")
+                turn += 1
+                for impl in order:
+                    if impl == "qkv":
+                        log(f"qkv SASRec seed {seed} dropout {p:g}: {args.epochs} epochs")
+                        out = os.path.join(work, f"sasrec-{seed}-{p:g}")
+                        progress, result, seconds = run_qkv(args, build_dir, csv, out, **sasrec_kwargs(args, seed, p))
+                        template = template or out
+                        runs[("qkv", seed, p)] = {"report": result, "progress": progress, "call_s": seconds,
+                                                  "flops": run_flops(qkv, args, csv, seed, result["train_steps"])}
+                        log(f"  qkv seed {seed} dropout {p:g}: best epoch {result['best_epoch']}, test HR@10 "
+                            f"{result['trained']['hr10']:.4f}, "
+                            f"{result['train_seconds'] / result['train_steps']:.4f} s/step")
+                    elif not args.no_torch:
+                        log(f"torch {torch_version} SASRec seed {seed} dropout {p:g}: {args.epochs} epochs")
+                        runs[("torch", seed, p)] = run_torch(args, qkv, csv, template, seed, p)
+                        t = runs[("torch", seed, p)]
+                        log(f"  torch seed {seed} dropout {p:g}: best epoch {t['best_epoch']}, test HR@10 "
+                            f"{t['test']['hr10']:.4f}, {t['train_seconds'] / t['steps']:.4f} s/step")
             samples.append(sample_ceiling(programs["qkv_ceilings"], "fma", args.threads))
         record.add_ceiling(rec, "f32_fma", "GFLOP/s", samples)
         mf = None
@@ -203,52 +222,83 @@ def run(args):
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    result = summarise(args, seeds, runs, ceiling, mf)
+    result = summarise(args, seeds, dropouts, runs, ceiling, mf)
     result.update({"torch_version": torch_version, "torch_blas": torch_blas, "threads": args.threads})
     print_tables(args, seeds, result, build_dir)
     rec["versions"].update({"qkv": qkv.__version__, "qkv_cpu": qkv.cpu_summary(), "torch": torch_version,
                             "torch_blas": torch_blas})
     to_record(rec, args, seeds, result, samples)
+    rec["notes"] += args.note
     return rec
 
 
+def dropout_settings(text):
+    """--dropout "0,0.2" -> [0.0, 0.2]: each in [0, 1), none twice."""
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise SystemExit(f"bench recommender: --dropout must be comma-separated numbers in [0, 1), got {text!r}")
+    if not values or any(not 0 <= v < 1 for v in values) or len(set(values)) != len(values):
+        raise SystemExit(f"bench recommender: --dropout must be distinct numbers in [0, 1), got {text!r}")
+    return values
+
+
+def setting_name(p):
+    return f"dropout {p:g}"
+
+
 def to_record(rec, args, seeds, r, samples):
-    """Per seed (a round): training steps/s and GFLOP/s of both, the ranking metrics of
-    both and of popularity; MF's RMSEs beside its baselines; each seed's step losses."""
-    rows = [row for row in r["per_seed"] if "qkv" in row]
-    impls = [impl for impl in ("qkv", "torch") if all(impl in row for row in rows)]
+    """Per seed (a round) and dropout setting (a case each, named by it; its info says p):
+    training steps/s and GFLOP/s of both, the ranking metrics of both (their mean over the
+    seeds in BENCHMARKS.md) and of popularity; MF's RMSEs beside its baselines; each seed's
+    and setting's step losses."""
     shape = f"d={args.dim}, {args.layers} blocks, {args.heads} heads, max_len {args.max_len}, batch {args.batch}"
-    if rows:
+    subjects = {}
+    names = {"hr10": "HR@10 among 101", "ndcg10": "NDCG@10 among 101", "hr10_catalogue": "HR@10 catalogue",
+             "ndcg10_catalogue": "NDCG@10 catalogue", "hr10_all": "HR@10 every test movie",
+             "ndcg10_all": "NDCG@10 every test movie"}
+    for setting in r["settings"]:
+        p = setting["dropout"]
+        rows = [row for row in setting["per_seed"] if "qkv" in row]
+        if not rows:
+            continue
+        if not subjects:
+            subjects = {
+                "steps": record.add_subject(rec, "sasrec_training", f"SASRec training on MovieLens ({shape})",
+                                            "training steps per second", "steps/s", "higher"),
+                "gflops": record.add_subject(rec, "sasrec_training_gflops",
+                                             f"SASRec training FLOP rate ({shape}; real items only)",
+                                             "training FLOP rate", "GFLOP/s", "higher", ceiling="f32_fma",
+                                             headline=False),
+                "quality": record.add_subject(rec, "sasrec_quality", "SASRec test ranking metrics without and "
+                                              "with dropout (each seed's best-validation weights, scored by "
+                                              "qkv's evaluation)", "ranking metric", "fraction", "higher",
+                                              aggregate="mean")}
+        impls = [impl for impl in ("qkv", "torch") if all(impl in row for row in rows)]
         ceiling_samples = [samples[seeds.index(row["seed"])] for row in rows]
-        info = {"seeds": [row["seed"] for row in rows], "epochs": args.epochs,
+        info = {"dropout": p, "seeds": [row["seed"] for row in rows], "epochs": args.epochs,
                 "steps": {impl: [row[impl]["steps"] for row in rows] for impl in impls},
                 "best_epoch": {impl: [row[impl]["best_epoch"] for row in rows] for impl in impls}}
         for row in rows:
-            agreement = twins.add_loss_curves(rec, {impl: row[impl]["step_losses"] for impl in impls},
-                                              name=f"sasrec_step_loss_seed{row['seed']}")
+            curve = f"sasrec_step_loss_seed{row['seed']}" + ("" if p == 0 else f"_dropout{p:g}")
+            agreement = twins.add_loss_curves(rec, {impl: row[impl]["step_losses"] for impl in impls}, name=curve)
             if "torch" in agreement:
                 info.setdefault("loss_curves_vs_torch", {})[str(row["seed"])] = agreement["torch"]
         if "torch" in impls:
             info["torch_batch_seconds_per_step"] = [row["torch"]["batch_seconds_per_step"] for row in rows]
             info["torch_median_step_seconds"] = [row["torch"]["median_step_seconds"] for row in rows]
-        s = record.add_subject(rec, "sasrec_training", f"SASRec training on MovieLens ({shape})",
-                               "training steps per second", "steps/s", "higher")
-        record.add_case(s, "SASRec", {impl: [1 / row[impl]["seconds_per_step"] for row in rows] for impl in impls},
+        label = f"SASRec, {setting_name(p)}"
+        record.add_case(subjects["steps"], label,
+                        {impl: [1 / row[impl]["seconds_per_step"] for row in rows] for impl in impls},
                         ceiling_samples=ceiling_samples, info=info)
-        s = record.add_subject(rec, "sasrec_training_gflops", f"SASRec training FLOP rate ({shape}; real items only)",
-                               "training FLOP rate", "GFLOP/s", "higher", ceiling="f32_fma", headline=False)
-        record.add_case(s, "SASRec", {impl: [row[impl]["gflops"] for row in rows] for impl in impls},
-                        ceiling_samples=ceiling_samples)
-        s = record.add_subject(rec, "sasrec_quality", "SASRec test ranking metrics (each seed's best-validation "
-                               "weights, scored by qkv's evaluation)", "ranking metric", "fraction", "higher")
-        names = {"hr10": "HR@10 among 101", "ndcg10": "NDCG@10 among 101", "hr10_catalogue": "HR@10 catalogue",
-                 "ndcg10_catalogue": "NDCG@10 catalogue", "hr10_all": "HR@10 every test movie",
-                 "ndcg10_all": "NDCG@10 every test movie"}
+        record.add_case(subjects["gflops"], label, {impl: [row[impl]["gflops"] for row in rows] for impl in impls},
+                        ceiling_samples=ceiling_samples, info={"dropout": p})
         for key in METRICS:
             engines = {impl: [row[impl]["test"][key] for row in rows] for impl in impls}
             if r["popularity"]:
                 engines["popularity"] = [r["popularity"][key]] * len(rows)
-            record.add_case(s, names[key], engines)
+            record.add_case(subjects["quality"], f"{names[key]}, {setting_name(p)}", engines,
+                            info={"dropout": p, "seeds": [row["seed"] for row in rows]})
 
     mf = r["mf"]
     if mf:
@@ -274,7 +324,11 @@ def to_record(rec, args, seeds, r, samples):
         "Ranking: the next movie among 101 (the paper's protocol), among the whole catalogue, and every test movie "
         "among 101; popularity's beside them. Curves: each seed's training loss at every step.",
         "The epoch losses in the table are the plain mean of each epoch's step losses for both (qkv's progress "
-        "reports an epoch_loss weighted by items, which differs from that mean)."]
+        "reports an epoch_loss weighted by items, which differs from that mean).",
+        "Dropout: each seed trains once per setting (the case names it; its info says p): qkv with --dropout p, the "
+        "twin with nn.Dropout(p) on the embedding and TransformerEncoderLayer(dropout=p) after torch.manual_seed(seed). "
+        "The two draw different masks, so with p > 0 their curves part from the first step and only the means over "
+        "the seeds compare; the ranking table gives those means."]
 
 
 def random_folds(qkv, args, build_dir, csv, work):
@@ -293,59 +347,61 @@ def random_folds(qkv, args, build_dir, csv, work):
     return {**means, "folds": folds, "seconds": result["seconds"]}
 
 
-def summarise(args, seeds, runs, ceiling, mf):
-    out = {"epochs": args.epochs, "seeds": seeds, "batch": args.batch, "dim": args.dim, "layers": args.layers,
-           "heads": args.heads, "max_len": args.max_len, "lr": args.lr, "eval_every": args.eval_every,
-           "ceiling_gflops": ceiling, "per_seed": [], "mf": mf}
-    popularity = None
-    q_steps, t_steps = [], []
-    for seed in seeds:
-        q = runs.get(("qkv", seed))
-        t = runs.get(("torch", seed))
-        row = {"seed": seed}
-        if q:
-            r = q["report"]
-            popularity = r["popularity"]
-            s = r["train_seconds"] / r["train_steps"]
-            q_steps.append(s)
-            # the mean of each epoch's step losses, as the twin's epoch_losses (qkv's own
-            # epoch_loss weighs its steps by their items)
-            by_epoch = {}
-            for p in q["progress"]:
-                by_epoch.setdefault(p["epoch"], []).append(p["loss"])
-            losses = [statistics.mean(v) for _, v in sorted(by_epoch.items())]
-            row["qkv"] = {"test": r["trained"], "best_epoch": r["best_epoch"], "steps": r["train_steps"],
-                          "seconds_per_step": s, "train_seconds": r["train_seconds"],
-                          "gflops": q["flops"] / r["train_seconds"] / 1e9,
-                          "loss_first_epoch": losses[0] if losses else None,
-                          "loss_last_epoch": losses[-1] if losses else None, "epoch_losses": losses,
-                          "step_losses": [p["loss"] for p in q["progress"]]}
-        if t:
-            s = t["train_seconds"] / t["steps"]
-            t_steps.append(s)
-            per = t["step_seconds"][5:] or t["step_seconds"]
-            row["torch"] = {"test": t["test"], "best_epoch": t["best_epoch"], "steps": t["steps"],
-                            "seconds_per_step": s, "median_step_seconds": statistics.median(per),
-                            "train_seconds": t["train_seconds"], "batch_seconds_per_step": t["batch_seconds"] / t["steps"],
-                            "gflops": t["flops"] / t["train_seconds"] / 1e9,
-                            "loss_first_epoch": t["epoch_losses"][0], "loss_last_epoch": t["epoch_losses"][-1],
-                            "epoch_losses": t["epoch_losses"], "step_losses": t["losses"]}
-        if q and t:
-            row["delta_hr10"] = row["qkv"]["test"]["hr10"] - row["torch"]["test"]["hr10"]
-        out["per_seed"].append(row)
-    out["popularity"] = popularity
-    for impl in ("qkv", "torch"):
-        rows = [r[impl] for r in out["per_seed"] if impl in r]
-        if rows:
-            out[f"{impl}_mean"] = {k: statistics.mean(r["test"][k] for r in rows) for k in METRICS}
-    if "qkv_mean" in out and "torch_mean" in out:
-        out["abs_delta_hr10_of_means"] = abs(out["qkv_mean"]["hr10"] - out["torch_mean"]["hr10"])
-    if q_steps:
-        out["qkv_seconds_per_step"] = statistics.median(q_steps)
-    if t_steps:
-        out["torch_seconds_per_step"] = statistics.median(t_steps)
-    if q_steps and t_steps:
-        out["speedup"] = out["torch_seconds_per_step"] / out["qkv_seconds_per_step"]
+def summarise(args, seeds, dropouts, runs, ceiling, mf):
+    out = {"epochs": args.epochs, "seeds": seeds, "dropouts": dropouts, "batch": args.batch, "dim": args.dim,
+           "layers": args.layers, "heads": args.heads, "max_len": args.max_len, "lr": args.lr,
+           "eval_every": args.eval_every, "ceiling_gflops": ceiling, "settings": [], "mf": mf, "popularity": None}
+    for p in dropouts:
+        setting = {"dropout": p, "per_seed": []}
+        q_steps, t_steps = [], []
+        for seed in seeds:
+            q = runs.get(("qkv", seed, p))
+            t = runs.get(("torch", seed, p))
+            row = {"seed": seed}
+            if q:
+                r = q["report"]
+                out["popularity"] = r["popularity"]
+                s = r["train_seconds"] / r["train_steps"]
+                q_steps.append(s)
+                # the mean of each epoch's step losses, as the twin's epoch_losses (qkv's own
+                # epoch_loss weighs its steps by their items)
+                by_epoch = {}
+                for prog in q["progress"]:
+                    by_epoch.setdefault(prog["epoch"], []).append(prog["loss"])
+                losses = [statistics.mean(v) for _, v in sorted(by_epoch.items())]
+                row["qkv"] = {"test": r["trained"], "best_epoch": r["best_epoch"], "steps": r["train_steps"],
+                              "dropout": r.get("dropout"), "seconds_per_step": s,
+                              "train_seconds": r["train_seconds"], "gflops": q["flops"] / r["train_seconds"] / 1e9,
+                              "loss_first_epoch": losses[0] if losses else None,
+                              "loss_last_epoch": losses[-1] if losses else None, "epoch_losses": losses,
+                              "step_losses": [prog["loss"] for prog in q["progress"]]}
+            if t:
+                s = t["train_seconds"] / t["steps"]
+                t_steps.append(s)
+                per = t["step_seconds"][5:] or t["step_seconds"]
+                row["torch"] = {"test": t["test"], "best_epoch": t["best_epoch"], "steps": t["steps"],
+                                "seconds_per_step": s, "median_step_seconds": statistics.median(per),
+                                "train_seconds": t["train_seconds"],
+                                "batch_seconds_per_step": t["batch_seconds"] / t["steps"],
+                                "gflops": t["flops"] / t["train_seconds"] / 1e9,
+                                "loss_first_epoch": t["epoch_losses"][0], "loss_last_epoch": t["epoch_losses"][-1],
+                                "epoch_losses": t["epoch_losses"], "step_losses": t["losses"]}
+            if q and t:
+                row["delta_hr10"] = row["qkv"]["test"]["hr10"] - row["torch"]["test"]["hr10"]
+            setting["per_seed"].append(row)
+        for impl in ("qkv", "torch"):
+            rows = [r[impl] for r in setting["per_seed"] if impl in r]
+            if rows:
+                setting[f"{impl}_mean"] = {k: statistics.mean(r["test"][k] for r in rows) for k in METRICS}
+        if "qkv_mean" in setting and "torch_mean" in setting:
+            setting["abs_delta_hr10_of_means"] = abs(setting["qkv_mean"]["hr10"] - setting["torch_mean"]["hr10"])
+        if q_steps:
+            setting["qkv_seconds_per_step"] = statistics.median(q_steps)
+        if t_steps:
+            setting["torch_seconds_per_step"] = statistics.median(t_steps)
+        if q_steps and t_steps:
+            setting["speedup"] = setting["torch_seconds_per_step"] / setting["qkv_seconds_per_step"]
+        out["settings"].append(setting)
     return out
 
 
@@ -356,33 +412,37 @@ def print_tables(args, seeds, r, build_dir):
           f"{args.epochs} epochs of batch {args.batch}, lr {args.lr:g}, validation every {args.eval_every}; "
           f"f32 FMA ceiling {r['ceiling_gflops']:.0f} GFLOP/s ({args.threads} threads)")
     head = " ".join(f"{h:>8}" for h in ("HR@10", "NDCG@10", "HR@10c", "NDCG@10c", "HR@10a", "NDCG@10a"))
-    print(f"{'seed':>4} {'impl':6} {head} {'best':>5} {'loss@1':>7} {'loss@end':>8} {'s/step':>7} {'GFLOP/s':>7} {'% FMA':>6}")
-    for row in r["per_seed"]:
+    for setting in r["settings"]:
+        print(f"SASRec, {setting_name(setting['dropout'])}:")
+        print(f"{'seed':>4} {'impl':6} {head} {'best':>5} {'loss@1':>7} {'loss@end':>8} {'s/step':>7} {'GFLOP/s':>7} "
+              f"{'% FMA':>6}")
+        for row in setting["per_seed"]:
+            for impl in ("qkv", "torch"):
+                if impl not in row:
+                    continue
+                x = row[impl]
+                print(f"{row['seed']:>4} {impl:6} {metrics_cells(x['test'])} {x['best_epoch']:>5} "
+                      f"{report.cell(x['loss_first_epoch'], '7.4f')} {report.cell(x['loss_last_epoch'], '8.4f')} "
+                      f"{x['seconds_per_step']:7.4f} {x['gflops']:7.1f} {100 * x['gflops'] / r['ceiling_gflops']:5.1f}%")
+            if "delta_hr10" in row:
+                print(f"{row['seed']:>4} {'Δ':6} {row['delta_hr10']:+8.4f}")
         for impl in ("qkv", "torch"):
-            if impl not in row:
-                continue
-            x = row[impl]
-            print(f"{row['seed']:>4} {impl:6} {metrics_cells(x['test'])} {x['best_epoch']:>5} "
-                  f"{report.cell(x['loss_first_epoch'], '7.4f')} {report.cell(x['loss_last_epoch'], '8.4f')} "
-                  f"{x['seconds_per_step']:7.4f} {x['gflops']:7.1f} {100 * x['gflops'] / r['ceiling_gflops']:5.1f}%")
-        if "delta_hr10" in row:
-            print(f"{row['seed']:>4} {'Δ':6} {row['delta_hr10']:+8.4f}")
-    for impl in ("qkv", "torch"):
-        if f"{impl}_mean" in r:
-            print(f"{'mean':>4} {impl:6} {metrics_cells(r[f'{impl}_mean'])}")
-    if r["popularity"]:
-        print(f"{'':>4} {'popul.':6} {metrics_cells(r['popularity'])}")
+            if f"{impl}_mean" in setting:
+                print(f"{'mean':>4} {impl:6} {metrics_cells(setting[f'{impl}_mean'])}")
+        if r["popularity"]:
+            print(f"{'':>4} {'popul.':6} {metrics_cells(r['popularity'])}")
+        if "abs_delta_hr10_of_means" in setting:
+            print(f"|ΔHR@10| of the means of {len(seeds)} seeds: {setting['abs_delta_hr10_of_means']:.4f}")
+        if "speedup" in setting:
+            rows = [row for row in setting["per_seed"] if "torch" in row]
+            median_torch = statistics.median(row["torch"]["median_step_seconds"] for row in rows)
+            print(f"training s/step (median over seeds of training time / steps): qkv "
+                  f"{setting['qkv_seconds_per_step']:.4f}, torch {setting['torch_seconds_per_step']:.4f} (its median "
+                  f"step {median_torch:.4f}); torch/qkv {setting['speedup']:.2f}x")
+            batch_s = statistics.median(row["torch"]["batch_seconds_per_step"] for row in rows)
+            print(f"  qkv's time counts its batches' generation (SasRecBatches.get), torch's does not: "
+                  f"{batch_s:.4f} s/step in the twin's process")
     print("HR@10/NDCG@10: the next movie among 101; c: among the whole catalogue; a: every test movie among 101")
-    if "abs_delta_hr10_of_means" in r:
-        print(f"|ΔHR@10| of the means of {len(seeds)} seeds: {r['abs_delta_hr10_of_means']:.4f} (the issue asks ≤ 0.02)")
-    if "speedup" in r:
-        median_torch = statistics.median(row["torch"]["median_step_seconds"] for row in r["per_seed"] if "torch" in row)
-        print(f"training s/step (median over seeds of training time / steps): qkv {r['qkv_seconds_per_step']:.4f}, "
-              f"torch {r['torch_seconds_per_step']:.4f} (its median step {median_torch:.4f}); "
-              f"torch/qkv {r['speedup']:.2f}x (the issue asks ≥ 2)")
-        batch_s = statistics.median(row["torch"]["batch_seconds_per_step"] for row in r["per_seed"] if "torch" in row)
-        print(f"  qkv's time counts its batches' generation (SasRecBatches.get), torch's does not: "
-              f"{batch_s:.4f} s/step in the twin's process")
     mf = r["mf"]
     if mf:
         print(f"MF (seed 0, best epoch {mf.get('best_epoch')}): test RMSE (temporal split) {mf['rmse_mf']:.4f}; "

@@ -6,7 +6,8 @@ recorded runs in bench/records/ (each written by `scripts/bench.py SUITE`).
     /usr/bin/python3 scripts/benchmarks_md.py --check    # exit 1, with a diff, where they differ
 
 Every number is computed here from the records' rounds, by one rule: a table's value is the
-median over the rounds; a ratio is the peer's median time over qkv's (for a rate, qkv's
+median over the rounds (the mean where a subject says aggregate "mean": quality metrics over
+seeds); a ratio is the peer's median time over qkv's (for a rate, qkv's
 median rate over the peer's): above 1, qkv is faster; a percentage of a ceiling is qkv's
 rate in each round over the ceiling sampled right after that round, median over the rounds.
 A kind of host without a record of a suite shows the commit it was last measured at
@@ -81,9 +82,19 @@ def median(values):
     return statistics.median(values) if values else None
 
 
+def aggregate(subject, values):
+    """The subject's summary of its rounds: the median, or the mean where the record says so
+    (quality metrics over seeds)."""
+    if subject.get("aggregate") != "mean":
+        return median(values)
+    values = [v for v in values if v is not None]
+    return statistics.mean(values) if values else None
+
+
 def speedup(subject, case, peer):
-    """How many times faster qkv is than peer: medians over the rounds."""
-    q, p = median(case["engines"].get("qkv", [])), median(case["engines"].get(peer, []))
+    """How many times faster qkv is than peer: the subject's aggregate (medians unless it
+    says means) over the rounds."""
+    q, p = aggregate(subject, case["engines"].get("qkv", [])), aggregate(subject, case["engines"].get(peer, []))
     if not q or not p:
         return None
     return q / p if subject["better"] == "higher" else p / q
@@ -252,8 +263,8 @@ def subject_table(rec, subject):
     rounds = sorted({len(next(iter(c["engines"].values()))) for c in subject["cases"]})
     better = "higher is better" if subject["better"] == "higher" else "lower is better"
     out = [f"#### {subject['title']}", "",
-           f"{subject['metric']}, {subject['unit']} ({better}), median of {'/'.join(map(str, rounds))} "
-           f"round{'s' if rounds != [1] else ''}.", ""]
+           f"{subject['metric']}, {subject['unit']} ({better}), {subject.get('aggregate', 'median')} of "
+           f"{'/'.join(map(str, rounds))} round{'s' if rounds != [1] else ''}.", ""]
     head = ["case"] + [engine_name(e, rec) for e in engines] + [f"qkv/{engine_name(p)}" for p in peers]
     if ceiling:
         head.append(f"qkv % {CEILING_NAMES.get(ceiling, ceiling)}")
@@ -261,7 +272,7 @@ def subject_table(rec, subject):
         head.append(f"qkv vs {subject['baseline']}")
     out += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for c in subject["cases"]:
-        cells = [c["case"]] + [num(median(c["engines"].get(e, []))) for e in engines]
+        cells = [c["case"]] + [num(aggregate(subject, c["engines"].get(e, []))) for e in engines]
         cells += [times(speedup(subject, c, p)) for p in peers]
         if ceiling:
             cells.append(pct(of_ceiling(subject, c)))

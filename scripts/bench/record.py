@@ -35,6 +35,8 @@ Schema 1 (every key present unless marked optional):
                                                #   round by round (options: "no option")
       "headline": true,                        # optional: false keeps it out of BENCHMARKS.md's
                                                #   opening table (a detail of another subject)
+      "aggregate": "mean",                     # optional ("median" when absent): how the tables
+                                               #   summarise the rounds (quality over seeds: mean)
       "cases": [
         {"case": "f32 L=2048", "x": 2048,      # x optional
          "engines": {"qkv": [every round], "torch": [...], "ort": [...]},   # the metric, per round
@@ -183,18 +185,25 @@ def add_ceiling(rec, name, unit, samples):
     return entry
 
 
-def add_subject(rec, id, title, metric, unit, better="higher", ceiling=None, x=None, baseline=None, headline=True):
+def add_subject(rec, id, title, metric, unit, better="higher", ceiling=None, x=None, baseline=None, headline=True,
+                aggregate="median"):
     """A table of the record: one metric in one unit, cases as rows, engines as columns.
     baseline: a case's name: each case's value over that case's in the same round.
-    headline: False keeps it out of BENCHMARKS.md's opening table."""
+    headline: False keeps it out of BENCHMARKS.md's opening table.
+    aggregate: "median" (times, rates) or "mean" (a quality metric over seeds, as papers
+    report it): what the tables show of the rounds."""
     if better not in ("higher", "lower"):
         raise ValueError(f"better: 'higher' or 'lower', not {better!r}")
+    if aggregate not in ("median", "mean"):
+        raise ValueError(f"aggregate: 'median' or 'mean', not {aggregate!r}")
     if any(s["id"] == id for s in rec["subjects"]):
         raise ValueError(f"subject {id} twice")
     subject = {"id": id, "title": title, "metric": metric, "unit": unit, "better": better,
                "ceiling": ceiling, "x": x, "baseline": baseline, "cases": []}
     if not headline:
         subject["headline"] = False
+    if aggregate != "median":
+        subject["aggregate"] = aggregate
     rec["subjects"].append(subject)
     return subject
 
@@ -242,6 +251,7 @@ def validate(rec):
         for key in ("id", "title", "metric", "unit", "better", "cases"):
             need(key in s, f"subject {s.get('id')} has no {key!r}")
         need(s["better"] in ("higher", "lower"), f"subject {s['id']}: better {s['better']!r}")
+        need(s.get("aggregate", "median") in ("median", "mean"), f"subject {s['id']}: aggregate {s.get('aggregate')!r}")
         need(s.get("ceiling") is None or s["ceiling"] in rec["ceilings"],
              f"subject {s['id']}: ceiling {s.get('ceiling')!r} not in ceilings")
         for c in s["cases"]:
