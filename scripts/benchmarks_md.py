@@ -117,7 +117,8 @@ def vs_baseline(subject, case, engine="qkv"):
     return median([v / b for v, b in pairs if v is not None and b])
 
 
-ENGINE_ORDER = ("qkv", "qkv_direct", "torch", "torch_sdpa", "ort", "ort_unidirectional", "ort_bias")
+ENGINE_ORDER = ("qkv", "qkv_direct", "torch", "torch_sdpa", "ort", "ort_unidirectional", "ort_bias",
+                "dense", "lexical", "hybrid")
 
 
 def engines_of(subject):
