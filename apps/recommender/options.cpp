@@ -54,13 +54,19 @@ const options::OptionSet<T>& mf_training_options() {
   static const options::OptionSet<T> set = [] {
     auto s = make_set("mf", "Train matrix factorisation (biases + user and movie embeddings) on movie ratings");
     declare_data(s);
+    s.choice("solver", [](T& t) -> auto& { return t.mf.solver; }, {"als", "adamw"},
+             "als: the biases fitted exactly (λ chosen on validation), then the embeddings by alternating "
+             "least squares, one sweep an epoch; adamw: biases and embeddings together by AdamW (--lr, --l2)");
     s.integer("epochs", [](T& t) -> auto& { return t.mf.epochs; }, 1, 100000,
               "Passes over the ratings (the epoch of best validation RMSE is kept)");
     s.integer("dim", [](T& t) -> auto& { return t.mf.dim; }, 0, 4096, "Embedding width (0 = biases only)");
-    s.integer("batch", [](T& t) -> auto& { return t.mf.batch; }, 1, 65536, "Ratings per step");
-    s.number("lr", [](T& t) -> auto& { return t.mf.lr; }, 1e-7, false, 1.0, false, "Learning rate (AdamW)");
+    s.integer("batch", [](T& t) -> auto& { return t.mf.batch; }, 1, 65536,
+              "Ratings per step (als: a sweep takes as many steps as an adamw epoch)");
+    s.number("lr", [](T& t) -> auto& { return t.mf.lr; }, 1e-7, false, 1.0, false, "Learning rate (adamw)");
     s.number("l2", [](T& t) -> auto& { return t.mf.l2; }, 0.0, false, 100.0, false,
-             "L2 weight λ on the biases and embeddings of each rating");
+             "adamw: L2 weight λ on the biases and embeddings of each rating");
+    s.number("als_l2", [](T& t) -> auto& { return t.mf.als_l2; }, 0.0, true, 1e6, false,
+             "als: λ of Σ (r̂ − r)² + λ·(Σ |p_u|² + Σ |q_i|²), a sum over the users and movies");
     s.seed("seed", [](T& t) -> auto& { return t.mf.seed; }, "Seed of the weights and the order");
     s.integer("patience", [](T& t) -> auto& { return t.mf.patience; }, 0, options::kMaxSteps, kPatience);
     train::declare_run_options(s, "config.json, model.safetensors, users.csv, movies.csv, history.csv");

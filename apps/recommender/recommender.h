@@ -2,7 +2,8 @@
 // the split every tool uses, two models and the evaluations the literature reports.
 //
 //   - Matrix factorisation ("mf"): rating(u, i) = clip(μ + b_u + b_i + p_u·q_i, 0.5, 5),
-//     the vectors fitted by AdamW on the squared error plus L2 (collaborative filtering).
+//     the biases fitted exactly, then the vectors by alternating least squares (or AdamW),
+//     each on the squared error plus L2 (collaborative filtering).
 //   - SASRec ("sasrec", qkv/sasrec.h): each user's history as a sequence, causal
 //     self-attention, the next movie scored by a dot product with its embedding.
 //   - Retrieval: a liked movie's embedding is the query, every movie's embedding a key;
@@ -112,13 +113,20 @@ struct MfModel {
   float predict(std::int64_t user, std::int64_t movie, bool clip = true) const;
 };
 
-// Defaults chosen on the MovieLens validation parts (the sweep is in BENCHMARKS.md, "Recommender").
+// Defaults chosen on the MovieLens validation parts (docs/recommender.md, "What was measured").
 struct MfOptions {
   std::int64_t dim = 64;
+  // "als": the biases are tune_biases' (fixed) and the factors are fitted to what they leave
+  // by alternating least squares, one sweep (every p_u, then every q_i, each exact) an epoch.
+  // "adamw": biases and factors together by AdamW on minibatches (lr, l2).
+  std::string solver = "als";
   std::int64_t epochs = 30;
-  std::int64_t batch = 256;
+  std::int64_t batch = 256;  // adamw: ratings per step; als: a sweep takes as many steps
   double lr = 5e-3;
-  double l2 = 0.1;        // λ: loss = mean (r̂ − r)² + λ·(b_u² + b_i² + |p_u|² + |q_i|²)
+  double l2 = 0.1;        // adamw's λ: loss = mean (r̂ − r)² + λ·(b_u² + b_i² + |p_u|² + |q_i|²)
+  // als's λ: the factors minimise Σ_fit (r̂ − r)² + λ·(Σ_u |p_u|² + Σ_i |q_i|²), a sum as the
+  // biases' λ is. On MovieLens's validation parts (dim 64) 15 beat 7, 10 and 20.
+  double als_l2 = 15.0;
   std::uint64_t seed = 0;
   std::int64_t patience = 0;  // > 0: stop after this many epochs without a lower validation RMSE
   train::RunOptions run;  // checkpoint, resume, stop_at, ranks (none: the baselines, the folds)
@@ -130,10 +138,11 @@ struct MfTraining : train::LoopResult {
   MfModel model;
 };
 
-// Fits on `fit` (minibatches of ratings, reshuffled every epoch) with the one training loop
-// (train::fit, task "mf", or "biases" for dim 0); after each epoch measures the RMSE on
+// Fits on `fit` with the one training loop (train::fit, task "mf", or "biases" for dim 0):
+// adamw on minibatches of ratings, reshuffled every epoch; als by sweeps, after the biases
+// (tune_biases on `fit` and `validation`). After each epoch measures the RMSE on
 // `validation` and returns the weights of the best epoch (the last when `validation` is
-// empty). `stop` is checked once per minibatch.
+// empty). `stop` is checked once per step.
 MfTraining train_mf(const std::vector<Rating>& fit, const std::vector<Rating>& validation,
                     std::int64_t num_users, std::int64_t num_movies, const MfOptions& options,
                     const train::ProgressCallback& on_progress = {}, const std::atomic<bool>* stop = nullptr);

@@ -261,8 +261,10 @@ int run_train_recommender(recommender::RecommenderOptions t, const TrainFlags& f
   const std::int64_t epochs = mf ? t.mf.epochs : t.sasrec.epochs;
   if (!f.json)
     out << "training " << (mf ? "matrix factorisation" : "SASRec") << " on " << t.data << ": "
-      << (mf ? format("dim %lld, L2 %g, batch %lld, lr %g", static_cast<long long>(t.mf.dim), t.mf.l2,
-                      static_cast<long long>(t.mf.batch), t.mf.lr)
+      << (mf && t.mf.solver == "als"
+              ? format("dim %lld, alternating least squares, λ %g", static_cast<long long>(t.mf.dim), t.mf.als_l2)
+          : mf ? format("dim %lld, AdamW, L2 %g, batch %lld, lr %g", static_cast<long long>(t.mf.dim), t.mf.l2,
+                        static_cast<long long>(t.mf.batch), t.mf.lr)
              : format("%lld blocks, dim %lld, %lld heads, max_len %lld, batch %lld, lr %g",
                       static_cast<long long>(t.sasrec.model.layers), static_cast<long long>(t.sasrec.model.dim),
                       static_cast<long long>(t.sasrec.model.heads), static_cast<long long>(t.sasrec.model.max_len),

@@ -200,12 +200,13 @@ TEST(Ranking, MetricsOfHandMadeScorers) {
   EXPECT_LT(m3.ndcg10, 1.0);
 }
 
-// Planted rank-2 ratings: the biases alone cannot explain them, a factorisation can.
+// Planted rank-2 ratings: the biases alone cannot explain them, a factorisation can (AdamW).
 TEST(MatrixFactorisation, BeatsTheBiasesOnPlantedFactors) {
   const rec::Ratings d = rec::parse_ratings(planted_csv(120, 80, 40, 3));
   const rec::Split s = rec::temporal_split(d);
   const auto fit = s.part(0), val = s.part(1), test = s.part(2);
   rec::MfOptions o;
+  o.solver = "adamw";
   o.dim = 4;
   o.epochs = 60;
   o.batch = 64;
@@ -252,6 +253,23 @@ PlantedBiases planted_biases(int U, int I, double density, double sigma, std::ui
   return p;
 }
 
+// Solves the dense system [M | rhs] (n rows of n + 1) in place by Gauss-Jordan elimination
+// with partial pivoting: afterwards x_j = a[j][n] / a[j][j].
+void gauss_jordan(std::vector<std::vector<double>>& a) {
+  const auto n = static_cast<int>(a.size());
+  for (int c = 0; c < n; ++c) {
+    int pivot = c;
+    for (int r = c + 1; r < n; ++r)
+      if (std::abs(a[r][c]) > std::abs(a[pivot][c])) pivot = r;
+    std::swap(a[c], a[pivot]);
+    for (int r = 0; r < n; ++r)
+      if (r != c) {
+        const double m = a[r][c] / a[c][c];
+        for (int k = c; k <= n; ++k) a[r][k] -= m * a[c][k];
+      }
+  }
+}
+
 double centred_rms_error(const float* fitted, const std::vector<double>& truth) {
   const auto n = static_cast<double>(truth.size());
   double mf = 0, mt = 0;
@@ -284,7 +302,7 @@ TEST(MfBiases, AlternatingLeastSquaresRecoversPlantedBiases) {
 
 // A tiny case against the normal equations of the same objective, (AᵀA + λ·1) x = Aᵀ(r − μ),
 // x = (b_u..., b_i...), A's row per rating one-hot at its user and its movie; solved densely
-// in double by Gaussian elimination with partial pivoting. A user and a movie without
+// in double by gauss_jordan. A user and a movie without
 // ratings keep 0 (their rows of the system: λ·x = 0).
 TEST(MfBiases, AlternatingLeastSquaresEqualsTheNormalEquations) {
   const int U = 5, I = 5;  // user 4 and movie 4 rate / are rated nothing
@@ -306,17 +324,7 @@ TEST(MfBiases, AlternatingLeastSquaresEqualsTheNormalEquations) {
         a[x][n] += r.rating - static_cast<double>(f.model.mean);
       }
     }
-    for (int c = 0; c < n; ++c) {
-      int pivot = c;
-      for (int r = c + 1; r < n; ++r)
-        if (std::abs(a[r][c]) > std::abs(a[pivot][c])) pivot = r;
-      std::swap(a[c], a[pivot]);
-      for (int r = 0; r < n; ++r)
-        if (r != c) {
-          const double m = a[r][c] / a[c][c];
-          for (int k = c; k <= n; ++k) a[r][k] -= m * a[c][k];
-        }
-    }
+    gauss_jordan(a);
     for (int u = 0; u < U; ++u)
       EXPECT_NEAR(f.model.user_bias.data_as<float>()[u], a[u][n] / a[u][u], 1e-6) << "user " << u << ", λ " << l2;
     for (int i = 0; i < I; ++i)
@@ -346,6 +354,111 @@ TEST(MfBiases, TuneChoosesTheLowestValidationRmse) {
   EXPECT_EQ(t.l2, grid[best]);
   EXPECT_NEAR(t.validation_rmse, rec::rmse(t.fit.model, val), 1e-12);
   EXPECT_NEAR(t.validation_rmse, t.validation_rmses[best], 1e-12);
+}
+
+// Planted rank-2 ratings fitted by the default solver: the tuned biases, then the factors by
+// alternating least squares. The factors must explain what the biases cannot, and the
+// weights of the best validation sweep are the ones returned.
+TEST(MatrixFactorisation, AlternatingLeastSquaresBeatsTheBiasesOnPlantedFactors) {
+  const rec::Ratings d = rec::parse_ratings(planted_csv(120, 80, 40, 3));
+  const rec::Split s = rec::temporal_split(d);
+  const auto fit = s.part(0), val = s.part(1), test = s.part(2);
+  rec::MfOptions o;
+  ASSERT_EQ(o.solver, "als");
+  o.dim = 4;
+  o.epochs = 15;
+  o.als_l2 = 1.0;
+  std::vector<double> validation;
+  const rec::MfModel m = rec::train_mf(fit, val, 120, 80, o, [&](const qkv::train::Progress& p) {
+    if (p.evaluated) validation.push_back(p.score);
+  }).model;
+  const rec::MfModel b = rec::tune_biases(fit, val, 120, 80).fit.model;
+  EXPECT_LT(rec::rmse(m, test), 0.7 * rec::rmse(b, test)) << "biases " << rec::rmse(b, test);
+  ASSERT_EQ(validation.size(), 15u);
+  EXPECT_NEAR(rec::rmse(m, val), *std::min_element(validation.begin(), validation.end()), 1e-12);
+  for (int u = 0; u < 120; ++u)  // the biases are the tuned ones, untouched by the sweeps
+    ASSERT_EQ(m.user_bias.data_as<float>()[u], b.user_bias.data_as<float>()[u]) << "user " << u;
+}
+
+namespace {
+
+// The naive twin of one half-sweep: each row of `self` (n_self, k) the minimiser of
+// Σ (y − x·o)² + λ|x|² over its ratings, from the normal equations (Σ o oᵀ + λ·1) x = Σ y o
+// solved densely by gauss_jordan in double; y = r − μ − b_u − b_i of `model`'s biases.
+std::vector<double> ridge_twin(const std::vector<rec::Rating>& fit, const rec::MfModel& model, bool users,
+                               const float* other, std::int64_t n_self, std::int64_t k, double l2) {
+  std::vector<double> out(static_cast<std::size_t>(n_self * k), 0.0);
+  for (std::int64_t e = 0; e < n_self; ++e) {
+    std::vector<std::vector<double>> a(k, std::vector<double>(k + 1, 0.0));
+    for (std::int64_t c = 0; c < k; ++c) a[c][c] = l2;
+    bool any = false;
+    for (const rec::Rating& r : fit) {
+      if ((users ? r.user : r.movie) != e) continue;
+      any = true;
+      const float* o = other + (users ? r.movie : r.user) * k;
+      const double y = static_cast<double>(r.rating) - model.mean - model.user_bias.data_as<float>()[r.user] -
+                       model.movie_bias.data_as<float>()[r.movie];
+      for (std::int64_t c = 0; c < k; ++c) {
+        for (std::int64_t d = 0; d < k; ++d) a[c][d] += static_cast<double>(o[c]) * o[d];
+        a[c][k] += y * o[c];
+      }
+    }
+    if (!any) continue;  // no rating: 0
+    gauss_jordan(a);
+    for (std::int64_t c = 0; c < k; ++c) out[static_cast<std::size_t>(e * k + c)] = a[c][k] / a[c][c];
+  }
+  return out;
+}
+
+void expect_rows_equal(const rec::MfModel& m, bool users, const std::vector<double>& want, const char* what) {
+  const qkv::Tensor& t = users ? m.user_factors : m.movie_factors;
+  for (std::int64_t j = 0; j < t.numel(); ++j)  // float32 factors: |x| < 3 here, 1e-5 is ~30 ulp
+    ASSERT_NEAR(t.data_as<float>()[j], want[static_cast<std::size_t>(j)], 1e-5) << what << ", element " << j;
+}
+
+}  // namespace
+
+// One and two sweeps against the naive twin. Without validation ratings the last sweep is
+// returned and the biases are fit_biases' at λ 0 (the grid's first). The first sweep's users
+// are solved from random movie factors the test cannot see, so the check is: sweep 1's
+// movies from sweep 1's users; sweep 2's users from sweep 1's movies, and its movies from
+// them. With k = 3, the users and movies 0, 1, 2 and 4 have 3 or more ratings (n >= k: the
+// k × k system), movies 3 and 5 two (n < k: the n × n form); movie 6 and user 5 none (0). batch 1 spreads a sweep over 18
+// steps (more steps than the 13 users and movies), batch 5 over 4; both must give one sweep.
+TEST(MatrixFactorisation, AlternatingLeastSquaresSweepEqualsTheNormalEquations) {
+  const std::int64_t U = 6, I = 7, k = 3;
+  const std::vector<rec::Rating> fit = {
+      {.user = 0, .movie = 0, .rating = 4}, {.user = 0, .movie = 1, .rating = 3.5f}, {.user = 0, .movie = 3, .rating = 5},
+      {.user = 1, .movie = 0, .rating = 2}, {.user = 1, .movie = 2, .rating = 1.5f}, {.user = 2, .movie = 1, .rating = 4.5f},
+      {.user = 2, .movie = 0, .rating = 3}, {.user = 2, .movie = 4, .rating = 4}, {.user = 3, .movie = 0, .rating = 0.5f},
+      {.user = 3, .movie = 3, .rating = 2.5f}, {.user = 1, .movie = 5, .rating = 3}, {.user = 4, .movie = 0, .rating = 5},
+      {.user = 4, .movie = 2, .rating = 1}, {.user = 0, .movie = 4, .rating = 2}, {.user = 3, .movie = 5, .rating = 4.5f},
+      {.user = 4, .movie = 1, .rating = 3}, {.user = 2, .movie = 2, .rating = 2}, {.user = 1, .movie = 4, .rating = 5}};
+  const double l2 = 0.7;
+  const auto run = [&](std::int64_t epochs, std::int64_t batch) {
+    rec::MfOptions o;
+    o.dim = k;
+    o.epochs = epochs;
+    o.batch = batch;
+    o.als_l2 = l2;
+    o.seed = 3;
+    return rec::train_mf(fit, {}, U, I, o).model;
+  };
+  const rec::MfModel one = run(1, 1), two = run(2, 1);
+  const rec::MfModel biases = rec::fit_biases(fit, U, I, 0.0).model;
+  for (std::int64_t i = 0; i < I; ++i)
+    ASSERT_EQ(one.movie_bias.data_as<float>()[i], biases.movie_bias.data_as<float>()[i]) << "movie " << i;
+  expect_rows_equal(one, false, ridge_twin(fit, one, false, one.user_factors.data_as<float>(), I, k, l2), "sweep 1, movies");
+  expect_rows_equal(two, true, ridge_twin(fit, two, true, one.movie_factors.data_as<float>(), U, k, l2), "sweep 2, users");
+  expect_rows_equal(two, false, ridge_twin(fit, two, false, two.user_factors.data_as<float>(), I, k, l2), "sweep 2, movies");
+  for (std::int64_t c = 0; c < k; ++c) {  // not fitted: 0, and something was fitted
+    EXPECT_EQ(two.user_factors.data_as<float>()[5 * k + c], 0.0f);
+    EXPECT_EQ(two.movie_factors.data_as<float>()[6 * k + c], 0.0f);
+  }
+  EXPECT_GT(std::abs(two.movie_factors.data_as<float>()[0]), 1e-3);
+  const rec::MfModel two_in_4 = run(2, 5);
+  for (std::int64_t j = 0; j < U * k; ++j)
+    ASSERT_EQ(two_in_4.user_factors.data_as<float>()[j], two.user_factors.data_as<float>()[j]) << j;
 }
 
 // A model directory written by train_recommender, read back: every query against its
