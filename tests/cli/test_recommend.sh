@@ -377,7 +377,7 @@ usage_fails "--data is required" train mf --out "$NEVER"
 usage_fails "--data is required" train sasrec --out "$NEVER"
 usage_fails "--heads: 3 must divide --dim 8" train sasrec --data "$DATA" --dim 8 --heads 3 --out "$NEVER"
 # One subcommand per model: --model is gone, and the other model's options are unknown.
-usage_fails "unknown option --model; the options are --data, --epochs, --dim, --batch, --lr, --l2," \
+usage_fails "unknown option --model; the options are --data, --solver, --epochs, --dim, --batch, --lr, --l2, --als-l2," \
   train mf --data "$DATA" --model sasrec --out "$NEVER"
 usage_fails "unknown option --model; the options are --data, --epochs, --dim, --layers, --heads, --max-len," \
   train sasrec --data "$DATA" --model mf --out "$NEVER"
