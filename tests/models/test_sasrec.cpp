@@ -1,7 +1,10 @@
 // SASRec (qkv/sasrec.h): the loss's gradient against finite differences for every
-// parameter (against torch autograd in tests/python/test_sasrec.py), right padding that
-// changes no real position, the causal mask, and bad batches named.
+// parameter, without and with dropout (against torch autograd in
+// tests/python/test_sasrec.py), dropout's determinism per seed and thread count and its
+// distinct sites, right padding that changes no real position, the causal mask, and bad
+// batches named.
 #include <cmath>
+#include <set>
 
 #include "attention/expect_error.h"
 #include "nn/check.h"
@@ -45,18 +48,131 @@ models::SasRecBatch batch() {
 
 }  // namespace
 
+// Without dropout, and with the paper's p = 0.2 under a fixed seed (the masks are then
+// fixed, and the loss a smooth function of the weights between ReLU kinks).
 TEST(SasRec, LossGradientMatchesFiniteDifferences) {
   const models::SasRecConfig c = tiny();
-  models::SasRecWeights w = perturbed(c, 1);
+  for (const qkv::nn::DropoutDraw dropout : {qkv::nn::DropoutDraw{}, qkv::nn::DropoutDraw{0.2, 5}}) {
+    SCOPED_TRACE(dropout.p);
+    models::SasRecWeights w = perturbed(c, 1);
+    models::SasRecWeights grads = models::SasRecWeights::zeros_like(c);
+    const models::SasRecBatch b = batch();
+    const double analytic = models::sasrec_loss(c, w, b, &grads, dropout);
+    auto loss = [&] { return models::sasrec_loss(c, w, b, nullptr, dropout); };
+    EXPECT_NEAR(analytic, loss(), 1e-9);
+    auto p = w.parameters(), g = grads.parameters();
+    ASSERT_EQ(p.size(), g.size());
+    ASSERT_EQ(p.size(), 2u + 2u * 12u + 2u);
+    // ReLU's kinks: a pre-activation within ±h of 0 bends the central difference, and with
+    // dropout's masks and 1/(1 − p) scaling the default h = 1e-2 met three of them here
+    // (errors 2-8e-3). h = 1e-3 makes that 10x less likely; the f32 loss's rounding (~1e-7
+    // of a loss near 1, over 2h) stays ~1e-4, under the 2e-3 tolerance.
+    const float h = dropout.active() ? 1e-3f : 1e-2f;
+    for (std::size_t i = 0; i < p.size(); ++i) check_gradient(*p[i].second, *g[i].second, loss, p[i].first, h);
+  }
+}
+
+namespace {
+
+// Restores the thread count a test changes.
+struct RestoreThreads {
+  int threads = qkv::num_threads();
+  ~RestoreThreads() { qkv::set_num_threads(threads); }
+};
+
+// The loss and every gradient, as one vector of floats (the loss first, rounded to f32).
+std::vector<float> loss_and_gradients(const models::SasRecConfig& c, const models::SasRecWeights& w,
+                                      const models::SasRecBatch& b, const qkv::nn::DropoutDraw& dropout) {
   models::SasRecWeights grads = models::SasRecWeights::zeros_like(c);
+  std::vector<float> out = {static_cast<float>(models::sasrec_loss(c, w, b, &grads, dropout))};
+  for (auto& [name, t] : grads.parameters())
+    for (float v : t->to_vector()) out.push_back(v);
+  return out;
+}
+
+// Relative distance ‖a − b‖ / ‖b‖ of two loss-and-gradient vectors.
+double relative_distance(const std::vector<float>& a, const std::vector<float>& b) {
+  double err = 0, norm = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) err += (a[i] - double{b[i]}) * (a[i] - double{b[i]}), norm += double{b[i]} * b[i];
+  return std::sqrt(err / norm);
+}
+
+}  // namespace
+
+// A seed gives the same masks for 1 and 2 threads (the sizes put every site's (B, T, ·)
+// tensor above nn::Dropout's parallel threshold of 2^15 elements), so the same loss and
+// gradients up to the rounding in which the layers' products differ by thread count, as
+// they do without dropout; one thread count repeats itself bit for bit. Another seed gives
+// other masks; p = 0 is the path without dropout, bit for bit.
+TEST(SasRec, DropoutIsDeterministicPerSeedAndThreadCount) {
+  RestoreThreads restore;
+  models::SasRecConfig c = tiny();
+  c.num_items = 40;
+  c.dim = 64;
+  c.max_len = 64;
+  const models::SasRecWeights w = perturbed(c, 6);
+  models::SasRecBatch b;
+  b.B = 12;
+  b.T = 60;
+  qkv::Rng rng(3);
+  const auto item = [&] { return 1 + rng.uniform_int(c.num_items); };
+  for (std::int64_t i = 0; i < b.B * b.T; ++i) {
+    b.inputs.push_back(item());
+    b.positives.push_back(item());
+    b.negatives.push_back(item());
+  }
+  ASSERT_GT(b.B * b.T * c.dim, 1 << 15);
+  const qkv::nn::DropoutDraw dropout{0.2, 17};
+  qkv::set_num_threads(1);
+  const std::vector<float> one = loss_and_gradients(c, w, b, dropout), plain_one = loss_and_gradients(c, w, b, {});
+  EXPECT_EQ(loss_and_gradients(c, w, b, dropout), one) << "1 thread, twice";
+  qkv::set_num_threads(2);
+  const std::vector<float> two = loss_and_gradients(c, w, b, dropout);
+  EXPECT_EQ(loss_and_gradients(c, w, b, dropout), two) << "2 threads, twice";
+  // Without dropout the thread counts' results differ by rounding alone (measured: ~1% of
+  // the gradients' entries, in their last bits); a mask that followed the thread count
+  // would move the loss and gradients by O(p). Twice the no-dropout distance plus 1e-6
+  // separates the two by orders of magnitude.
+  const double rounding = relative_distance(loss_and_gradients(c, w, b, {}), plain_one);
+  EXPECT_LE(relative_distance(two, one), 2 * rounding + 1e-6) << "1 and 2 threads";
+  EXPECT_NEAR(two[0], one[0], 1e-6 * std::abs(one[0])) << "the loss, 1 and 2 threads";
+  const std::vector<float> other = loss_and_gradients(c, w, b, {0.2, 18});
+  EXPECT_GT(relative_distance(other, two), 1e-3) << "seeds 17 and 18 gave the same result";
+  const std::vector<float> none = loss_and_gradients(c, w, b, {});
+  EXPECT_GT(relative_distance(none, two), 1e-3) << "p = 0.2 gave the result without dropout";
+  EXPECT_EQ(loss_and_gradients(c, w, b, {0.0, 17}), none) << "p = 0 is not the path without dropout";
+  // The forward evaluation and recommendation use (no draw) is the p = 0 forward.
+  EXPECT_EQ(w.forward(b.inputs, b.B, b.T).to_vector(), w.forward(b.inputs, b.B, b.T, nullptr, nullptr, {0.0, 17}).to_vector());
+}
+
+// Every dropout site of a forward draws its own mask: the embedding's, and each block's
+// attention probabilities, feed-forward activation and two branches, all with distinct
+// seeds (two sites on one seed would drop the same elements of same-shaped tensors), and
+// another length group of a batch other seeds again.
+TEST(SasRec, EveryDropoutSiteDrawsItsOwnMask) {
+  const models::SasRecConfig c = tiny();
+  const models::SasRecWeights w = perturbed(c, 7);
   const models::SasRecBatch b = batch();
-  const double analytic = models::sasrec_loss(c, w, b, &grads);
-  auto loss = [&] { return models::sasrec_loss(c, w, b, nullptr); };
-  EXPECT_NEAR(analytic, loss(), 1e-9);
-  auto p = w.parameters(), g = grads.parameters();
-  ASSERT_EQ(p.size(), g.size());
-  ASSERT_EQ(p.size(), 2u + 2u * 12u + 2u);
-  for (std::size_t i = 0; i < p.size(); ++i) check_gradient(*p[i].second, *g[i].second, loss, p[i].first);
+  std::set<std::uint64_t> seeds;
+  std::size_t sites = 0;
+  for (std::uint64_t group = 0; group < 2; ++group) {
+    models::SasRecWeights::Record record;
+    w.forward(b.inputs, b.B, b.T, nullptr, &record, qkv::nn::DropoutDraw{0.2, 8}.site(group));
+    const auto add = [&](bool dropped, std::uint64_t seed, const char* what) {
+      EXPECT_TRUE(dropped) << what;
+      seeds.insert(seed);
+      ++sites;
+    };
+    add(record.embedding_dropout.dropped, record.embedding_dropout.seed, "embedding");
+    for (const auto& block : record.blocks) {
+      add(block.self_attn.options.dropout_p == 0.2, block.self_attn.options.seed, "attention");
+      add(block.ff.dropout.dropped, block.ff.dropout.seed, "activation");
+      add(block.dropout1.dropped, block.dropout1.seed, "dropout1");
+      add(block.dropout2.dropped, block.dropout2.seed, "dropout2");
+    }
+  }
+  EXPECT_EQ(sites, 2u * (1 + 4 * 2));
+  EXPECT_EQ(seeds.size(), sites) << "two sites share a seed";
 }
 
 // The loss by its definition, from the forward's hidden states: the naive twin of the

@@ -230,6 +230,40 @@ TEST_P(LayerBackward, EncoderAndDecoderMatchFiniteDifferences) {
     check_gradient(*pd[i].second, *gd[i].second, loss, "decoder " + pd[i].first);
 }
 
+// The encoder layer in training with torch's dropout (p at the attention probabilities,
+// the feed-forward's activation and both branches), both norm orders: with a fixed seed the
+// masks are fixed, so the gradients are those of a fixed function, checked by central
+// differences; and every site drops something, or the check would prove little. (Against
+// torch autograd with the same masks: tests/python/test_sasrec.py.)
+TEST_P(LayerBackward, EncoderLayerWithDropoutMatchesFiniteDifferences) {
+  nn::TransformerLayerConfig c;
+  c.d_model = 8;
+  c.nhead = 2;
+  c.dim_feedforward = 12;
+  c.norm_first = GetParam();
+  c.activation = nn::Activation::gelu;  // smooth: ReLU's kinks would bend central differences
+  nn::TransformerEncoderLayer enc(c, 31), genc(c, 31);
+  perturb(enc.parameters(), 32);
+  train::zero_grad(genc.parameters());
+  Tensor src = randn({2, 5, 8}, 33);
+  const Tensor w = randn({2, 5, 8}, 34);
+  nn::AttentionMasks causal;
+  causal.is_causal = true;
+  const nn::DropoutDraw dropout{0.3, 35};
+  nn::TransformerEncoderLayer::Record record;
+  const Tensor y = enc.forward(src, causal, nullptr, nullptr, &record, dropout);
+  EXPECT_TRUE(record.dropout1.dropped && record.dropout2.dropped && record.ff.dropout.dropped);
+  EXPECT_EQ(record.self_attn.options.dropout_p, 0.3);
+  EXPECT_NE(y.to_vector(), enc.forward(src, causal).to_vector()) << "dropout changed nothing";
+  // The forward without a record draws the same masks.
+  EXPECT_EQ(y.to_vector(), enc.forward(src, causal, nullptr, nullptr, nullptr, dropout).to_vector());
+  Tensor dsrc = enc.backward(w, record, genc);
+  auto loss = [&] { return dot(enc.forward(src, causal, nullptr, nullptr, nullptr, dropout), w); };
+  check_gradient(src, dsrc, loss, "dsrc");
+  auto p = enc.parameters(), g = genc.parameters();
+  for (std::size_t i = 0; i < p.size(); ++i) check_gradient(*p[i].second, *g[i].second, loss, p[i].first);
+}
+
 // The whole Transformer: src and tgt gradients and every parameter's, through both stacks,
 // padding on the memory and causal decoder self-attention.
 TEST_P(LayerBackward, TransformerMatchesFiniteDifferences) {
