@@ -170,7 +170,10 @@ def test_methods_take_the_declared_options(tmp_path):
     one names the new), ranges and defaults."""
     with pytest.raises(TypeError, match=r"search: rebuild is now reindex"):
         qkv.training._parsed("search", rebuild=True)
-    assert qkv.training._parsed("search") == {"top": 10, "index": "", "reindex": False}
+    assert qkv.training._parsed("search") == {"top": 10, "index": "", "reindex": False, "hybrid": False,
+                                              "lexical": False}
+    with pytest.raises(ValueError, match=r"search: lexical: and --hybrid pick the ranking: give one"):
+        qkv.training._parsed("search", hybrid=True, lexical=True)
     assert qkv.training._parsed("classify", batch=None, tta=True) == {"batch": 256, "tta": True}
     model = qkv.load_model(MODELS / "sotu-gpt")
     with pytest.raises(ValueError, match=r"score: stride: must be an integer in \[0, 2\^63\), got -1"):
