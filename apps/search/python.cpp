@@ -65,7 +65,7 @@ void register_search(py::module_& m) {
           "(index, whether it was built, whether its lexical part was added). Releases the GIL.")
       .def_property_readonly("embeddings", [](const qkv::SearchIndex& s) { return s.embeddings(); })
       .def_property_readonly("lines", [](const qkv::SearchIndex& s) { return s.lines(); })
-      .def_property_readonly("lexical", [](const qkv::SearchIndex& s) { return s.lexical(); })
+      .def_property_readonly("lexical", &qkv::SearchIndex::lexical)  // a view kept alive by the index
       .def(
           "search",
           [](const qkv::SearchIndex& s, const models::UseLiteModel& model, const std::string& query,
