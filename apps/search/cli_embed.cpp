@@ -14,6 +14,7 @@
 #include "io/text_input.h"
 #include "print.h"
 #include "qkv/error.h"
+#include "search/index_health.h"
 #include "search/search.h"
 #include "qkv/use_lite.h"
 
@@ -139,6 +140,7 @@ int run_search(const SearchOptions& o, const SearchQueryOptions& q, std::ostream
   if (lexical_added)
     std::cerr << "qkv: " << index_path << " had no lexical (BM25) index (an older qkv wrote it): added it, "
               << "the embeddings kept\n";
+  if (const std::optional<std::string> w = collapsed_index_warning(index, index_path)) warn(*w);
   const Tensor query = model.embed_ids({query_ids}).embeddings;  // (1, O)
   const std::vector<SearchHit> hits =
       ranking == SearchRanking::lexical  ? index.search_lexical(o.query, q.top)

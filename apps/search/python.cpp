@@ -13,6 +13,7 @@
 #include "bindings_common.h"
 #include "bindings_options.h"
 #include "qkv/use_lite.h"
+#include "search/index_health.h"
 #include "search/search.h"
 
 namespace py = pybind11;
@@ -65,6 +66,10 @@ void register_search(py::module_& m) {
           "(index, whether it was built, whether its lexical part was added). Releases the GIL.")
       .def_property_readonly("embeddings", [](const qkv::SearchIndex& s) { return s.embeddings(); })
       .def_property_readonly("lines", [](const qkv::SearchIndex& s) { return s.lines(); })
+      // The lines' mean pairwise cosine, and the warning qkv.SearchIndex gives when it is
+      // above search/index_health.h's threshold (None otherwise).
+      .def_property_readonly("mean_cosine", [](const qkv::SearchIndex& s) { return qkv::index_mean_cosine(s); })
+      .def("collapse_warning", &qkv::collapsed_index_warning, py::arg("index_path"))
       .def_property_readonly("lexical", &qkv::SearchIndex::lexical)  // a view kept alive by the index
       .def(
           "search",

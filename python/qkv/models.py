@@ -489,8 +489,15 @@ class SearchIndex:
         corpus = _path(corpus, fn, "corpus")
         o = _parsed("search", index=index, reindex=reindex, **renamed)  # rebuild: now reindex
         self.model = model
+        index_path = o["index"] or corpus + ".qkv-index"
         self._impl, self.built, self.lexical_added = _qkv._SearchIndex.open_or_build(
-            model._impl, model._directory, corpus, o["index"] or corpus + ".qkv-index", o["reindex"])
+            model._impl, model._directory, corpus, index_path, o["reindex"])
+        # Lines whose embeddings all point one way (apps/search/index_health.h): a UserWarning,
+        # as `qkv search` warns. mean_cosine: their mean pairwise cosine.
+        self.mean_cosine = self._impl.mean_cosine
+        collapsed = self._impl.collapse_warning(index_path)
+        if collapsed is not None:
+            warnings.warn(f"{fn}: {collapsed}", UserWarning, stacklevel=_caller_level())
 
     @property
     def embeddings(self):

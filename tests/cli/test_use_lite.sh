@@ -69,6 +69,15 @@ expect_in out '^rank +cosine +line  text$' "the text names the score"
 expect_in out '^  1\. +0\.[0-9]{4} +1: I like pizza' "text hits: rank, score, line, text"
 expect_not_in err "indexed" "the second query reuses the index"
 [[ $(wc -l < "$TMP/out") -eq 5 ]] && pass || fail "a header and 4 non-blank lines, 4 hits: $(cat "$TMP/out")"
+expect_not_in err "warning" "varied lines: no collapse warning"
+# Lines the model cannot tell apart (apps/search/index_health.h): a warning naming the mean
+# pairwise cosine and the threshold, on opening the index as on building it.
+for i in $(seq 1 300); do echo "package number $i"; done > "$TMP/same.txt"
+for pass in build open; do
+  run search --model "$MODEL" --corpus "$TMP/same.txt" --query "package 7" --top 1
+  expect_status 0 "search of lines alike ($pass)"
+  expect_in err "^qkv: warning: the embeddings of the lines in .*same\.txt\.qkv-index have collapsed: their mean pairwise cosine is 0\.9[0-9]{2}, above 0\.80" "lines alike warn ($pass)"
+done
 
 # --lexical (BM25) and --hybrid (RRF) say which score they print; a query without a word is
 # a usage error for both, and the two together are one.

@@ -181,6 +181,33 @@ def test_lexical_and_hybrid_search(model, tmp_path):
             index.search(query, hybrid=True)
 
 
+def test_an_index_of_lines_alike_warns(model, tmp_path):
+    """apps/search/index_health.h: lines the model cannot tell apart (mean pairwise cosine
+    0.91) give a UserWarning naming the cosine and the threshold; use_corpus.json's varied
+    texts none. mean_cosine is the mean over every pair of non-blank lines (numpy twin)."""
+    same = tmp_path / "same.txt"
+    same.write_text("".join(f"package number {i}\n" for i in range(1, 301)), encoding="utf-8")
+    with pytest.warns(UserWarning, match=r"have collapsed: their mean pairwise cosine is 0\.9\d\d, above 0\.80"):
+        index = qkv.SearchIndex(model, same)
+    with pytest.warns(UserWarning, match="have collapsed"):  # opening the index again
+        assert not qkv.SearchIndex(model, same).built
+    varied = tmp_path / "varied.txt"
+    with open(os.path.join(_ROOT, "tests", "models", "use_corpus.json"), encoding="utf-8") as f:
+        # Its printable texts (it holds a NUL and other hostile ones too), a blank one among them.
+        varied.write_text("\n".join(t for t in json.load(f) if t.isprintable()) + "\n", encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        healthy = qkv.SearchIndex(model, varied)
+    for i in (index, healthy):
+        e = i.embeddings.astype(np.float64)
+        e = e[np.linalg.norm(e, axis=1) > 0]
+        u = e / np.linalg.norm(e, axis=1, keepdims=True)
+        n = len(u)
+        twin = sum(float(u[a] @ u[b]) for a in range(n) for b in range(a + 1, n)) / (n * (n - 1) / 2)
+        assert i.mean_cosine == pytest.approx(twin, abs=1e-9)
+    assert index.mean_cosine > 0.9 and healthy.mean_cosine < 0.5
+
+
 def _convert(dist, out):
     return subprocess.run([sys.executable, _CONVERTER, str(dist), str(out)], capture_output=True,
                           text=True, timeout=120)

@@ -24,6 +24,8 @@ std::string layer_head_words(std::int64_t layer, std::int64_t layers, std::int64
   return s + ")";
 }
 
+void warn(std::string_view message) { std::cerr << "qkv: warning: " << printable(message) << "\n"; }
+
 void warn_unused_tensors(const std::vector<std::string>& names, std::string_view directory,
                          std::string_view model) {
   if (names.empty()) return;

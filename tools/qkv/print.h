@@ -103,6 +103,9 @@ std::string layer_head_words(std::int64_t layer, std::int64_t layers, std::int64
 // \xNN (file names and values inside it come from the user), at most max_chars characters.
 std::string printable(std::string_view message, std::size_t max_chars = 2000);
 
+// "qkv: warning: MESSAGE" on stderr, the message printable().
+void warn(std::string_view message);
+
 // Hugging Face's "Some weights of the model checkpoint ... were not used" on stderr: the
 // library records a checkpoint's unread tensors (BertWeights/Gpt2Weights::unused_tensors)
 // and never prints; the tool warns with their names (the first ten) and goes on.
