@@ -187,16 +187,23 @@ TEST(NnBlocks, DecoderLayerRefusesAWidthChange) {
   EXPECT_THROW(nn::TransformerDecoderLayer(c, 1), qkv::Error);
 }
 
-class LayerBackward : public ::testing::TestWithParam<bool> {};  // norm_first
-
+class LayerBackward : public ::testing::TestWithParam<bool> {  // norm_first
+ protected:
+  // A small layer of the parameter's norm order. GELU: smooth, where ReLU's kinks would bend
+  // central differences.
+  static nn::TransformerLayerConfig small_config() {
+    nn::TransformerLayerConfig c;
+    c.d_model = 8;
+    c.nhead = 2;
+    c.dim_feedforward = 12;
+    c.norm_first = GetParam();
+    c.activation = nn::Activation::gelu;
+    return c;
+  }
+};
 
 TEST_P(LayerBackward, EncoderAndDecoderMatchFiniteDifferences) {
-  nn::TransformerLayerConfig c;
-  c.d_model = 8;
-  c.nhead = 2;
-  c.dim_feedforward = 12;
-  c.norm_first = GetParam();
-  c.activation = nn::Activation::gelu;
+  const nn::TransformerLayerConfig c = small_config();
   nn::TransformerEncoderLayer enc(c, 21), genc(c, 21);
   nn::TransformerDecoderLayer dec(c, 22), gdec(c, 22);
   train::zero_grad(genc.parameters());
@@ -236,12 +243,7 @@ TEST_P(LayerBackward, EncoderAndDecoderMatchFiniteDifferences) {
 // differences; and every site drops something, or the check would prove little. (Against
 // torch autograd with the same masks: tests/python/test_sasrec.py.)
 TEST_P(LayerBackward, EncoderLayerWithDropoutMatchesFiniteDifferences) {
-  nn::TransformerLayerConfig c;
-  c.d_model = 8;
-  c.nhead = 2;
-  c.dim_feedforward = 12;
-  c.norm_first = GetParam();
-  c.activation = nn::Activation::gelu;  // smooth: ReLU's kinks would bend central differences
+  const nn::TransformerLayerConfig c = small_config();
   nn::TransformerEncoderLayer enc(c, 31), genc(c, 31);
   perturb(enc.parameters(), 32);
   train::zero_grad(genc.parameters());
