@@ -12,7 +12,8 @@
 // Activations are batch-first: (B, L, E). Matrix products go through oneDNN (kept out of
 // these headers).
 //   qkv/nn/functional.h        elementwise helpers, linear, layer_norm, activations, positions
-//   qkv/nn/dropout.h           Dropout (residual and embedding dropout)
+//   qkv/nn/dropout.h           Dropout (residual and embedding dropout), DropoutDraw (what a
+//                              training forward through a layer drops)
 //   qkv/nn/layers.h            Linear, Embedding, LearnedPositionalEmbedding, LayerNorm, state dicts
 //   qkv/nn/multihead_attention.h  AttentionMasks, KVCache, MultiheadAttention
 //   qkv/nn/transformer.h       FeedForward, encoder and decoder layers, Transformer

@@ -116,7 +116,8 @@ struct TransformerEncoderLayer {
   // token needs no more from its last layer (the ViT: 1 row of 50, most of that layer's
   // work). masks are (rows, L)-shaped as the attention's for rows queries over L keys
   // (is_causal aligns top-left, so the rows keep their causal view). backward() takes the
-  // record and returns dx (B, L, d_model).
+  // record and returns dx (B, L, d_model). It takes no DropoutDraw: no caller trains with
+  // dropout through it (the ViT trains without).
   Tensor forward_first(const Tensor& src, std::int64_t rows, const AttentionMasks& masks = {},
                        Tensor* probs = nullptr, Record* record = nullptr) const;
   // dy (B, L|rows, d_out) -> dx (B, L, d_model), after forward() or forward_first().
