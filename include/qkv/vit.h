@@ -33,8 +33,8 @@
 //
 // Positions are learned (a parameter) or the fixed 2-D sine-cosine table of
 // sincos_positions_2d. Parameter names are those of scripts/bench/vit_torch.py's torch
-// module, one to one. Dropout is not implemented (qkv's layers are eval-mode);
-// augmentation and label smoothing regularise.
+// module, one to one. It trains without dropout (its blocks could take an nn::DropoutDraw,
+// as SASRec's do); augmentation and label smoothing regularise.
 #pragma once
 
 #include <cstdint>
