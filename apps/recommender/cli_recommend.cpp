@@ -78,7 +78,7 @@ int run_predict(const RecommendOptions& o, const Recommender& r, std::ostream& o
     nlohmann::ordered_json j = nlohmann::ordered_json::array();
     for (std::size_t i = 0; i < ratings.size(); ++i)
       j.push_back({{"userId", user_ids[i]}, {"movieId", movie_ids[i]}, {"rating", ratings[i]}});
-    out << nlohmann::ordered_json{{"predictions", j}}.dump() << '\n';
+    out << nlohmann::ordered_json{{"predictions", j}, {"warnings", r.health().warnings()}}.dump() << '\n';
     return 0;
   }
   out << "userId,movieId,rating\n";
@@ -132,6 +132,10 @@ int run_recommend(const RecommendOptions& o, const recommender::RecommendQueryOp
     check_output_path("--html", o.html, inputs);
   }
   const Recommender r = Recommender::load(o.model);
+  // A weak model (recommender/model_health.h) still answers, after a warning saying what is
+  // weak and what to do; --json carries the warnings as "warnings".
+  const std::vector<std::string> warnings = r.health().warnings();
+  for (const std::string& w : warnings) warn(quote_path(o.model) + ": " + w);
   if ((o.show || !o.html.empty()) && r.kind() != "sasrec")
     throw UsageError(o.show ? "--show" : "--html",
                      "needs a sasrec model: " + o.model + " is matrix factorisation, which has no attention");
@@ -153,6 +157,7 @@ int run_recommend(const RecommendOptions& o, const recommender::RecommendQueryOp
         m["weight"] = x.weight;
         j["similar"].push_back(m);
       }
+      j["warnings"] = warnings;
       out << j.dump() << '\n';
       return 0;
     }
@@ -202,6 +207,7 @@ int run_recommend(const RecommendOptions& o, const recommender::RecommendQueryOp
       j["attended"] = nlohmann::ordered_json::array();
       for (const std::int64_t m : attention->history) j["attended"].push_back(r.movies()[static_cast<std::size_t>(m)].id);
     }
+    j["warnings"] = warnings;
     out << j.dump() << '\n';
     if (!o.html.empty()) std::cerr << "wrote " << printable(o.html) << '\n';
     return 0;

@@ -211,6 +211,12 @@ void register_recommender(py::module_& m) {
         return rec::Recommender::load(dir);
       })
       .def_property_readonly("kind", &rec::Recommender::kind)
+      // What is weak about the model (recommender/model_health.h): Recommender warns of each.
+      .def_property_readonly("warnings", [](const rec::Recommender& r) { return r.health().warnings(); })
+      .def_property_readonly("health",
+                             [](const rec::Recommender& r) {
+                               return py::module_::import("json").attr("loads")(r.health().to_json());
+                             })
       .def_property_readonly("user_ids", [](const rec::Recommender& r) { return vector_to_numpy(r.user_ids()); })
       .def_property_readonly("movie_ids",
                              [](const rec::Recommender& r) {

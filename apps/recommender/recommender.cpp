@@ -520,7 +520,7 @@ void ridge(const std::vector<double>& X, const std::vector<double>& y, std::int6
 // minimise Σ_fit (y − p_u·q_i)² + λ(Σ_u |p_u|² + Σ_i |q_i|²), y = r − μ − b_u − b_i. Given the
 // movies' q, each p_u is the ridge solution (Σ_i q_i q_iᵀ + λ·1)⁻¹ Σ_i y q_i over its ratings,
 // exactly, and likewise each q_i given the users' p. An epoch is one sweep: every user, then
-// every movie, spread over the epoch's steps (entities [E·s/S, E·(s+1)/S) of the E = U + I,
+// every movie, spread over the epoch's S steps (entities [E·s/S, E·(s+1)/S) of the E = U + I,
 // users first), so checkpoints, resume and stop work as for AdamW. The step moves the weights
 // itself and leaves the gradients zero, so the loop's AdamW (no weight decay) moves nothing.
 // On MovieLens (dim 64, validation) it beat the AdamW fit, whose biases and factors share one
@@ -616,9 +616,13 @@ MfTraining train_mf(const std::vector<Rating>& fit, const std::vector<Rating>& v
   const int ranks = o.run.communicator != nullptr ? o.run.communicator->size() : 1;
   QKV_CHECK(o.batch >= ranks, "train mf: --batch " << o.batch << " gives some of the " << ranks
                                                   << " ranks no ratings; it must be at least the number of ranks");
-  const auto per_epoch = static_cast<std::int64_t>((fit.size() + static_cast<std::size_t>(o.batch) - 1) /
-                                                   static_cast<std::size_t>(o.batch));
   const bool als = o.solver == "als";
+  // adamw: `batch` ratings a step; als: `batch` users and movies solved a step (a step costs
+  // the loop an AdamW pass over every weight, so not one per `batch` ratings: 284 steps a
+  // sweep on MovieLens made the run 5 times slower than its 39).
+  const std::size_t per_step_of = als ? static_cast<std::size_t>(U + I) : fit.size();
+  const auto per_epoch = static_cast<std::int64_t>(
+      std::max<std::size_t>(1, (per_step_of + static_cast<std::size_t>(o.batch) - 1) / static_cast<std::size_t>(o.batch)));
   std::optional<MfTask> adamw_task;
   std::optional<MfAlsTask> als_task;
   if (als)
@@ -790,7 +794,7 @@ struct SasRecTask : train::Task {
     return {.loss = loss, .count = targets, .items = static_cast<double>(b.B)};
   }
   double evaluate() override {
-    return evaluate_ranking(split, o.model.num_items, sasrec_scorer(o.model, w), true, false).hr10;
+    return validation_hr10(split, o.model.num_items, sasrec_scorer(o.model, w));
   }
 };
 
@@ -842,6 +846,10 @@ SasRecTraining train_sasrec(const Split& split, const SasRecOptions& o, const tr
 
 // ---------------------------------------------------------------------------------------
 // Ranking evaluation.
+
+double validation_hr10(const Split& split, std::int64_t num_items, const BatchScorer& scorer) {
+  return evaluate_ranking(split, num_items, scorer, true, false).hr10;
+}
 
 RankingMetrics evaluate_ranking(const Split& split, std::int64_t I, const BatchScorer& scorer,
                                 bool validation, bool all_test_movies, std::uint64_t seed) {
@@ -1018,6 +1026,14 @@ std::string movies_csv(const std::vector<Movie>& movies) {
 
 // users.csv: the userIds in index order. (Models written before it held them in
 // config.json's "user_ids", which at millions of users outgrew config.json's 16 MiB.)
+// The ratings of each movie in the data (I): what history.csv holds, so what Recommender's
+// ratings_of counts when the model is loaded.
+std::vector<std::int64_t> ratings_per_movie(const Ratings& data) {
+  std::vector<std::int64_t> n(data.movies.size(), 0);
+  for (const Rating& r : data.ratings) ++n[static_cast<std::size_t>(r.movie)];
+  return n;
+}
+
 std::string users_csv(const std::vector<std::int64_t>& user_ids) {
   std::string out = "userId\n";
   for (const std::int64_t id : user_ids) out += std::to_string(id) + "\n";
@@ -1061,6 +1077,8 @@ std::string RecommenderReport::to_json() const {
   j["train_seconds"] = train_seconds;
   j["train_steps"] = train_steps;
   j["num_parameters"] = num_parameters;
+  if (!health.model.empty()) j["health"] = nlohmann::ordered_json::parse(health.to_json());
+  j["warnings"] = health.warnings();
   return training.to_json(j.dump());
 }
 
@@ -1119,6 +1137,13 @@ RecommenderReport train_recommender(const RecommenderOptions& o,
     report.rmse_mf = rmse(m, test);
     report.trained = evaluate_ranking(split, I, mf_scorer(m));
     report.num_parameters = (U + I) * (o.mf.dim + 1) + 1;
+    // Ranking is not what MF fits (it falls below popularity by design): its baseline is the
+    // biases', on the same validation parts both chose their epoch and λ on.
+    report.health = embedding_health("mf", m.movie_factors, ratings_per_movie(data));
+    if (!val.empty()) {
+      report.health.validation = report.validation;
+      report.health.baseline_validation = biases.validation_rmse;
+    }
     config["dim"] = o.mf.dim;
     meta["mean"] = std::to_string(m.mean);
     for (auto& [name, t] : mf_parameters(m)) tensors.emplace_back(name, *t);
@@ -1136,6 +1161,11 @@ RecommenderReport train_recommender(const RecommenderOptions& o,
     report.train_steps = t.steps;
     report.trained = evaluate_ranking(split, I, sasrec_scorer(so.model, t.weights));
     report.num_parameters = so.model.num_parameters();
+    report.health = embedding_health("sasrec", t.weights.item_emb.weight.slice(0, 1, I + 1), ratings_per_movie(data));
+    if (split.validation > 0) {  // the HR@10 that chose the epoch, beside popularity's
+      report.health.validation = t.best_validation;
+      report.health.baseline_validation = validation_hr10(split, I, popularity_scorer(split, I));
+    }
     config["dim"] = so.model.dim;
     config["layers"] = so.model.layers;
     config["heads"] = so.model.heads;
@@ -1166,6 +1196,12 @@ void replace_sasrec_weights(const std::string& dir, const nn::StateDict& state) 
 
   const std::string config_path = dir + "/config.json";
   nlohmann::json config = io::parse_json(io::read_text(config_path, "config"), config_path);
+  // The validation figures training recorded belong to the weights replaced: loading then
+  // checks the new weights' embeddings alone.
+  if (config.contains("report") && config["report"].is_object()) {
+    config["report"].erase("health");
+    config["report"].erase("warnings");
+  }
   ModelFiles files(dir);
   save_safetensors(files.add("model.safetensors"), tensors, {{"trained_with", "replace_sasrec_weights"}});
   for (const char* name : {"users.csv", "movies.csv", "history.csv"}) {  // kept, recorded again
@@ -1293,7 +1329,19 @@ Recommender Recommender::load(const std::string& dir) {
     QKV_CHECK(read.count(name), weights_path << ": tensor '" << name << "' is not part of a " << r.kind_
                                              << " model of this config.json (a config that does not "
                                                 "match the weights?)");
+  // The embeddings' cosine from these weights; the validation figures as training recorded them.
+  r.health_ = embedding_health(r.kind_, r.movie_embeddings(), r.ratings_per_movie_);
+  if (config.has("report") && config.get_object("report").has("health")) {
+    const JsonConfig h = config.get_object("report").get_object("health");
+    if (h.has("validation")) r.health_.validation = h.get_double("validation");
+    if (h.has("baseline_validation")) r.health_.baseline_validation = h.get_double("baseline_validation");
+  }
   return r;
+}
+
+Tensor Recommender::movie_embeddings() const {
+  const auto I = static_cast<std::int64_t>(movies_.size());
+  return kind_ == "mf" ? mf_.movie_factors : sasrec_.item_emb.weight.slice(0, 1, I + 1).contiguous();
 }
 
 std::int64_t Recommender::user_index(std::int64_t user_id) const {
@@ -1398,8 +1446,7 @@ std::vector<Recommendation> Recommender::similar(std::int64_t movie, std::int64_
   QKV_CHECK(min_ratings >= 0, "min_ratings must be >= 0, got " << min_ratings);
   const auto I = static_cast<std::int64_t>(movies_.size());
   QKV_CHECK(movie >= 0 && movie < I, "movie index " << movie << " out of range");
-  const Tensor table = kind_ == "mf" ? mf_.movie_factors
-                                     : sasrec_.item_emb.weight.slice(0, 1, I + 1).contiguous();  // (I, d)
+  const Tensor table = movie_embeddings();  // (I, d)
   const std::int64_t d = table.size(1);
   QKV_CHECK(d >= 1, "--like: this model has no movie embeddings (dim 0, biases only)");
   // The keys: the movies with at least min_ratings ratings, the liked one among them. A

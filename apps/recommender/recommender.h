@@ -35,6 +35,7 @@
 #include "qkv/tensor.h"
 #include "qkv/trainer.h"
 #include "qkv/viz.h"
+#include "recommender/model_health.h"
 
 namespace qkv::recommender {
 
@@ -115,17 +116,17 @@ struct MfModel {
 
 // Defaults chosen on the MovieLens validation parts (docs/recommender.md, "What was measured").
 struct MfOptions {
-  std::int64_t dim = 64;
   // "als": the biases are tune_biases' (fixed) and the factors are fitted to what they leave
   // by alternating least squares, one sweep (every p_u, then every q_i, each exact) an epoch.
   // "adamw": biases and factors together by AdamW on minibatches (lr, l2).
   std::string solver = "als";
+  std::int64_t dim = 64;
   std::int64_t epochs = 30;
-  std::int64_t batch = 256;  // adamw: ratings per step; als: a sweep takes as many steps
+  std::int64_t batch = 256;  // adamw: ratings per step; als: users and movies solved per step
   double lr = 5e-3;
   double l2 = 0.1;        // adamw's λ: loss = mean (r̂ − r)² + λ·(b_u² + b_i² + |p_u|² + |q_i|²)
   // als's λ: the factors minimise Σ_fit (r̂ − r)² + λ·(Σ_u |p_u|² + Σ_i |q_i|²), a sum as the
-  // biases' λ is. On MovieLens's validation parts (dim 64) 15 beat 7, 10 and 20.
+  // biases' λ is. On MovieLens's validation parts (dim 64) 15 beat 10 and 20.
   double als_l2 = 15.0;
   std::uint64_t seed = 0;
   std::int64_t patience = 0;  // > 0: stop after this many epochs without a lower validation RMSE
@@ -271,6 +272,9 @@ struct RankingMetrics {
 RankingMetrics evaluate_ranking(const Split& split, std::int64_t num_items,
                                 const BatchScorer& scorer, bool validation = false,
                                 bool all_test_movies = true, std::uint64_t seed = 42);
+// The score SASRec's training keeps its best evaluation by, and the weak-model check sets
+// beside popularity's: HR@10 of each user's next validation movie among 101.
+double validation_hr10(const Split& split, std::int64_t num_items, const BatchScorer& scorer);
 BatchScorer popularity_scorer(const Split& split, std::int64_t num_items);  // fit-part counts
 BatchScorer mf_scorer(const MfModel& model);
 BatchScorer sasrec_scorer(const models::SasRecConfig& config, const models::SasRecWeights& w);
@@ -307,8 +311,10 @@ struct RecommenderReport {
   std::int64_t train_steps = 0;
   std::int64_t num_parameters = 0;
   train::LoopResult training;          // the model's training run
+  ModelHealth health;                  // its weaknesses, if any (recommender/model_health.h)
   bool interrupted() const { return training.interrupted; }
-  // The loop's fields (qkv/trainer.h), then the report's.
+  // The loop's fields (qkv/trainer.h), then the report's, then "health" and "warnings"
+  // (health.warnings(): [] for a healthy model).
   std::string to_json() const;
 };
 
@@ -395,6 +401,9 @@ class Recommender {
   // evaluate_ranking of this model on `data`'s split; qkv::Error unless `data` has this
   // model's movies and users (the data it was trained on).
   RankingMetrics evaluate(const Ratings& data, bool validation = false) const;
+  // Its item embeddings' cosine, measured at load, and the validation figures training
+  // recorded: health().warnings() are what `qkv recommend` and Python warn of.
+  const ModelHealth& health() const { return health_; }
 
  private:
   std::string kind_;
@@ -406,6 +415,10 @@ class Recommender {
   friend void replace_sasrec_weights(const std::string& dir, const nn::StateDict& state);
   models::SasRecConfig sasrec_config_;
   models::SasRecWeights sasrec_;
+  ModelHealth health_;
+  // (I, d): the movies' embeddings similar() compares (MF: q_i; SASRec: item_emb without
+  // its padding row).
+  Tensor movie_embeddings() const;
 };
 
 // The group qkv::viz shows for a HistoryAttention of the user with id `user_id`: the

@@ -17,6 +17,7 @@ what was wrong; unknown users, movies and titles too (a title error lists close 
 """
 
 import os
+import warnings
 
 import numpy as np
 
@@ -102,8 +103,16 @@ class Recommender:
     their ids (userId, movieId) everywhere; arrays are aligned with movie_ids."""
 
     def __init__(self, directory):
-        self._m = _qkv._Recommender.load(_path(directory, "Recommender", "directory"))
+        directory = _path(directory, "Recommender", "directory")
+        self._m = _qkv._Recommender.load(directory)
         self.kind = self._m.kind                 # "mf" | "sasrec"
+        # What is weak about the model, if anything (collapsed movie embeddings; below its
+        # baseline on validation): each a UserWarning too. health: the measured numbers.
+        self.warnings = list(self._m.warnings)
+        self.health = self._m.health
+        from .models import _caller_level
+        for w in self.warnings:
+            warnings.warn(f"Recommender({directory!r}): {w}", UserWarning, stacklevel=_caller_level())
         self.user_ids = self._m.user_ids         # int64 (users,)
         self.movie_ids = self._m.movie_ids       # int64 (movies,)
         self.titles = self._m.titles

@@ -15,6 +15,7 @@ the default.
 """
 
 import json
+import warnings
 
 from . import _describe, _qkv
 
@@ -73,7 +74,13 @@ def train(task, progress=None, **options):
     if progress is not None and not callable(progress):
         raise TypeError(f"train {task}: progress must be callable or None, got {_describe(progress)}")
     shown = ", ".join(f"{k}={v!r}" for k, v in options.items() if k in ("data", "text", "out"))
-    return json.loads(run(options, progress, f"qkv.train({task!r}{', ' if shown else ''}{shown}, ...)"))
+    result = json.loads(run(options, progress, f"qkv.train({task!r}{', ' if shown else ''}{shown}, ...)"))
+    # A weak model is written all the same; its report says what is weak ("warnings": the
+    # recommenders', apps/recommender/model_health.h), and so does a warning, as the CLI's.
+    from .models import _caller_level
+    for w in result.get("warnings", []):
+        warnings.warn(f"qkv.train({task!r}): {w}", UserWarning, stacklevel=_caller_level())
+    return result
 
 
 def _doc(task):

@@ -276,8 +276,16 @@ int run_train_recommender(recommender::RecommenderOptions t, const TrainFlags& f
     return recommender::train_recommender(t, progress_for(f, comm),
                                           &g_interrupted);
   });
+  // A weak model (recommender/model_health.h) is written all the same, and a warning after
+  // the results says what is weak and what to do; --json carries them too, as "warnings".
+  const auto warn_if_weak = [&] {
+    out.flush();
+    if (comm == nullptr || comm->rank() == 0)
+      for (const std::string& w : r.health.warnings()) warn(quote_path(t.out_dir) + ": " + w);
+  };
   if (f.json) {
     out << r.to_json() << '\n';
+    warn_if_weak();
     return r.interrupted() ? 130 : 0;
   }
   if (r.interrupted()) return stopped(out, r.training, f, t.resume);
@@ -296,6 +304,7 @@ int run_train_recommender(recommender::RecommenderOptions t, const TrainFlags& f
       << metrics_line("popularity", r.popularity) << metrics_line(mf ? "mf" : "sasrec", r.trained)
       << "wrote " << t.out_dir << "/{config.json, model.safetensors, users.csv, movies.csv, history.csv}\n"
       << "try: qkv recommend --model " << t.out_dir << " --user 1" << (mf ? "" : " --show") << "\n";
+  warn_if_weak();
   return 0;
 }
 
