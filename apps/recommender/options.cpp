@@ -61,7 +61,7 @@ const options::OptionSet<T>& mf_training_options() {
               "Passes over the ratings (the epoch of best validation RMSE is kept)");
     s.integer("dim", [](T& t) -> auto& { return t.mf.dim; }, 0, 4096, "Embedding width (0 = biases only)");
     s.integer("batch", [](T& t) -> auto& { return t.mf.batch; }, 1, 65536,
-              "Ratings per step (als: a sweep takes as many steps as an adamw epoch)");
+              "Ratings per step (als: users and movies solved per step)");
     s.number("lr", [](T& t) -> auto& { return t.mf.lr; }, 1e-7, false, 1.0, false, "Learning rate (adamw)");
     s.number("l2", [](T& t) -> auto& { return t.mf.l2; }, 0.0, false, 100.0, false,
              "adamw: L2 weight λ on the biases and embeddings of each rating");
