@@ -515,7 +515,7 @@ void ridge(const std::vector<double>& X, const std::vector<double>& y, std::int6
   }
 }
 
-// Matrix factorisation by alternating least squares (Hu, Koren & Volinsky 2008; Zhou et al.
+// Matrix factorisation by alternating least squares (Koren, Bell & Volinsky 2009; Zhou et al.
 // 2008, with an unweighted λ): μ, b_u and b_i are the tuned biases' and stay fixed; the factors
 // minimise Σ_fit (y − p_u·q_i)² + λ(Σ_u |p_u|² + Σ_i |q_i|²), y = r − μ − b_u − b_i. Given the
 // movies' q, each p_u is the ridge solution (Σ_i q_i q_iᵀ + λ·1)⁻¹ Σ_i y q_i over its ratings,
