@@ -79,7 +79,8 @@ def train(data, out, model="mf", **options):
     the biases' λ, chosen on the validation parts), "popularity",
     "trained" (ranking metrics: "hr10", "ndcg10", "hr10_catalogue", "ndcg10_catalogue",
     "hr10_all", "ndcg10_all", "users"), "best_epoch", "validation", "train_seconds",
-    "train_steps", "num_parameters"}.
+    "train_steps", "num_parameters", "health" (the weak-model check's numbers) and "warnings"
+    (what is weak, each also a UserWarning; [] for a healthy model)}.
     """
     from .training import train as train_task
     if model not in ("mf", "sasrec"):

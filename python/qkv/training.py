@@ -68,7 +68,8 @@ def train(task, progress=None, **options):
     "score", "best" after an evaluation. An exception it raises, or Ctrl-C
     (KeyboardInterrupt), stops training after a checkpoint and propagates (continue with
     resume=True); stop_at > 0 stops after that step with a checkpoint and returns the result
-    with "interrupted": True.
+    with "interrupted": True. A result's "warnings" (the recommenders': a weak model) are
+    also given as UserWarnings.
     """
     run, _ = _task(task, "train")
     if progress is not None and not callable(progress):
