@@ -132,13 +132,14 @@ int run_recommend(const RecommendOptions& o, const recommender::RecommendQueryOp
     check_output_path("--html", o.html, inputs);
   }
   const Recommender r = Recommender::load(o.model);
-  // A weak model (recommender/model_health.h) still answers, after a warning saying what is
-  // weak and what to do; --json carries the warnings as "warnings".
-  const std::vector<std::string> warnings = r.health().warnings();
-  for (const std::string& w : warnings) warn(quote_path(o.model) + ": " + w);
   if ((o.show || !o.html.empty()) && r.kind() != "sasrec")
     throw UsageError(o.show ? "--show" : "--html",
                      "needs a sasrec model: " + o.model + " is matrix factorisation, which has no attention");
+  // A weak model (recommender/model_health.h) still answers, after a warning saying what is
+  // weak and what to do; --json carries the warnings as "warnings". Only once the command
+  // is known to run: a usage error stays the one line it is.
+  const std::vector<std::string> warnings = r.health().warnings();
+  for (const std::string& w : warnings) warn(quote_path(o.model) + ": " + w);
   if (o.has_predict) return run_predict(o, r, out);
 
   if (o.has_like) {
