@@ -1099,6 +1099,11 @@ RecommenderReport train_recommender(const RecommenderOptions& o,
   const std::vector<Rating> fit = split.part(0), val = split.part(1), test = split.part(2);
   QKV_CHECK(!fit.empty(), "train " << o.model << ": " << o.data << ": no user has a rating to fit (each user's "
                                                    "first 80% by time; users need 2 or more ratings)");
+  // Without a validation part nothing chooses the biases' λ, MF's or SASRec's epoch, nor
+  // judges the model weak: an error, not a model whose choices were never made.
+  QKV_CHECK(!val.empty(), "train " << o.model << ": " << o.data << ": the ratings are too few for a validation "
+                                   "part (the last 10% of each user's first 80% by time; a user needs 3 or more "
+                                   "ratings to have one, and none has)");
   report.popularity = evaluate_ranking(split, I, popularity_scorer(split, I));
   train::RunOptions run;
   run.checkpoint = o.out_dir + "/checkpoint.safetensors";

@@ -369,6 +369,12 @@ for row in csv.reader(open(sys.argv[1], newline="")):
     w.writerow(row[:6])
 PY
 train_fails "$TMP/notime.csv line 1: the header has no 'timestamp' column" notime
+# Two ratings per user: a fit and a test part, but no validation part to choose anything by.
+printf 'userId,movieId,rating,timestamp\n1,1,4,1\n1,2,3,2\n2,1,5,1\n2,3,2,2\n' >"$TMP/two.csv"
+for model in mf sasrec; do
+  fails "train $model: $TMP/two.csv: the ratings are too few for a validation part" \
+    train "$model" --data "$TMP/two.csv" --epochs 1 --out "$NEVER" --quiet
+done
 mkdir -p "$TMP/nodata"
 fails "$TMP/nodata/ratings.csv does not exist; write it with: scripts/fetch_data.sh movielens $TMP/nodata" \
   train mf --data "$TMP/nodata" --out "$NEVER"
