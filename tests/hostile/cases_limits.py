@@ -34,8 +34,10 @@ def fixtures(tmp, fx):
         lines.append(f"{u},{(u + 7) % 50 + 1},{1 + (u + 2) % 5}.0,{2000 + u}\n")
     fx["ratings_many_users"] = w("limits_many_users.csv", "".join(lines).encode())
     # The first 60000 of those users (row 11): enough that their ids in config.json would
-    # make it hundreds of KiB, few enough that an epoch takes a second.
-    fx["ratings_60000_users"] = w("limits_60000_users.csv", "".join(lines[:1 + 2 * 60000]).encode())
+    # make it hundreds of KiB, few enough that an epoch takes a second. Each with a third
+    # rating: training needs a validation part, which a user has from 3 ratings on.
+    third = [f"{u},{(u + 19) % 50 + 1},{1 + (u + 4) % 5}.0,{3000 + u}\n" for u in range(1, 60001)]
+    fx["ratings_60000_users"] = w("limits_60000_users.csv", "".join(lines[:1 + 2 * 60000] + third).encode())
 
 
 def _py_ok(name, code, stdout, row, env=None, memory=4 << 30, seconds=30, stderr=None):
