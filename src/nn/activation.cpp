@@ -8,6 +8,7 @@
 
 #include "attention/kernels/flash.h"  // qkv::detail::Isa, selected_isa(): the one ISA choice
 #include "nn/common.h"
+#include "nn/kernels/pointwise.h"  // the tanh form's loops
 #include "core/parallel.h"
 #include "qkv/threads.h"
 
@@ -143,13 +144,10 @@ Tensor gelu(const Tensor& x, GeluApproximation approximate) {
     });
   } else {
     // ½(1 + tanh u) = 1 / (1 + e^(−2u)): one exp instead of tanh (half the time), and no
-    // cancellation in 1 + tanh u where tanh u is near −1.
-    const double c = std::sqrt(2.0 / M_PI);
+    // cancellation in 1 + tanh u where tanh u is near −1. Vectorised (nn/kernels/pointwise.h).
+    const nn::detail::PointwiseKernels& k = nn::detail::pointwise_kernels();
     qkv::detail::parallel_chunks("nn.gelu", n, true, num_threads(), [&](std::int64_t i0, std::int64_t i1) {
-      for (std::int64_t i = i0; i < i1; ++i) {
-        const double v = px[i];
-        po[i] = static_cast<float>(v / (1.0 + std::exp(-2.0 * c * (v + 0.044715 * v * v * v))));
-      }
+      k.gelu_tanh(px + i0, po + i0, i1 - i0);
     });
   }
   return out;
@@ -189,14 +187,9 @@ Tensor gelu_backward(const Tensor& dy, const Tensor& x, GeluApproximation approx
   } else {
     // With s = ½(1 + tanh u) = 1 / (1 + e^(−2u)), ½(1 − tanh² u) = 2s(1 − s): one float exp
     // per element (a gradient in float needs no more), no cancellation near tanh u = −1.
-    const auto c = static_cast<float>(std::sqrt(2.0 / M_PI));
-    const float a = 0.044715f;
+    const nn::detail::PointwiseKernels& k = nn::detail::pointwise_kernels();
     qkv::detail::parallel_chunks("nn.gelu_backward", n, true, num_threads(), [&](std::int64_t i0, std::int64_t i1) {
-      for (std::int64_t i = i0; i < i1; ++i) {
-        const float v = px[i];
-        const float s = 1.0f / (1.0f + std::exp(-2.0f * c * (v + a * v * v * v)));
-        pd[i] = pg[i] * (s + 2.0f * v * s * (1.0f - s) * c * (1.0f + 3.0f * a * v * v));
-      }
+      k.gelu_tanh_backward(pg + i0, px + i0, pd + i0, i1 - i0);
     });
   }
   return dx;

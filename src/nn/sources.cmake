@@ -17,4 +17,16 @@ list(APPEND QKV_SOURCES
   src/nn/decoder_layer.cpp
   src/nn/transformer.cpp
   src/nn/vector_attention.cpp
+  src/nn/kernels/pointwise.cpp
+  src/nn/kernels/pointwise_simd128.cpp
+  src/nn/kernels/pointwise_avx2.cpp
+  src/nn/kernels/pointwise_avx512.cpp
 )
+# The pointwise kernels are plain loops written to vectorise: √ needs no errno check and
+# selects may become blends (qkv never reads errno or the floating-point exception flags;
+# neither option changes a value). Set here, at the top directory, for the library's own
+# objects; the sanitizer build (tests/) compiles them without: slower, the same bits.
+set_source_files_properties(
+  src/nn/kernels/pointwise_simd128.cpp src/nn/kernels/pointwise_avx2.cpp
+  src/nn/kernels/pointwise_avx512.cpp
+  PROPERTIES COMPILE_OPTIONS "-fno-math-errno;-fno-trapping-math")

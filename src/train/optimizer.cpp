@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include "nn/common.h"
+#include "nn/kernels/pointwise.h"  // the vectorised loops
 #include "core/parallel.h"
 #include "qkv/threads.h"
 
@@ -31,20 +31,19 @@ void zero_grad(const nn::ParameterList& grads) {
 }
 
 double clip_grad_norm(const nn::ParameterList& grads, double max_norm) {
+  const nn::detail::PointwiseKernels& k = nn::detail::pointwise_kernels();
   double sum = 0.0;
   for (const auto& [name, g] : grads) {
     const float* p = grad_data(g, "clip_grad_norm", name);
     const std::int64_t n = g->numel();
-    // f32 partial sums of 1024 squares (no cancellation: every term is >= 0), added in
-    // double in a fixed order, so the norm does not depend on the thread count.
+    // f32 partial sums of 1024 squares (no cancellation: every term is >= 0; each over 16
+    // lanes in a fixed order, whatever the ISA), added in double in a fixed order, so the
+    // norm depends on neither the thread count nor the ISA.
     const std::int64_t chunks = (n + 1023) / 1024;
     std::vector<double> partial(static_cast<std::size_t>(chunks));
     qkv::detail::parallel_chunks("nn.clip_grad_norm", chunks, n > 16384, num_threads(), [&](std::int64_t c0, std::int64_t c1) {
-      for (std::int64_t c = c0; c < c1; ++c) {
-        float s = 0.f;
-        for (std::int64_t i = c * 1024; i < std::min(n, (c + 1) * 1024); ++i) s += p[i] * p[i];
-        partial[static_cast<std::size_t>(c)] = s;
-      }
+      for (std::int64_t c = c0; c < c1; ++c)
+        partial[static_cast<std::size_t>(c)] = k.sum_squares(p + c * 1024, std::min(n, (c + 1) * 1024) - c * 1024);
     });
     for (double s : partial) sum += s;
   }
@@ -88,6 +87,7 @@ void AdamW::step(const nn::ParameterList& grads, double lr) {
   const auto inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2));
   const auto eps = static_cast<float>(options_.eps);
   const auto fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
+  const nn::detail::PointwiseKernels& k = nn::detail::pointwise_kernels();
   for (std::size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = *params_[i].second;
     const Tensor* g = grads[i].second;
@@ -101,13 +101,10 @@ void AdamW::step(const nn::ParameterList& grads, double lr) {
     const bool decay = options_.decay_vectors || p.dim() >= 2;
     const auto keep = static_cast<float>(1.0 - lr * (decay ? options_.weight_decay : 0.0));
     const std::int64_t n = p.numel();
+    // θ·keep; m = β1·m + (1 − β1)·g; v = β2·v + (1 − β2)·g²; θ −= step_size·m/(√v·inv_sqrt_bias2 + eps)
+    const nn::detail::AdamWScalars s{keep, fb1, fb2, step_size, inv_sqrt_bias2, eps};
     qkv::detail::parallel_chunks("nn.adamw", n, n > 4096, num_threads(), [&](std::int64_t j0, std::int64_t j1) {
-      for (std::int64_t j = j0; j < j1; ++j) {
-        pp[j] *= keep;
-        pm[j] = fb1 * pm[j] + (1.f - fb1) * pg[j];
-        pv[j] = fb2 * pv[j] + (1.f - fb2) * pg[j] * pg[j];
-        pp[j] -= step_size * pm[j] / (std::sqrt(pv[j]) * inv_sqrt_bias2 + eps);
-      }
+      k.adamw(s, pp + j0, pm + j0, pv + j0, pg + j0, j1 - j0);
     });
   }
 }
@@ -176,41 +173,23 @@ CrossEntropyResult cross_entropy(const Tensor& logits, std::span<const std::int6
   const double scale = result.counted > 0 ? 1.0 / static_cast<double>(result.counted) : 0.0;
   // Rows are independent: split across threads, each row's loss kept apart and summed in
   // row order afterwards, so the loss does not depend on the thread count. exp runs in
-  // float (the products that made the logits are float); the sums run in double.
+  // float (the products that made the logits are float); the sums run in double. Each row
+  // is one call of a vectorised kernel (nn/kernels/pointwise.h).
+  const nn::detail::PointwiseKernels& k = nn::detail::pointwise_kernels();
   std::vector<double> row_loss(static_cast<std::size_t>(N), 0.0);
   std::vector<char> row_correct(static_cast<std::size_t>(N), 0);
   qkv::detail::parallel_chunks("train.cross_entropy", N, N * V >= (1 << 16), num_threads(),
                                [&](std::int64_t r0, std::int64_t r1) {
-    std::vector<float> scratch(dlogits ? 0 : static_cast<std::size_t>(V));
     for (std::int64_t r = r0; r < r1; ++r) {
       const std::int64_t t = targets[static_cast<std::size_t>(r)];
-      float* d = dlogits ? dlogits->data_as<float>() + r * V : scratch.data();
+      float* d = dlogits ? dlogits->data_as<float>() + r * V : nullptr;  // (V)
       if (t == ignore_index) {
-        if (dlogits) std::fill_n(d, V, 0.f);
+        if (d) std::fill_n(d, V, 0.f);
         continue;
       }
-      const float* row = px + r * V;
-      float mx = -std::numeric_limits<float>::infinity();
-      std::int64_t arg = 0;
-      for (std::int64_t v = 0; v < V; ++v)
-        if (row[v] > mx) { mx = row[v]; arg = v; }
-      double sum = 0.0, sum_logits = 0.0;
-      for (std::int64_t v = 0; v < V; ++v) {
-        d[v] = std::exp(row[v] - mx);  // exp(x_v − max) ∈ (0, 1]
-        sum += d[v];
-        sum_logits += row[v];
-      }
-      const double log_z = mx + std::log(sum);
-      // −Σ t_v (x_v − log Z) = (1−ε)(log Z − x_t) + ε(log Z − mean_v x_v)
-      row_loss[static_cast<std::size_t>(r)] =
-          (1 - eps) * (log_z - row[t]) + eps * (log_z - sum_logits / static_cast<double>(V));
-      row_correct[static_cast<std::size_t>(r)] = arg == t;
-      if (dlogits) {
-        const double inv_sum = 1.0 / sum, smooth = eps / static_cast<double>(V);
-        for (std::int64_t v = 0; v < V; ++v)  // (p_v − target_v) / counted
-          d[v] = static_cast<float>((d[v] * inv_sum - smooth) * scale);
-        d[t] = static_cast<float>(d[t] - (1 - eps) * scale);
-      }
+      const nn::detail::CrossEntropyRow row = k.cross_entropy_row(px + r * V, V, t, eps, scale, d);
+      row_loss[static_cast<std::size_t>(r)] = row.loss;
+      row_correct[static_cast<std::size_t>(r)] = row.argmax == t;
     }
   });
   double total = 0.0;

@@ -6,6 +6,7 @@ list(APPEND QKV_UNIT_TESTS
   nn/test_linear.cpp
   nn/test_layer_norm.cpp
   nn/test_activation.cpp
+  nn/test_pointwise.cpp  # the pointwise kernels of a training step, every ISA against its naive twin
   nn/test_embedding.cpp
   nn/test_positional.cpp
   nn/test_multihead_attention.cpp
