@@ -17,6 +17,20 @@
 //    "loss_first": ..., "loss_last": ..., "losses": [every step's, warm-up included],
 //    "batch": B, ..., "threads": N, "cpu": ...}
 //
+// --lm: instead, the language model at sotu-gpt's shape (models/sotu-gpt/config.json: 4
+// layers, E 256, 4 heads, F 1024 with GELU's tanh form, V 8192, T 256; batch 16 unless
+// --batch): one step as `qkv train lm` runs it,
+//   zero_grad; gpt2_lm_loss(tokens, &grads); clip_grad_norm(grads, 1); AdamW(weight_decay 0.1)
+// then, with --breakdown, each part of the step alone at the step's shapes (the best of K
+// calls, times the calls a step makes) against the best step, and the rest (residual adds,
+// copies, head splits) as the step less the parts. Best, not median: on a shared machine a
+// parallel region waits a whole scheduler tick (4 ms) for a preempted thread, which the
+// medians of short parts carry and the best of K mostly does not (the steps' medians are
+// printed too). The pointwise
+// kernels (GELU tanh forward and backward, the cross-entropy, AdamW, the clipping norm:
+// src/nn/kernels/pointwise.h) are timed both ways, their naive twins ("before") and the
+// vectorised loops ("after"), alternating call by call; so are whole steps.
+//
 // A benchmark, not a test: nothing here asserts a time.
 #include <algorithm>
 #include <chrono>
@@ -27,11 +41,15 @@
 #include <string>
 #include <vector>
 
+#include "nn/kernels/pointwise.h"  // force_naive_pointwise: the before/after of --lm
+#include "qkv/attention.h"
 #include "qkv/cpu.h"
+#include "qkv/gpt2.h"
 #include "qkv/memory.h"
 #include "qkv/rng.h"
 #include "qkv/seq2seq.h"
 #include "qkv/threads.h"
+#include "qkv/nn.h"
 #include "qkv/train.h"
 #include "qkv/version.h"
 
@@ -47,20 +65,24 @@ struct Options {
   int threads = 0;  // 0: qkv's default (QKV_NUM_THREADS or the cores)
   std::uint64_t seed = 0;
   bool json = false;
+  bool lm = false, breakdown = false;
+  bool batch_given = false;
 };
 
 const char* kUsage =
     "usage: qkv_bench_training [--batch B] [--src-len S] [--tgt-len T] [--d-model E] "
     "[--nhead H] [--ffn F] [--enc N] [--dec M] [--vocab V] [--steps K] [--warmup W] "
-    "[--threads N] [--seed X] [--json]\n";
+    "[--threads N] [--seed X] [--json]\n"
+    "       qkv_bench_training --lm [--breakdown] [--batch B] [--steps K] [--warmup W] [--threads N]\n";
 
 bool parse(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--json") {
-      o.json = true;
+    if (flag == "--json" || flag == "--lm" || flag == "--breakdown") {
+      (flag == "--json" ? o.json : flag == "--lm" ? o.lm : o.breakdown) = true;
       continue;
     }
+    if (flag == "--batch") o.batch_given = true;
     if (i + 1 >= argc) return false;
     const std::string value = argv[++i];
     std::int64_t* target = flag == "--batch"     ? &o.batch
@@ -100,6 +122,170 @@ qkv::models::Seq2SeqBatch random_batch(const Options& o, qkv::Rng& rng) {
   return b;
 }
 
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+qkv::Tensor random_tensor(const qkv::Shape& shape, qkv::Rng& rng, double scale) {
+  qkv::Tensor t = qkv::Tensor::empty(shape);
+  float* p = t.data_as<float>();
+  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(scale * rng.normal());
+  return t;
+}
+
+// One row of the breakdown: the milliseconds of one call, before (naive twins) and after.
+struct Part {
+  std::string name;
+  std::int64_t calls;  // per step
+  double before_ms, after_ms;
+};
+
+// Best ms of `fn` over `reps` calls; when `both`, calls alternate between the naive twins
+// (first of each pair) and the vectorised kernels, else every call runs the vectorised ones.
+template <class F>
+Part time_part(const std::string& name, std::int64_t calls, int reps, bool both, F&& fn) {
+  std::vector<double> before, after;
+  for (int r = -1; r < reps; ++r) {  // r = −1: warm-up
+    for (int naive = both ? 1 : 0; naive >= 0; --naive) {
+      qkv::nn::detail::force_naive_pointwise(naive == 1);
+      const auto start = Clock::now();
+      fn();
+      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+      if (r >= 0) (naive == 1 ? before : after).push_back(ms);
+    }
+  }
+  qkv::nn::detail::force_naive_pointwise(false);
+  const double a = *std::min_element(after.begin(), after.end());
+  return {name, calls, both ? *std::min_element(before.begin(), before.end()) : a, a};
+}
+
+int run_lm(const Options& o) {
+  namespace nn = qkv::nn;
+  qkv::retain_freed_memory();  // as `qkv train` does
+  if (o.threads > 0) qkv::set_num_threads(o.threads);
+  qkv::models::Gpt2Config c;  // models/sotu-gpt/config.json
+  c.vocab_size = 8192, c.n_positions = 256, c.n_embd = 256, c.n_layer = 4, c.n_head = 4;
+  c.activation = nn::GeluApproximation::tanh;
+  const std::int64_t B = o.batch_given ? o.batch : 16, T = c.n_positions, E = c.n_embd, F = c.inner(),
+                     V = c.vocab_size, H = c.n_head, L = c.n_layer, N = B * T;
+  qkv::models::Gpt2Weights w = qkv::models::Gpt2Weights::initialized(c, o.seed);
+  qkv::models::Gpt2Weights grads = qkv::models::Gpt2Weights::zeros_like(c);
+  qkv::train::AdamW opt(w.parameters(), {.weight_decay = 0.1});
+  qkv::Rng rng(o.seed + 1);
+  std::vector<std::int64_t> tokens(static_cast<std::size_t>(B * (T + 1)));  // (B, T + 1)
+  for (auto& id : tokens) id = rng.uniform_int(V);
+
+  // Whole steps, naive twins and vectorised kernels alternating step by step.
+  std::vector<double> step_before, step_after;
+  double loss = 0.0;
+  for (std::int64_t s = 0; s < o.warmup + o.steps; ++s) {
+    for (int naive = 1; naive >= 0; --naive) {
+      nn::detail::force_naive_pointwise(naive == 1);
+      const auto start = Clock::now();
+      qkv::train::zero_grad(grads.parameters());
+      loss = qkv::models::gpt2_lm_loss(c, w, tokens, B, T, &grads).loss;
+      qkv::train::clip_grad_norm(grads.parameters(), 1.0);
+      opt.step(grads.parameters(), 1e-4);
+      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+      if (s >= o.warmup) (naive == 1 ? step_before : step_after).push_back(ms);
+    }
+  }
+  nn::detail::force_naive_pointwise(false);
+  const double before_median = median_of(step_before), after_median = median_of(step_after);
+  const double before = *std::min_element(step_before.begin(), step_before.end()),
+               after = *std::min_element(step_after.begin(), step_after.end());
+  std::printf("qkv %s, %d threads, %s\n", qkv::kVersion, qkv::num_threads(), qkv::cpu_summary().c_str());
+  std::printf("GPT-2 LM B=%lld T=%lld E=%lld H=%lld F=%lld layers=%lld V=%lld, loss %.4f\n",
+              static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(E),
+              static_cast<long long>(H), static_cast<long long>(F), static_cast<long long>(L),
+              static_cast<long long>(V), loss);
+  std::printf("step (%lld each, alternating): median before %.1f ms, after %.1f ms (%.2fx); "
+              "best before %.1f ms, after %.1f ms (%.2fx)\n",
+              static_cast<long long>(o.steps), before_median, after_median, before_median / after_median, before,
+              after, before / after);
+  if (!o.breakdown) return 0;
+
+  const int reps = static_cast<int>(std::max<std::int64_t>(o.steps, 5));
+  std::vector<Part> parts;
+  // The products: nn::Linear forward and backward (dx, dW and the bias's gradient) at every
+  // shape of the step, the tied head without bias.
+  struct Product { const char* name; std::int64_t in, out, calls; bool bias; };
+  const Product products[] = {{"linear qkv E->3E", E, 3 * E, L, true}, {"linear out E->E", E, E, L, true},
+                              {"linear fc E->F", E, F, L, true},      {"linear proj F->E", F, E, L, true},
+                              {"lm head E->V (tied)", E, V, 1, false}};
+  for (const Product& p : products) {
+    nn::Linear lin(p.in, p.out, p.bias, 7), lin_grads(p.in, p.out, p.bias, 8);
+    const qkv::Tensor x = random_tensor({N, p.in}, rng, 1.0), dy = random_tensor({N, p.out}, rng, 1e-3);
+    nn::Linear::Record rec;
+    parts.push_back(time_part(std::string(p.name) + " fwd", p.calls, reps, false, [&] { lin.forward(x, {}, &rec); }));
+    parts.push_back(time_part(std::string(p.name) + " bwd", p.calls, reps, false, [&] { lin.backward(dy, rec, lin_grads); }));
+  }
+  {  // attention's core: causal SDPA (B, H, T, E/H), forward keeping lse, and backward
+    const qkv::Tensor q = random_tensor({B, H, T, E / H}, rng, 1.0), k = random_tensor({B, H, T, E / H}, rng, 1.0),
+                      v = random_tensor({B, H, T, E / H}, rng, 1.0), dout = random_tensor({B, H, T, E / H}, rng, 1e-3);
+    qkv::AttentionOptions opts;
+    opts.causal = true;
+    opts.return_lse = true;
+    qkv::AttentionResult res;
+    parts.push_back(time_part("attention (causal) fwd", L, reps, false, [&] { res = qkv::attention(q, k, v, opts); }));
+    parts.push_back(time_part("attention (causal) bwd", L, reps, false,
+                              [&] { qkv::attention_backward(dout, q, k, v, res.out, res.lse, opts); }));
+  }
+  {
+    const qkv::Tensor x = random_tensor({N, F}, rng, 1.0), dy = random_tensor({N, F}, rng, 1e-3);
+    parts.push_back(time_part("gelu tanh fwd", L, reps, true, [&] { nn::gelu(x, nn::GeluApproximation::tanh); }));
+    parts.push_back(time_part("gelu tanh bwd", L, reps, true,
+                              [&] { nn::gelu_backward(dy, x, nn::GeluApproximation::tanh); }));
+  }
+  {
+    nn::LayerNorm ln({E}), ln_grads({E});
+    const qkv::Tensor x = random_tensor({N, E}, rng, 1.0), dy = random_tensor({N, E}, rng, 1e-3);
+    nn::LayerNorm::Record rec;
+    parts.push_back(time_part("layer norm fwd", 2 * L + 1, reps, false, [&] { ln.forward(x, &rec); }));
+    parts.push_back(time_part("layer norm bwd", 2 * L + 1, reps, false, [&] { ln.backward(dy, rec, ln_grads); }));
+  }
+  {
+    const qkv::Tensor logits = random_tensor({N, V}, rng, 1.0);
+    std::vector<std::int64_t> targets(tokens.begin(), tokens.begin() + N);
+    qkv::Tensor dlogits;
+    parts.push_back(time_part("cross-entropy + grad", 1, reps, true,
+                              [&] { qkv::train::cross_entropy(logits, targets, &dlogits); }));
+  }
+  {
+    nn::Embedding wte = w.wte, wte_grads = grads.wte;
+    std::vector<std::int64_t> ids(tokens.begin(), tokens.begin() + N);
+    nn::Embedding::Record rec;
+    const qkv::Tensor dy = random_tensor({N, E}, rng, 1e-3);
+    parts.push_back(time_part("embedding wte fwd", 1, reps, false, [&] { wte.forward(ids, {B, T}, &rec); }));
+    parts.push_back(time_part("embedding wte bwd", 1, reps, false, [&] { wte.backward(dy, rec, wte_grads); }));
+  }
+  parts.push_back(time_part("zero_grad", 1, reps, false, [&] { qkv::train::zero_grad(grads.parameters()); }));
+  parts.push_back(time_part("clip_grad_norm (norm)", 1, reps, true,
+                            [&] { qkv::train::clip_grad_norm(grads.parameters(), 1e30); }));
+  parts.push_back(time_part("AdamW step", 1, reps, true, [&] { opt.step(grads.parameters(), 1e-4); }));
+
+  std::printf("\nbest of %d calls each; step_*: ms a step spends there, %%: of the best step\n", reps);
+  std::printf("%-26s %5s %10s %10s %10s %10s %7s %7s %6s\n", "part", "calls", "before/ms", "after/ms",
+              "step_bef", "step_aft", "%bef", "%aft", "ratio");
+  double sum_before = 0, sum_after = 0;
+  for (const Part& p : parts) {
+    const double sb = p.before_ms * static_cast<double>(p.calls), sa = p.after_ms * static_cast<double>(p.calls);
+    sum_before += sb, sum_after += sa;
+    std::printf("%-26s %5lld %10.3f %10.3f %10.2f %10.2f %6.1f%% %6.1f%% %5.2fx\n", p.name.c_str(),
+                static_cast<long long>(p.calls), p.before_ms, p.after_ms, sb, sa, 100 * sb / before,
+                100 * sa / after, p.before_ms / p.after_ms);
+  }
+  std::printf("%-26s %5s %10s %10s %10.2f %10.2f %6.1f%% %6.1f%%\n", "rest (step - parts)", "", "", "",
+              before - sum_before, after - sum_after, 100 * (before - sum_before) / before,
+              100 * (after - sum_after) / after);
+  std::printf("%-26s %5s %10s %10s %10.2f %10.2f %6.1f%% %6.1f%% %5.2fx\n", "step (best)", "", "", "", before,
+              after, 100.0, 100.0, before / after);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -112,6 +298,14 @@ int main(int argc, char** argv) {
   } catch (const std::exception&) {  // std::stoll on a non-number
     std::fputs(kUsage, stderr);
     return 2;
+  }
+  if (o.lm) {
+    try {
+      return run_lm(o);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "qkv_bench_training: %s\n", e.what());
+      return 1;
+    }
   }
   try {
     qkv::retain_freed_memory();  // as `qkv train` does
