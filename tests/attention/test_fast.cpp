@@ -682,6 +682,82 @@ TEST(FastAttention, Bf16MaskedInfinityPairedWithTheLastVisibleKeyIsNeverRead) {
   }
 }
 
+// bf16 queries multiplied as pairs are packed kLanes rows × kLanes pairs at a time where
+// the rows already are pairs (unit stride, even Dk), pair by pair otherwise: row counts
+// and Dk around 16-row and 16-pair blocks, odd key counts (the softmax pairs an odd last
+// key with 0), and queries read through views whose rows are strided, whose columns are
+// strided or whose first element is not 4-byte aligned.
+TEST(FastAttention, Bf16QueryPairsFromEveryLayoutMatchReference) {
+  Rng rng(43);
+  for (Isa isa : detail::tested_isas()) {
+    int n = 0;
+    for (std::int64_t Dk : {2, 30, 32, 40, 64, 66, 128})
+      for (std::int64_t Lq : {17, 64, 100})
+        for (int layout = 0; layout < 4; ++layout) {
+          if ((Dk + Lq + layout) % 3 == 0 && Dk != 64) continue;  // a sample
+          const std::int64_t Lk = (n % 2) ? 65 : 129 - (n % 4);
+          Tensor q;
+          switch (layout) {
+            case 0: q = random_tensor({1, 2, Lq, Dk}, rng, 1.0, DType::bf16); break;  // contiguous
+            case 1:  // (B, L, H, D) seen as (B, H, L, D): rows H·Dk apart
+              q = random_tensor({1, Lq, 2, Dk}, rng, 1.0, DType::bf16).permute({0, 2, 1, 3});
+              break;
+            case 2:  // every other column
+              q = random_tensor({1, 2, Lq, 2 * Dk}, rng, 1.0, DType::bf16).slice(3, 0, 2 * Dk, 2);
+              break;
+            default:  // from column 1: rows start on odd elements (Dk + 1 apart)
+              q = random_tensor({1, 2, Lq, Dk + 1}, rng, 1.0, DType::bf16).slice(3, 1, Dk + 1);
+          }
+          Tensor k = random_tensor({1, 2, Lk, Dk}, rng, 1.0, DType::bf16);
+          Tensor v = random_tensor({1, 2, Lk, 24}, rng, 1.0, DType::bf16);
+          AttentionOptions o;
+          o.causal = n % 3 == 1;
+          o.alignment = Alignment::bottom_right;
+          expect_fast_matches_reference(q, k, v, o, isa,
+                                        "layout " + std::to_string(layout) + " Lq " + std::to_string(Lq) + " Lk " +
+                                            std::to_string(Lk) + " Dk " + std::to_string(Dk) +
+                                            (o.causal ? " causal" : ""));
+          ++n;
+        }
+    EXPECT_GT(n, 50);
+  }
+}
+
+// bf16 outputs are the f32 results rounded to nearest even (NaN kept, quiet), whole vectors
+// at a time and the tail one by one. Where bf16 inputs are widened to f32 (no bf16 pairs),
+// the arithmetic is the f32 kernel's on the same values, so each output's bits must be
+// f32_to_bf16 of the f32 kernel's output exactly; Dv 37 and 64 (vectors and a tail), whole
+// query blocks and a few queries (their own path), and a NaN query (a row of NaN).
+TEST(FastAttention, Bf16OutputsAreTheF32ResultsRoundedToNearestEven) {
+  Rng rng(44);
+  for (Isa isa : detail::tested_isas()) {
+    const std::string name = detail::isa_name(isa);
+    if (name == "avx512_bf16" || name == "amx" || name == "amx_emulated") continue;  // bf16 pairs: P rounded
+    for (std::int64_t Lq : {3, 70})
+      for (std::int64_t Dv : {37, 64}) {
+        Tensor q = random_tensor({1, 2, Lq, 32}, rng, 1.0, DType::bf16);
+        Tensor k = random_tensor({1, 2, 90, 32}, rng, 1.0, DType::bf16);
+        Tensor v = random_tensor({1, 2, 90, Dv}, rng, 3.0, DType::bf16);
+        q.set({0, 1, Lq - 1, 5}, std::numeric_limits<float>::quiet_NaN());
+        const AttentionOptions o;
+        const detail::AttentionProblem problem = detail::make_problem(q, k, v, o);
+        const Tensor out = detail::flash_attention(problem, q, k, v, false, isa).out;
+        const Tensor q32 = q.to(DType::f32), k32 = k.to(DType::f32), v32 = v.to(DType::f32);
+        const detail::AttentionProblem problem32 = detail::make_problem(q32, k32, v32, o);
+        const Tensor out32 = detail::flash_attention(problem32, q32, k32, v32, false, isa).out;
+        ASSERT_EQ(out.dtype(), DType::bf16);
+        const auto* bits = out.data_as<std::uint16_t>();
+        const auto* wide = out32.data_as<float>();
+        int mismatches = 0;
+        for (std::int64_t n = 0; n < out.numel(); ++n)
+          if (bits[n] != f32_to_bf16(wide[n]) && ++mismatches <= 3)
+            ADD_FAILURE() << name << " Lq " << Lq << " Dv " << Dv << " index " << n << ": bits " << bits[n]
+                          << ", f32 " << wide[n] << " rounds to " << f32_to_bf16(wide[n]);
+        EXPECT_TRUE(std::isnan(out.get({0, 1, Lq - 1, 0}))) << name;
+      }
+  }
+}
+
 TEST(FastAttention, AutomaticUsesTheKernelAndProbabilitiesStillWork) {
   Rng rng(36);
   Tensor q = random_tensor({1, 2, 20, 16}, rng), k = random_tensor({1, 2, 20, 16}, rng),
