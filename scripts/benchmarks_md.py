@@ -100,12 +100,35 @@ def speedup(subject, case, peer):
     return q / p if subject["better"] == "higher" else p / q
 
 
+def ceiling_of(subject, case):
+    """The ceiling a case is held against: its own where it names one (a bf16 case of an f32
+    subject: vdpbf16ps), else its subject's; None for neither."""
+    return case.get("ceiling") or subject.get("ceiling")
+
+
 def of_ceiling(subject, case, engine="qkv"):
     """engine's rate in each round over that round's ceiling sample, in %, median."""
-    if not subject.get("ceiling") or subject["better"] != "higher":
+    if not ceiling_of(subject, case) or subject["better"] != "higher":
         return None
     pairs = zip(case["engines"].get(engine, []), case.get("ceiling_samples") or [])
     return median([100 * v / c for v, c in pairs if v is not None and c])
+
+
+def vs_f32(subject, case, engine):
+    """A bf16 case against its f32_case, for one engine: the ratio of the two aggregates for a
+    speed (above 1: bf16 is faster), their difference for anything else (a quality metric:
+    bf16's minus f32's); None without both."""
+    base = next((c for c in subject["cases"] if c["case"] == case.get("f32_case")), None)
+    if base is None:
+        return None
+    mine, f32 = aggregate(subject, case["engines"].get(engine, [])), aggregate(subject, base["engines"].get(engine, []))
+    if mine is None or f32 is None:
+        return None
+    if not is_speed(subject):
+        return mine - f32
+    if not mine or not f32:
+        return None
+    return mine / f32 if subject["better"] == "higher" else f32 / mine
 
 
 def vs_baseline(subject, case, engine="qkv"):
@@ -193,8 +216,11 @@ def headline_rows(rec):
         if rec["suite"] == "attention":
             rows += [(c["case"], subject, c) for c in subject["cases"] if c["case"] in HEADLINE_ATTENTION]
         else:
-            c = [c for c in subject["cases"] if any(p in c["engines"] for p in peers)][-1]
-            rows.append((f"{subject['id']}: {c['case']}", subject, c))
+            # the last case with a peer, of each precision the subject has (f32 first)
+            with_peer = [c for c in subject["cases"] if any(p in c["engines"] for p in peers)]
+            for precision in sorted({c.get("precision", "f32") for c in with_peer}, key=lambda p: p != "f32"):
+                c = [c for c in with_peer if c.get("precision", "f32") == precision][-1]
+                rows.append((f"{subject['id']}: {c['case']}", subject, c))
     return rows
 
 
@@ -232,7 +258,7 @@ def headline(hosts, known, images):
         for suite in sorted(recs, key=suite_order):
             rec = recs[suite]
             for label, subject, case in headline_rows(rec):
-                ceiling = subject.get("ceiling")
+                ceiling = ceiling_of(subject, case)
                 rows.append(f"| {kind} | {label} | {num(median(case['engines']['qkv']))} {subject['unit']} | "
                             f"{against(subject, case, 'torch')} | {against(subject, case, 'ort')} | "
                             f"{pct(of_ceiling(subject, case))}{' ' + CEILING_NAMES.get(ceiling, ceiling) if of_ceiling(subject, case) is not None else ''} | "
@@ -261,24 +287,39 @@ def subject_table(rec, subject):
     engines = engines_of(subject)
     peers = [e for e in engines if e != "qkv"] if "qkv" in engines else []
     ceiling = subject.get("ceiling") if subject["better"] == "higher" else None
+    # cases held against a ceiling of their own (bf16 ones: vdpbf16ps): the column names it per cell
+    own_ceilings = subject["better"] == "higher" and any(
+        c.get("ceiling") and c["ceiling"] != ceiling for c in subject["cases"])
+    # bf16 cases beside the f32 case of the same work: each engine's bf16/f32
+    precision_engines = [e for e in engines if any(c.get("f32_case") and e in c["engines"] for c in subject["cases"])]
     rounds = sorted({len(next(iter(c["engines"].values()))) for c in subject["cases"]})
     better = "higher is better" if subject["better"] == "higher" else "lower is better"
     out = [f"#### {subject['title']}", "",
            f"{subject['metric']}, {subject['unit']} ({better}), {subject.get('aggregate', 'median')} of "
            f"{'/'.join(map(str, rounds))} round{'s' if rounds != [1] else ''}.", ""]
     head = ["case"] + [engine_name(e, rec) for e in engines] + [f"qkv/{engine_name(p)}" for p in peers]
-    if ceiling:
+    if own_ceilings:
+        head.append("qkv % of ceiling")
+    elif ceiling:
         head.append(f"qkv % {CEILING_NAMES.get(ceiling, ceiling)}")
     if subject.get("baseline"):
         head.append(f"qkv vs {subject['baseline']}")
+    head += [f"{engine_name(e)} bf16 {'/' if is_speed(subject) else '−'} f32" for e in precision_engines]
     out += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for c in subject["cases"]:
         cells = [c["case"]] + [num(aggregate(subject, c["engines"].get(e, []))) for e in engines]
         cells += [times(speedup(subject, c, p)) for p in peers]
-        if ceiling:
+        if own_ceilings:
+            name = ceiling_of(subject, c)
+            cells.append(pct(of_ceiling(subject, c)) + (f" {CEILING_NAMES.get(name, name)}"
+                                                         if of_ceiling(subject, c) is not None else ""))
+        elif ceiling:
             cells.append(pct(of_ceiling(subject, c)))
         if subject.get("baseline"):
             cells.append(times(vs_baseline(subject, c)))
+        for e in precision_engines:
+            x = vs_f32(subject, c, e)
+            cells.append(times(x) if is_speed(subject) else "–" if x is None else f"{x:+.4f}")
         out.append("| " + " | ".join(cells) + " |")
     out.append("")
     return out

@@ -161,14 +161,16 @@ def make_lm_class():
 
 
 def train_twin(model, stream, offsets, steps, batch, context, lr, warmup, min_ratio=0.1,
-               weight_decay=0.1, clip=1.0, on_step=None):
+               weight_decay=0.1, clip=1.0, on_step=None, precision="f32"):
     """`qkv train lm`'s loop in torch: for each step, the windows stream[o : o + context + 1]
     at offsets(step), zero_grad, loss, backward, clip_grad_norm_(clip), AdamW (β 0.9,
     0.999, eps 1e-8; weight decay on matrices only, as qkv's AdamWOptions) at the cosine
     schedule's rate. A warm-up not below `steps` becomes steps // 10, as in train_lm.
-    on_step(step, loss) after each step."""
+    on_step(step, loss) after each step. precision "bf16": the loss (forward and
+    cross-entropy) under torch.autocast("cpu", dtype=torch.bfloat16), backward and the
+    optimizer outside it (torch's mixed-precision recipe; bench/twins.py autocast)."""
     import torch
-    from bench.twins import cosine_schedule, decay_groups
+    from bench.twins import autocast, cosine_schedule, decay_groups
     warmup = warmup if warmup < steps else steps // 10
     opt = torch.optim.AdamW(decay_groups(model.parameters(), weight_decay), lr=lr, betas=(0.9, 0.999), eps=1e-8)
     for step in range(steps):
@@ -177,7 +179,8 @@ def train_twin(model, stream, offsets, steps, batch, context, lr, warmup, min_ra
             group["lr"] = rate
         windows = torch.stack([stream[o:o + context + 1] for o in offsets(step)])
         opt.zero_grad(set_to_none=False)
-        loss = model.loss(windows)
+        with autocast(precision):
+            loss = model.loss(windows)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()

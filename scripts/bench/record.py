@@ -41,6 +41,15 @@ Schema 1 (every key present unless marked optional):
         {"case": "f32 L=2048", "x": 2048,      # x optional
          "engines": {"qkv": [every round], "torch": [...], "ort": [...]},   # the metric, per round
          "ceiling_samples": [per round],       # optional: the ceiling sampled after each round
+         "ceiling": "bf16_dpbf16ps",           # optional: the ceiling this case is held against,
+                                               #   where not the subject's (a bf16 case of an f32
+                                               #   subject: vdpbf16ps, not f32 FMA)
+         "precision": "bf16",                  # optional: the precision of a training case
+                                               #   ("f32" when absent); BENCHMARKS.md's headline
+                                               #   takes one row per precision
+         "f32_case": "sotu-gpt",               # optional, with precision: the case of the same
+                                               #   subject that ran the same work in f32 (the
+                                               #   tables show each engine's ratio to it)
          "info": {...}}]}],                     # optional: free-form facts (|diff|, shapes)
    "curves": {"loss": {"qkv": [[step, loss], ...], "torch": [...]}},    # optional
    "notes": ["..."]}                           # what a reader needs: causal expression, noise
@@ -208,8 +217,12 @@ def add_subject(rec, id, title, metric, unit, better="higher", ceiling=None, x=N
     return subject
 
 
-def add_case(subject, case, engines, x=None, ceiling_samples=None, info=None):
-    """engines: {engine: [the metric in every round]} (lists of one length)."""
+def add_case(subject, case, engines, x=None, ceiling_samples=None, info=None, ceiling=None, precision=None,
+             f32_case=None):
+    """engines: {engine: [the metric in every round]} (lists of one length). ceiling: the
+    ceiling ceiling_samples are of, where not the subject's; precision: "bf16" for a case of
+    bf16 training (None: f32, the case as before precisions); f32_case: the subject's case
+    that ran the same work in f32 (added before this one)."""
     lengths = {len(v) for v in engines.values()}
     if len(lengths) > 1:
         raise ValueError(f"{subject['id']}/{case}: engines have {sorted(lengths)} rounds")
@@ -220,6 +233,14 @@ def add_case(subject, case, engines, x=None, ceiling_samples=None, info=None):
         entry["ceiling_samples"] = [None if v is None else float(v) for v in ceiling_samples]
     if info:
         entry["info"] = info
+    if ceiling is not None and ceiling != subject.get("ceiling"):
+        entry["ceiling"] = ceiling
+    if precision is not None and precision != "f32":
+        entry["precision"] = precision
+    if f32_case is not None:
+        if not any(c["case"] == f32_case for c in subject["cases"]):
+            raise ValueError(f"{subject['id']}/{case}: f32_case {f32_case!r} is not a case of the subject yet")
+        entry["f32_case"] = f32_case
     subject["cases"].append(entry)
     return entry
 
@@ -257,6 +278,10 @@ def validate(rec):
         for c in s["cases"]:
             need(c.get("engines"), f"{s['id']}/{c.get('case')}: no engines")
             need(len({len(v) for v in c["engines"].values()}) == 1, f"{s['id']}/{c['case']}: rounds differ")
+            need(c.get("ceiling") is None or c["ceiling"] in rec["ceilings"],
+                 f"{s['id']}/{c['case']}: ceiling {c.get('ceiling')!r} not in ceilings")
+            need(c.get("f32_case") is None or any(x["case"] == c["f32_case"] for x in s["cases"]),
+                 f"{s['id']}/{c['case']}: f32_case {c.get('f32_case')!r} is no case of the subject")
     return rec
 
 

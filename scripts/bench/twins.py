@@ -16,6 +16,12 @@ data sets they read, and the loss curves of qkv and its torch twin in the record
   decay_groups(...)             AdamW's parameter groups as qkv decays them (matrices only),
                                 for the twins (bench/gpt2_torch.py, bench_vision.py,
                                 bench_training.py)
+  add_precision_argument(parser), precisions(args, suite)
+                                --precision f32,bf16: the precisions a suite trains in (qkv's
+                                precision= option), checked; bf16 only where the CPU has a
+                                bf16 dot product (AVX512-BF16 or AMX)
+  autocast(precision)           the twin's side of a precision: nothing for f32, torch 1.13's
+                                CPU autocast to bfloat16 for bf16
 
 The child is the suite itself, run again with --child (bench/children.py's self_command),
 its environment without torch's OpenBLAS (peers.without_openblas) and with build/python on
@@ -146,3 +152,66 @@ def decay_groups(parameters, weight_decay):
     parameters = list(parameters)
     return [{"params": [p for p in parameters if p.dim() >= 2], "weight_decay": weight_decay},
             {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0}]
+
+
+# --------------------------------------------------------------------------------------
+# Precisions: qkv's `--precision` (precision=) and torch's autocast beside it.
+
+PRECISIONS = ("f32", "bf16")
+# The ceiling each precision's products are held against (qkv_ceilings: the f32 FMA peak,
+# the vdpbf16ps peak): (bench/ceilings.py kind, the record's ceiling name).
+PRECISION_CEILINGS = {"f32": ("fma", "f32_fma"), "bf16": ("bf16", "bf16_dpbf16ps")}
+
+
+def has_bf16_products():
+    """Whether this CPU has a bf16 dot product qkv's bf16 training runs on (AVX512-BF16's
+    vdpbf16ps, or AMX): where it has none, qkv refuses precision="bf16"."""
+    from bench import record
+    flags = record.cpu_info()[2]
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def default_precisions():
+    return "f32,bf16" if has_bf16_products() else "f32"
+
+
+def add_precision_argument(parser):
+    parser.add_argument("--precision", default=None, metavar="LIST",
+                        help="the precisions to train in, comma-separated, each once for qkv (precision=) and "
+                        "once for the torch twin (bf16: torch.autocast('cpu', dtype=torch.bfloat16) around the "
+                        f"forward and the loss); default {default_precisions()!r} on this CPU (bf16 where it has "
+                        "AVX512-BF16 or AMX)")
+
+
+def precisions(args, suite):
+    """args.precision ("f32,bf16", None for the default) -> the list, f32 first; exits with
+    a message naming what is wrong: an unknown name, one twice, bf16 on a CPU without a
+    bf16 dot product."""
+    text = default_precisions() if args.precision is None else args.precision
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in names if p not in PRECISIONS]
+    if not names or unknown or len(set(names)) != len(names):
+        raise SystemExit(f"bench.py {suite}: --precision must be distinct names among {', '.join(PRECISIONS)}, "
+                         f"comma-separated; got {text!r}")
+    if "bf16" in names and not has_bf16_products():
+        raise SystemExit(f"bench.py {suite}: --precision bf16: this CPU has no bf16 dot product (AVX512-BF16 or "
+                         "AMX), which qkv's bf16 training needs; use --precision f32")
+    return sorted(names, key=PRECISIONS.index)
+
+
+def autocast(precision):
+    """The twin's forward and loss run inside this: for bf16, torch 1.13's CPU autocast
+    (matrix products with bf16 inputs; losses and the ops on its fp32 list in f32; the
+    parameters, their gradients and AdamW stay f32), as torch's automatic mixed precision
+    documents it: backward() outside the context."""
+    import contextlib
+    if precision == "f32":
+        return contextlib.nullcontext()
+    import torch
+    return torch.autocast("cpu", dtype=torch.bfloat16)
+
+
+def sample_precision_ceilings(binary, threads):
+    """Both ceilings now, beside a run: {"f32_fma": GFLOP/s, "bf16_dpbf16ps": GFLOP/s or None}."""
+    from bench.ceilings import sample
+    return {name: sample(binary, kind, threads) for kind, name in PRECISION_CEILINGS.values()}
