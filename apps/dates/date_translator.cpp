@@ -139,15 +139,11 @@ DateTrainingResult train_dates(const DateTrainingOptions& o, const train::Progre
   loop.adam.weight_decay = o.weight_decay;
   loop.clip_norm = o.clip_norm;
   loop.lr = {o.peak_lr, o.warmup_steps, o.min_lr_ratio};
-  loop.checkpoint = o.out_dir + "/checkpoint.safetensors";
-  loop.resume = o.resume;
-  loop.checkpoint_every = o.checkpoint_every;
-  loop.stop_at = o.stop_at;
+  static_cast<train::RunOptions&>(loop) = train::run_options(o, o.out_dir + "/checkpoint.safetensors");
   loop.identity = {{"config", o.model.to_json()},
                    {"seed", std::to_string(o.seed)},
                    {"batch", std::to_string(o.batch)},
                    {"label_smoothing", train::identity_value(o.label_smoothing)}};
-  loop.communicator = o.communicator;
   DateTrainingResult result;
   static_cast<train::LoopResult&>(result) = train::fit(task, loop, on_progress, stop);
   result.num_parameters = task.model.num_parameters();

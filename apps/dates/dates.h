@@ -170,6 +170,7 @@ struct DateTrainingOptions {
   bool resume = false;               // continue from out_dir/checkpoint.safetensors
   std::int64_t checkpoint_every = 500;  // steps; 0 = only at the end or on interruption
   std::int64_t stop_at = 0;          // > 0: stop after this step with a checkpoint, as `stop` does
+  std::string precision = "f32";  // the products of training: f32, or bf16 (qkv/nn/precision.h)
   std::int64_t eval_size = 10000;    // held-out dates scored at the end
   std::uint64_t eval_seed = 2026;    // which held-out dates (fixed, so runs compare)
   std::string command;               // recorded in the weights' metadata

@@ -239,10 +239,7 @@ LmTrainingResult train_lm(const LmTrainingOptions& o, const train::ProgressCallb
   }
   loop.metric = "held-out loss";
   loop.higher_is_better = false;
-  loop.checkpoint = checkpoint;
-  loop.resume = o.resume;
-  loop.checkpoint_every = o.checkpoint_every;
-  loop.stop_at = o.stop_at;
+  static_cast<train::RunOptions&>(loop) = train::run_options(o, checkpoint);
   loop.identity = {{"config", c.to_json()},
                    {"seed", std::to_string(o.seed)},
                    {"batch", std::to_string(o.batch)},
@@ -252,7 +249,6 @@ LmTrainingResult train_lm(const LmTrainingOptions& o, const train::ProgressCallb
   loop.before_checkpoint = [&](std::int64_t at) {
     save_model(o, c, task.w, tokenizer_texts, at, task.val_loss, seconds());
   };
-  loop.communicator = o.communicator;
   LmTrainingResult result;
   static_cast<train::LoopResult&>(result) = train::fit(task, loop, on_progress, stop);
   result.val_loss = task.val_loss;

@@ -59,6 +59,7 @@ struct LmTrainingOptions {
   bool resume = false;             // continue from out_dir/checkpoint.safetensors
   std::int64_t checkpoint_every = 500;  // steps; 0 = only at the end or on interruption
   std::int64_t stop_at = 0;        // > 0: stop after this step with a checkpoint
+  std::string precision = "f32";  // the products of training: f32, or bf16 (qkv/nn/precision.h)
   std::int64_t eval_every = 250;   // steps between validation losses; 0 = only at the end
   std::int64_t eval_tokens = 32768;  // held-out tokens each validation scores (whole windows)
   std::string command;             // recorded in the weights' metadata

@@ -608,6 +608,11 @@ MfTraining train_mf(const std::vector<Rating>& fit, const std::vector<Rating>& v
                     const std::atomic<bool>* stop) {
   QKV_CHECK(!fit.empty(), "train mf: no ratings to fit");
   QKV_CHECK(o.solver == "als" || o.solver == "adamw", "train mf: solver must be 'als' or 'adamw', got '" << o.solver << "'");
+  // Refused rather than ignored: MF's products are one dot product per rating (adamw) or
+  // small exact solves (als), none of them a matrix product bf16 would speed up.
+  QKV_CHECK(o.run.precision == "f32", "train mf: --precision " << o.run.precision << ": matrix factorisation has "
+                                      "no matrix products to run in bf16 (one dot product per rating, and ALS's "
+                                      "exact solves are f32); train it in f32, or train sasrec in bf16");
   QKV_CHECK(o.dim >= 0 && o.epochs >= 1 && o.batch >= 1 && o.lr > 0 && std::isfinite(o.lr) &&
                 o.l2 >= 0 && std::isfinite(o.l2) && o.als_l2 > 0 && std::isfinite(o.als_l2),
             "train mf: need dim >= 0, epochs >= 1, batch >= 1, lr > 0, l2 >= 0 and als_l2 > 0, got dim = "
@@ -1105,12 +1110,7 @@ RecommenderReport train_recommender(const RecommenderOptions& o,
                                    "part (the last 10% of each user's first 80% by time; a user needs 3 or more "
                                    "ratings to have one, and none has)");
   report.popularity = evaluate_ranking(split, I, popularity_scorer(split, I));
-  train::RunOptions run;
-  run.checkpoint = o.out_dir + "/checkpoint.safetensors";
-  run.resume = o.resume;
-  run.checkpoint_every = o.checkpoint_every;
-  run.stop_at = o.stop_at;
-  run.communicator = o.communicator;
+  const train::RunOptions run = train::run_options(o, o.out_dir + "/checkpoint.safetensors");
   nlohmann::ordered_json config;
   config["model_type"] = "qkv-recommender";
   config["model"] = o.model;

@@ -294,6 +294,7 @@ struct RecommenderOptions {
   bool resume = false;
   std::int64_t checkpoint_every = 0;
   std::int64_t stop_at = 0;
+  std::string precision = "f32";  // SASRec's products: f32 or bf16 (MF has none: f32 only)
   const distributed::Communicator* communicator = nullptr;
 };
 

@@ -536,11 +536,8 @@ VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionM
   loop.adam.beta2 = 0.999;
   loop.clip_norm = o.clip_norm;
   loop.lr = {o.peak_lr, static_cast<std::int64_t>(o.warmup_epochs * static_cast<double>(per_epoch)), o.min_lr_ratio};
-  loop.checkpoint = o.out_dir + "/checkpoint.safetensors";
-  loop.resume = o.resume;
-  loop.checkpoint_every = o.checkpoint_every;
+  static_cast<train::RunOptions&>(loop) = train::run_options(o, o.out_dir + "/checkpoint.safetensors");
   loop.checkpoint_at_epoch_end = true;
-  loop.stop_at = o.stop_at;
   std::ostringstream augment;
   augment << o.augment.pad << ' ' << o.augment.flip << ' ' << train::identity_value(o.augment.erase);
   loop.identity = {{"config", config_text},
@@ -550,7 +547,6 @@ VisionTrainingResult train_vision(const VisionTrainingOptions& o, const FashionM
                    {"label_smoothing", train::identity_value(o.label_smoothing)},
                    {"augment", augment.str()},
                    {"patch_dropout", train::identity_value(o.patch_dropout) + " " + std::to_string(o.patch_dropout_epochs)}};
-  loop.communicator = o.communicator;
   VisionTrainingResult result;
   static_cast<train::LoopResult&>(result) = train::fit(task, loop, on_progress, stop);
   result.num_parameters = shape.num_parameters();

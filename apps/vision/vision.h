@@ -186,6 +186,7 @@ struct VisionTrainingOptions {
   bool resume = false;          // continue from out_dir/checkpoint.safetensors
   std::int64_t checkpoint_every = 500;  // steps; 0 = at epoch ends and on interruption only
   std::int64_t stop_at = 0;     // > 0: stop after this step with a checkpoint, as `stop` does
+  std::string precision = "f32";  // the products of training: f32, or bf16 (qkv/nn/precision.h)
   bool bf16 = false;            // write model.safetensors in bf16 (half the size)
   std::string command;          // recorded in config.json
   const distributed::Communicator* communicator = nullptr;

@@ -14,6 +14,7 @@
 //   qkv/nn/functional.h        elementwise helpers, linear, layer_norm, activations, positions
 //   qkv/nn/dropout.h           Dropout (residual and embedding dropout), DropoutDraw (what a
 //                              training forward through a layer drops)
+//   qkv/nn/precision.h         ProductPrecision: bf16 products with f32 accumulation (autocast)
 //   qkv/nn/layers.h            Linear, Embedding, LearnedPositionalEmbedding, LayerNorm, state dicts
 //   qkv/nn/multihead_attention.h  AttentionMasks, KVCache, MultiheadAttention
 //   qkv/nn/transformer.h       FeedForward, encoder and decoder layers, Transformer
@@ -24,5 +25,6 @@
 #include "qkv/nn/functional.h"
 #include "qkv/nn/layers.h"
 #include "qkv/nn/multihead_attention.h"
+#include "qkv/nn/precision.h"
 #include "qkv/nn/transformer.h"
 #include "qkv/nn/vector_attention.h"

@@ -111,6 +111,11 @@ struct RunOptions {
   bool resume = false;               // continue from `checkpoint`
   std::int64_t checkpoint_every = 0; // steps; 0 = only when the loop ends (and at epoch ends)
   std::int64_t stop_at = 0;          // > 0: stop after this step, as the stop flag does
+  // The dtype of the matrix products in each step's forward and backward: "f32", or "bf16"
+  // (bf16 inputs, f32 accumulation; weights, gradients, optimizer state, normalisation,
+  // softmax and loss in f32: qkv/nn/precision.h). Part of the run's identity: a resume in
+  // another precision is refused, naming both.
+  std::string precision = "f32";
   // Data-parallel over the ranks of `communicator` when it has more than one.
   const distributed::Communicator* communicator = nullptr;
 };
@@ -189,6 +194,7 @@ struct LoopResult {
   double step_seconds = 0.0;         // of it, in steps (evaluation and checkpoints left out)
   double items = 0.0;                // this run's, all ranks
   std::string unit;
+  std::string precision;             // the products' ("f32", "bf16")
   double items_per_s() const { return seconds > 0 ? items / seconds : 0.0; }
   double loss = 0.0;                 // of the last step
   std::vector<Evaluation> evaluations;  // this run's and those before a resume
@@ -197,7 +203,7 @@ struct LoopResult {
   std::string checkpoint;            // written, "" = none
   distributed::ReductionTotals reductions;
   // One JSON object: the fields every `qkv train --json` and every Python train() result has
-  // (task, steps, interrupted, stopped_early, seconds, items_per_s, unit, loss, evaluations
+  // (task, steps, interrupted, stopped_early, seconds, items_per_s, unit, precision, loss, evaluations
   // [[step, score]...], metric, best_step, best_score, checkpoint, and ranks and the
   // reductions' totals when data-parallel), then the members of `task_fields`, a JSON object
   // of the task's own fields, in their order.
@@ -215,8 +221,8 @@ std::string identity_value(double v);
 
 
 // Declares, in a task's option set (qkv/options.h), the options every training run takes:
-// out (the directory), resume, checkpoint_every, stop_at, from the fields of those names
-// that every task's options struct has.
+// out (the directory), resume, checkpoint_every, stop_at, precision, from the fields of
+// those names that every task's options struct has.
 template <class T>
 void declare_run_options(options::OptionSet<T>& set, const std::string& writes) {
   set.path("out", &T::out_dir, "Output directory: " + writes + ", checkpoint.safetensors");
@@ -229,6 +235,25 @@ void declare_run_options(options::OptionSet<T>& set, const std::string& writes) 
   set.integer("stop_at", &T::stop_at, 0, options::kMaxSteps,
               "Stop after this step with a checkpoint, as Ctrl-C does (the CLI exits 130; continue "
               "with --resume); 0 = never");
+  set.choice("precision", &T::precision, {"f32", "bf16"},
+             "The matrix products of training: f32, or bf16 as PyTorch's CPU autocast (bf16 inputs, "
+             "f32 accumulation; weights, optimizer, LayerNorm, softmax and loss in f32). bf16 needs a "
+             "CPU with AVX512-BF16 or AMX; evaluation runs in f32");
+}
+
+// The RunOptions of a task's options struct T, whose fields declare_run_options declared
+// (resume, checkpoint_every, stop_at, precision) beside its communicator, checkpointing to
+// `checkpoint`: what every task hands the loop as it is.
+template <class T>
+RunOptions run_options(const T& o, std::string checkpoint) {
+  RunOptions r;
+  r.checkpoint = std::move(checkpoint);
+  r.resume = o.resume;
+  r.checkpoint_every = o.checkpoint_every;
+  r.stop_at = o.stop_at;
+  r.precision = o.precision;
+  r.communicator = o.communicator;
+  return r;
 }
 
 }  // namespace qkv::train

@@ -189,7 +189,7 @@ def train(data, out, model="vit", **options):
     (qkv.options("train vit") lists them, with their ranges and defaults).
 
     -> the result, the keys of `qkv train vit --json`: the loop's ("task", "steps",
-    "interrupted", "stopped_early", "seconds", "items_per_s", "unit", "loss",
+    "interrupted", "stopped_early", "seconds", "items_per_s", "unit", "precision", "loss",
     "evaluations", "metric", "best_step", "best_score", "checkpoint"), then
     "validation_accuracy" (per epoch), "best_epoch" (1-based), "num_parameters", "out" and
     "test_accuracy" (of the best epoch's weights; absent when interrupted).

@@ -28,6 +28,12 @@ inline Tensor contiguous_f32(const Tensor& x, const char* fn, const char* name) 
   return t.contiguous();
 }
 
+// x as a contiguous bf16 tensor, each element rounded to nearest even (shared when it
+// already is one): what the products read under a bf16 ProductPrecision scope
+// (qkv/nn/precision.h). Split over qkv's threads for large tensors; elementwise, so the
+// split changes no bit. Refuses what contiguous_f32 refuses.
+Tensor contiguous_bf16(const Tensor& x, const char* fn, const char* name);
+
 // A gradient buffer the caller owns: written in place, so it must be contiguous f32 of
 // the expected shape.
 inline void check_grad(const Tensor& g, const Shape& shape, const char* fn, const char* name) {

@@ -41,10 +41,13 @@ struct Matmul {
   dnnl::memory::desc weights;
 };
 
-// How a product's weights are laid out: plain f32 (N, K) rows, or oneDNN's own blocked
-// layout (format any) in f32 or bf16; with bf16 weights the rows of x go in as bf16 too
-// (oneDNN's matmul takes no f32 × bf16 mix), the output stays f32.
-enum class WeightsKind { plain_f32, packed_f32, packed_bf16 };
+// How a product's weights are laid out: plain (N, K) rows in f32 or bf16 (bf16: under a
+// ProductPrecision scope, qkv/nn/precision.h), or oneDNN's own blocked layout (format any)
+// in f32 or bf16; with bf16 weights the rows of x go in as bf16 too (oneDNN's matmul takes
+// no f32 × bf16 mix), the output stays f32.
+enum class WeightsKind { plain_f32, plain_bf16, packed_f32, packed_bf16 };
+
+bool bf16_inputs(WeightsKind w) { return w == WeightsKind::plain_bf16 || w == WeightsKind::packed_bf16; }
 
 WeightsKind weights_kind(DType packed) {
   return packed == DType::bf16 ? WeightsKind::packed_bf16 : WeightsKind::packed_f32;
@@ -57,12 +60,12 @@ Matmul matmul(std::int64_t M, std::int64_t K, std::int64_t N, const LinearKind& 
   static detail::PrimitiveCache<Key, Matmul> cache(64);
   return cache.get({M, K, N, kind, weights}, [&] {
     using dt = dnnl::memory::data_type;
-    const dt in = weights == WeightsKind::packed_bf16 ? dt::bf16 : dt::f32;
+    const dt in = bf16_inputs(weights) ? dt::bf16 : dt::f32;
     const dnnl::memory::desc src({M, K}, in, dnnl::memory::dims{K, 1});
+    const bool plain = weights == WeightsKind::plain_f32 || weights == WeightsKind::plain_bf16;
     const dnnl::memory::desc wei =
-        weights == WeightsKind::plain_f32
-            ? dnnl::memory::desc({K, N}, dt::f32, dnnl::memory::dims{1, K})  // Wᵀ of (N, K)
-            : dnnl::memory::desc({K, N}, in, dnnl::memory::format_tag::any);
+        plain ? dnnl::memory::desc({K, N}, in, dnnl::memory::dims{1, K})  // Wᵀ of (N, K)
+              : dnnl::memory::desc({K, N}, in, dnnl::memory::format_tag::any);
     const dnnl::memory::desc dst({M, N}, dt::f32, dnnl::memory::dims{N, 1});
     const dnnl::memory::desc bia = kind.bias
         ? dnnl::memory::desc({1, N}, dt::f32, dnnl::memory::dims{N, 1})
@@ -81,9 +84,8 @@ Matmul matmul(std::int64_t M, std::int64_t K, std::int64_t N, const LinearKind& 
     try {
       pd = dnnl::matmul::primitive_desc(desc, attr, cpu_engine());
     } catch (const dnnl::error& e) {
-      QKV_CHECK_TYPE(weights != WeightsKind::packed_bf16,
-                     "linear: this CPU has no oneDNN matmul for bf16 weights (" << e.what()
-                                                                               << ")");
+      QKV_CHECK_TYPE(!bf16_inputs(weights),
+                     "linear: this CPU has no oneDNN matmul for bf16 (" << e.what() << ")");
       throw;
     }
     return Matmul{dnnl::matmul(pd), pd.weights_desc()};
@@ -158,7 +160,11 @@ Tensor run_linear(const Tensor& x, std::int64_t N, std::int64_t K_w, const Tenso
               "linear: residual must have the output's shape " << shape_to_string(out_shape)
                                                                << ", got "
                                                                << residual.shape_string());
-  Tensor x2 = detail::contiguous_f32(x, "linear", "x");  // (..., K)
+  // Under a bf16 ProductPrecision scope a plain weight's product takes x and W rounded to
+  // bf16 (a packed weight keeps the dtype it was packed in).
+  const bool bf16_products = packed == nullptr && product_dtype() == DType::bf16;
+  Tensor x2 = bf16_products ? detail::contiguous_bf16(x, "linear", "x")
+                            : detail::contiguous_f32(x, "linear", "x");  // (..., K)
   Tensor b = bias.defined() ? detail::contiguous_f32(bias, "linear", "bias") : Tensor();  // (N)
   Tensor r = residual.defined() ? detail::contiguous_f32(residual, "linear", "residual")
                                 : Tensor();  // (..., N)
@@ -176,28 +182,24 @@ Tensor run_linear(const Tensor& x, std::int64_t N, std::int64_t K_w, const Tenso
     return out;
   }
   const LinearKind kind{b.defined(), epilogue.activation, r.defined()};
-  const WeightsKind weights_as = packed ? weights_kind(packed->dtype) : WeightsKind::plain_f32;
+  const WeightsKind weights_as = packed ? weights_kind(packed->dtype)
+                                 : bf16_products ? WeightsKind::plain_bf16
+                                                 : WeightsKind::plain_f32;
   Matmul mm = matmul(M, K, N, kind, weights_as);
   using dt = dnnl::memory::data_type;
   dnnl::engine& engine = cpu_engine();
-  dnnl::memory src({{M, K}, dt::f32, dnnl::memory::dims{K, 1}}, engine,
-                   const_cast<void*>(x2.data()));
-  Tensor x_bf16;  // (M, K) bf16, rounded to nearest even
-  if (weights_as == WeightsKind::packed_bf16) {
-    // A plain loop, not a oneDNN reorder: creating that primitive on every call cost
-    // more than converting one decoding row.
-    x_bf16 = Tensor::empty({M, K}, DType::bf16);
-    const float* from = x2.data_as<float>();
-    std::uint16_t* to = x_bf16.data_as<std::uint16_t>();
-    const std::int64_t n = M * K;
-    qkv::detail::parallel_chunks("nn.linear_bf16_input", n, n >= (1 << 16), num_threads(),
-                            [&](std::int64_t i0, std::int64_t i1) {
-                              for (std::int64_t i = i0; i < i1; ++i) to[i] = f32_to_bf16(from[i]);
-                            });
-    src = dnnl::memory({{M, K}, dt::bf16, dnnl::memory::dims{K, 1}}, engine, x_bf16.data());
-  }
+  // (M, K) rows of x in the product's input type: bf16 rounded to nearest even (a plain
+  // loop, not a oneDNN reorder: creating that primitive on every call cost more than
+  // converting one decoding row), else f32.
+  const Tensor x_in = bf16_inputs(weights_as) ? detail::contiguous_bf16(x2, "linear", "x") : x2;
+  const dnnl::memory src({{M, K}, bf16_inputs(weights_as) ? dt::bf16 : dt::f32, dnnl::memory::dims{K, 1}},
+                         engine, const_cast<void*>(x_in.data()));
+  Tensor w_bf16;  // (N, K) the plain weight rounded to bf16, under a bf16 scope
   dnnl::memory weights;
-  if (packed == nullptr) {
+  if (packed == nullptr && bf16_products) {
+    w_bf16 = detail::contiguous_bf16(weight, "linear", "weight");
+    weights = dnnl::memory({{K, N}, dt::bf16, dnnl::memory::dims{1, K}}, engine, w_bf16.data());
+  } else if (packed == nullptr) {
     weights = dnnl::memory({{K, N}, dt::f32, dnnl::memory::dims{1, K}}, engine,
                            const_cast<void*>(weight.data()));
   } else if (mm.weights == packed->layout) {
@@ -255,15 +257,32 @@ Tensor linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, 
   detail::check_grad(dweight, weight.shape(), "linear_backward", "dweight");
   const bool with_bias = dbias != nullptr && dbias->defined();
   if (with_bias) detail::check_grad(*dbias, {N}, "linear_backward", "dbias");
-  Tensor g = detail::contiguous_f32(dy, "linear_backward", "dy");      // (M, N)
-  Tensor xc = detail::contiguous_f32(x, "linear_backward", "x");       // (M, K)
-  Tensor w = detail::contiguous_f32(weight, "linear_backward", "weight");  // (N, K)
+  // The products in bf16 (inputs rounded, f32 accumulation) when the forward kept x in
+  // bf16 or a bf16 ProductPrecision scope is open: autocast's backward runs in the dtype
+  // its forward ran in.
+  const bool bf16 = x.dtype() == DType::bf16 || product_dtype() == DType::bf16;
+  Tensor g = detail::contiguous_f32(dy, "linear_backward", "dy");      // (M, N), for db
+  Tensor xc = bf16 ? detail::contiguous_bf16(x, "linear_backward", "x")
+                   : detail::contiguous_f32(x, "linear_backward", "x");  // (M, K)
+  Tensor w = bf16 ? detail::contiguous_bf16(weight, "linear_backward", "weight")
+                  : detail::contiguous_f32(weight, "linear_backward", "weight");  // (N, K)
+  Tensor g16 = bf16 ? detail::contiguous_bf16(g, "linear_backward", "dy") : Tensor();  // (M, N)
   const std::int64_t M = g.numel() / std::max<std::int64_t>(N, 1);
-  Tensor dx = Tensor::empty(x.shape());  // (..., K)
+  Tensor dx = Tensor::empty(x.shape());  // (..., K) f32
   if (dx.numel() == 0) return dx;
   const float* pg = g.data_as<float>();
+  // C = [C +] op(A)·op(B) over the products' input type: A is dy or x, B is W, x or dy.
+  const auto product = [&](float* c, const Tensor& a, const Tensor& b, std::int64_t rows, std::int64_t cols,
+                           std::int64_t inner, bool trans_a, bool accumulate) {
+    if (bf16)
+      detail::gemm_bf16(c, a.data_as<std::uint16_t>(), b.data_as<std::uint16_t>(), rows, cols, inner, trans_a,
+                        false, accumulate);
+    else
+      detail::gemm(c, a.data_as<float>(), b.data_as<float>(), rows, cols, inner, trans_a, false, accumulate);
+  };
+  const Tensor& gin = bf16 ? g16 : g;  // dy in the products' input type
   // dx (M, K) = dy (M, N) · W (N, K)
-  detail::gemm(dx.data_as<float>(), pg, w.data_as<float>(), M, K, N, false, false, false);
+  product(dx.data_as<float>(), gin, w, M, K, N, false, false);
   float* pdw = dweight.data_as<float>();
   if (N > K) {
     // dW (N, K) += (xᵀ (K, M) · dy (M, N))ᵀ. oneDNN runs the product with the shorter
@@ -272,7 +291,7 @@ Tensor linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, 
     // so it is computed as dWᵀ and added back transposed, in tiles, each thread owning
     // whole rows of dW (a fixed order whatever the thread count).
     Tensor t = Tensor::empty({K, N});  // dWᵀ of this batch
-    detail::gemm(t.data_as<float>(), xc.data_as<float>(), pg, K, N, M, true, false, false);
+    product(t.data_as<float>(), xc, gin, K, N, M, true, false);
     const float* pt = t.data_as<float>();
     constexpr std::int64_t kTile = 32;
     qkv::detail::parallel_chunks("nn.linear_weight_grad", (N + kTile - 1) / kTile, N * K >= (1 << 15),
@@ -285,7 +304,7 @@ Tensor linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, 
     });
   } else {
     // dW (N, K) += dyᵀ (N, M) · x (M, K)
-    detail::gemm(pdw, pg, xc.data_as<float>(), N, K, M, true, false, true);
+    product(pdw, gin, xc, N, K, M, true, true);
   }
   if (with_bias) {
     // db (N) += Σ_m dy[m]: each thread owns a range of columns, so the sum order is fixed
@@ -359,7 +378,10 @@ Tensor Linear::forward(const Tensor& x, const LinearEpilogue& epilogue, Record* 
             "(the backward needs the activation's input)");
   QKV_CHECK(weight.defined(), "Linear: training needs the plain weight; this layer keeps only "
                               "its packed copy");
-  record->x = detail::contiguous_f32(x, "Linear", "x");
+  // Under a bf16 ProductPrecision scope x is kept as the product reads it, in bf16 (half
+  // the memory; the backward's dW += dyᵀ·x reads it so too).
+  record->x = product_dtype() == DType::bf16 ? detail::contiguous_bf16(x, "Linear", "x")
+                                             : detail::contiguous_f32(x, "Linear", "x");
   return linear(record->x, weight, bias, epilogue);
 }
 

@@ -243,10 +243,16 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
   rec.inputs = self ? Record::Inputs::self : shared_kv ? Record::Inputs::shared_kv
                                                       : Record::Inputs::separate;
 
+  // Under a bf16 ProductPrecision scope (qkv/nn/precision.h) the attention's products take
+  // q, k and v in bf16, the kernel's bf16-pair path, forward and backward; the record keeps
+  // them so. Decoding with a cache keeps its own dtypes.
+  const bool bf16 = product_dtype() == DType::bf16 && cache == nullptr;
+  const auto as_products = [&](const Tensor& t) { return bf16 ? t.to(DType::bf16) : t; };
   Tensor q, k, v;  // (B, H, L|S, D) views of the projections
   if (self && joint) {
     // One product for all three: (B, L, 3E) -> three (B, H, L, D) views, no copy.
-    const Tensor qkv = in_proj.forward(query, {}, keep_q);  // (B, L, 3E)
+    Tensor qkv = in_proj.forward(query, {}, keep_q);  // (B, L, 3E)
+    if (bf16) qkv = detail::contiguous_bf16(qkv, "MultiheadAttention", "q, k, v");
     q = heads(qkv, 0, H, D);
     k = heads(qkv, 1, H, D);
     v = heads(qkv, 2, H, D);
@@ -266,6 +272,11 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
       k = heads(in_projection(*this, 1, 1).forward(key, {}, keep_k), 0, H, D);
       v = heads(in_projection(*this, 2, 1).forward(value, {}, keep_v), 0, H, D);
       rec.kv_rows = E;
+    }
+    q = as_products(q);
+    if (k.defined()) {
+      k = as_products(k);
+      v = as_products(v);
     }
   }
 

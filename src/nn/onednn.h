@@ -94,5 +94,10 @@ class PrimitiveCache {
 // when trans_b. accumulate adds into C instead of overwriting.
 void gemm(float* c, const float* a, const float* b, std::int64_t M, std::int64_t N,
           std::int64_t K, bool trans_a, bool trans_b, bool accumulate);
+// The same with A and B in bf16 (std::uint16_t, the upper halves of f32s): the products of
+// bf16 pairs accumulated in f32 into C (f32), oneDNN's bf16 matmul (AVX512-BF16 or AMX;
+// callers check nn::check_bf16_products first).
+void gemm_bf16(float* c, const std::uint16_t* a, const std::uint16_t* b, std::int64_t M,
+               std::int64_t N, std::int64_t K, bool trans_a, bool trans_b, bool accumulate);
 
 }  // namespace qkv::nn::detail

@@ -2,6 +2,7 @@
 # One file per module; each holds the module's forward and its backward.
 list(APPEND QKV_SOURCES
   src/nn/onednn.cpp
+  src/nn/precision.cpp
   src/nn/elementwise.cpp
   src/nn/dropout.cpp
   src/nn/linear.cpp

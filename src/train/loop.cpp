@@ -15,6 +15,7 @@
 
 #include "io/json_bounded.h"
 #include "qkv/error.h"
+#include "qkv/nn/precision.h"
 #include "qkv/safetensors.h"
 #include "train/checkpoint.h"
 
@@ -39,6 +40,7 @@ std::map<std::string, std::string> full_identity(const LoopOptions& o) {
   id["decay_vectors"] = o.adam.decay_vectors ? "1" : "0";
   id["clip_norm"] = identity_value(o.clip_norm);
   id["keep_best"] = o.keep_best ? "1" : "0";
+  id["precision"] = o.precision;
   return id;
 }
 
@@ -89,6 +91,9 @@ LoopResult fit(Task& task, const LoopOptions& o, const ProgressCallback& on_prog
             what << ": min_lr_ratio must be in [0, 1], got " << o.lr.min_lr_ratio);
   QKV_CHECK(o.clip_norm >= 0 && std::isfinite(o.clip_norm), what << ": clip_norm must be >= 0");
   QKV_CHECK(!o.resume || !o.checkpoint.empty(), what << ": --resume needs a checkpoint path");
+  // The products' dtype for every step (qkv/nn/precision.h); bf16 only where it runs natively.
+  const DType products = nn::parse_precision(o.precision, what);
+  if (products == DType::bf16) nn::check_bf16_products(what + " --precision bf16");
 
   // Data-parallel over more than one rank: the ranks agree on everything first.
   const distributed::Communicator* comm =
@@ -111,6 +116,7 @@ LoopResult fit(Task& task, const LoopOptions& o, const ProgressCallback& on_prog
   result.task = o.task;
   result.total = o.steps;
   result.unit = o.unit;
+  result.precision = o.precision;
   result.metric = o.metric;
   result.reductions.ranks = ranks;
   std::vector<Tensor> best_weights;  // of evaluations[result.best], when keep_best
@@ -182,7 +188,13 @@ LoopResult fit(Task& task, const LoopOptions& o, const ProgressCallback& on_prog
     };
     if (comm) ctx.ready = &reducer->hook();
     zero_grad(grads);
-    StepResult r = task.step(ctx);
+    StepResult r;
+    {
+      // The step's forward and backward, with their products in the run's precision (this
+      // thread's scope, as torch.autocast's; evaluation below runs outside it, in f32).
+      const nn::ProductPrecision precision(products);
+      r = task.step(ctx);
+    }
     if (comm) {
       QKV_CHECK(weighed, what << ": the task did not weigh step " << step << " (StepContext::weigh)");
       result.reductions.add(reducer->finish());
@@ -270,6 +282,7 @@ std::string LoopResult::to_json(std::string_view task_fields) const {
   j["seconds"] = seconds;
   j["items_per_s"] = items_per_s();
   j["unit"] = unit;
+  j["precision"] = precision;
   j["loss"] = loss;
   j["evaluations"] = evaluations_json(evaluations);
   if (evaluations.empty()) j["metric"] = nullptr; else j["metric"] = metric;

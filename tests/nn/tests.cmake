@@ -4,6 +4,7 @@ list(APPEND QKV_UNIT_TESTS
   nn/test_elementwise.cpp
   nn/test_dropout.cpp
   nn/test_linear.cpp
+  nn/test_precision.cpp  # bf16 products (ProductPrecision)
   nn/test_layer_norm.cpp
   nn/test_activation.cpp
   nn/test_pointwise.cpp  # the pointwise kernels of a training step, every ISA against its naive twin

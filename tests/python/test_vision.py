@@ -33,7 +33,7 @@ TINY = dict(dim=16, layers=1, heads=2, mlp_dim=32, patch_size=7, batch=50, lr=3e
             checkpoint_every=0)
 EPOCHS, STEPS = 2, 8
 # The fields of every qkv training result (the training loop's), then the task's.
-LOOP_KEYS = {"task", "steps", "interrupted", "stopped_early", "seconds", "items_per_s", "unit", "loss", "evaluations",
+LOOP_KEYS = {"task", "steps", "interrupted", "stopped_early", "seconds", "items_per_s", "unit", "precision", "loss", "evaluations",
              "metric", "best_step", "best_score", "checkpoint"}
 PROGRESS_KEYS = {"task", "step", "total", "epoch", "epochs", "epoch_end", "loss", "accuracy", "epoch_loss", "lr",
                  "items_per_s", "unit", "elapsed_s", "metric", "score", "best"}

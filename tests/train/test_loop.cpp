@@ -228,7 +228,7 @@ TEST(TrainingLoop, ReportsProgressAndTheCommonJsonFields) {
   EXPECT_NE(line.find("epoch 2/2"), std::string::npos) << line;
   EXPECT_NE(line.find("error 0.5000 (best)"), std::string::npos) << line;
   const nlohmann::json j = nlohmann::json::parse(r.to_json());
-  for (const char* key : {"task", "steps", "interrupted", "stopped_early", "seconds", "items_per_s", "unit", "loss",
+  for (const char* key : {"task", "steps", "interrupted", "stopped_early", "seconds", "items_per_s", "unit", "precision", "loss",
                           "evaluations", "metric", "best_step", "best_score", "checkpoint"})
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_EQ(j["steps"], 6);
