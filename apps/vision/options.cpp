@@ -37,7 +37,7 @@ void declare_common(options::OptionSet<T>& s) {
   s.integer("train_limit", &T::train_limit, 0, 1000000, "Train on the first N training images only (0 = all 55,000)");
   s.integer("patience", &T::patience, 0, options::kMaxSteps,
             "Stop early after this many epochs without a better validation accuracy (0 = never)");
-  s.flag("bf16", &T::bf16, "Write the weights in bf16 (half the size)");
+  s.flag("bf16", &T::bf16, "Write model.safetensors in bf16 (half the size; --precision sets the products of training)");
   train::declare_run_options(s, "config.json, model.safetensors (the best epoch's weights)");
   s.check([](T& t) {
     if (t.data.empty())
