@@ -6,7 +6,7 @@ Run with Debian's Python (it builds build/'s _qkv and qkv_ceilings when missing)
 
     /usr/bin/python3 scripts/bench.py recommender [--data-dir DIR] [--epochs 200]
                                                   [--seeds 0,1,2] [--dropout 0,0.2]
-                                                  [--threads 2] [--quick]
+                                                  [--precision f32,bf16] [--threads 2] [--quick]
 
 It prints its tables and records each seed's numbers (a seed is a round), the loss
 curves and MF's RMSEs in bench/records/recommender/<host kind>.json
@@ -41,7 +41,16 @@ sampled after each seed's two runs; bench/sasrec_torch.py's
 step_flops: the real items of each row, padding not counted, the causal half of attention;
 torch computes its padding too, qkv runs each batch's rows in groups of similar length).
 
-Matrix factorisation, once (seed 0): test RMSE beside the global mean's and the biases',
+Precisions (--precision, default f32,bf16 where the CPU has AVX512-BF16 or AMX, else f32):
+each seed and dropout setting trains once per precision on both sides: qkv with
+precision="bf16" (`qkv train sasrec --precision bf16`: products of bf16 inputs summed in
+f32; weights, AdamW, LayerNorm, softmax and loss in f32), the twin with its loss (forward,
+scores, BCE) under torch.autocast("cpu", dtype=torch.bfloat16), backward outside it.
+Reported per precision: the ranking metrics per seed and their means, s/step and GFLOP/s
+(bf16's against the vdpbf16ps ceiling), and for bf16 each engine's speed over its f32 one
+and the change of its mean HR@10 and NDCG@10.
+
+Matrix factorisation, once (seed 0, f32: MF has no matrix products to run in bf16): test RMSE beside the global mean's and the biases',
 its ranking metrics beside popularity's; and the three RMSEs under a random 5-fold split
 (qkv.recommender.mf_cross_validation), the protocol of published MovieLens figures.
 
@@ -57,7 +66,7 @@ import tempfile
 
 from bench import log, peers, record, report, twins
 from bench.build import add_arguments as add_build_arguments, ensure_programs
-from bench.ceilings import measure as measure_ceilings, sample as sample_ceiling
+from bench.ceilings import measure as measure_ceilings
 
 METRICS = ("hr10", "ndcg10", "hr10_catalogue", "ndcg10_catalogue", "hr10_all", "ndcg10_all")
 
@@ -73,15 +82,15 @@ def run_qkv(args, build_dir, csv, out, **kwargs):
     return twins.train_in_child("recommender", build_dir, args.threads, "recommender.train", [csv, out], kwargs)
 
 
-def sasrec_kwargs(args, seed, dropout):
+def sasrec_kwargs(args, seed, dropout, precision):
     return {"model": "sasrec", "epochs": args.epochs, "batch": args.batch, "lr": args.lr, "dim": args.dim,
             "layers": args.layers, "heads": args.heads, "max_len": args.max_len, "seed": seed,
-            "eval_every": args.eval_every, "dropout": dropout}
+            "eval_every": args.eval_every, "dropout": dropout, "precision": precision}
 
 
-def run_torch(args, qkv, csv, template, seed, dropout):
-    """The twin of one seed and dropout p; the test metrics from qkv's evaluation of its best
-    weights."""
+def run_torch(args, qkv, csv, template, seed, dropout, precision):
+    """The twin of one seed, dropout p and precision (bf16: its loss under torch's CPU
+    autocast); the test metrics from qkv's evaluation of its best weights."""
     import torch
     from bench.sasrec_torch import make_sasrec_class, train_twin
     rec = qkv.recommender
@@ -101,11 +110,11 @@ def run_torch(args, qkv, csv, template, seed, dropout):
         def on_epoch(info):
             if info["validation"] is not None or info["epoch"] == 1:
                 v = "" if info["validation"] is None else f", validation HR@10 {info['validation']:.4f}"
-                log(f"  torch seed {seed} dropout {dropout:g} epoch {info['epoch']}/{info['total']}: "
+                log(f"  torch {precision} seed {seed} dropout {dropout:g} epoch {info['epoch']}/{info['total']}: "
                     f"loss {info['loss']:.4f}{v}")
 
         result = train_twin(model, batches, args.epochs, lr=args.lr, eval_every=args.eval_every,
-                            evaluate=evaluate, on_epoch=on_epoch)
+                            evaluate=evaluate, on_epoch=on_epoch, precision=precision)
         rec.save_sasrec_weights(out, result.pop("best_state"))
         result["test"] = rec.evaluate(out, csv)
     return result
@@ -133,6 +142,7 @@ def add_arguments(parser):
     parser.add_argument("--dropout", default="0,0.2",
                         help="SASRec's dropout p, comma-separated: each seed trains once per p (default 0,0.2: "
                         "none and the paper's)")
+    twins.add_precision_argument(parser)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--dim", type=int, default=50)
@@ -160,20 +170,25 @@ def run(args):
         args.mf_epochs = args.mf_epochs or 2
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     dropouts = dropout_settings(args.dropout)
+    precisions = twins.precisions(args, "recommender")
     peers.reexec_with_openblas(args)  # does not return when it re-runs the script
     csv = os.path.join(twins.fetch_data("movielens", args.data_dir), "ratings.csv")
     rec = record.new("recommender", args.threads, settings={
         "epochs": args.epochs, "seeds": seeds, "dropout": dropouts, "batch": args.batch, "lr": args.lr, "dim": args.dim,
         "layers": args.layers, "heads": args.heads, "max_len": args.max_len, "eval_every": args.eval_every,
-        "mf_epochs": args.mf_epochs, "mf": not args.no_mf, "quick": args.quick})
+        "mf_epochs": args.mf_epochs, "mf": not args.no_mf, "quick": args.quick, "precisions": precisions})
 
     build_dir = os.path.abspath(args.build_dir)
     programs = ensure_programs(build_dir, {"_qkv": "python/qkv/_qkv*.so",
                                            "qkv_python_files": "python/qkv/__init__.py",
                                            "qkv_ceilings": "bench/qkv_ceilings"}, args.rebuild)
-    ceiling = measure_ceilings(programs["qkv_ceilings"], args.threads, quick=True)["f32_fma"]["gflops"]
+    measured = measure_ceilings(programs["qkv_ceilings"], args.threads, quick=True)
+    ceiling = measured["f32_fma"]["gflops"]
+    bf16_ceiling = (measured.get("bf16_avx512_dpbf16ps") or {}).get("gflops")
     record.add_ceiling(rec, "f32_fma", "GFLOP/s", [ceiling])
-    log(f"f32 FMA ceiling: {ceiling:.0f} GFLOP/s on {args.threads} threads")
+    record.add_ceiling(rec, "bf16_dpbf16ps", "GFLOP/s", [bf16_ceiling])
+    log(f"ceilings: f32 FMA {ceiling:.0f} GFLOP/s, vdpbf16ps {report.cell(bf16_ceiling, '.0f').strip()} GFLOP/s "
+        f"on {args.threads} threads")
 
     torch_version = torch_blas = None
     if not args.no_torch:
@@ -185,32 +200,39 @@ def run(args):
     work = tempfile.mkdtemp(prefix="qkv-bench-recommender-")
     runs = {}
     template = None
-    samples = []  # the f32 FMA ceiling after each seed's two runs
+    samples = []  # both ceilings after each seed's runs: {"f32_fma": ..., "bf16_dpbf16ps": ...}
     try:
         turn = 0
         for seed in seeds:
             for p in dropouts:
-                order = ("qkv", "torch") if turn % 2 == 0 or template is None else ("torch", "qkv")
-                turn += 1
-                for impl in order:
-                    if impl == "qkv":
-                        log(f"qkv SASRec seed {seed} dropout {p:g}: {args.epochs} epochs")
-                        out = os.path.join(work, f"sasrec-{seed}-{p:g}")
-                        progress, result, seconds = run_qkv(args, build_dir, csv, out, **sasrec_kwargs(args, seed, p))
-                        template = template or out
-                        runs[("qkv", seed, p)] = {"report": result, "progress": progress, "call_s": seconds,
-                                                  "flops": run_flops(qkv, args, csv, seed, result["train_steps"])}
-                        log(f"  qkv seed {seed} dropout {p:g}: best epoch {result['best_epoch']}, test HR@10 "
-                            f"{result['trained']['hr10']:.4f}, "
-                            f"{result['train_seconds'] / result['train_steps']:.4f} s/step")
-                    elif not args.no_torch:
-                        log(f"torch {torch_version} SASRec seed {seed} dropout {p:g}: {args.epochs} epochs")
-                        runs[("torch", seed, p)] = run_torch(args, qkv, csv, template, seed, p)
-                        t = runs[("torch", seed, p)]
-                        log(f"  torch seed {seed} dropout {p:g}: best epoch {t['best_epoch']}, test HR@10 "
-                            f"{t['test']['hr10']:.4f}, {t['train_seconds'] / t['steps']:.4f} s/step")
-            samples.append(sample_ceiling(programs["qkv_ceilings"], "fma", args.threads))
-        record.add_ceiling(rec, "f32_fma", "GFLOP/s", samples)
+                for prec in precisions:
+                    order = ("qkv", "torch") if turn % 2 == 0 or template is None else ("torch", "qkv")
+                    turn += 1
+                    for impl in order:
+                        what = f"seed {seed} dropout {p:g} {prec}"
+                        if impl == "qkv":
+                            log(f"qkv SASRec {what}: {args.epochs} epochs")
+                            out = os.path.join(work, f"sasrec-{seed}-{p:g}-{prec}")
+                            progress, result, seconds = run_qkv(args, build_dir, csv, out,
+                                                                **sasrec_kwargs(args, seed, p, prec))
+                            if result.get("precision") != prec:
+                                raise RuntimeError(f"qkv.recommender.train(precision={prec!r}) reports precision "
+                                                   f"{result.get('precision')!r}")
+                            template = template or out
+                            runs[("qkv", seed, p, prec)] = {
+                                "report": result, "progress": progress, "call_s": seconds,
+                                "flops": run_flops(qkv, args, csv, seed, result["train_steps"])}
+                            log(f"  qkv {what}: best epoch {result['best_epoch']}, test HR@10 "
+                                f"{result['trained']['hr10']:.4f}, "
+                                f"{result['train_seconds'] / result['train_steps']:.4f} s/step")
+                        elif not args.no_torch:
+                            log(f"torch {torch_version} SASRec {what}: {args.epochs} epochs")
+                            t = runs[("torch", seed, p, prec)] = run_torch(args, qkv, csv, template, seed, p, prec)
+                            log(f"  torch {what}: best epoch {t['best_epoch']}, test HR@10 "
+                                f"{t['test']['hr10']:.4f}, {t['train_seconds'] / t['steps']:.4f} s/step")
+            samples.append(twins.sample_precision_ceilings(programs["qkv_ceilings"], args.threads))
+        record.add_ceiling(rec, "f32_fma", "GFLOP/s", [x["f32_fma"] for x in samples])
+        record.add_ceiling(rec, "bf16_dpbf16ps", "GFLOP/s", [x["bf16_dpbf16ps"] for x in samples])
         mf = None
         if not args.no_mf:
             log("qkv MF (seed 0)")
@@ -222,7 +244,7 @@ def run(args):
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    result = summarise(args, seeds, dropouts, runs, ceiling, mf)
+    result = summarise(args, seeds, dropouts, precisions, runs, ceiling, bf16_ceiling, mf)
     result.update({"torch_version": torch_version, "torch_blas": torch_blas, "threads": args.threads})
     print_tables(args, seeds, result, build_dir)
     rec["versions"].update({"qkv": qkv.__version__, "qkv_cpu": qkv.cpu_summary(), "torch": torch_version,
@@ -243,8 +265,10 @@ def dropout_settings(text):
     return values
 
 
-def setting_name(p):
-    return f"dropout {p:g}"
+def setting_name(p, precision="f32"):
+    """A setting's name in the tables and the record's cases: "dropout 0.2", and ", bf16"
+    after it for bf16 (f32's keep their names from before precisions)."""
+    return f"dropout {p:g}" + ("" if precision == "f32" else f", {precision}")
 
 
 def to_record(rec, args, seeds, r, samples):
@@ -258,7 +282,7 @@ def to_record(rec, args, seeds, r, samples):
              "ndcg10_catalogue": "NDCG@10 catalogue", "hr10_all": "HR@10 every test movie",
              "ndcg10_all": "NDCG@10 every test movie"}
     for setting in r["settings"]:
-        p = setting["dropout"]
+        p, prec = setting["dropout"], setting["precision"]
         rows = [row for row in setting["per_seed"] if "qkv" in row]
         if not rows:
             continue
@@ -275,30 +299,37 @@ def to_record(rec, args, seeds, r, samples):
                                               "qkv's evaluation)", "ranking metric", "fraction", "higher",
                                               aggregate="mean")}
         impls = [impl for impl in ("qkv", "torch") if all(impl in row for row in rows)]
-        ceiling_samples = [samples[seeds.index(row["seed"])] for row in rows]
-        info = {"dropout": p, "seeds": [row["seed"] for row in rows], "epochs": args.epochs,
+        ceiling_name = twins.PRECISION_CEILINGS[prec][1]
+        ceiling_samples = [samples[seeds.index(row["seed"])][ceiling_name] for row in rows]
+        info = {"dropout": p, "precision": prec, "seeds": [row["seed"] for row in rows], "epochs": args.epochs,
                 "steps": {impl: [row[impl]["steps"] for row in rows] for impl in impls},
                 "best_epoch": {impl: [row[impl]["best_epoch"] for row in rows] for impl in impls}}
         for row in rows:
-            curve = f"sasrec_step_loss_seed{row['seed']}" + ("" if p == 0 else f"_dropout{p:g}")
+            curve = (f"sasrec_step_loss_seed{row['seed']}" + ("" if p == 0 else f"_dropout{p:g}")
+                     + ("" if prec == "f32" else f"_{prec}"))
             agreement = twins.add_loss_curves(rec, {impl: row[impl]["step_losses"] for impl in impls}, name=curve)
             if "torch" in agreement:
                 info.setdefault("loss_curves_vs_torch", {})[str(row["seed"])] = agreement["torch"]
         if "torch" in impls:
             info["torch_batch_seconds_per_step"] = [row["torch"]["batch_seconds_per_step"] for row in rows]
             info["torch_median_step_seconds"] = [row["torch"]["median_step_seconds"] for row in rows]
-        label = f"SASRec, {setting_name(p)}"
+        if "vs_f32" in setting:
+            info["vs_f32"] = setting["vs_f32"]
+        label = f"SASRec, {setting_name(p, prec)}"
+        f32_label = f"SASRec, {setting_name(p)}" if prec != "f32" and "f32" in r["precisions"] else None
         record.add_case(subjects["steps"], label,
                         {impl: [1 / row[impl]["seconds_per_step"] for row in rows] for impl in impls},
-                        ceiling_samples=ceiling_samples, info=info)
+                        ceiling_samples=ceiling_samples, info=info, precision=prec, f32_case=f32_label)
         record.add_case(subjects["gflops"], label, {impl: [row[impl]["gflops"] for row in rows] for impl in impls},
-                        ceiling_samples=ceiling_samples, info={"dropout": p})
+                        ceiling_samples=ceiling_samples, info={"dropout": p, "precision": prec}, ceiling=ceiling_name,
+                        precision=prec, f32_case=f32_label)
         for key in METRICS:
             engines = {impl: [row[impl]["test"][key] for row in rows] for impl in impls}
             if r["popularity"]:
                 engines["popularity"] = [r["popularity"][key]] * len(rows)
-            record.add_case(subjects["quality"], f"{names[key]}, {setting_name(p)}", engines,
-                            info={"dropout": p, "seeds": [row["seed"] for row in rows]})
+            record.add_case(subjects["quality"], f"{names[key]}, {setting_name(p, prec)}", engines,
+                            info={"dropout": p, "precision": prec, "seeds": [row["seed"] for row in rows]},
+                            precision=prec, f32_case=f"{names[key]}, {setting_name(p)}" if f32_label else None)
 
     mf = r["mf"]
     if mf:
@@ -328,7 +359,12 @@ def to_record(rec, args, seeds, r, samples):
         "Dropout: each seed trains once per setting (the case names it; its info says p): qkv with --dropout p, the "
         "twin with nn.Dropout(p) on the embedding and TransformerEncoderLayer(dropout=p) after torch.manual_seed(seed). "
         "The two draw different masks, so with p > 0 their curves part from the first step and only the means over "
-        "the seeds compare; the ranking table gives those means."]
+        "the seeds compare; the ranking table gives those means.",
+        f"Precisions {', '.join(r['precisions'])}: each seed and dropout trains once per precision (qkv: "
+        "precision='bf16'; the twin: its loss under torch.autocast('cpu', dtype=torch.bfloat16), backward outside "
+        "it), from the same weights on the same batches; cases named '..., bf16' (their f32_case: the same name "
+        "without it). GFLOP/s are held against the ceiling of the precision's unit: f32 FMA, vdpbf16ps for bf16, "
+        "sampled after each seed's runs."]
 
 
 def random_folds(qkv, args, build_dir, csv, work):
@@ -347,16 +383,17 @@ def random_folds(qkv, args, build_dir, csv, work):
     return {**means, "folds": folds, "seconds": result["seconds"]}
 
 
-def summarise(args, seeds, dropouts, runs, ceiling, mf):
-    out = {"epochs": args.epochs, "seeds": seeds, "dropouts": dropouts, "batch": args.batch, "dim": args.dim,
-           "layers": args.layers, "heads": args.heads, "max_len": args.max_len, "lr": args.lr,
-           "eval_every": args.eval_every, "ceiling_gflops": ceiling, "settings": [], "mf": mf, "popularity": None}
-    for p in dropouts:
-        setting = {"dropout": p, "per_seed": []}
+def summarise(args, seeds, dropouts, precisions, runs, ceiling, bf16_ceiling, mf):
+    out = {"epochs": args.epochs, "seeds": seeds, "dropouts": dropouts, "precisions": precisions,
+           "batch": args.batch, "dim": args.dim, "layers": args.layers, "heads": args.heads, "max_len": args.max_len,
+           "lr": args.lr, "eval_every": args.eval_every, "ceiling_gflops": ceiling, "bf16_ceiling_gflops": bf16_ceiling,
+           "settings": [], "mf": mf, "popularity": None}
+    for p, prec in [(p, prec) for p in dropouts for prec in precisions]:
+        setting = {"dropout": p, "precision": prec, "per_seed": []}
         q_steps, t_steps = [], []
         for seed in seeds:
-            q = runs.get(("qkv", seed, p))
-            t = runs.get(("torch", seed, p))
+            q = runs.get(("qkv", seed, p, prec))
+            t = runs.get(("torch", seed, p, prec))
             row = {"seed": seed}
             if q:
                 r = q["report"]
@@ -402,6 +439,19 @@ def summarise(args, seeds, dropouts, runs, ceiling, mf):
         if q_steps and t_steps:
             setting["speedup"] = setting["torch_seconds_per_step"] / setting["qkv_seconds_per_step"]
         out["settings"].append(setting)
+    # bf16 against f32 of the same dropout: each engine's speed ratio (median s/step over the
+    # seeds, f32's over bf16's) and the change of its mean test metrics
+    for setting in out["settings"]:
+        f32 = next((x for x in out["settings"] if x["dropout"] == setting["dropout"] and x["precision"] == "f32"), None)
+        if setting["precision"] == "f32" or f32 is None:
+            continue
+        vs = setting["vs_f32"] = {}
+        for impl in ("qkv", "torch"):
+            if f"{impl}_mean" in setting and f"{impl}_mean" in f32:
+                vs[impl] = {"speedup": f32[f"{impl}_seconds_per_step"] / setting[f"{impl}_seconds_per_step"],
+                            "delta_hr10_of_means": setting[f"{impl}_mean"]["hr10"] - f32[f"{impl}_mean"]["hr10"],
+                            "delta_ndcg10_of_means": setting[f"{impl}_mean"]["ndcg10"]
+                            - f32[f"{impl}_mean"]["ndcg10"]}
     return out
 
 
@@ -410,12 +460,16 @@ def print_tables(args, seeds, r, build_dir):
           f"torch {r['torch_version']} ({r['torch_blas']}); {args.threads} threads")
     print(f"SASRec: d {args.dim}, {args.layers} blocks, {args.heads} heads, max_len {args.max_len}; "
           f"{args.epochs} epochs of batch {args.batch}, lr {args.lr:g}, validation every {args.eval_every}; "
-          f"f32 FMA ceiling {r['ceiling_gflops']:.0f} GFLOP/s ({args.threads} threads)")
+          f"precisions {', '.join(r['precisions'])}; ceilings at the start: f32 FMA {r['ceiling_gflops']:.0f}, "
+          f"vdpbf16ps {report.cell(r['bf16_ceiling_gflops'], '.0f').strip()} GFLOP/s ({args.threads} threads)")
     head = " ".join(f"{h:>8}" for h in ("HR@10", "NDCG@10", "HR@10c", "NDCG@10c", "HR@10a", "NDCG@10a"))
     for setting in r["settings"]:
-        print(f"SASRec, {setting_name(setting['dropout'])}:")
+        bf16 = setting["precision"] == "bf16"
+        ceiling = r["bf16_ceiling_gflops"] if bf16 else r["ceiling_gflops"]
+        print(f"SASRec, {setting_name(setting['dropout'], setting['precision'])}"
+              + (" (qkv precision='bf16'; torch under torch.autocast('cpu', dtype=torch.bfloat16)):" if bf16 else ":"))
         print(f"{'seed':>4} {'impl':6} {head} {'best':>5} {'loss@1':>7} {'loss@end':>8} {'s/step':>7} {'GFLOP/s':>7} "
-              f"{'% FMA':>6}")
+              f"{'% bf16' if bf16 else '% FMA':>6}")
         for row in setting["per_seed"]:
             for impl in ("qkv", "torch"):
                 if impl not in row:
@@ -423,7 +477,8 @@ def print_tables(args, seeds, r, build_dir):
                 x = row[impl]
                 print(f"{row['seed']:>4} {impl:6} {metrics_cells(x['test'])} {x['best_epoch']:>5} "
                       f"{report.cell(x['loss_first_epoch'], '7.4f')} {report.cell(x['loss_last_epoch'], '8.4f')} "
-                      f"{x['seconds_per_step']:7.4f} {x['gflops']:7.1f} {100 * x['gflops'] / r['ceiling_gflops']:5.1f}%")
+                      f"{x['seconds_per_step']:7.4f} {x['gflops']:7.1f} "
+                      f"{report.cell(100 * x['gflops'] / ceiling if ceiling else None, '5.1f', '%')}")
             if "delta_hr10" in row:
                 print(f"{row['seed']:>4} {'Δ':6} {row['delta_hr10']:+8.4f}")
         for impl in ("qkv", "torch"):
@@ -442,7 +497,12 @@ def print_tables(args, seeds, r, build_dir):
             batch_s = statistics.median(row["torch"]["batch_seconds_per_step"] for row in rows)
             print(f"  qkv's time counts its batches' generation (SasRecBatches.get), torch's does not: "
                   f"{batch_s:.4f} s/step in the twin's process")
-    print("HR@10/NDCG@10: the next movie among 101; c: among the whole catalogue; a: every test movie among 101")
+        for impl, v in setting.get("vs_f32", {}).items():
+            print(f"{impl} bf16 against f32 (dropout {setting['dropout']:g}): speed {v['speedup']:.2f}x; mean HR@10 "
+                  f"{v['delta_hr10_of_means']:+.4f}, NDCG@10 {v['delta_ndcg10_of_means']:+.4f}"
+                  + (" (the issue asks |ΔHR@10| <= 0.01)" if impl == "qkv" else ""))
+    print("HR@10/NDCG@10: the next movie among 101; c: among the whole catalogue; a: every test movie among 101; "
+          "% FMA / % bf16: of the ceiling at the start (f32 FMA; vdpbf16ps for bf16)")
     mf = r["mf"]
     if mf:
         print(f"MF (seed 0, best epoch {mf.get('best_epoch')}): test RMSE (temporal split) {mf['rmse_mf']:.4f}; "

@@ -290,8 +290,10 @@ def subject_table(rec, subject):
     # cases held against a ceiling of their own (bf16 ones: vdpbf16ps): the column names it per cell
     own_ceilings = subject["better"] == "higher" and any(
         c.get("ceiling") and c["ceiling"] != ceiling for c in subject["cases"])
-    # bf16 cases beside the f32 case of the same work: each engine's bf16/f32
-    precision_engines = [e for e in engines if any(c.get("f32_case") and e in c["engines"] for c in subject["cases"])]
+    # bf16 cases beside the f32 case of the same work: bf16/f32 of each engine that trains in
+    # a precision (qkv, torch under autocast; not a baseline such as popularity)
+    precision_engines = [e for e in engines if (e == "qkv" or e == "torch" or e.startswith("torch_"))
+                         and any(c.get("f32_case") and e in c["engines"] for c in subject["cases"])]
     rounds = sorted({len(next(iter(c["engines"].values()))) for c in subject["cases"]})
     better = "higher is better" if subject["better"] == "higher" else "lower is better"
     out = [f"#### {subject['title']}", "",

@@ -179,7 +179,7 @@ def step_flops(dim, layers, inputs):
 
 
 def train_twin(model, batches, epochs, lr=1e-3, eval_every=5, evaluate=None, on_epoch=None,
-               on_step=None, stop_after_steps=None):
+               on_step=None, stop_after_steps=None, precision="f32"):
     """qkv's train_sasrec in torch. For epoch e and step s: batches.get(e, s), zero_grad,
     loss, backward, AdamW step; only these are timed (the batch's conversion included, its
     generation not: that is batch_seconds, which qkv's train_seconds does count). After
@@ -188,8 +188,11 @@ def train_twin(model, batches, epochs, lr=1e-3, eval_every=5, evaluate=None, on_
     -> dict: losses (every step), epoch_losses (mean per epoch), step_seconds,
     train_seconds, batch_seconds, steps, flops, best_epoch (1-based, 0 when never evaluated),
     best_validation, best_state (None when never evaluated), history [(epoch, loss,
-    validation or None)]."""
+    validation or None)]. precision "bf16": the loss (forward, scores and BCE) under
+    torch.autocast("cpu", dtype=torch.bfloat16), backward and AdamW outside it (torch's
+    mixed-precision recipe; bench/twins.py autocast)."""
     import torch
+    from bench.twins import autocast
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.0)
     model.train()
     steps_per_epoch = batches.steps_per_epoch
@@ -206,7 +209,8 @@ def train_twin(model, batches, epochs, lr=1e-3, eval_every=5, evaluate=None, on_
             batch_seconds += t0 - t_get
             inputs, positives, negatives = batch_tensors(batch)
             opt.zero_grad(set_to_none=False)
-            loss = model.loss(inputs, positives, negatives)
+            with autocast(precision):
+                loss = model.loss(inputs, positives, negatives)
             loss.backward()
             opt.step()
             seconds = time.perf_counter() - t0
