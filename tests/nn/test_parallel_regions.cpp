@@ -95,11 +95,11 @@ std::vector<Site> sites() {
          Tensor g = x.clone();
          train::clip_grad_norm({{"g", &g}}, 1e-3);
        }},
-      {"nn.linear_bf16_input", [=] {
+      {"nn.to_bf16", [=] {
          nn::Linear layer(20000, 8, true, 1);
          layer.pack(DType::bf16);
          layer.forward(x);
-       }, /*needs_cpu_support=*/true},  // oneDNN's bf16 products
+       }, /*needs_cpu_support=*/true},  // oneDNN's bf16 products: x rounded to bf16 first
       {"nn.linear_bias_grad", [=] {
          nn::Linear layer(20000, 64, true, 1);
          Tensor dw = Tensor::zeros({64, 20000}), db = Tensor::zeros({64});
