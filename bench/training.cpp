@@ -30,6 +30,9 @@
 // kernels (GELU tanh forward and backward, the cross-entropy, AdamW, the clipping norm:
 // src/nn/kernels/pointwise.h) are timed both ways, their naive twins ("before") and the
 // vectorised loops ("after"), alternating call by call; so are whole steps.
+// --lm --bf16: "before" is the step with f32 products and "after" with bf16 products
+// (nn::ProductPrecision, as `qkv train lm --precision bf16`), alternating step by step; the
+// breakdown times the products and the attention both ways, the rest (vectorised) once.
 //
 // A benchmark, not a test: nothing here asserts a time.
 #include <algorithm>
@@ -66,6 +69,7 @@ struct Options {
   std::uint64_t seed = 0;
   bool json = false;
   bool lm = false, breakdown = false;
+  bool bf16 = false;  // --lm --bf16: before = f32 products, after = bf16 (nn::ProductPrecision)
   bool batch_given = false;
 };
 
@@ -73,13 +77,13 @@ const char* kUsage =
     "usage: qkv_bench_training [--batch B] [--src-len S] [--tgt-len T] [--d-model E] "
     "[--nhead H] [--ffn F] [--enc N] [--dec M] [--vocab V] [--steps K] [--warmup W] "
     "[--threads N] [--seed X] [--json]\n"
-    "       qkv_bench_training --lm [--breakdown] [--batch B] [--steps K] [--warmup W] [--threads N]\n";
+    "       qkv_bench_training --lm [--bf16] [--breakdown] [--batch B] [--steps K] [--warmup W] [--threads N]\n";
 
 bool parse(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--json" || flag == "--lm" || flag == "--breakdown") {
-      (flag == "--json" ? o.json : flag == "--lm" ? o.lm : o.breakdown) = true;
+    if (flag == "--json" || flag == "--lm" || flag == "--breakdown" || flag == "--bf16") {
+      (flag == "--json" ? o.json : flag == "--lm" ? o.lm : flag == "--bf16" ? o.bf16 : o.breakdown) = true;
       continue;
     }
     if (flag == "--batch") o.batch_given = true;
@@ -136,28 +140,46 @@ qkv::Tensor random_tensor(const qkv::Shape& shape, qkv::Rng& rng, double scale) 
   return t;
 }
 
-// One row of the breakdown: the milliseconds of one call, before (naive twins) and after.
+// What "before" and "after" compare: the naive twins of the pointwise kernels against the
+// vectorised ones (both in f32), or with --bf16 the step's products in f32 against bf16.
+bool compare_bf16 = false;
+
+// Runs fn in the "before" or the "after" configuration.
+template <class F>
+void in_mode(bool before, F&& fn) {
+  if (compare_bf16) {
+    const qkv::nn::ProductPrecision products(before ? qkv::DType::f32 : qkv::DType::bf16);
+    fn();
+  } else {
+    qkv::nn::detail::force_naive_pointwise(before);
+    fn();
+    qkv::nn::detail::force_naive_pointwise(false);
+  }
+}
+
+// One row of the breakdown: the milliseconds of one call, before and after.
 struct Part {
   std::string name;
   std::int64_t calls;  // per step
   double before_ms, after_ms;
 };
 
-// Best ms of `fn` over `reps` calls; when `both`, calls alternate between the naive twins
-// (first of each pair) and the vectorised kernels, else every call runs the vectorised ones.
+// Best ms of `fn` over `reps` calls; when `both`, calls alternate between the "before"
+// configuration (first of each pair) and the "after" one, else every call runs "after".
 template <class F>
 Part time_part(const std::string& name, std::int64_t calls, int reps, bool both, F&& fn) {
   std::vector<double> before, after;
   for (int r = -1; r < reps; ++r) {  // r = −1: warm-up
     for (int naive = both ? 1 : 0; naive >= 0; --naive) {
-      qkv::nn::detail::force_naive_pointwise(naive == 1);
-      const auto start = Clock::now();
-      fn();
-      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+      double ms = 0;
+      in_mode(naive == 1, [&] {
+        const auto start = Clock::now();
+        fn();
+        ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+      });
       if (r >= 0) (naive == 1 ? before : after).push_back(ms);
     }
   }
-  qkv::nn::detail::force_naive_pointwise(false);
   const double a = *std::min_element(after.begin(), after.end());
   return {name, calls, both ? *std::min_element(before.begin(), before.end()) : a, a};
 }
@@ -165,6 +187,8 @@ Part time_part(const std::string& name, std::int64_t calls, int reps, bool both,
 int run_lm(const Options& o) {
   namespace nn = qkv::nn;
   qkv::retain_freed_memory();  // as `qkv train` does
+  compare_bf16 = o.bf16;
+  if (o.bf16) nn::check_bf16_products("qkv_bench_training --bf16");
   if (o.threads > 0) qkv::set_num_threads(o.threads);
   qkv::models::Gpt2Config c;  // models/sotu-gpt/config.json
   c.vocab_size = 8192, c.n_positions = 256, c.n_embd = 256, c.n_layer = 4, c.n_head = 4;
@@ -178,22 +202,23 @@ int run_lm(const Options& o) {
   std::vector<std::int64_t> tokens(static_cast<std::size_t>(B * (T + 1)));  // (B, T + 1)
   for (auto& id : tokens) id = rng.uniform_int(V);
 
-  // Whole steps, naive twins and vectorised kernels alternating step by step.
+  // Whole steps, "before" and "after" alternating step by step.
   std::vector<double> step_before, step_after;
   double loss = 0.0;
   for (std::int64_t s = 0; s < o.warmup + o.steps; ++s) {
     for (int naive = 1; naive >= 0; --naive) {
-      nn::detail::force_naive_pointwise(naive == 1);
-      const auto start = Clock::now();
-      qkv::train::zero_grad(grads.parameters());
-      loss = qkv::models::gpt2_lm_loss(c, w, tokens, B, T, &grads).loss;
-      qkv::train::clip_grad_norm(grads.parameters(), 1.0);
-      opt.step(grads.parameters(), 1e-4);
-      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+      double ms = 0;
+      in_mode(naive == 1, [&] {
+        const auto start = Clock::now();
+        qkv::train::zero_grad(grads.parameters());
+        loss = qkv::models::gpt2_lm_loss(c, w, tokens, B, T, &grads).loss;
+        qkv::train::clip_grad_norm(grads.parameters(), 1.0);
+        opt.step(grads.parameters(), 1e-4);
+        ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+      });
       if (s >= o.warmup) (naive == 1 ? step_before : step_after).push_back(ms);
     }
   }
-  nn::detail::force_naive_pointwise(false);
   const double before_median = median_of(step_before), after_median = median_of(step_after);
   const double before = *std::min_element(step_before.begin(), step_before.end()),
                after = *std::min_element(step_after.begin(), step_after.end());
@@ -202,6 +227,8 @@ int run_lm(const Options& o) {
               static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(E),
               static_cast<long long>(H), static_cast<long long>(F), static_cast<long long>(L),
               static_cast<long long>(V), loss);
+  std::printf("before: %s; after: %s\n", o.bf16 ? "f32 products" : "naive pointwise twins",
+              o.bf16 ? "bf16 products (f32 accumulation)" : "vectorised pointwise kernels");
   std::printf("step (%lld each, alternating): median before %.1f ms, after %.1f ms (%.2fx); "
               "best before %.1f ms, after %.1f ms (%.2fx)\n",
               static_cast<long long>(o.steps), before_median, after_median, before_median / after_median, before,
@@ -220,8 +247,14 @@ int run_lm(const Options& o) {
     nn::Linear lin(p.in, p.out, p.bias, 7), lin_grads(p.in, p.out, p.bias, 8);
     const qkv::Tensor x = random_tensor({N, p.in}, rng, 1.0), dy = random_tensor({N, p.out}, rng, 1e-3);
     nn::Linear::Record rec;
-    parts.push_back(time_part(std::string(p.name) + " fwd", p.calls, reps, false, [&] { lin.forward(x, {}, &rec); }));
-    parts.push_back(time_part(std::string(p.name) + " bwd", p.calls, reps, false, [&] { lin.backward(dy, rec, lin_grads); }));
+    // The backward reads the record its own mode's forward kept (bf16 x under bf16).
+    nn::Linear::Record rec16;
+    parts.push_back(time_part(std::string(p.name) + " fwd", p.calls, reps, o.bf16, [&] {
+      lin.forward(x, {}, nn::product_dtype() == qkv::DType::bf16 ? &rec16 : &rec);
+    }));
+    parts.push_back(time_part(std::string(p.name) + " bwd", p.calls, reps, o.bf16, [&] {
+      lin.backward(dy, nn::product_dtype() == qkv::DType::bf16 ? rec16 : rec, lin_grads);
+    }));
   }
   {  // attention's core: causal SDPA (B, H, T, E/H), forward keeping lse, and backward
     const qkv::Tensor q = random_tensor({B, H, T, E / H}, rng, 1.0), k = random_tensor({B, H, T, E / H}, rng, 1.0),
@@ -229,15 +262,23 @@ int run_lm(const Options& o) {
     qkv::AttentionOptions opts;
     opts.causal = true;
     opts.return_lse = true;
-    qkv::AttentionResult res;
-    parts.push_back(time_part("attention (causal) fwd", L, reps, false, [&] { res = qkv::attention(q, k, v, opts); }));
-    parts.push_back(time_part("attention (causal) bwd", L, reps, false,
-                              [&] { qkv::attention_backward(dout, q, k, v, res.out, res.lse, opts); }));
+    // Under bf16 products MultiheadAttention hands the kernel q, k, v in bf16.
+    const qkv::Tensor q16 = q.to(qkv::DType::bf16), k16 = k.to(qkv::DType::bf16), v16 = v.to(qkv::DType::bf16);
+    const auto bf16 = [] { return nn::product_dtype() == qkv::DType::bf16; };
+    qkv::AttentionResult res, res16;
+    parts.push_back(time_part("attention (causal) fwd", L, reps, o.bf16, [&] {
+      if (bf16()) res16 = qkv::attention(q16, k16, v16, opts);
+      else res = qkv::attention(q, k, v, opts);
+    }));
+    parts.push_back(time_part("attention (causal) bwd", L, reps, o.bf16, [&] {
+      if (bf16()) qkv::attention_backward(dout, q16, k16, v16, res16.out, res16.lse, opts);
+      else qkv::attention_backward(dout, q, k, v, res.out, res.lse, opts);
+    }));
   }
   {
     const qkv::Tensor x = random_tensor({N, F}, rng, 1.0), dy = random_tensor({N, F}, rng, 1e-3);
-    parts.push_back(time_part("gelu tanh fwd", L, reps, true, [&] { nn::gelu(x, nn::GeluApproximation::tanh); }));
-    parts.push_back(time_part("gelu tanh bwd", L, reps, true,
+    parts.push_back(time_part("gelu tanh fwd", L, reps, !o.bf16, [&] { nn::gelu(x, nn::GeluApproximation::tanh); }));
+    parts.push_back(time_part("gelu tanh bwd", L, reps, !o.bf16,
                               [&] { nn::gelu_backward(dy, x, nn::GeluApproximation::tanh); }));
   }
   {
@@ -251,7 +292,7 @@ int run_lm(const Options& o) {
     const qkv::Tensor logits = random_tensor({N, V}, rng, 1.0);
     std::vector<std::int64_t> targets(tokens.begin(), tokens.begin() + N);
     qkv::Tensor dlogits;
-    parts.push_back(time_part("cross-entropy + grad", 1, reps, true,
+    parts.push_back(time_part("cross-entropy + grad", 1, reps, !o.bf16,
                               [&] { qkv::train::cross_entropy(logits, targets, &dlogits); }));
   }
   {
@@ -263,9 +304,9 @@ int run_lm(const Options& o) {
     parts.push_back(time_part("embedding wte bwd", 1, reps, false, [&] { wte.backward(dy, rec, wte_grads); }));
   }
   parts.push_back(time_part("zero_grad", 1, reps, false, [&] { qkv::train::zero_grad(grads.parameters()); }));
-  parts.push_back(time_part("clip_grad_norm (norm)", 1, reps, true,
+  parts.push_back(time_part("clip_grad_norm (norm)", 1, reps, !o.bf16,
                             [&] { qkv::train::clip_grad_norm(grads.parameters(), 1e30); }));
-  parts.push_back(time_part("AdamW step", 1, reps, true, [&] { opt.step(grads.parameters(), 1e-4); }));
+  parts.push_back(time_part("AdamW step", 1, reps, !o.bf16, [&] { opt.step(grads.parameters(), 1e-4); }));
 
   std::printf("\nbest of %d calls each; step_*: ms a step spends there, %%: of the best step\n", reps);
   std::printf("%-26s %5s %10s %10s %10s %10s %7s %7s %6s\n", "part", "calls", "before/ms", "after/ms",
