@@ -196,7 +196,7 @@ Tensor run_linear(const Tensor& x, std::int64_t N, std::int64_t K_w, const Tenso
                          engine, const_cast<void*>(x_in.data()));
   Tensor w_bf16;  // (N, K) the plain weight rounded to bf16, under a bf16 scope
   dnnl::memory weights;
-  if (packed == nullptr && bf16_products) {
+  if (bf16_products) {  // implies a plain weight
     w_bf16 = detail::contiguous_bf16(weight, "linear", "weight");
     weights = dnnl::memory({{K, N}, dt::bf16, dnnl::memory::dims{1, K}}, engine, w_bf16.data());
   } else if (packed == nullptr) {

@@ -6,11 +6,10 @@
 
 #include "core/parallel.h"
 #include "nn/common.h"
-#include "qkv/threads.h"
-
 #include "qkv/attention.h"
 #include "qkv/cpu.h"
 #include "qkv/error.h"
+#include "qkv/threads.h"
 
 namespace qkv::nn {
 
@@ -31,16 +30,16 @@ ProductPrecision::~ProductPrecision() { current_products = before_; }
 void check_bf16_products(const std::string& who) {
   const CpuFeatures& f = cpu_features();
   QKV_CHECK(f.avx512_bf16 || f.amx_bf16,
-                 who << ": this CPU has no bf16 dot product (AVX512-BF16 or AMX-BF16; it has "
-                     << cpu_summary()
-                     << "); oneDNN would emulate bf16 there at a fraction of f32's speed, so bf16 "
-                        "training is refused: train in f32");
+            who << ": this CPU has no bf16 dot product (AVX512-BF16 or AMX-BF16; it has "
+                << cpu_summary()
+                << "); oneDNN would emulate bf16 there at a fraction of f32's speed, so bf16 "
+                   "training is refused: train in f32");
   const char* isa = fast_kernel_isa();
   QKV_CHECK(std::strcmp(isa, "avx512_bf16") == 0 || std::strcmp(isa, "amx") == 0 ||
-                     std::strcmp(isa, "amx_emulated") == 0,
-                 who << ": the attention kernels run the instruction set " << isa
-                     << " (QKV_ISA), which has no bf16 dot product; unset QKV_ISA or set it to "
-                        "avx512_bf16 to train in bf16");
+                std::strcmp(isa, "amx_emulated") == 0,
+            who << ": the attention kernels run the instruction set " << isa
+                << " (QKV_ISA), which has no bf16 dot product; unset QKV_ISA or set it to "
+                   "avx512_bf16 to train in bf16");
 }
 
 DType parse_precision(const std::string& name, const std::string& who) {
