@@ -14,7 +14,7 @@ Schema 1 (every key present unless marked optional):
   {"schema": 1,
    "suite": "attention",                      # the name given to scripts/bench.py
    "command": "scripts/bench.py attention --repeats 5",   # as run
-   "commit": "9afc77b", "dirty": false,       # git rev-parse --short HEAD; uncommitted changes?
+   "commit": "9afc77b", "dirty": false,       # git rev-parse --short HEAD; uncommitted changes (outside bench/records)?
    "date": "2026-12-07T12:00:00Z",            # UTC, when the run started
    "host": {"kind": "intel-xeon-avx512-bf16", "cpu": "Intel(R) Xeon(R) Processor",
             "features": ["avx2", "avx512_bf16", ...],   # sorted, from /proc/cpuinfo's flags
@@ -164,7 +164,9 @@ def new(suite, threads, argv=None, settings=None):
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
         cores = os.cpu_count()
-    status = git("status", "--porcelain", "--untracked-files=no")
+    # Uncommitted changes to the measured tree; the records themselves are left out, so that
+    # a session recording several suites in a row does not mark all but the first dirty.
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)bench/records")
     return {
         "schema": SCHEMA,
         "suite": suite,
