@@ -10,5 +10,5 @@ mkdir -p "$out/corpus"
 seeds="$root/tests/fuzz/seeds/$(basename "$out")"
 corpus=("$out/corpus")
 [[ -d "$seeds" ]] && corpus+=("$seeds")
-"$out/fuzzer" -max_total_time="${QKV_FUZZ_SECONDS:-20}" -timeout=10 -rss_limit_mb=2048 \
+"$out/fuzzer" -max_total_time="${QKV_FUZZ_SECONDS:-10}" -timeout=10 -rss_limit_mb=2048 \
   -print_final_stats=1 "${corpus[@]}"
