@@ -147,6 +147,14 @@ def git(*args):
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+def dirty():
+    """Whether the measured tree has uncommitted changes (None where git fails). The records
+    themselves are left out, so that a session recording several suites in a row does not
+    mark all but the first dirty."""
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)bench/records")
+    return bool(status) if status is not None else None
+
+
 def command_line(argv=None):
     """The command as run, relative to the repository root where it lies inside."""
     argv = list(sys.argv if argv is None else argv)
@@ -164,15 +172,12 @@ def new(suite, threads, argv=None, settings=None):
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
         cores = os.cpu_count()
-    # Uncommitted changes to the measured tree; the records themselves are left out, so that
-    # a session recording several suites in a row does not mark all but the first dirty.
-    status = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)bench/records")
     return {
         "schema": SCHEMA,
         "suite": suite,
         "command": command_line(argv),
         "commit": git("rev-parse", "--short=7", "HEAD"),
-        "dirty": bool(status) if status is not None else None,
+        "dirty": dirty(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "host": {"kind": host_kind(vendor, model, flags), "cpu": model,
                  "features": sorted(f for f in FEATURES if f in flags),

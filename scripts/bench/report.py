@@ -30,8 +30,12 @@ def max_abs_diff(a, b):
 
 
 def git_describe():
-    """The source tree's commit (git describe --always --dirty), or None."""
-    return record.git("describe", "--always", "--dirty") or None
+    """The source tree's commit (git describe --always), with -dirty where record.dirty()
+    says so (the same question the records answer), or None."""
+    described = record.git("describe", "--always")
+    if not described:
+        return None
+    return described + "-dirty" if record.dirty() else described
 
 
 def node_version():
